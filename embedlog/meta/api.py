@@ -1,0 +1,276 @@
+"""The metadata interfaces (BookKeeper's, in embedlog's words) and ledger metadata.
+
+A driver (SQLite, ZooKeeper, etcd) implements ``MetadataStore``: a bundle of the
+managers below. Every write of ledger metadata is a compare-and-set on a
+version; versions are opaque to callers (an int for SQLite, the znode version
+for ZooKeeper, the key's mod revision for etcd).
+
+Ledger metadata serialisation (documented in docs/METADATA.md)::
+
+    b"embedlog-ledger-metadata\\t" + str(format_version) + b"\\n" + json_body
+
+The text header mirrors BookKeeper's ``BookieMetadataFormatVersion\\t<v>\\n``; the
+body is UTF-8 JSON with bytes fields in lowercase hex. Readers refuse an unknown
+format version with MetadataError instead of guessing.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
+
+from embedlog._native.format import LedgerId
+from embedlog.errors import MetadataError
+
+METADATA_MAGIC = b"embedlog-ledger-metadata\t"
+METADATA_FORMAT_VERSION = 1
+
+
+class LedgerState(enum.IntEnum):
+    OPEN = 1
+    IN_RECOVERY = 2
+    CLOSED = 3
+
+
+class DigestType(enum.IntEnum):
+    """BookKeeper's persisted digest codes (DataFormats.proto)."""
+    CRC32 = 1
+    MAC = 2
+    CRC32C = 3
+    DUMMY = 4
+
+
+@dataclass(frozen=True)
+class LedgerMetadata:
+    """What the metadata store knows of one ledger (BookKeeper's fields, plus scope and term).
+
+    ``fragments`` maps the first entry id of each fragment to its ensemble
+    (bookie ids), in entry order. ``last_entry_id`` is -1 until the ledger is
+    CLOSED with entries. ``term`` is the fencing term of unbounded ledgers.
+    """
+    ledger_id: LedgerId
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    digest_type: DigestType = DigestType.CRC32C
+    password: bytes = b""
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    length: int = 0
+    fragments: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    ctime_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    custom_metadata: dict[str, bytes] = field(default_factory=dict)
+    term: int = 0
+    unbounded: bool = False
+
+    def __post_init__(self):
+        if not (self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1):
+            raise MetadataError(
+                f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"{self.ensemble_size}, {self.write_quorum}, {self.ack_quorum}")
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state == LedgerState.CLOSED
+
+    def with_(self, **changes) -> "LedgerMetadata":
+        return replace(self, **changes)
+
+    def to_bytes(self) -> bytes:
+        body = {
+            "scope_id": self.ledger_id.scope_id,
+            "ledger_id": self.ledger_id.ledger_id,
+            "ensemble_size": self.ensemble_size,
+            "write_quorum": self.write_quorum,
+            "ack_quorum": self.ack_quorum,
+            "digest_type": int(self.digest_type),
+            "password": self.password.hex(),
+            "state": self.state.name,
+            "last_entry_id": self.last_entry_id,
+            "length": self.length,
+            "fragments": [[first, list(bookies)] for first, bookies in self.fragments],
+            "ctime_ms": self.ctime_ms,
+            "custom_metadata": {k: v.hex() for k, v in self.custom_metadata.items()},
+            "term": self.term,
+            "unbounded": self.unbounded,
+        }
+        return (METADATA_MAGIC + str(METADATA_FORMAT_VERSION).encode() + b"\n"
+                + json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "LedgerMetadata":
+        try:
+            if not data.startswith(METADATA_MAGIC):
+                raise ValueError("missing the embedlog-ledger-metadata header")
+            header, _, body = data[len(METADATA_MAGIC):].partition(b"\n")
+            version = int(header)
+            if version != METADATA_FORMAT_VERSION:
+                raise MetadataError(f"unknown ledger metadata format version {version}")
+            d = json.loads(body)
+            return cls(
+                ledger_id=LedgerId(d["scope_id"], d["ledger_id"]),
+                ensemble_size=d["ensemble_size"], write_quorum=d["write_quorum"],
+                ack_quorum=d["ack_quorum"], digest_type=DigestType(d["digest_type"]),
+                password=bytes.fromhex(d["password"]), state=LedgerState[d["state"]],
+                last_entry_id=d["last_entry_id"], length=d["length"],
+                fragments=tuple((int(f), tuple(str(b) for b in bs)) for f, bs in d["fragments"]),
+                ctime_ms=d["ctime_ms"],
+                custom_metadata={k: bytes.fromhex(v) for k, v in d["custom_metadata"].items()},
+                term=d["term"], unbounded=d.get("unbounded", False),
+            )
+        except MetadataError:
+            raise
+        except Exception as exc:
+            raise MetadataError(f"corrupted ledger metadata: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Versioned:
+    value: Any
+    version: Any
+
+
+class LedgerManager(ABC):
+    """Ledger metadata by 128-bit id; every write is a CAS on the version."""
+
+    @abstractmethod
+    def create_ledger_metadata(self, metadata: LedgerMetadata) -> Versioned:
+        """Create if absent; LedgerExistsError if the id is taken."""
+
+    @abstractmethod
+    def read_ledger_metadata(self, ledger_id: LedgerId) -> Versioned:
+        """NoSuchLedgerError if absent."""
+
+    @abstractmethod
+    def write_ledger_metadata(self, metadata: LedgerMetadata, version: Any) -> Versioned:
+        """CAS: BadVersionError if the stored version differs, NoSuchLedgerError if gone."""
+
+    @abstractmethod
+    def remove_ledger_metadata(self, ledger_id: LedgerId, version: Any = None) -> None:
+        """Delete (CAS when a version is given); NoSuchLedgerError if absent."""
+
+    @abstractmethod
+    def iterate_ledgers(self, scope_id: int | None = 0) -> Iterator[LedgerId]:
+        """Ledger ids in ascending order, of one scope (None: every scope).
+
+        Tolerates concurrent creates and deletes. Raises MetadataError if the
+        listing cannot be completed (GC must never take a partial list as whole).
+        """
+
+    def ledger_partitions(self, scope_id: int | None = None) -> Iterator[tuple[Any, list[LedgerId]]]:
+        """(partition key, ids) in ascending order; drivers with a hierarchical layout
+        override this to list one (level1, level2) partition at a time."""
+        yield None, list(self.iterate_ledgers(scope_id))
+
+
+class LedgerIdGenerator(ABC):
+    @abstractmethod
+    def generate_ledger_id(self, scope_id: int = 0) -> LedgerId:
+        """A new ledger id, unique across processes. Scope-0 ids stay below 2^63."""
+
+
+@dataclass(frozen=True)
+class BookieRegistration:
+    bookie_id: str          # "host:port", where clients connect
+    read_only: bool
+    info: dict = field(default_factory=dict)
+
+
+class RegistrationManager(ABC):
+    """The bookie's side: register while alive, deregister when stopped."""
+
+    @abstractmethod
+    def register_bookie(self, bookie_id: str, read_only: bool, info: dict | None = None) -> None:
+        ...
+
+    @abstractmethod
+    def unregister_bookie(self, bookie_id: str, read_only: bool) -> None:
+        ...
+
+
+class RegistrationClient(ABC):
+    """The client's side: list and watch the registered bookies."""
+
+    @abstractmethod
+    def get_writable_bookies(self) -> list[BookieRegistration]:
+        ...
+
+    @abstractmethod
+    def get_readonly_bookies(self) -> list[BookieRegistration]:
+        ...
+
+    def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
+        """Call ``callback`` with all bookies whenever the set changes; returns a cancel function."""
+        raise NotImplementedError
+
+
+class LayoutManager(ABC):
+    @abstractmethod
+    def read_layout(self) -> bytes | None:
+        ...
+
+    @abstractmethod
+    def create_layout(self, layout: bytes) -> None:
+        """Create if absent; LedgerExistsError-like MetadataError if present."""
+
+    @abstractmethod
+    def delete_layout(self) -> None:
+        ...
+
+
+class CookieStore(ABC):
+    @abstractmethod
+    def read_cookie(self, bookie_id: str) -> Versioned:
+        """NoSuchLedgerError-free: MetadataError subclass CookieNotFound semantics -> returns None."""
+
+    @abstractmethod
+    def write_cookie(self, bookie_id: str, data: bytes, version: Any = None) -> Versioned:
+        """Create (version None) or CAS-update a cookie."""
+
+    @abstractmethod
+    def remove_cookie(self, bookie_id: str, version: Any = None) -> None:
+        ...
+
+
+class UnderreplicationManager(ABC):
+    """Records of under-replicated ledgers for autorecovery."""
+
+    @abstractmethod
+    def mark_ledger_underreplicated(self, ledger_id: LedgerId, missing_bookies: list[str]) -> None:
+        ...
+
+    @abstractmethod
+    def mark_ledger_replicated(self, ledger_id: LedgerId) -> None:
+        ...
+
+    @abstractmethod
+    def list_underreplicated(self) -> dict[LedgerId, list[str]]:
+        ...
+
+
+class MetadataStore(ABC):
+    """A metadata driver: one connection to one metadata service."""
+
+    uri: str
+    instance_id: str
+    ledger_manager: LedgerManager
+    id_generator: LedgerIdGenerator
+    registration_manager: RegistrationManager
+    registration_client: RegistrationClient
+    layout_manager: LayoutManager
+    cookies: CookieStore
+    underreplication: UnderreplicationManager
+
+    @abstractmethod
+    def close(self) -> None:
+        ...
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,38 @@
+"""Builds embedlog's Cython extension modules from pyx/ (which mirrors the package path).
+
+EMBEDLOG_DEBUG=1 turns bounds checks back on and builds with -O0 -g;
+EMBEDLOG_ANNOTATE=1 writes Cython's HTML annotation next to each module.
+"""
+import os
+import sys
+from pathlib import Path
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+DEBUG = os.environ.get("EMBEDLOG_DEBUG") == "1"
+HERE = Path(__file__).parent
+PYX = HERE / "pyx"
+
+directives = {"language_level": 3, "boundscheck": DEBUG, "wraparound": DEBUG,
+              "cdivision": True, "initializedcheck": DEBUG, "embedsignature": True}
+cflags = ["-O0", "-g"] if DEBUG else ["-O3"]
+if sys.platform.startswith("linux"):
+    cflags.append("-Wno-unused-function")
+
+extensions = [
+    Extension(
+        f"embedlog._native.{path.stem}",
+        [str(path.relative_to(HERE))],
+        include_dirs=[str(PYX / "embedlog" / "_native"), numpy.get_include()],
+        extra_compile_args=cflags,
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+    for path in sorted((PYX / "embedlog" / "_native").glob("*.pyx"))
+]
+
+setup(
+    ext_modules=cythonize(extensions, include_path=[str(PYX)], compiler_directives=directives,
+                          annotate=os.environ.get("EMBEDLOG_ANNOTATE") == "1"),
+)
