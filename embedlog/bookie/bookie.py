@@ -1,0 +1,507 @@
+"""A Bookie: one bookie's storage, free of any transport.
+
+Directory layout (docs/FORMATS.md)::
+
+    <dir>/LOCK                     flock'd by the one process that has it open
+    <dir>/journal/<hex id>.txn     journal files (or config journal_dir)
+    <dir>/current/lastMark         LastLogMark
+    <dir>/current/<hex id>.log     entry logs
+    <dir>/current/ledgers/...      index files of scope-0 ledgers
+    <dir>/current/ledgers-scoped/  index files of scope != 0 ledgers
+
+An add is framed into the journal buffer and copied into the memtable under
+one lock, then waits (without the lock) for the group commit that makes it
+durable. The memtable is flushed, sorted, into entry logs when full; a
+checkpoint (every flush_interval_ms, on close, after replay) syncs entry logs
+and index, persists the LastLogMark and trims old journals.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+
+from sortedcontainers import SortedDict
+
+from embedlog._native import entrylog as nel
+from embedlog._native import index as nix
+from embedlog._native import journal as nj
+from embedlog._native import memtable as nmt
+from embedlog._native.format import LedgerId, parse_entry_header
+from embedlog.bookie import failpoints
+from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
+from embedlog.config import BookieConfig
+from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
+                             IllegalOpError, LedgerFencedError, NoSuchEntryError,
+                             NoSuchLedgerError, UnauthorizedAccessError)
+
+_IDS = struct.Struct(">QQ")
+_IDS_I64 = struct.Struct(">QQq")
+_IDS_U64 = struct.Struct(">QQQ")
+
+
+class Bookie:
+    def __init__(self, directory: str, config: BookieConfig | None = None, journal_dir: str | None = None):
+        self.config = config or BookieConfig()
+        self.config.validate()
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock_fd = self._lock_directory()
+        self.current = os.path.join(self.directory, "current")
+        self.journal_dir = os.path.abspath(journal_dir or os.path.join(self.directory, "journal"))
+        os.makedirs(self.current, exist_ok=True)
+        self.cv = threading.Condition(threading.Lock())
+        self.memtable = nmt.MemTable(self.config.skip_list_size_limit)
+        self.entry_logger = nel.EntryLogger(self.current, self.config.entry_log_size_limit)
+        self.index_cache = nix.IndexCache(self.current, self.config.page_limit)
+        self.ledgers: SortedDict = SortedDict()      # (scope, lid) -> LedgerIndex
+        self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
+        self.mark = LastLogMark([self.current])
+        self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "memtable_flushes": 0,
+                      "checkpoints": 0, "entry_log_rolls": 0}
+        self._closed = False
+        self._dirty_since_checkpoint = False
+        self._load_ledgers()
+        self.journal = Journal(self.journal_dir, self.config, self.cv)
+        self.replay_report = self._replay()
+        self.journal.start()
+        self._checkpoint_seq = 0
+        self._stop = threading.Event()
+        self.checkpoint()
+        self._sync_thread = threading.Thread(target=self._sync_loop, name="embedlog-sync", daemon=True)
+        self._sync_thread.start()
+
+    # -- start-up ---------------------------------------------------------------
+
+    def _lock_directory(self) -> int:
+        fd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DirectoryLockedError(
+                f"{self.directory} is open in another process (its LOCK file is held); "
+                "close that process first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _load_ledgers(self) -> None:
+        for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
+            top = os.path.join(self.current, root)
+            if not os.path.isdir(top):
+                continue
+            for dirpath, _dirs, files in os.walk(top):
+                for name in files:
+                    key = nix.parse_index_name(name, scoped)
+                    if key is None:
+                        continue
+                    idx = self.index_cache.open(key[0], key[1], True)
+                    self.ledgers[key] = idx
+                    self.last_entry[key] = idx.last_entry_id()
+
+    def _replay(self) -> dict:
+        mark = self.mark.read()
+
+        def apply(rtype, body, path, off):
+            try:
+                self._apply_record(rtype, body)
+            except EmbedlogError as exc:
+                raise CorruptedDataError(f"journal {path} offset {off}: {exc}") from exc
+
+        report = replay(self.journal_dir, mark, apply,
+                        skip_corrupt=self.config.journal_skip_corrupt_records,
+                        max_record_size=self.config.max_entry_size_bytes + 4096)
+        report["mark"] = mark
+        return report
+
+    def _apply_record(self, rtype: int, body: bytes) -> None:
+        """Re-apply one journal record (replay): what add/fence/... did before the crash."""
+        if rtype == nj.ENTRY:
+            if not self.memtable.add_encoded(body):
+                self._flush_memtable()
+                self.memtable.add_encoded(body)
+            _v, scope, lid, eid = parse_entry_header(body)[:4]
+            self._known((scope, lid))
+            self._seen((scope, lid), eid)
+            return
+        if len(body) < 16:
+            raise CorruptedDataError(f"journal record of type {rtype} is too short")
+        scope, lid = _IDS.unpack_from(body)
+        key = (scope, lid)
+        if rtype == nj.LEDGER_KEY:
+            self._known(key).master_key = bytes(body[16:])
+            self._known(key).header_dirty = True
+        elif rtype == nj.FENCE:
+            idx = self._known(key)
+            idx.fenced = True
+            idx.header_dirty = True
+        elif rtype == nj.EXPLICIT_LAC:
+            idx = self._known(key)
+            idx.explicit_lac = max(idx.explicit_lac, _IDS_I64.unpack_from(body)[2])
+            idx.header_dirty = True
+        elif rtype == nj.TERM:
+            idx = self._known(key)
+            idx.term = max(idx.term, _IDS_U64.unpack_from(body)[2])
+            idx.header_dirty = True
+        elif rtype == nj.TRUNCATE:
+            self._truncate_locked(key, _IDS_I64.unpack_from(body)[2])
+        elif rtype == nj.DELETE_LEDGER:
+            self._delete_locked(key)
+        # unknown types with a good checksum are skipped: newer records stay readable
+
+    # -- helpers (cv held) ------------------------------------------------------------
+
+    def _known(self, key):
+        idx = self.ledgers.get(key)
+        if idx is None:
+            idx = self.index_cache.open(key[0], key[1], False)
+            self.ledgers[key] = idx
+            self.last_entry[key] = -1
+        return idx
+
+    def _seen(self, key, eid: int) -> None:
+        if eid > self.last_entry.get(key, -1):
+            self.last_entry[key] = eid
+
+    def _check_key(self, key, master_key: bytes, create: bool):
+        """The ledger's index after checking the master key (stored on first add)."""
+        idx = self.ledgers.get(key)
+        if idx is None or idx.master_key is None:
+            if not create:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            idx = self._known(key)
+            idx.master_key = bytes(master_key)
+            idx.header_dirty = True
+            self.journal.add_record(nj.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
+            return idx
+        if idx.master_key != master_key:
+            raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
+        return idx
+
+    def _flush_memtable(self) -> None:
+        if self.memtable.is_empty():
+            return
+        failpoints.hit("memtable.before_flush")
+        records = self.memtable.sorted_records()
+        before = self.entry_logger.last_log_id
+
+        def on_location(scope, lid, eids, locs):
+            idx = self.ledgers.get((scope, lid))
+            if idx is not None:         # deleted while in the memtable: drop
+                idx.set_locations(eids, locs)
+
+        self.entry_logger.flush_memtable(self.memtable, records, on_location)
+        self.memtable.clear()
+        self.stats["memtable_flushes"] += 1
+        self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
+        self._dirty_since_checkpoint = True
+
+    def _ensure_open(self):
+        if self._closed:
+            raise EmbedlogError("bookie is closed")
+
+    # -- adds ---------------------------------------------------------------------------
+
+    def add_payloads(self, ledger_id, master_key: bytes, first_entry_id: int, lac: int,
+                     length: int, digest: int, mac_key, payloads: list) -> tuple[int, int]:
+        """Encode and journal payloads as entries first_entry_id, ...; the embedded fast path.
+
+        Returns (journal seq to wait for, ledger length after the last entry).
+        """
+        lid = LedgerId.coerce(ledger_id)
+        key = (lid.scope_id, lid.ledger_id)
+        if first_entry_id < 0:
+            raise IllegalOpError(f"entry ids are not negative, got {first_entry_id}")
+        with self.cv:
+            self._ensure_open()
+            idx = self._check_key(key, master_key, True)
+            if idx.fenced:
+                raise LedgerFencedError(f"ledger {lid!r} is fenced")
+            done = 0
+            total = len(payloads)
+            while True:
+                n, length = nmt.add_payloads(
+                    self.journal.buffer, self.memtable, key[0], key[1], first_entry_id + done,
+                    lac, length, digest, mac_key, payloads, done, self.config.max_entry_size_bytes)
+                done += n
+                if done >= total:
+                    break
+                self._flush_memtable()
+            seq = self.journal.note_appended()
+            if total:
+                self._seen(key, first_entry_id + total - 1)
+            self.stats["adds"] += total
+        return seq, length
+
+    def add_entries(self, entries: list, master_key: bytes, recovery: bool = False) -> int:
+        """Journal and store encoded entries (wire path); returns the seq to wait for."""
+        with self.cv:
+            self._ensure_open()
+            checked = {}
+            for e in entries:
+                _v, scope, lid, eid = parse_entry_header(e)[:4]
+                if eid < 0:
+                    raise IllegalOpError(f"entry ids are not negative, got {eid}")
+                if len(e) > self.config.max_entry_size_bytes + 128:
+                    from embedlog.errors import EntryTooLargeError
+                    raise EntryTooLargeError(f"entry of {len(e)} bytes is over the limit")
+                key = (scope, lid)
+                if key not in checked:
+                    idx = self._check_key(key, master_key, True)
+                    if idx.fenced and not recovery:
+                        raise LedgerFencedError(f"ledger {LedgerId(*key)!r} is fenced")
+                    checked[key] = idx
+            done = 0
+            while done < len(entries):
+                done += nmt.add_encoded_entries(self.journal.buffer, self.memtable, entries, done)
+                if done < len(entries):
+                    self._flush_memtable()
+            for e in entries:
+                _v, scope, lid, eid = parse_entry_header(e)[:4]
+                self._seen((scope, lid), eid)
+            self.stats["adds"] += len(entries)
+            return self.journal.note_appended()
+
+    def add_entry(self, entry: bytes, master_key: bytes, recovery: bool = False) -> None:
+        """Add one encoded entry and return once it is durable."""
+        self.wait_durable(self.add_entries([entry], master_key, recovery))
+
+    def wait_durable(self, seq: int, timeout: float | None = None) -> None:
+        with self.cv:
+            self.journal.wait_durable(seq, timeout)
+
+    def on_durable(self, seq: int, callback) -> None:
+        with self.cv:
+            self.journal.on_durable(seq, callback)
+
+    # -- ledger state ---------------------------------------------------------------------
+
+    def fence(self, ledger_id, master_key: bytes) -> int:
+        """Fence a ledger (journalled); returns the seq to wait for before answering."""
+        key = self._key(ledger_id)
+        with self.cv:
+            self._ensure_open()
+            idx = self._check_key(key, master_key, True)
+            if idx.fenced:
+                return self.journal.appended_seq
+            idx.fenced = True
+            idx.header_dirty = True
+            return self.journal.add_record(nj.FENCE, _IDS.pack(*key))
+
+    def is_fenced(self, ledger_id) -> bool:
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.ledgers.get(key)
+            if idx is None:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            return idx.fenced
+
+    def set_explicit_lac(self, ledger_id, lac: int, master_key: bytes) -> int:
+        key = self._key(ledger_id)
+        with self.cv:
+            self._ensure_open()
+            idx = self._check_key(key, master_key, True)
+            if lac > idx.explicit_lac:
+                idx.explicit_lac = lac
+                idx.header_dirty = True
+                return self.journal.add_record(nj.EXPLICIT_LAC, _IDS_I64.pack(*key, lac))
+            return self.journal.appended_seq
+
+    def get_explicit_lac(self, ledger_id) -> int:
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.ledgers.get(key)
+            if idx is None:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            return idx.explicit_lac
+
+    def read_last_entry_id(self, ledger_id) -> int:
+        key = self._key(ledger_id)
+        with self.cv:
+            if key not in self.ledgers:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            return self.last_entry.get(key, -1)
+
+    def master_key_of(self, ledger_id):
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.ledgers.get(key)
+            return None if idx is None else idx.master_key
+
+    def _truncate_locked(self, key, last_kept: int) -> None:
+        idx = self.ledgers.get(key)
+        if idx is None:
+            return
+        self.memtable.drop_ledger(key[0], key[1], last_kept)
+        idx.clear_above(last_kept)
+        self.last_entry[key] = min(self.last_entry.get(key, -1), last_kept)
+
+    def delete_ledger(self, ledger_id) -> None:
+        """Forget a ledger: index file, memtable entries (journalled, so replay agrees)."""
+        key = self._key(ledger_id)
+        with self.cv:
+            self._ensure_open()
+            if key not in self.ledgers:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
+            self._delete_locked(key)
+            seq = self.journal.appended_seq
+        self.wait_durable(seq)
+
+    def _delete_locked(self, key) -> None:
+        idx = self.ledgers.pop(key, None)
+        self.last_entry.pop(key, None)
+        self.memtable.drop_ledger(key[0], key[1])
+        if idx is not None:
+            idx.drop_pages()
+            try:
+                os.unlink(idx.path)
+            except FileNotFoundError:
+                pass
+
+    def list_ledgers(self, scope_id: int | None = None) -> list:
+        with self.cv:
+            keys = list(self.ledgers.keys())
+        return [LedgerId(s, l) for s, l in keys if scope_id is None or s == scope_id]
+
+    def has_ledger(self, ledger_id) -> bool:
+        with self.cv:
+            return self._key(ledger_id) in self.ledgers
+
+    # -- reads ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _key(ledger_id):
+        lid = LedgerId.coerce(ledger_id)
+        return (lid.scope_id, lid.ledger_id)
+
+    def read_entry(self, ledger_id, entry_id: int) -> bytes:
+        """The encoded entry as stored (the wire read path; the client checks the digest)."""
+        key = self._key(ledger_id)
+        with self.cv:
+            self.stats["reads"] += 1
+            data = self.memtable.get_encoded(key[0], key[1], entry_id)
+            if data is not None:
+                return data
+            loc = self._location(key, entry_id)
+            return self.entry_logger.read_encoded(loc)
+
+    def _location(self, key, entry_id: int) -> int:
+        idx = self.ledgers.get(key)
+        if idx is None:
+            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+        loc = idx.get_location(entry_id) if entry_id >= 0 else 0
+        if not loc:
+            raise NoSuchEntryError(f"no entry {entry_id} in ledger {LedgerId(*key)!r}")
+        return loc
+
+    def read_payload(self, ledger_id, entry_id: int, digest: int, mac_key) -> bytes:
+        """The payload of one entry, its digest checked (the embedded read path)."""
+        key = self._key(ledger_id)
+        with self.cv:
+            self.stats["reads"] += 1
+            data = self.memtable.read_payload(key[0], key[1], entry_id, digest, mac_key)
+            if data is not None:
+                return data
+            loc = self._location(key, entry_id)
+            return self.entry_logger.read_payload(loc, key[0], key[1], entry_id, digest, mac_key)
+
+    def read_payloads(self, ledger_id, first: int, last: int, digest: int, mac_key) -> list:
+        """Payloads of first..last (inclusive), digests checked."""
+        key = self._key(ledger_id)
+        out = []
+        mt = self.memtable
+        el = self.entry_logger
+        with self.cv:
+            idx = self.ledgers.get(key)
+            if idx is None:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            self.stats["reads"] += last - first + 1
+            s, l = key
+            for eid in range(first, last + 1):
+                data = mt.read_payload(s, l, eid, digest, mac_key)
+                if data is None:
+                    loc = idx.get_location(eid)
+                    if not loc:
+                        raise NoSuchEntryError(f"no entry {eid} in ledger {LedgerId(*key)!r}")
+                    data = el.read_payload(loc, s, l, eid, digest, mac_key)
+                out.append(data)
+        return out
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def checkpoint(self) -> tuple[int, int]:
+        """Flush memtable, entry logs and index; persist the LastLogMark; trim journals."""
+        with self.cv:
+            self._flush_memtable()
+            seq = self.journal.appended_seq
+            self.journal.wait_durable(seq)
+            mark = self.journal.position_of(seq)
+            self.entry_logger.flush()
+            failpoints.hit("checkpoint.before_index_flush")
+            for idx in list(self.ledgers.values()):
+                idx.flush(True)
+            self.index_cache.trim()
+            failpoints.hit("checkpoint.before_lastmark")
+            moved = self.mark.persist(mark)
+            failpoints.hit("checkpoint.after_lastmark")
+            if moved:
+                self.journal.trim(mark[0])
+            self.stats["checkpoints"] += 1
+            self._dirty_since_checkpoint = False
+            self._checkpoint_seq = seq
+            return mark
+
+    def _sync_loop(self) -> None:
+        interval_s = self.config.flush_interval_ms / 1000.0
+        if interval_s <= 0:
+            return
+        while not self._stop.wait(interval_s):
+            with self.cv:
+                due = self.journal.appended_seq != self._checkpoint_seq
+            if due:
+                try:
+                    self.checkpoint()
+                except EmbedlogError:
+                    if self._closed:
+                        return
+                    raise
+
+    # -- statistics and shutdown ------------------------------------------------------------------
+
+    def statistics(self) -> dict:
+        with self.cv:
+            out = dict(self.stats)
+            out["journal"] = dict(self.journal.stats)
+            out["memtable_bytes"] = self.memtable.size_bytes
+            out["memtable_entries"] = self.memtable.count
+            out["memtable_allocated_bytes"] = self.memtable.allocated_bytes
+            out["index_pages_cached"] = self.index_cache.loaded
+            out["ledgers"] = len(self.ledgers)
+            out["last_log_mark"] = self.mark.persisted
+            out["replay"] = {k: v for k, v in self.replay_report.items()}
+            return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.checkpoint()
+        finally:
+            with self.cv:
+                self._closed = True
+                self.cv.notify_all()
+            self._stop.set()
+            self.journal.close()
+            self._sync_thread.join(timeout=5)
+            self.entry_logger.close()
+            os.close(self._lock_fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,63 @@
+"""Named failure points on the durable path.
+
+Production code calls ``hit("journal.before_sync")`` at each point; nothing
+happens unless a test armed it. An armed point runs an action: a callable
+(for example one that waits on an event, holding an fdatasync back), or
+"crash" (the process dies at once, as with SIGKILL). Child processes arm
+points through EMBEDLOG_FAILPOINTS="name=crash,name2=crash:3" (crash on the
+third hit).
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "journal.before_write", "journal.before_sync", "journal.after_sync",
+    "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark",
+    "memtable.before_flush",
+)
+
+_armed: dict[str, object] = {}
+_counts: dict[str, int] = {}
+
+
+def arm(name: str, action) -> None:
+    if name not in POINTS:
+        raise ValueError(f"unknown failure point {name!r}; known: {', '.join(POINTS)}")
+    _armed[name] = action
+    _counts[name] = 0
+
+
+def disarm(name: str | None = None) -> None:
+    if name is None:
+        _armed.clear()
+    else:
+        _armed.pop(name, None)
+
+
+def active() -> bool:
+    return bool(_armed)
+
+
+def hit(name: str) -> None:
+    action = _armed.get(name)
+    if action is None:
+        return
+    _counts[name] = _counts.get(name, 0) + 1
+    if callable(action):
+        action()
+        return
+    kind, _, nth = str(action).partition(":")
+    if kind == "crash" and _counts[name] >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _from_env() -> None:
+    spec = os.environ.get("EMBEDLOG_FAILPOINTS", "")
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, action = item.partition("=")
+        arm(name, action or "crash")
+
+
+_from_env()

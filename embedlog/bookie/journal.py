@@ -1,0 +1,443 @@
+"""The journal: group commit, file rolling, preallocation, LastLogMark and replay.
+
+Appenders frame records into ``buffer`` while holding the bookie's lock (the
+Condition ``cv`` wraps it). Whoever then needs durability and finds no sync
+under way becomes the leader of a group: it takes the buffer (swapping in an
+empty one), writes it and fdatasyncs it with the GIL released, and wakes every
+waiter whose records the sync covered. Adds that arrive meanwhile form the
+next group, so one fdatasync is shared by all of them. A lone writer leads its
+own sync at once (``journal_flush_when_queue_empty``), so it never waits for
+the group timer. A dedicated writer thread leads for ``append_async`` callers
+and for the time-based trigger.
+
+Positions: every byte ever appended gets a sequence number (``appended_seq``);
+``synced_seq`` says how far the journal is durable. ``position_of(seq)`` turns
+a sequence number into the (journal id, offset) a LastLogMark stores.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import struct
+import threading
+import time
+
+from embedlog._native import journal as nj
+from embedlog.bookie import failpoints
+from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
+
+TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
+_MARK = struct.Struct(">QQ")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def journal_ids(directory: str) -> list[int]:
+    ids = []
+    for name in os.listdir(directory):
+        if name.endswith(".txn"):
+            try:
+                ids.append(int(name[:-4], 16))
+            except ValueError:
+                pass
+    return sorted(ids)
+
+
+class LastLogMark:
+    """(journal id, offset): everything before it is in ledger storage.
+
+    Stored as ``lastMark`` in each ledger directory: id:u64 offset:u64 crc32c:u32,
+    written to a temporary file, fsynced and renamed, so a crash leaves the old
+    mark or the new one, never a torn one. The largest mark over all directories wins.
+    """
+
+    def __init__(self, directories: list[str]):
+        self.directories = directories
+        self.persisted = (0, 0)
+
+    def read(self) -> tuple[int, int]:
+        best = (0, 0)
+        for d in self.directories:
+            path = os.path.join(d, "lastMark")
+            try:
+                data = open(path, "rb").read()
+            except FileNotFoundError:
+                continue
+            if len(data) != 20 or nj_crc(data[:16]) != struct.unpack(">I", data[16:])[0]:
+                raise CorruptedDataError(f"{path} is damaged; it holds the journal replay point")
+            best = max(best, _MARK.unpack(data[:16]))
+        self.persisted = best
+        return best
+
+    def persist(self, mark: tuple[int, int]) -> bool:
+        """Write ``mark`` unless it would move the mark backwards; True if written."""
+        if mark <= self.persisted:
+            return False
+        data = _MARK.pack(*mark)
+        data += struct.pack(">I", nj_crc(data))
+        for d in self.directories:
+            tmp = os.path.join(d, "lastMark.tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(d, "lastMark"))
+            fsync_dir(d)
+        self.persisted = mark
+        return True
+
+
+def nj_crc(data: bytes) -> int:
+    from embedlog._native.format import crc32c
+    return crc32c(data)
+
+
+class Journal:
+    def __init__(self, directory: str, config, cv: threading.Condition):
+        self.directory = directory
+        self.config = config
+        self.cv = cv
+        os.makedirs(directory, exist_ok=True)
+        self.buffer = nj.JournalBuffer()
+        self._spare = nj.JournalBuffer()
+        self.appended_seq = 0
+        self.written_seq = 0
+        self.synced_seq = 0
+        self._syncing = False
+        self._oldest_pending = None       # monotonic time of the first record not yet taken
+        self._error: BaseException | None = None
+        self._closed = False
+        self._async: collections.deque = collections.deque()   # (seq, callback)
+        self.stats = {t: 0 for t in TRIGGERS}
+        self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
+                          records_written=0, fsync_time_s=0.0)
+        self.files: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
+        self._fd = -1
+        self._file_id = 0
+        self._offset = 0
+        self._zero_end = 0
+        self._claim = None                # (file id, start) being zero-filled
+        self._rolling = False
+        self._max_bytes = config.journal_max_size_mb * 1024 * 1024
+        self._prealloc = config.journal_pre_alloc_size_mb * 1024 * 1024
+        self._threads: list[threading.Thread] = []
+
+    # -- files ------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open a new journal file (a restarted bookie never appends to an old one)."""
+        self._open_file()
+        for target, name in ((self._writer_loop, "embedlog-journal"),
+                             (self._prealloc_loop, "embedlog-journal-prealloc")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _open_file(self) -> None:
+        existing = journal_ids(self.directory)
+        new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
+        path = os.path.join(self.directory, "%x.txn" % new_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.pwrite(fd, nj.file_header(new_id), 0)
+        nj.write_zeros(fd, nj.HEADER_SIZE, min(self._prealloc, 4 << 20), sync=False)
+        os.fsync(fd)
+        fsync_dir(self.directory)
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._file_id, self._offset = fd, new_id, nj.HEADER_SIZE
+        self._zero_end = nj.HEADER_SIZE + min(self._prealloc, 4 << 20)
+        self.files.append((self.written_seq, new_id, nj.HEADER_SIZE))
+        del self.files[:-64]
+
+    @property
+    def current_file_id(self) -> int:
+        return self._file_id
+
+    def position_of(self, seq: int) -> tuple[int, int]:
+        """The (journal id, offset) of sequence number ``seq`` (written or not)."""
+        for start_seq, file_id, start_off in reversed(self.files):
+            if seq >= start_seq:
+                return file_id, start_off + (seq - start_seq)
+        start_seq, file_id, start_off = self.files[0]
+        return file_id, start_off
+
+    # -- appending (callers hold cv) ---------------------------------------------
+
+    def note_appended(self) -> int:
+        """Account for records framed into ``buffer``; returns the new end seq."""
+        self.appended_seq = self.written_seq + self.buffer.nbytes
+        if self._oldest_pending is None and self.buffer.nbytes:
+            self._oldest_pending = time.monotonic()
+        return self.appended_seq
+
+    def add_record(self, rtype: int, body: bytes) -> int:
+        self.buffer.add_record(rtype, body)
+        return self.note_appended()
+
+    # -- group commit ---------------------------------------------------------------
+
+    def _trigger(self, now: float):
+        """(trigger name or None, seconds to wait) for the pending group."""
+        buf = self.buffer
+        if not buf.nbytes:
+            return None, None
+        cfg = self.config
+        if buf.nbytes >= cfg.journal_buffered_writes_threshold:
+            return "bytes", 0
+        if cfg.journal_buffered_entries_threshold and buf.nrecords >= cfg.journal_buffered_entries_threshold:
+            return "entries", 0
+        if cfg.journal_flush_when_queue_empty:
+            # every add that has arrived is already framed (framing happens under
+            # the lock before anyone waits), so the queue is empty: flush now
+            return "queue_empty", 0
+        waited = now - (self._oldest_pending or now)
+        wait_s = cfg.journal_max_group_wait_ms / 1000.0
+        if waited >= wait_s:
+            return "time", 0
+        return None, wait_s - waited
+
+    def _lead(self, trigger: str) -> None:
+        """Write and sync the pending group. Called with cv held; releases it for I/O."""
+        buf = self.buffer
+        self.buffer, self._spare = self._spare, buf
+        start_seq, end_seq = self.written_seq, self.written_seq + buf.nbytes
+        nrecords = buf.nrecords
+        self._syncing = True
+        self._oldest_pending = None
+        rolled = False
+        if self._offset + buf.nbytes > self._max_bytes and self._offset > nj.HEADER_SIZE:
+            rolled = True
+        # never write where the preallocator is writing zeros, nor roll under it
+        while self._claim is not None and self._claim[0] == self._file_id and (
+                rolled or self._offset + buf.nbytes > self._claim[1]):
+            self.cv.wait()
+        self._rolling = rolled
+        self.stats[trigger] += 1
+        self.cv.release()
+        try:
+            failpoints.hit("journal.before_write")
+            if rolled:
+                self._open_file_locked_out(start_seq)
+            buf.write_to(self._fd, self._offset)
+            self._offset += buf.nbytes
+            sync = self.config.journal_sync_data
+            if sync:
+                failpoints.hit("journal.before_sync")
+                t0 = time.perf_counter()
+                nj.sync_fd(self._fd)
+                self.stats["fsync_time_s"] += time.perf_counter() - t0
+                failpoints.hit("journal.after_sync")
+        except BaseException as exc:
+            self.cv.acquire()
+            self._error = exc
+            self._syncing = False
+            self._rolling = False
+            self.cv.notify_all()
+            raise
+        self.cv.acquire()
+        self._rolling = False
+        buf.clear()
+        self.written_seq = end_seq
+        if sync:
+            self.synced_seq = end_seq
+            self.stats["fsyncs"] += 1
+        else:
+            self.synced_seq = end_seq        # acknowledged after write(2): the user's choice
+        self.stats["groups"] += 1
+        self.stats["bytes_written"] += end_seq - start_seq
+        self.stats["records_written"] += nrecords
+        self.stats["group_entries_max"] = max(self.stats["group_entries_max"], nrecords)
+        self._syncing = False
+        self.cv.notify_all()
+
+    def _open_file_locked_out(self, start_seq: int) -> None:
+        nj.sync_fd(self._fd)
+        self._open_file()
+        self.files[-1] = (start_seq, self._file_id, nj.HEADER_SIZE)
+
+    def wait_durable(self, seq: int, timeout: float | None = None) -> None:
+        """Block until the journal is durable up to ``seq`` (cv held by caller)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.synced_seq < seq:
+            if self._error is not None:
+                raise EmbedlogError(f"journal failed: {self._error}") from self._error
+            if self._closed:
+                raise EmbedlogError("journal closed before the add was durable")
+            if not self._syncing:
+                trigger, wait_s = self._trigger(time.monotonic())
+                if trigger:
+                    self._lead(trigger)
+                    continue
+            else:
+                wait_s = None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    from embedlog.errors import TimeoutError
+                    raise TimeoutError("journal did not become durable in time")
+                wait_s = left if wait_s is None else min(wait_s, left)
+            self.cv.wait(wait_s)
+
+    def on_durable(self, seq: int, callback) -> None:
+        """Call ``callback(error_or_None)`` from the writer thread once ``seq`` is durable."""
+        self._async.append((seq, callback))
+        self.cv.notify_all()
+
+    # -- threads ------------------------------------------------------------------------
+
+    def _writer_loop(self) -> None:
+        interval_s = self.config.journal_page_cache_flush_interval_ms / 1000.0
+        last_interval_sync = time.monotonic()
+        while True:
+            done = []
+            with self.cv:
+                while not self._closed and not self._async and not (
+                        self.buffer.nbytes and not self.config.journal_flush_when_queue_empty):
+                    if not self.config.journal_sync_data and self.written_seq:
+                        self.cv.wait(interval_s)
+                        break
+                    self.cv.wait()
+                if self._closed and not self._async:
+                    return
+                try:
+                    if self._async:
+                        self.wait_durable(self._async[-1][0])
+                    elif self.buffer.nbytes and not self._syncing:
+                        trigger, wait_s = self._trigger(time.monotonic())
+                        if trigger:
+                            self._lead(trigger)
+                        else:
+                            self.cv.wait(wait_s)
+                    error = None
+                except BaseException as exc:   # surfaced to every async waiter
+                    error = exc
+                while self._async and (error is not None or self._async[0][0] <= self.synced_seq):
+                    done.append(self._async.popleft()[1])
+                if not self.config.journal_sync_data and \
+                        time.monotonic() - last_interval_sync >= interval_s and self._fd >= 0:
+                    nj.sync_fd(self._fd)
+                    self.stats["interval"] += 1
+                    last_interval_sync = time.monotonic()
+            for cb in done:
+                cb(error)
+
+    def _prealloc_loop(self) -> None:
+        """Keep zeros written ahead of the tail so the common fdatasync only flushes data."""
+        chunk = self._prealloc
+        while True:
+            with self.cv:
+                while not self._closed and (self._rolling or self._zero_end - self._offset >= chunk):
+                    self.cv.wait(0.05)
+                if self._closed:
+                    return
+                fd, file_id = self._fd, self._file_id
+                start = max(self._zero_end, self._offset + self.buffer.nbytes + (1 << 20))
+                if start + chunk > self._max_bytes + chunk:
+                    self.cv.wait(0.05)
+                    continue
+                self._claim = (file_id, start)
+            try:
+                nj.write_zeros(fd, start, chunk, sync=True)
+            except OSError:
+                pass                      # closed under us by a roll; the next loop retries
+            with self.cv:
+                self._claim = None
+                if self._file_id == file_id:
+                    self._zero_end = start + chunk
+                self.cv.notify_all()
+
+    def close(self) -> None:
+        with self.cv:
+            if self.buffer.nbytes and self._error is None:
+                self.wait_durable(self.appended_seq)
+            self._closed = True
+            self.cv.notify_all()
+        for t in self._threads:
+            t.join(timeout=5)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    # -- retention ---------------------------------------------------------------------
+
+    def trim(self, mark_file_id: int) -> list[int]:
+        """Delete journals older than the mark, keeping journal_max_backups of them."""
+        old = [i for i in journal_ids(self.directory) if i < mark_file_id]
+        keep = self.config.journal_max_backups
+        victims = old[:-keep] if keep else old
+        for i in victims:
+            os.unlink(os.path.join(self.directory, "%x.txn" % i))
+        if victims:
+            fsync_dir(self.directory)
+        return victims
+
+
+def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
+           max_record_size: int) -> dict:
+    """Apply every journal record from ``mark`` on, in numeric file order.
+
+    A torn tail is cut off after a copy is kept under ``torn/``; corruption in
+    the middle raises JournalCorruptedError naming file and offset, unless
+    ``skip_corrupt``, which steps over it and reports what it skipped.
+    """
+    import mmap
+    report = {"files": 0, "records": 0, "torn": [], "skipped": []}
+    mark_id, mark_off = mark
+    for file_id in journal_ids(directory):
+        if file_id < mark_id:
+            continue
+        path = os.path.join(directory, "%x.txn" % file_id)
+        size = os.path.getsize(path)
+        if size < nj.HEADER_SIZE:
+            # a file created but never written before a crash: nothing was acknowledged in it
+            report["torn"].append((path, 0, size))
+            continue
+        with open(path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                try:
+                    got_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
+                except ValueError as exc:
+                    raise JournalCorruptedError(f"journal {path} offset 0: {exc}") from None
+                if got_id != file_id:
+                    raise JournalCorruptedError(
+                        f"journal {path} offset 0: header names journal {got_id:x}")
+                start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
+                records, end, status, skipped = nj.scan(
+                    mm, start, max_record_size, skip_corrupt)
+                if status == "corrupt":
+                    raise JournalCorruptedError(
+                        f"journal {path} is corrupt at offset {end}: a bad record is followed by "
+                        "good ones, so this is not a torn tail. Set journal_skip_corrupt_records=True "
+                        "to step over it (what is skipped is reported), or restore the file.")
+                for off, rtype, body_start, body_len in records:
+                    apply(rtype, mm[body_start:body_start + body_len], path, off)
+                report["records"] += len(records)
+                report["skipped"].extend((path, o, n) for o, n in skipped)
+                tail = None
+                if status == "torn":
+                    tail = mm[end:].rstrip(b"\0")
+            finally:
+                mm.close()
+            if status == "torn":
+                torn_dir = os.path.join(directory, "torn")
+                os.makedirs(torn_dir, exist_ok=True)
+                keep = os.path.join(torn_dir, "%x.txn.%d" % (file_id, end))
+                with open(keep, "wb") as k:
+                    k.write(tail)
+                    k.flush()
+                    os.fsync(k.fileno())
+                f.truncate(end)
+                f.flush()
+                os.fsync(f.fileno())
+                fsync_dir(directory)
+                report["torn"].append((path, end, len(tail)))
+        report["files"] += 1
+    return report

@@ -1,0 +1,352 @@
+"""The embedded log: one process, one bookie, SQLite metadata, no sockets.
+
+``embedlog.open(path)`` wires a Bookie on ``path``, a metadata store in
+``path/meta.db`` and a client with E = Qw = Qa = 1. Ledgers follow
+BookKeeper's rules: a single writer appends, an add is acknowledged once its
+journal record is durable and every lower entry is, the LAC travels in each
+entry, and opening an OPEN ledger with recovery fences it and closes it at its
+last durable entry.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+
+from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
+from embedlog.bookie import Bookie
+from embedlog.config import BookieConfig
+from embedlog.errors import (BadVersionError, ClientClosedError, IllegalOpError,
+                             LedgerClosedError, LedgerFencedError, NoSuchEntryError,
+                             NoSuchLedgerError, UnauthorizedAccessError)
+from embedlog.meta import open_metadata_store
+from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+
+EMBEDDED_BOOKIE = "embedded"
+_CAS_RETRIES = 64
+
+
+class LedgerEntry:
+    """One entry read back: ``entry_id`` and ``data`` (bytes)."""
+    __slots__ = ("ledger_id", "entry_id", "data")
+
+    def __init__(self, ledger_id, entry_id: int, data: bytes):
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.data = data
+
+    def __repr__(self):
+        return f"LedgerEntry(entry_id={self.entry_id}, {len(self.data)} bytes)"
+
+
+class EmbeddedLog:
+    """An embedded, durable log in one directory; a context manager."""
+
+    def __init__(self, path, *, metadata_uri: str | None = None, journal_dir: str | None = None,
+                 **config):
+        self.path = os.path.abspath(os.fspath(path))
+        os.makedirs(self.path, exist_ok=True)
+        self.config = BookieConfig.from_dict(config)
+        self.bookie = Bookie(self.path, self.config, journal_dir=journal_dir)
+        try:
+            self.metadata = open_metadata_store(
+                metadata_uri or "sqlite://" + os.path.join(self.path, "meta.db"))
+        except BaseException:
+            self.bookie.close()
+            raise
+        self._closed = False
+        self._handles: set = set()
+
+    # -- ledgers -------------------------------------------------------------------
+
+    def create_ledger(self, digest="crc32c", password: bytes = b"", scope_id: int = 0) -> "WriteHandle":
+        self._check_open()
+        code = digest_code(digest)
+        password = _password(password)
+        lid = self.metadata.id_generator.generate_ledger_id(scope_id)
+        md = LedgerMetadata(ledger_id=lid, ensemble_size=1, write_quorum=1, ack_quorum=1,
+                            digest_type=DigestType(code), password=password,
+                            fragments=((0, (EMBEDDED_BOOKIE,)),))
+        versioned = self.metadata.ledger_manager.create_ledger_metadata(md)
+        handle = WriteHandle(self, versioned.value, versioned.version)
+        self._handles.add(handle)
+        return handle
+
+    def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> "ReadHandle":
+        """Open for reading; with recovery, an OPEN ledger is fenced and closed first."""
+        self._check_open()
+        lid = LedgerId.coerce(ledger_id)
+        versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
+        md = versioned.value
+        if master_key(_password(password)) != master_key(md.password):
+            raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
+        if recovery and md.state != LedgerState.CLOSED:
+            md = self._recover(lid, versioned)
+        return ReadHandle(self, md)
+
+    def _recover(self, lid: LedgerId, versioned) -> LedgerMetadata:
+        """Fence the ledger on its bookie and close it at its last durable entry."""
+        lm = self.metadata.ledger_manager
+        for _ in range(_CAS_RETRIES):
+            md = versioned.value
+            if md.state == LedgerState.CLOSED:
+                return md
+            try:
+                if md.state == LedgerState.OPEN:
+                    versioned = lm.write_ledger_metadata(
+                        md.with_(state=LedgerState.IN_RECOVERY), versioned.version)
+                    md = versioned.value
+                key = master_key(md.password)
+                last, length = -1, 0
+                if self.bookie.has_ledger(lid):
+                    self.bookie.wait_durable(self.bookie.fence(lid, key))
+                    with self.bookie.cv:       # everything framed so far becomes durable
+                        self.bookie.journal.wait_durable(self.bookie.journal.appended_seq)
+                    last = self.bookie.read_last_entry_id(lid)
+                    if last >= 0:
+                        length = parse_entry_header(self.bookie.read_entry(lid, last))[5]
+                closed = md.with_(state=LedgerState.CLOSED, last_entry_id=last, length=length)
+                return lm.write_ledger_metadata(closed, versioned.version).value
+            except BadVersionError:
+                versioned = lm.read_ledger_metadata(lid)
+        raise BadVersionError(f"could not recover ledger {lid!r}: metadata kept changing")
+
+    def delete_ledger(self, ledger_id) -> None:
+        self._check_open()
+        lid = LedgerId.coerce(ledger_id)
+        self.metadata.ledger_manager.remove_ledger_metadata(lid)
+        if self.bookie.has_ledger(lid):
+            self.bookie.delete_ledger(lid)
+
+    def list_ledgers(self, scope_id: int = 0) -> list:
+        self._check_open()
+        return list(self.metadata.ledger_manager.iterate_ledgers(scope_id))
+
+    def ledger_metadata(self, ledger_id) -> LedgerMetadata:
+        return self.metadata.ledger_manager.read_ledger_metadata(LedgerId.coerce(ledger_id)).value
+
+    def statistics(self) -> dict:
+        return self.bookie.statistics()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _check_open(self):
+        if self._closed:
+            raise ClientClosedError("the embedded log is closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.bookie.close()
+        finally:
+            self.metadata.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _password(password) -> bytes:
+    if isinstance(password, str):
+        return password.encode()
+    if not isinstance(password, (bytes, bytearray, memoryview)):
+        raise IllegalOpError("a ledger password is bytes")
+    return bytes(password)
+
+
+class WriteHandle:
+    """The single writer of one ledger. Every add is durable when it returns (or its future completes)."""
+
+    def __init__(self, log: EmbeddedLog, md: LedgerMetadata, version):
+        self._log = log
+        self._bookie = log.bookie
+        self._md = md
+        self._version = version
+        self.ledger_id = md.ledger_id
+        self._digest = int(md.digest_type)
+        self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
+        self._master_key = master_key(md.password)
+        self._lock = threading.Lock()
+        self._next_entry_id = 0
+        self._length = 0
+        self._lac = -1
+        self._closed = False
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def _add(self, payloads: list):
+        """Frame payloads under the handle lock so entry ids follow journal order."""
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
+        with self._lock:
+            first = self._next_entry_id
+            seq, self._length = self._bookie.add_payloads(
+                self.ledger_id, self._master_key, first, self._lac, self._length,
+                self._digest, self._mac_key, payloads)
+            self._next_entry_id = first + len(payloads)
+        return seq, first + len(payloads) - 1
+
+    def _confirm(self, last: int) -> None:
+        # durability comes in journal order, so every lower entry is durable too
+        if last > self._lac:
+            self._lac = last
+
+    def append(self, data) -> int:
+        """Append one entry; returns its entry id once it is durable."""
+        seq, last = self._add([data])
+        self._bookie.wait_durable(seq)
+        self._confirm(last)
+        return last
+
+    def append_many(self, items) -> int:
+        """Append entries in order; returns the last entry id once all are durable."""
+        items = items if isinstance(items, list) else list(items)
+        if not items:
+            raise IllegalOpError("append_many needs at least one entry")
+        seq, last = self._add(items)
+        self._bookie.wait_durable(seq)
+        self._confirm(last)
+        return last
+
+    def append_async(self, data) -> concurrent.futures.Future:
+        """Append one entry; the future completes with its entry id once durable."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        seq, last = self._add([data])
+
+        def done(error):
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                self._confirm(last)
+                fut.set_result(last)
+
+        self._bookie.on_durable(seq, done)
+        return fut
+
+    def close(self) -> None:
+        """Wait for pending adds, then close the ledger in metadata at the LAC."""
+        if self._closed:
+            return
+        with self._lock:
+            last = self._next_entry_id - 1
+            with self._bookie.cv:
+                self._bookie.journal.wait_durable(self._bookie.journal.appended_seq)
+            self._confirm(last)
+            self._closed = True
+            lm = self._log.metadata.ledger_manager
+            md, version = self._md, self._version
+            for _ in range(_CAS_RETRIES):
+                if md.state == LedgerState.CLOSED:
+                    if md.last_entry_id == self._lac:
+                        return
+                    raise LedgerClosedError(
+                        f"ledger {self.ledger_id!r} was closed by another client at entry "
+                        f"{md.last_entry_id}, not at {self._lac}")
+                if md.state == LedgerState.IN_RECOVERY:
+                    raise LedgerFencedError(f"ledger {self.ledger_id!r} is being recovered")
+                try:
+                    lm.write_ledger_metadata(md.with_(state=LedgerState.CLOSED,
+                                                      last_entry_id=self._lac,
+                                                      length=self._length), version)
+                    return
+                except BadVersionError:
+                    v = lm.read_ledger_metadata(self.ledger_id)
+                    md, version = v.value, v.version
+            raise BadVersionError(f"could not close ledger {self.ledger_id!r}")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ReadHandle:
+    """Reads of one ledger, up to its LAC (or last entry, once closed)."""
+
+    def __init__(self, log: EmbeddedLog, md: LedgerMetadata):
+        self._log = log
+        self._bookie = log.bookie
+        self._md = md
+        self.ledger_id = md.ledger_id
+        self._digest = int(md.digest_type)
+        self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
+        self._lac = md.last_entry_id if md.state == LedgerState.CLOSED else self.read_lac()
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._md.length
+
+    @property
+    def is_closed(self) -> bool:
+        return self._md.state == LedgerState.CLOSED
+
+    def read_lac(self) -> int:
+        """The LAC as a reader learns it: from the last stored entry and the explicit LAC."""
+        if self._md.state == LedgerState.CLOSED:
+            return self._md.last_entry_id
+        if not self._bookie.has_ledger(self.ledger_id):
+            return -1
+        last = self._bookie.read_last_entry_id(self.ledger_id)
+        lac = self._bookie.get_explicit_lac(self.ledger_id)
+        if last >= 0:
+            lac = max(lac, parse_entry_header(self._bookie.read_entry(self.ledger_id, last))[4])
+        self._lac = max(getattr(self, "_lac", -1), lac)
+        return self._lac
+
+    def _check_range(self, first: int, last: int) -> None:
+        if not isinstance(first, int) or not isinstance(last, int):
+            raise IllegalOpError("entry ids are integers")
+        if first < 0 or last < first:
+            raise IllegalOpError(f"bad entry range {first}..{last}")
+        if last > self._lac:
+            raise NoSuchEntryError(
+                f"entry {last} of ledger {self.ledger_id!r} is past the LAC ({self._lac})")
+
+    def read_entry(self, entry_id: int) -> bytes:
+        self._check_range(entry_id, entry_id)
+        return self._bookie.read_payload(self.ledger_id, entry_id, self._digest, self._mac_key)
+
+    def read_batch(self, first: int, last: int) -> list:
+        """Payloads of first..last inclusive: the fast scan path."""
+        self._check_range(first, last)
+        return self._bookie.read_payloads(self.ledger_id, first, last, self._digest, self._mac_key)
+
+    def read(self, first: int, last: int, batch_size: int = 4096):
+        """Yield LedgerEntry objects for first..last inclusive."""
+        self._check_range(first, last)
+        lid = self.ledger_id
+        pos = first
+        while pos <= last:
+            end = min(last, pos + batch_size - 1)
+            for i, data in enumerate(self._bookie.read_payloads(lid, pos, end, self._digest,
+                                                                self._mac_key)):
+                yield LedgerEntry(lid, pos + i, data)
+            pos = end + 1
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,389 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Entry logs on memory-mapped files, and the flush of a memtable into them.
+
+Grammar (big-endian; see docs/FORMATS.md)::
+
+    entry_log  := header(1024) (size:u32 entry[size])* ledgers_map? zeros*
+    header     := "ELLO" version:u32(=1) map_offset:u64 map_count:u32 zeros(1004)
+    ledgers_map:= size:u32 (=0xFFFFFFFF marker) count:u32 (scope:u64 ledger:u64 bytes:u64)*count
+                  crc32c:u32
+    location   := log_id << 32 | offset of entry[] in its file   (0: no entry)
+
+A file is created at ``size_limit`` (sparse) and mapped once; when an entry
+does not fit, the log is sealed (ledgers map written, file cut to its length)
+and the next one begins. A size of 0 ends the entries of an unsealed log.
+"""
+
+import os
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy, memset
+from posix.mman cimport mmap, munmap, msync, MAP_SHARED, PROT_READ, PROT_WRITE, MAP_FAILED, MS_SYNC
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
+                                      el_crc_init, decode_payload, parse_ids)
+from embedlog._native.memtable cimport MemTable, mt_rec
+
+from embedlog.errors import CorruptedDataError, NoSuchEntryError
+
+el_crc_init()
+
+cdef enum:
+    LOG_HEADER_SIZE = 1024
+
+HEADER_SIZE = LOG_HEADER_SIZE
+MAGIC = b"ELLO"
+MAP_MARKER = 0xFFFFFFFF
+
+
+cdef class MappedLog:
+    """One entry log file mapped into memory."""
+    cdef readonly uint64_t log_id
+    cdef readonly object path
+    cdef int fd
+    cdef uint8_t *base
+    cdef readonly Py_ssize_t mapped
+    cdef readonly Py_ssize_t position      # end of the entries written so far
+    cdef readonly bint writable
+    cdef Py_ssize_t synced
+
+    def __cinit__(self):
+        self.base = NULL
+        self.fd = -1
+
+    def __dealloc__(self):
+        self._unmap()
+
+    cdef _unmap(self):
+        if self.base != NULL:
+            munmap(self.base, self.mapped)
+            self.base = NULL
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def close(self):
+        self._unmap()
+
+    cdef int _map(self, int prot) except -1:
+        cdef void *p = mmap(NULL, self.mapped, prot, MAP_SHARED, self.fd, 0)
+        if p == MAP_FAILED:
+            raise OSError(f"cannot map entry log {self.path}")
+        self.base = <uint8_t *>p
+        return 0
+
+    @staticmethod
+    def create(path, uint64_t log_id, Py_ssize_t size_limit):
+        cdef MappedLog m = MappedLog()
+        m.log_id = log_id
+        m.path = path
+        m.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.ftruncate(m.fd, size_limit)
+        m.mapped = size_limit
+        m.writable = True
+        m._map(PROT_READ | PROT_WRITE)
+        memcpy(m.base, b"ELLO", 4)
+        el_put32(m.base + 4, 1)
+        m.position = HEADER_SIZE
+        m.synced = 0
+        return m
+
+    @staticmethod
+    def open_existing(path, uint64_t log_id):
+        cdef MappedLog m = MappedLog()
+        m.log_id = log_id
+        m.path = path
+        m.fd = os.open(path, os.O_RDONLY)
+        m.mapped = os.fstat(m.fd).st_size
+        m.writable = False
+        if m.mapped < HEADER_SIZE:
+            m._unmap()
+            raise CorruptedDataError(f"entry log {path} is shorter than its header")
+        m._map(PROT_READ)
+        if memcmp4(m.base, b"ELLO"):
+            m._unmap()
+            raise CorruptedDataError(f"entry log {path} has a bad magic")
+        m.position = m._scan_end()
+        return m
+
+    cdef Py_ssize_t _scan_end(self):
+        cdef uint64_t map_off = el_get64(self.base + 8)
+        if map_off:
+            return <Py_ssize_t>map_off
+        cdef Py_ssize_t pos = HEADER_SIZE
+        cdef uint32_t n
+        while pos + 4 <= self.mapped:
+            n = el_get32(self.base + pos)
+            if n == 0 or n == MAP_MARKER or pos + 4 + n > self.mapped:
+                break
+            pos += 4 + n
+        return pos
+
+    cdef inline uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil:
+        """Write one entry; its location, or 0 if it does not fit."""
+        cdef Py_ssize_t pos = self.position
+        if pos + 4 + n > self.mapped:
+            return 0
+        el_put32(self.base + pos, <uint32_t>n)
+        memcpy(self.base + pos + 4, data, n)
+        self.position = pos + 4 + n
+        return (self.log_id << 32) | <uint64_t>(pos + 4)
+
+    cdef inline const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil:
+        if offset < LOG_HEADER_SIZE + 4 or offset > self.position:
+            return NULL
+        cdef uint32_t size = el_get32(self.base + offset - 4)
+        if size == 0 or offset + size > self.position:
+            return NULL
+        n[0] = size
+        return self.base + offset
+
+    def flush(self):
+        """msync what was written since the last flush, then fdatasync."""
+        cdef Py_ssize_t start = (self.synced // 4096) * 4096
+        cdef Py_ssize_t end = self.position
+        cdef int r = 0
+        if self.writable and end > start:
+            with nogil:
+                r = msync(self.base + start, end - start, MS_SYNC)
+            if r != 0:
+                raise OSError(f"msync of entry log {self.path} failed")
+            os.fdatasync(self.fd)
+            self.synced = end
+
+    def seal(self, ledgers):
+        """Append the ledgers map ({(scope, ledger): bytes}), cut the file, sync it."""
+        cdef Py_ssize_t pos = self.position
+        cdef Py_ssize_t need = 8 + 24 * len(ledgers) + 4
+        cdef uint8_t *p
+        cdef uint32_t c
+        if not self.writable:
+            return
+        if pos + need <= self.mapped:
+            p = self.base + pos
+            el_put32(p, MAP_MARKER)
+            el_put32(p + 4, len(ledgers))
+            p += 8
+            for (scope, lid), nbytes in sorted(ledgers.items()):
+                el_put64(p, scope)
+                el_put64(p + 8, lid)
+                el_put64(p + 16, nbytes)
+                p += 24
+            c = el_crc32c(0, self.base + pos, need - 4)
+            el_put32(p, c)
+            self.position = pos + need
+            self.flush()
+            el_put64(self.base + 8, pos)
+            el_put32(self.base + 16, len(ledgers))
+        end = self.position
+        msync(self.base, 4096, MS_SYNC)
+        self.position = pos
+        self._unmap()
+        os.truncate(self.path, end)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def ledgers_map(self):
+        """{(scope, ledger): bytes} from a sealed log, or None if it has none."""
+        cdef uint64_t off = el_get64(self.base + 8)
+        cdef uint32_t count, i
+        cdef const uint8_t *p
+        if off == 0 or off + 12 > <uint64_t>self.mapped:
+            return None
+        p = self.base + off
+        if el_get32(p) != MAP_MARKER:
+            raise CorruptedDataError(f"entry log {self.path}: ledgers map marker missing")
+        count = el_get32(p + 4)
+        if off + 12 + 24 * <uint64_t>count > <uint64_t>self.mapped:
+            raise CorruptedDataError(f"entry log {self.path}: ledgers map runs past the end")
+        if el_crc32c(0, p, 8 + 24 * count) != el_get32(p + 8 + 24 * count):
+            raise CorruptedDataError(f"entry log {self.path}: ledgers map checksum mismatch")
+        out = {}
+        p += 8
+        for i in range(count):
+            out[(el_get64(p), el_get64(p + 8))] = el_get64(p + 16)
+            p += 24
+        return out
+
+    def scan(self):
+        """Yield (location, encoded entry bytes) of every entry in the log."""
+        cdef Py_ssize_t pos = HEADER_SIZE
+        cdef uint32_t n
+        while pos + 4 <= self.position:
+            n = el_get32(self.base + pos)
+            if n == 0 or n == MAP_MARKER or pos + 4 + n > self.position:
+                break
+            yield (self.log_id << 32) | <uint64_t>(pos + 4), PyBytes_FromStringAndSize(
+                <const char *>self.base + pos + 4, n)
+            pos += 4 + n
+
+
+cdef inline int memcmp4(const uint8_t *a, const char *b) noexcept:
+    cdef int i
+    for i in range(4):
+        if a[i] != <uint8_t>b[i]:
+            return 1
+    return 0
+
+
+cdef class EntryLogger:
+    """The entry logs of one ledger directory: one being written, the rest mapped read-only."""
+
+    cdef readonly object directory
+    cdef readonly Py_ssize_t size_limit
+    cdef readonly MappedLog current
+    cdef dict logs                # log id -> MappedLog
+    cdef readonly dict current_ledgers   # (scope, ledger) -> bytes in the current log
+    cdef readonly uint64_t last_log_id
+
+    def __init__(self, directory, Py_ssize_t size_limit, uint64_t last_log_id=0):
+        self.directory = directory
+        self.size_limit = size_limit
+        self.logs = {}
+        self.current = None
+        self.current_ledgers = {}
+        self.last_log_id = last_log_id
+        for name in os.listdir(directory):
+            if name.endswith(".log"):
+                try:
+                    log_id = int(name[:len(name) - 4], 16)
+                except ValueError:
+                    continue
+                self.last_log_id = max(self.last_log_id, log_id)
+
+    def log_ids(self):
+        ids = set(self.logs)
+        for name in os.listdir(self.directory):
+            if name.endswith(".log"):
+                try:
+                    ids.add(int(name[:len(name) - 4], 16))
+                except ValueError:
+                    pass
+        return sorted(ids)
+
+    def path_of(self, uint64_t log_id):
+        return os.path.join(self.directory, "%x.log" % log_id)
+
+    cdef MappedLog _log(self, uint64_t log_id):
+        cdef MappedLog m = self.logs.get(log_id)
+        if m is None:
+            path = self.path_of(log_id)
+            if not os.path.exists(path):
+                return None
+            m = MappedLog.open_existing(path, log_id)
+            self.logs[log_id] = m
+        return m
+
+    def roll(self):
+        """Seal the current log and start the next one (ids are never reused)."""
+        if self.current is not None:
+            self.current.seal(self.current_ledgers)
+            del self.logs[self.current.log_id]
+            self.current = None
+        self.last_log_id += 1
+        if self.last_log_id >= (1 << 32):
+            raise CorruptedDataError("entry log ids exhausted (32-bit)")
+        self.current = MappedLog.create(self.path_of(self.last_log_id), self.last_log_id,
+                                        self.size_limit)
+        self.logs[self.last_log_id] = self.current
+        self.current_ledgers = {}
+        _fsync_dir(self.directory)
+        return self.last_log_id
+
+    def flush(self):
+        if self.current is not None:
+            self.current.flush()
+
+    def close(self):
+        if self.current is not None:
+            self.current.flush()
+        for m in self.logs.values():
+            (<MappedLog>m).close()
+        self.logs.clear()
+        self.current = None
+
+    def forget(self, uint64_t log_id):
+        """Unmap a log (before it is deleted)."""
+        m = self.logs.pop(log_id, None)
+        if m is not None:
+            m.close()
+
+    cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL:
+        cdef MappedLog m = self._log(location >> 32)
+        if m is None:
+            return NULL
+        return m.entry_at(<uint32_t>(location & 0xFFFFFFFF), n)
+
+    def read_encoded(self, uint64_t location):
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p = self.locate(location, &n)
+        if p == NULL:
+            raise CorruptedDataError(f"no entry at location {location:#x}")
+        return PyBytes_FromStringAndSize(<const char *>p, n)
+
+    def read_payload(self, uint64_t location, uint64_t scope, uint64_t lid, int64_t eid,
+                     int digest, mac_key):
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p = self.locate(location, &n)
+        if p == NULL:
+            raise CorruptedDataError(
+                f"index of ledger ({scope}, {lid}) points entry {eid} at {location:#x}, "
+                "where no entry is")
+        return decode_payload(p, n, scope, lid, eid, digest, mac_key)
+
+    def flush_memtable(self, MemTable mt, records, on_location):
+        """Copy the memtable's records (sorted) into entry logs, rolling as needed.
+
+        Calls ``on_location(scope, lid, eids, locations)`` once per ledger run
+        with numpy arrays, so the index is updated a ledger at a time.
+        """
+        import numpy as np
+        cdef Py_ssize_t i = 0, j, total = len(records)
+        eids_arr = np.ascontiguousarray(records["eid"])
+        cdef uint64_t[::1] scopes = np.ascontiguousarray(records["scope"])
+        cdef uint64_t[::1] lids = np.ascontiguousarray(records["lid"])
+        cdef int64_t[::1] eids = eids_arr
+        cdef uint64_t[::1] offs = np.ascontiguousarray(records["offset"])
+        cdef uint32_t[::1] sizes = np.ascontiguousarray(records["size"])
+        locs_arr = np.zeros(total, dtype=np.uint64)
+        cdef uint64_t[::1] locs = locs_arr
+        cdef uint64_t loc
+        cdef Py_ssize_t run_bytes
+        cdef const uint8_t *arena = mt.arena
+        while i < total:
+            j = i
+            run_bytes = 0
+            while j < total and scopes[j] == scopes[i] and lids[j] == lids[i]:
+                if self.current is None:
+                    self.roll()
+                loc = self.current.append(arena + offs[j], sizes[j])
+                if loc == 0:
+                    if self.current.position == HEADER_SIZE:
+                        raise CorruptedDataError(
+                            f"entry of {sizes[j]} bytes is larger than entry_log_size_limit")
+                    if run_bytes:
+                        key = (scopes[i], lids[i])
+                        self.current_ledgers[key] = self.current_ledgers.get(key, 0) + run_bytes
+                        run_bytes = 0
+                    self.roll()
+                    continue
+                locs[j] = loc
+                run_bytes += sizes[j] + 4
+                j += 1
+            if run_bytes:
+                key = (scopes[i], lids[i])
+                self.current_ledgers[key] = self.current_ledgers.get(key, 0) + run_bytes
+            on_location(scopes[i], lids[i], eids_arr[i:j], locs_arr[i:j])
+            i = j
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

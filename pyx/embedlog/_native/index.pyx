@@ -1,0 +1,332 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Ledger index files: a header with the ledger's state, then pages of entry locations.
+
+Grammar (see docs/FORMATS.md)::
+
+    index_file := header(1024) page*
+    header     := "ELIX" version:u32(=1) state:u32 key_len:u32 master_key[64]
+                  term:u64 explicit_lac:i64 zeros header_crc:u32   # crc at byte 1020, BE
+    state      := bit 0 fenced | bit 1 explicit LAC set | bit 2 master key set
+    page       := location:u64le * 1024        # page p holds entries p*1024 .. p*1024+1023
+                                                # location 0: no entry
+
+Pages are cached in memory up to a bound shared by every ledger of a bookie
+(``IndexCache``); dirty pages and headers reach disk at a checkpoint, before
+the LastLogMark moves, so a crash replays the journal over them.
+"""
+
+import os
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+
+from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
+
+from embedlog.errors import CorruptedDataError, IllegalOpError
+
+el_crc_init()
+cnp.import_array()
+
+HEADER_SIZE = 1024
+ENTRIES_PER_PAGE = 1024
+PAGE_SIZE = 8192
+MAX_KEY = 64
+STATE_FENCED = 1
+STATE_EXPLICIT_LAC = 2
+STATE_KEY = 4
+
+
+def index_path(root, uint64_t scope, uint64_t lid):
+    """Where a ledger's index lives under ``root`` (the ledger dir's current/).
+
+    Scope 0: ledgers/<(lid>>8)&0xff:02x>/<lid&0xff:02x>/<lid:x>.idx (BookKeeper's fan-out).
+    Scope != 0: ledgers-scoped/<(scope>>8)&0xff>/<scope&0xff>/<(lid>>8)&0xff>/<lid&0xff>/
+    <qualified name>.idx. Separate roots, so the two can never collide, and no
+    directory holds more than 256 entries per level (plus files at the leaves).
+    """
+    if scope == 0:
+        return os.path.join(root, "ledgers", "%02x" % ((lid >> 8) & 0xFF), "%02x" % (lid & 0xFF),
+                            "%x.idx" % lid)
+    return os.path.join(root, "ledgers-scoped", "%02x" % ((scope >> 8) & 0xFF),
+                        "%02x" % (scope & 0xFF), "%02x" % ((lid >> 8) & 0xFF),
+                        "%02x" % (lid & 0xFF), "%016x%016x.idx" % (scope, lid))
+
+
+def parse_index_name(name, scoped):
+    """(scope, ledger) from an index file name, or None."""
+    if not name.endswith(".idx"):
+        return None
+    stem = name[:len(name) - 4]
+    try:
+        if scoped:
+            if len(stem) != 32:
+                return None
+            v = int(stem, 16)
+            return (v >> 64, v & 0xFFFFFFFFFFFFFFFF)
+        return (0, int(stem, 16))
+    except ValueError:
+        return None
+
+
+cdef class LedgerIndex:
+    """One ledger's index: state header plus cached pages of locations."""
+
+    cdef readonly uint64_t scope
+    cdef readonly uint64_t lid
+    cdef readonly object path
+    cdef public object master_key
+    cdef public bint fenced
+    cdef public uint64_t term
+    cdef public int64_t explicit_lac
+    cdef public bint header_dirty
+    cdef readonly dict pages          # page no -> uint64 array of 1024 locations
+    cdef readonly set dirty_pages
+    cdef readonly int64_t max_page_on_disk
+    cdef IndexCache cache
+
+    def __init__(self, IndexCache cache, uint64_t scope, uint64_t lid, path):
+        self.cache = cache
+        self.scope = scope
+        self.lid = lid
+        self.path = path
+        self.master_key = None
+        self.fenced = False
+        self.term = 0
+        self.explicit_lac = -1
+        self.header_dirty = False
+        self.pages = {}
+        self.dirty_pages = set()
+        self.max_page_on_disk = -1
+
+    def load_header(self):
+        """Read the header of an existing index file (CorruptedDataError if bad)."""
+        with open(self.path, "rb") as f:
+            h = f.read(HEADER_SIZE)
+            size = os.fstat(f.fileno()).st_size
+        cdef const uint8_t[::1] v = h
+        if len(h) < HEADER_SIZE or h[:4] != b"ELIX":
+            raise CorruptedDataError(f"index file {self.path} has a bad header")
+        if el_get32(&v[1020]) != el_crc32c(0, &v[0], 1020):
+            raise CorruptedDataError(f"index file {self.path}: header checksum mismatch")
+        if el_get32(&v[4]) != 1:
+            raise CorruptedDataError(f"index file {self.path}: unknown version {el_get32(&v[4])}")
+        state = el_get32(&v[8])
+        klen = el_get32(&v[12])
+        if klen > MAX_KEY:
+            raise CorruptedDataError(f"index file {self.path}: master key length {klen}")
+        self.master_key = bytes(h[16:16 + klen]) if state & STATE_KEY else None
+        self.fenced = bool(state & STATE_FENCED)
+        self.term = el_get64(&v[80])
+        self.explicit_lac = <int64_t>el_get64(&v[88]) if state & STATE_EXPLICIT_LAC else -1
+        self.max_page_on_disk = (size - HEADER_SIZE) // PAGE_SIZE - 1 if size > HEADER_SIZE else -1
+
+    cdef bytes _header_bytes(self):
+        cdef bytearray h = bytearray(HEADER_SIZE)
+        cdef uint8_t *p = h
+        cdef uint32_t state = 0
+        memcpy(p, b"ELIX", 4)
+        el_put32(p + 4, 1)
+        if self.fenced:
+            state |= STATE_FENCED
+        if self.explicit_lac >= 0:
+            state |= STATE_EXPLICIT_LAC
+        key = self.master_key
+        if key is not None:
+            if len(key) > MAX_KEY:
+                raise IllegalOpError(f"master key longer than {MAX_KEY} bytes")
+            state |= STATE_KEY
+            h[16:16 + len(key)] = key
+            el_put32(p + 12, len(key))
+        el_put32(p + 8, state)
+        el_put64(p + 80, self.term)
+        el_put64(p + 88, <uint64_t>self.explicit_lac)
+        el_put32(p + 1020, el_crc32c(0, p, 1020))
+        return bytes(h)
+
+    cdef object _page(self, int64_t page_no, bint create):
+        page = self.pages.get(page_no)
+        if page is not None:
+            return page
+        if page_no <= self.max_page_on_disk:
+            with open(self.path, "rb") as f:
+                f.seek(HEADER_SIZE + page_no * PAGE_SIZE)
+                raw = f.read(PAGE_SIZE)
+            if len(raw) != PAGE_SIZE:
+                raw = raw + bytes(PAGE_SIZE - len(raw))
+            page = np.frombuffer(bytearray(raw), dtype="<u8")
+        elif create:
+            page = np.zeros(ENTRIES_PER_PAGE, dtype="<u8")
+        else:
+            return None
+        self.pages[page_no] = page
+        self.cache._loaded(self, page_no)
+        return page
+
+    cpdef uint64_t get_location(self, int64_t eid):
+        if eid < 0:
+            return 0
+        page = self._page(eid // ENTRIES_PER_PAGE, False)
+        if page is None:
+            return 0
+        cdef uint64_t[::1] v = page
+        return v[eid % ENTRIES_PER_PAGE]
+
+    def set_locations(self, eids, locations):
+        """Record locations for entry ids (numpy arrays of equal length)."""
+        cdef int64_t[::1] e = np.ascontiguousarray(eids, dtype=np.int64)
+        cdef uint64_t[::1] l = np.ascontiguousarray(locations, dtype=np.uint64)
+        cdef Py_ssize_t i, n = e.shape[0]
+        cdef int64_t page_no, cur = -1
+        cdef uint64_t[::1] v
+        for i in range(n):
+            page_no = e[i] // ENTRIES_PER_PAGE
+            if page_no != cur:
+                page = self._page(page_no, True)
+                v = page
+                self.dirty_pages.add(page_no)
+                cur = page_no
+            v[e[i] % ENTRIES_PER_PAGE] = l[i]
+
+    def clear_above(self, int64_t last_kept):
+        """Forget every entry with id > last_kept (stream truncation)."""
+        cdef int64_t first_page = (last_kept + 1) // ENTRIES_PER_PAGE
+        cdef int64_t p
+        cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
+        for p in range(first_page, top + 1):
+            page = self._page(p, True)
+            if p == first_page:
+                page[(last_kept + 1) % ENTRIES_PER_PAGE:] = 0
+            else:
+                page[:] = 0
+            self.dirty_pages.add(p)
+
+    def last_entry_id(self):
+        """The highest entry id with a location, or -1."""
+        cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
+        cdef int64_t p
+        for p in range(top, -1, -1):
+            page = self._page(p, False)
+            if page is None:
+                continue
+            nz = np.flatnonzero(page)
+            if len(nz):
+                return p * ENTRIES_PER_PAGE + int(nz[len(nz) - 1])
+        return -1
+
+    def entry_ids(self):
+        """Every entry id with a location, ascending (for scans and checks)."""
+        cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
+        out = []
+        for p in range(top + 1):
+            page = self._page(p, False)
+            if page is not None:
+                out.extend((p * ENTRIES_PER_PAGE + np.flatnonzero(page)).tolist())
+        return out
+
+    def flush(self, bint sync=True):
+        """Write dirty pages and the header; fdatasync when asked. Returns True if written."""
+        if not self.dirty_pages and not self.header_dirty:
+            return False
+        new = not os.path.exists(self.path)
+        if new:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, self._header_bytes(), 0)
+            for p in sorted(self.dirty_pages):
+                os.pwrite(fd, self.pages[p].tobytes(), HEADER_SIZE + p * PAGE_SIZE)
+                if p > self.max_page_on_disk:
+                    self.max_page_on_disk = p
+            if sync:
+                os.fdatasync(fd) if not new else os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new:
+            _fsync_dirs(os.path.dirname(self.path), self.cache.root)
+        self.dirty_pages.clear()
+        self.header_dirty = False
+        return True
+
+    def drop_pages(self):
+        """Forget cached pages (after delete)."""
+        for p in list(self.pages):
+            self.cache._unloaded(self, p)
+        self.pages.clear()
+        self.dirty_pages.clear()
+
+    cdef bint _evict(self, int64_t page_no):
+        if page_no in self.dirty_pages:
+            return False
+        if self.pages.pop(page_no, None) is not None:
+            return True
+        return False
+
+
+cdef class IndexCache:
+    """Bounds the pages held in memory across every ledger of a bookie."""
+
+    cdef readonly object root
+    cdef readonly Py_ssize_t page_limit
+    cdef readonly Py_ssize_t loaded
+    cdef object order                 # FIFO of (LedgerIndex, page no) as loaded
+    cdef readonly Py_ssize_t evictions
+
+    def __init__(self, root, Py_ssize_t page_limit=8192):
+        import collections
+        self.root = root
+        self.page_limit = max(page_limit, 16)
+        self.loaded = 0
+        self.order = collections.deque()
+        self.evictions = 0
+
+    cdef _loaded(self, LedgerIndex idx, int64_t page_no):
+        self.loaded += 1
+        self.order.append((idx, page_no))
+        if self.loaded > self.page_limit:
+            self._evict_some()
+
+    cdef _unloaded(self, LedgerIndex idx, int64_t page_no):
+        self.loaded -= 1
+
+    cdef _evict_some(self):
+        # FIFO with second chance for dirty pages: they stay until a checkpoint
+        cdef Py_ssize_t tries = len(self.order)
+        cdef LedgerIndex idx
+        while self.loaded > self.page_limit and tries > 0:
+            tries -= 1
+            item = self.order.popleft()
+            idx = item[0]
+            page_no = item[1]
+            if page_no not in idx.pages:
+                continue
+            if idx._evict(page_no):
+                self.loaded -= 1
+                self.evictions += 1
+            else:
+                self.order.append(item)
+
+    def open(self, uint64_t scope, uint64_t lid, bint exists):
+        idx = LedgerIndex(self, scope, lid, index_path(self.root, scope, lid))
+        if exists:
+            idx.load_header()
+        return idx
+
+    def trim(self):
+        self._evict_some()
+
+
+def _fsync_dirs(path, stop):
+    """fsync ``path`` and its parents up to ``stop``: new index dirs must survive a crash."""
+    stop = os.path.abspath(stop)
+    path = os.path.abspath(path)
+    while True:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if path == stop or len(path) <= len(stop):
+            break
+        path = os.path.dirname(path)

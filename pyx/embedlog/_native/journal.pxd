@@ -1,0 +1,19 @@
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+
+cdef enum:
+    RECORD_HEADER_SIZE = 9      # len:u32 crc:u32 type:u8
+    REC_ENTRY = 1
+    REC_LEDGER_KEY = 2
+    REC_FENCE = 3
+    REC_EXPLICIT_LAC = 4
+    REC_TERM = 5
+    REC_TRUNCATE = 6
+    REC_DELETE_LEDGER = 7
+
+cdef class JournalBuffer:
+    cdef uint8_t *data
+    cdef Py_ssize_t size
+    cdef Py_ssize_t capacity
+    cdef Py_ssize_t records
+    cdef uint8_t *reserve(self, Py_ssize_t n) except NULL
+    cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil

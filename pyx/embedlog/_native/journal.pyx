@@ -1,0 +1,265 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Journal records: the buffer appenders frame records into, the raw file I/O the
+group-commit leader runs without the GIL, and the replay scanner.
+
+Grammar (big-endian; see docs/FORMATS.md)::
+
+    journal_file := header(512) record* zeros*
+    header       := "ELJN" version:u32(=1) log_id:u64 header_crc:u32 zeros(496)
+    record       := len:u32 crc:u32 type:u8 body[len]     # len > 0
+    crc          := crc32c(len:u32 type:u8 body)
+    type ENTRY(1)        body := encoded entry (V1 or V2), as the client sent it
+    type LEDGER_KEY(2)   body := scope:u64 ledger:u64 master_key
+    type FENCE(3)        body := scope:u64 ledger:u64
+    type EXPLICIT_LAC(4) body := scope:u64 ledger:u64 lac:i64
+    type TERM(5)         body := scope:u64 ledger:u64 term:u64
+    type TRUNCATE(6)     body := scope:u64 ledger:u64 last_kept_entry:i64
+    type DELETE_LEDGER(7)body := scope:u64 ledger:u64
+
+A zero ``len`` is the end of the log: files are preallocated with zeros, so a
+preallocated tail never parses. Replay skips records of unknown type with a good
+crc, so newer record types can be added.
+"""
+
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memset
+from libc.errno cimport errno, EINTR
+from posix.unistd cimport pwrite, fdatasync, fsync
+
+from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
+
+el_crc_init()
+
+HEADER_SIZE = 512
+MAGIC = b"ELJN"
+FORMAT_VERSION = 1
+RECORD_TYPES = {REC_ENTRY: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
+                REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
+                REC_DELETE_LEDGER: "delete_ledger"}
+ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER = (
+    REC_ENTRY, REC_LEDGER_KEY, REC_FENCE, REC_EXPLICIT_LAC, REC_TERM, REC_TRUNCATE,
+    REC_DELETE_LEDGER)
+
+
+def file_header(unsigned long long log_id):
+    """The 512-byte header of journal file ``log_id``."""
+    cdef bytearray h = bytearray(512)
+    cdef uint8_t *p = h
+    memcpy(p, b"ELJN", 4)
+    el_put32(p + 4, FORMAT_VERSION)
+    el_put64(p + 8, log_id)
+    el_put32(p + 16, el_crc32c(0, p, 16))
+    return bytes(h)
+
+
+def check_file_header(data):
+    """The log id of a journal header; ValueError if it is not one."""
+    cdef const uint8_t[::1] v = data
+    if v.shape[0] < 512 or bytes(data[:4]) != MAGIC:
+        raise ValueError("not an embedlog journal (bad magic)")
+    if el_get32(&v[16]) != el_crc32c(0, &v[0], 16):
+        raise ValueError("journal header checksum mismatch")
+    if el_get32(&v[4]) != FORMAT_VERSION:
+        raise ValueError(f"unknown journal format version {el_get32(&v[4])}")
+    return el_get64(&v[8])
+
+
+cdef class JournalBuffer:
+    """Framed records waiting to be written; appenders fill it under the bookie lock."""
+
+    def __cinit__(self, Py_ssize_t capacity=1 << 20):
+        self.data = <uint8_t *>malloc(capacity)
+        if self.data == NULL:
+            raise MemoryError()
+        self.capacity = capacity
+        self.size = 0
+        self.records = 0
+
+    def __dealloc__(self):
+        free(self.data)
+
+    cdef uint8_t *reserve(self, Py_ssize_t n) except NULL:
+        """Room for n more bytes at the end (grows by doubling)."""
+        cdef Py_ssize_t cap = self.capacity
+        cdef uint8_t *p
+        if self.size + n > cap:
+            while self.size + n > cap:
+                cap *= 2
+            p = <uint8_t *>realloc(self.data, cap)
+            if p == NULL:
+                raise MemoryError()
+            self.data = p
+            self.capacity = cap
+        return self.data + self.size
+
+    cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil:
+        """Finish the record whose body was written at rec + RECORD_HEADER_SIZE."""
+        el_put32(rec, <uint32_t>body_len)
+        rec[8] = <uint8_t>rtype
+        cdef uint32_t c = el_crc32c(0, rec, 4)
+        c = el_crc32c(c, rec + 8, body_len + 1)
+        el_put32(rec + 4, c)
+        self.size += RECORD_HEADER_SIZE + body_len
+        self.records += 1
+
+    def add_record(self, int rtype, body):
+        """Frame one record (meta records and entries that arrive encoded)."""
+        cdef const uint8_t[::1] b = body
+        cdef Py_ssize_t n = b.shape[0]
+        if n == 0:
+            raise ValueError("journal records have a body")
+        cdef uint8_t *rec = self.reserve(RECORD_HEADER_SIZE + n)
+        memcpy(rec + RECORD_HEADER_SIZE, &b[0], n)
+        self.seal(rec, n, rtype)
+        return self.size
+
+    @property
+    def nbytes(self):
+        return self.size
+
+    @property
+    def nrecords(self):
+        return self.records
+
+    def clear(self):
+        self.size = 0
+        self.records = 0
+
+    def swap(self, JournalBuffer other):
+        """Exchange contents with ``other`` (an emptied spare), so writing needs no lock."""
+        self.data, other.data = other.data, self.data
+        self.size, other.size = other.size, self.size
+        self.capacity, other.capacity = other.capacity, self.capacity
+        self.records, other.records = other.records, self.records
+
+    def write_to(self, int fd, long long offset):
+        """pwrite the whole buffer at ``offset`` without the GIL; returns bytes written."""
+        cdef Py_ssize_t done = 0, n = self.size
+        cdef ssize_t r
+        cdef int err = 0
+        with nogil:
+            while done < n:
+                r = pwrite(fd, self.data + done, n - done, offset + done)
+                if r < 0:
+                    if errno == EINTR:
+                        continue
+                    err = errno
+                    break
+                done += r
+        if err:
+            raise OSError(err, "journal write failed")
+        return done
+
+
+def sync_fd(int fd, bint data_only=True):
+    """fdatasync (or fsync) without the GIL."""
+    cdef int r, err = 0
+    with nogil:
+        r = fdatasync(fd) if data_only else fsync(fd)
+        if r != 0:
+            err = errno
+    if err:
+        raise OSError(err, "journal sync failed")
+
+
+def write_zeros(int fd, long long offset, long long length, bint sync=True):
+    """Preallocate [offset, offset+length) with real zeros (so later fdatasyncs are cheap)."""
+    cdef Py_ssize_t chunk = 1 << 20
+    cdef uint8_t *z = <uint8_t *>malloc(chunk)
+    cdef long long done = 0
+    cdef ssize_t r
+    cdef int err = 0
+    if z == NULL:
+        raise MemoryError()
+    memset(z, 0, chunk)
+    with nogil:
+        while done < length:
+            r = pwrite(fd, z, min(chunk, length - done), offset + done)
+            if r < 0:
+                if errno == EINTR:
+                    continue
+                err = errno
+                break
+            done += r
+        if not err and sync and fdatasync(fd) != 0:
+            err = errno
+    free(z)
+    if err:
+        raise OSError(err, "journal preallocation failed")
+
+
+cdef bint _all_zero(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i]:
+            return False
+    return True
+
+
+cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len) noexcept nogil:
+    """Body length of a good record at p, 0 at end of log, -1 if bad or torn."""
+    if avail < 4:
+        return 0 if _all_zero(p, avail) else -1
+    cdef uint32_t n = el_get32(p)
+    if n == 0:
+        return 0
+    if avail < RECORD_HEADER_SIZE or n > max_len or n > avail - RECORD_HEADER_SIZE:
+        return -1
+    cdef uint32_t c = el_crc32c(0, p, 4)
+    c = el_crc32c(c, p + 8, n + 1)
+    if c != el_get32(p + 4):
+        return -1
+    return n
+
+
+def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint skip_corrupt=False):
+    """Walk the records of one journal file held in ``data`` (bytes or an mmap).
+
+    Returns (records, end, status, skipped) where records is a list of
+    (offset, type, body_start, body_len), ``end`` is the offset after the last
+    good record, status is "clean" (ended by zeros or at the file end), "torn" (a
+    bad or partial record followed only by zeros: safe to cut at ``end``) or
+    "corrupt" (a bad record at ``end`` with data after it). With skip_corrupt, a
+    corrupt region is stepped over to the next good record and reported in
+    ``skipped`` as (offset, length); the scan then goes on.
+    """
+    cdef const uint8_t[::1] v = data
+    cdef Py_ssize_t total = v.shape[0]
+    cdef Py_ssize_t off = start, n, probe
+    cdef const uint8_t *base = &v[0] if total else NULL
+    records = []
+    skipped = []
+    status = "clean"
+    while off < total:
+        n = _valid_record(base + off, total - off, max_record_size)
+        if n > 0:
+            records.append((off, base[off + 8], off + RECORD_HEADER_SIZE, n))
+            off += RECORD_HEADER_SIZE + n
+            continue
+        if n == 0:
+            break
+        # a bad record: a torn tail if no good record follows it, corruption otherwise
+        probe = _next_good(base, off + 1, total, max_record_size)
+        if probe < 0:
+            status = "torn"
+            break
+        if not skip_corrupt:
+            status = "corrupt"
+            break
+        skipped.append((off, probe - off))
+        off = probe
+    return records, off, status, skipped
+
+
+cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total,
+                           Py_ssize_t max_len) noexcept nogil:
+    """Offset of the next good record at or after ``off``, or -1 if none: tells a
+    torn tail (garbage, then only zeros) from corruption (good records after it)."""
+    while off < total:
+        if off % 4096 == 0 and total - off >= 4096 and _all_zero(base + off, 4096):
+            off += 4096
+            continue
+        if _valid_record(base + off, total - off, max_len) > 0:
+            return off
+        off += 1
+    return -1

@@ -1,0 +1,359 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The memtable: entries not yet in an entry log, without a Python object per entry.
+
+Encoded entries are copied into one arena (bounded by ``limit_bytes``); a
+record array holds (scope, ledger, entry, arena offset, size) and an
+open-addressing hash table maps the key to the newest record. A flush walks the
+records sorted by (scope, ledger, entry) so entry logs keep a ledger's entries
+together, as BookKeeper's SortedLedgerStorage does.
+
+``add_payloads`` is the embedded write path: it encodes each payload once into
+the journal buffer (as a framed ENTRY record) and copies it into the arena.
+"""
+
+from libc.stdlib cimport malloc, realloc, free, qsort
+from libc.string cimport memcpy, memset
+from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
+from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+
+import numpy as np
+cimport numpy as cnp
+
+from embedlog._native.format cimport (encode_into, encoded_size, decode_payload, parse_ids,
+                                      el_crc_init, DIGEST_MAC)
+from embedlog._native.journal cimport JournalBuffer, RECORD_HEADER_SIZE, REC_ENTRY
+
+from embedlog.errors import EntryTooLargeError, IllegalOpError
+
+el_crc_init()
+cnp.import_array()
+
+
+cdef inline uint64_t _hash(uint64_t scope, uint64_t lid, int64_t eid) noexcept nogil:
+    cdef uint64_t h = scope * 0x9E3779B97F4A7C15ULL
+    h ^= lid + 0xBF58476D1CE4E5B9ULL + (h << 6) + (h >> 2)
+    h ^= <uint64_t>eid * 0x94D049BB133111EBULL
+    h ^= h >> 31
+    return h
+
+
+cdef int _cmp_recs(const void *a, const void *b) noexcept nogil:
+    cdef const mt_rec *x = <const mt_rec *>a
+    cdef const mt_rec *y = <const mt_rec *>b
+    if x.scope != y.scope:
+        return -1 if x.scope < y.scope else 1
+    if x.lid != y.lid:
+        return -1 if x.lid < y.lid else 1
+    if x.eid != y.eid:
+        return -1 if x.eid < y.eid else 1
+    # same key twice (a re-add): the later record sorts last and wins
+    if x.offset != y.offset:
+        return -1 if x.offset < y.offset else 1
+    return 0
+
+
+cdef class MemTable:
+    """Bounded in-memory table of encoded entries keyed by (scope, ledger, entry)."""
+
+    def __cinit__(self, Py_ssize_t limit_bytes=64 << 20):
+        self.limit_bytes = limit_bytes
+        self.arena = NULL
+        self.arena_capacity = 0
+        self.arena_used = 0
+        self.recs = NULL
+        self.nrecs = 0
+        self.recs_capacity = 0
+        self.slots = NULL
+        self.nslots = 0
+        self.live = 0
+
+    def __dealloc__(self):
+        free(self.arena)
+        free(self.recs)
+        free(self.slots)
+
+    cdef uint8_t *reserve(self, Py_ssize_t n) noexcept nogil:
+        """Room for n bytes in the arena, or NULL when the memtable is full."""
+        cdef Py_ssize_t cap
+        cdef uint8_t *p
+        if self.arena_used + n > self.limit_bytes:
+            if self.arena_used > 0 or n > self.limit_bytes:
+                return NULL
+        if self.arena_used + n > self.arena_capacity:
+            # grow towards the limit; the arena is kept across flushes
+            cap = max(self.arena_capacity * 2, 1 << 20)
+            while cap < self.arena_used + n:
+                cap *= 2
+            p = <uint8_t *>realloc(self.arena, cap)
+            if p == NULL:
+                return NULL
+            self.arena = p
+            self.arena_capacity = cap
+        return self.arena + self.arena_used
+
+    cdef int _grow_index(self) except -1:
+        cdef Py_ssize_t cap, i, nslots
+        cdef mt_rec *r
+        cdef int32_t *s
+        if self.nrecs == self.recs_capacity:
+            cap = max(self.recs_capacity * 2, 4096)
+            r = <mt_rec *>realloc(self.recs, cap * sizeof(mt_rec))
+            if r == NULL:
+                raise MemoryError()
+            self.recs = r
+            self.recs_capacity = cap
+        if (self.nrecs + 1) * 2 > self.nslots:
+            nslots = max(self.nslots * 2, 8192)
+            s = <int32_t *>malloc(nslots * sizeof(int32_t))
+            if s == NULL:
+                raise MemoryError()
+            memset(s, 0, nslots * sizeof(int32_t))
+            free(self.slots)
+            self.slots = s
+            self.nslots = nslots
+            for i in range(self.nrecs):
+                self._slot_set(i, False)
+        return 0
+
+    cdef void _slot_set(self, Py_ssize_t idx, bint replace) noexcept nogil:
+        cdef mt_rec *r = &self.recs[idx]
+        cdef Py_ssize_t mask = self.nslots - 1
+        cdef Py_ssize_t pos = _hash(r.scope, r.lid, r.eid) & mask
+        cdef int32_t cur
+        cdef mt_rec *o
+        while True:
+            cur = self.slots[pos]
+            if cur == 0:
+                self.slots[pos] = <int32_t>(idx + 1)
+                self.live += 1
+                return
+            o = &self.recs[cur - 1]
+            if o.scope == r.scope and o.lid == r.lid and o.eid == r.eid:
+                # newest wins; when rebuilding, keep the later record
+                if cur - 1 < idx:
+                    self.slots[pos] = <int32_t>(idx + 1)
+                return
+            pos = (pos + 1) & mask
+
+    cdef int commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
+                    Py_ssize_t n) except -1:
+        """Index n bytes already written at ``data`` == reserve(n)."""
+        self._grow_index()
+        cdef mt_rec *r = &self.recs[self.nrecs]
+        r.scope = scope
+        r.lid = lid
+        r.eid = eid
+        r.offset = <uint64_t>(data - self.arena)
+        r.size = <uint32_t>n
+        self.arena_used += n
+        self.nrecs += 1
+        self._slot_set(self.nrecs - 1, True)
+        return 0
+
+    cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
+                 Py_ssize_t n) except -2:
+        """Copy an encoded entry in; -1 when full (flush, then retry)."""
+        cdef uint8_t *dst = self.reserve(n)
+        if dst == NULL:
+            if n > self.limit_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+            return -1
+        memcpy(dst, data, n)
+        self.commit(scope, lid, eid, dst, n)
+        return 0
+
+    cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
+                            Py_ssize_t *n) noexcept nogil:
+        if self.nslots == 0:
+            return NULL
+        cdef Py_ssize_t mask = self.nslots - 1
+        cdef Py_ssize_t pos = _hash(scope, lid, eid) & mask
+        cdef int32_t cur
+        cdef mt_rec *o
+        while True:
+            cur = self.slots[pos]
+            if cur == 0:
+                return NULL
+            o = &self.recs[cur - 1]
+            if o.scope == scope and o.lid == lid and o.eid == eid:
+                n[0] = o.size
+                return self.arena + o.offset
+            pos = (pos + 1) & mask
+
+    # -- Python-facing ------------------------------------------------------
+
+    def add_encoded(self, entry):
+        """Copy one encoded entry (ids read from its header); False if full."""
+        cdef const uint8_t[::1] v = entry
+        cdef uint64_t s, l
+        cdef int64_t e
+        parse_ids(&v[0], v.shape[0], &s, &l, &e)
+        return self.put(s, l, e, &v[0], v.shape[0]) == 0
+
+    def get_encoded(self, uint64_t scope, uint64_t lid, int64_t eid):
+        """The encoded entry, or None if the memtable does not hold it."""
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p = self.get(scope, lid, eid, &n)
+        if p == NULL:
+            return None
+        return PyBytes_FromStringAndSize(<const char *>p, n)
+
+    def read_payload(self, uint64_t scope, uint64_t lid, int64_t eid, int digest, mac_key):
+        """The checked payload, or None if the memtable does not hold the entry."""
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p = self.get(scope, lid, eid, &n)
+        if p == NULL:
+            return None
+        return decode_payload(p, n, scope, lid, eid, digest, mac_key)
+
+    def contains(self, uint64_t scope, uint64_t lid, int64_t eid):
+        cdef Py_ssize_t n
+        return self.get(scope, lid, eid, &n) != NULL
+
+    @property
+    def size_bytes(self):
+        return self.arena_used
+
+    @property
+    def count(self):
+        return self.live
+
+    @property
+    def allocated_bytes(self):
+        return self.arena_capacity + self.recs_capacity * sizeof(mt_rec) + self.nslots * 4
+
+    def is_empty(self):
+        return self.nrecs == 0
+
+    def clear(self):
+        """Forget every entry; the arena is kept for reuse."""
+        self.arena_used = 0
+        self.nrecs = 0
+        self.live = 0
+        if self.slots != NULL:
+            memset(self.slots, 0, self.nslots * sizeof(int32_t))
+
+    def drop_ledger(self, uint64_t scope, uint64_t lid, int64_t above=-2):
+        """Hide a ledger's entries (all, or those with id > ``above``) from reads."""
+        cdef Py_ssize_t i
+        cdef int32_t cur
+        cdef mt_rec *o
+        for i in range(self.nslots):
+            cur = self.slots[i]
+            if cur:
+                o = &self.recs[cur - 1]
+                if o.scope == scope and o.lid == lid and (above == -2 or o.eid > above):
+                    o.size = 0xFFFFFFFF      # tombstone: skipped by flush
+        self._rebuild_slots()
+
+    cdef _rebuild_slots(self):
+        cdef Py_ssize_t i
+        memset(self.slots, 0, self.nslots * sizeof(int32_t))
+        self.live = 0
+        for i in range(self.nrecs):
+            if self.recs[i].size != 0xFFFFFFFF:
+                self._slot_set(i, False)
+
+    def sorted_records(self):
+        """(scope, ledger, entry, arena offset, size) of the live records, sorted; a
+        numpy structured array, the order a flush writes them in."""
+        cdef mt_rec *copy = <mt_rec *>malloc(max(self.nrecs, 1) * sizeof(mt_rec))
+        cdef Py_ssize_t i, k = 0
+        cdef Py_ssize_t n_ = 0
+        if copy == NULL:
+            raise MemoryError()
+        for i in range(self.nrecs):
+            r = self.recs[i]
+            if r.size != 0xFFFFFFFF and self.get(r.scope, r.lid, r.eid, &n_) == self.arena + r.offset:
+                copy[k] = r
+                k += 1
+        qsort(copy, k, sizeof(mt_rec), _cmp_recs)
+        dt = np.dtype([("scope", "<u8"), ("lid", "<u8"), ("eid", "<i8"), ("offset", "<u8"),
+                       ("size", "<u4")], align=True)
+        out = np.empty(k, dtype=dt)
+        if k:
+            memcpy(cnp.PyArray_DATA(out), copy, k * sizeof(mt_rec))
+        free(copy)
+        return out
+
+    def arena_view(self):
+        """A read-only view of the arena bytes in use (valid until the next add or clear)."""
+        if self.arena_used == 0:
+            return memoryview(b"")
+        return memoryview(<uint8_t[:self.arena_used]>self.arena).toreadonly()
+
+
+def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
+                 int64_t first_eid, int64_t lac, int64_t length, int digest, object mac_key,
+                 list payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
+    """Encode payloads[start:] as entries first_eid, first_eid+1, ... into the journal
+    buffer and the memtable, stopping early when the memtable is full.
+
+    Returns (count, length): how many were taken and the ledger length after them.
+    """
+    cdef Py_ssize_t i, n, enc, total = PyList_GET_SIZE(payloads)
+    cdef Py_ssize_t count = 0
+    cdef object item
+    cdef const uint8_t *src
+    cdef const uint8_t[::1] view
+    cdef uint8_t *rec
+    cdef uint8_t *dst
+    cdef int64_t eid = first_eid
+    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
+    for i in range(start, total):
+        item = <object>PyList_GET_ITEM(payloads, i)
+        if PyBytes_Check(item):
+            src = <const uint8_t *>PyBytes_AS_STRING(item)
+            n = PyBytes_GET_SIZE(item)
+        else:
+            try:
+                view = item
+            except (TypeError, ValueError):
+                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+            n = view.shape[0]
+            src = &view[0] if n else NULL
+        if n > max_entry_size:
+            raise EntryTooLargeError(
+                f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
+        enc = hdr + n
+        dst = mt.reserve(enc)
+        if dst == NULL:
+            if enc > mt.limit_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+            break
+        length += n
+        rec = jb.reserve(RECORD_HEADER_SIZE + enc)
+        encode_into(rec + RECORD_HEADER_SIZE, scope, lid, eid, lac, length, digest, mac_key, src, n)
+        jb.seal(rec, enc, REC_ENTRY)
+        memcpy(dst, rec + RECORD_HEADER_SIZE, enc)
+        mt.commit(scope, lid, eid, dst, enc)
+        eid += 1
+        count += 1
+    return count, length
+
+
+def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t start):
+    """Journal and store already-encoded entries (the bookie server path); stops
+    early when the memtable is full. Returns how many were taken."""
+    cdef Py_ssize_t i, n, total = PyList_GET_SIZE(entries)
+    cdef const uint8_t[::1] v
+    cdef uint64_t s, l
+    cdef int64_t e
+    cdef uint8_t *dst
+    cdef uint8_t *rec
+    for i in range(start, total):
+        v = <object>PyList_GET_ITEM(entries, i)
+        n = v.shape[0]
+        parse_ids(&v[0], n, &s, &l, &e)
+        dst = mt.reserve(n)
+        if dst == NULL:
+            if n > mt.limit_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+            return i - start
+        rec = jb.reserve(RECORD_HEADER_SIZE + n)
+        memcpy(rec + RECORD_HEADER_SIZE, &v[0], n)
+        jb.seal(rec, n, REC_ENTRY)
+        memcpy(dst, &v[0], n)
+        mt.commit(s, l, e, dst, n)
+    return total - start
