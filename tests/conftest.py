@@ -1,0 +1,25 @@
+"""Test session setup: the compiled extension must load (there is no fallback)."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_sessionstart(session):
+    try:
+        import embedlog._native.format  # noqa: F401
+        import embedlog._native.journal  # noqa: F401
+        import embedlog._native.memtable  # noqa: F401
+        import embedlog._native.entrylog  # noqa: F401
+        import embedlog._native.index  # noqa: F401
+    except ImportError as exc:
+        pytest.exit(f"embedlog's Cython extension did not load: {exc}", returncode=3)
+
+
+@pytest.fixture
+def small_config():
+    """One small configuration for storage tests: small memtable and logs, quick checkpoints."""
+    return dict(skip_list_size_limit=1 << 20, entry_log_size_limit=4 << 20,
+                journal_max_size_mb=4, journal_pre_alloc_size_mb=1, flush_interval_ms=200)

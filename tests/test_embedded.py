@@ -1,0 +1,180 @@
+"""The embedded API end to end, and bad input that must fail cleanly."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import embedlog
+from embedlog import LedgerId
+from embedlog.errors import (ClientClosedError, DirectoryLockedError, EntryTooLargeError,
+                             IllegalOpError, LedgerClosedError, LedgerFencedError,
+                             NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+
+
+def test_round_trip_and_reopen(tmp_path, small_config):
+    payloads = [os.urandom(n) for n in (0, 1, 100, 1024, 70_000)] * 50
+    with embedlog.open(tmp_path, **small_config) as log:
+        w = log.create_ledger(digest="crc32c")
+        assert w.append(payloads[0]) == 0
+        assert w.append_many(payloads[1:100]) == 99
+        futs = [w.append_async(p) for p in payloads[100:]]
+        assert [f.result(10) for f in futs] == list(range(100, len(payloads)))
+        assert w.last_add_confirmed == len(payloads) - 1
+        w.close()
+        r = log.open_ledger(w.ledger_id)
+        assert r.read_batch(0, r.last_add_confirmed) == payloads
+        assert r.length == sum(map(len, payloads))
+    with embedlog.open(tmp_path, **small_config) as log:
+        r = log.open_ledger(w.ledger_id)
+        assert [e.data for e in r.read(0, r.last_add_confirmed)] == payloads
+        assert r.read_entry(3) == payloads[3]
+
+
+@pytest.mark.parametrize("digest", ["crc32", "crc32c", "mac", "dummy"])
+@pytest.mark.parametrize("scope", [0, 77])
+def test_digests_and_scopes(tmp_path, digest, scope):
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger(digest=digest, password=b"pw", scope_id=scope)
+        assert w.ledger_id.scope_id == scope
+        w.append_many([b"a", b"bb", b"ccc"])
+        w.close()
+        r = log.open_ledger(w.ledger_id, password=b"pw")
+        assert r.read_batch(0, 2) == [b"a", b"bb", b"ccc"]
+        assert log.list_ledgers(scope) == [w.ledger_id]
+        if scope:
+            assert log.list_ledgers(0) == []
+
+
+def test_recovery_open_fences_the_writer(tmp_path):
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger()
+        w.append_many([b"x"] * 10)
+        r = log.open_ledger(w.ledger_id)           # recovery: fence and close
+        assert r.last_add_confirmed == 9 and r.is_closed
+        with pytest.raises(LedgerFencedError):
+            w.append(b"late")
+        w.close()      # closed by the reader at the writer's own LAC: close succeeds (seed 004)
+        assert log.ledger_metadata(w.ledger_id).last_entry_id == 9
+
+
+def test_non_recovery_open_reads_up_to_lac(tmp_path):
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger()
+        for i in range(5):
+            w.append(b"%d" % i)
+        r = log.open_ledger(w.ledger_id, recovery=False)
+        # the LAC a reader learns is the one carried by the last entry: 3
+        assert r.last_add_confirmed == 3
+        assert r.read_batch(0, 3)[-1] == b"3"
+        with pytest.raises(NoSuchEntryError):
+            r.read_entry(4)
+        w.append(b"5")
+        assert r.read_lac() == 4
+        w.append(b"6")                              # the writer goes on: not fenced
+        w.close()
+
+
+def test_bad_input(tmp_path):
+    with embedlog.open(tmp_path, max_entry_size_bytes=1000) as log:
+        w = log.create_ledger(password=b"right")
+        w.append(b"ok")
+        with pytest.raises(EntryTooLargeError):
+            w.append(b"x" * 1001)
+        with pytest.raises(IllegalOpError):
+            w.append("not bytes")
+        with pytest.raises(IllegalOpError):
+            w.append_many([])
+        assert w.append(b"still fine") == 1
+        w.close()
+        with pytest.raises(LedgerClosedError):
+            w.append(b"after close")
+        with pytest.raises(UnauthorizedAccessError):
+            log.open_ledger(w.ledger_id, password=b"wrong")
+        r = log.open_ledger(w.ledger_id, password=b"right")
+        for first, last, err in ((-1, 0, IllegalOpError), (1, 0, IllegalOpError),
+                                 (0, 2, NoSuchEntryError), (5, 5, NoSuchEntryError)):
+            with pytest.raises(err):
+                r.read_batch(first, last)
+        with pytest.raises(NoSuchLedgerError):
+            log.open_ledger(12345)
+        for bad in (-1, "7", 1.5, 1 << 63):
+            with pytest.raises(IllegalOpError):
+                log.open_ledger(bad)
+        with pytest.raises(IllegalOpError):
+            log.create_ledger(digest="md5")
+        with pytest.raises(embedlog.errors.ConfigError):
+            embedlog.open(tmp_path / "other", journal_max_group_wait_ms=-1)
+        with pytest.raises(embedlog.errors.ConfigError):
+            embedlog.open(tmp_path / "other2", no_such_key=1)
+        assert r.read_batch(0, 1) == [b"ok", b"still fine"]   # nothing was corrupted
+
+
+def test_bookie_rejects_wrong_master_key(tmp_path):
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger(password=b"a")
+        w.append(b"1")
+        with pytest.raises(UnauthorizedAccessError):
+            log.bookie.fence(w.ledger_id, b"\0" * 20)
+        assert not log.bookie.is_fenced(w.ledger_id)
+        assert w.append(b"2") == 1
+
+
+def test_delete_and_list(tmp_path, small_config):
+    with embedlog.open(tmp_path, **small_config) as log:
+        ids = []
+        for i in range(5):
+            w = log.create_ledger()
+            w.append_many([b"e%d" % i] * 100)
+            w.close()
+            ids.append(w.ledger_id)
+        log.delete_ledger(ids[1])
+        assert log.list_ledgers() == [ids[0]] + ids[2:]
+        with pytest.raises(NoSuchLedgerError):
+            log.open_ledger(ids[1])
+    with embedlog.open(tmp_path, **small_config) as log:
+        assert not log.bookie.has_ledger(ids[1])
+        assert log.open_ledger(ids[4]).read_entry(99) == b"e4"
+
+
+def test_directory_lock(tmp_path):
+    with embedlog.open(tmp_path):
+        with pytest.raises(DirectoryLockedError):
+            embedlog.open(tmp_path)
+        code = ("import embedlog,sys\n"
+                "try:\n embedlog.open(sys.argv[1])\nexcept embedlog.errors.DirectoryLockedError:\n"
+                " sys.exit(7)\n")
+        assert subprocess.run([sys.executable, "-c", code, str(tmp_path)]).returncode == 7
+    log = embedlog.open(tmp_path)
+    log.close()
+    with pytest.raises(ClientClosedError):
+        log.create_ledger()
+
+
+def test_concurrent_writers_on_many_ledgers(tmp_path, small_config):
+    with embedlog.open(tmp_path, **small_config) as log:
+        handles = [log.create_ledger() for _ in range(8)]
+
+        def work(h):
+            for i in range(300):
+                assert h.append(b"%d" % i) == i
+
+        threads = [threading.Thread(target=work, args=(h,)) for h in handles]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        for h in handles:
+            h.close()
+            assert log.open_ledger(h.ledger_id).read_batch(0, 299)[-1] == b"299"
+
+
+def test_import_without_extension_fails_clearly(tmp_path):
+    # a copy of the package without its compiled modules must not import
+    import shutil
+    src = os.path.dirname(embedlog.__file__)
+    dst = tmp_path / "embedlog"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    out = subprocess.run([sys.executable, "-c", "import embedlog"], cwd=tmp_path,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert out.returncode != 0
+    assert "compiled extension" in out.stderr and "pip install" in out.stderr
