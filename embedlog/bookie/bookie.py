@@ -49,6 +49,20 @@ class Bookie:
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, exist_ok=True)
         self._lock_fd = self._lock_directory()
+        try:
+            self._start(journal_dir)
+        except BaseException:
+            # a bookie that cannot start leaves nothing held: the next try must not see a lock
+            journal = getattr(self, "journal", None)
+            if journal is not None and journal._threads:
+                journal.close()
+            logger = getattr(self, "entry_logger", None)
+            if logger is not None:
+                logger.close()
+            os.close(self._lock_fd)
+            raise
+
+    def _start(self, journal_dir) -> None:
         self.current = os.path.join(self.directory, "current")
         self.journal_dir = os.path.abspath(journal_dir or os.path.join(self.directory, "journal"))
         os.makedirs(self.current, exist_ok=True)

@@ -1,1 +1,78 @@
 """Metadata drivers, chosen by a metadata service URI (see open_metadata_store)."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlsplit
+
+from embedlog.errors import MetadataError
+from embedlog.meta.api import MetadataStore
+
+__all__ = ["open_metadata_store", "parse_metadata_uri", "SCHEMES"]
+
+# scheme -> ZooKeeper ledger layout (None for the non-ZooKeeper drivers)
+SCHEMES = {
+    "sqlite": None,
+    "zk+flat": "flat",
+    "zk+hierarchical": "hierarchical",
+    "zk+longhierarchical": "longhierarchical",
+    "zk": "hierarchical",            # BookKeeper's plain zk:// means its default factory
+    "etcd": None,
+}
+
+
+def _option_value(text: str):
+    # query-string options are strings; the drivers' options are numbers or words
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_metadata_uri(uri: str) -> tuple[str, str, str, dict]:
+    """(scheme, servers, path, options from the query string) of a metadata URI.
+
+    ``servers`` is BookKeeper's host list (``h1:2181;h2:2181``, commas also accepted,
+    returned comma-separated); ``path`` the sqlite file, ZooKeeper root or etcd prefix.
+    """
+    if not isinstance(uri, str) or "://" not in uri:
+        raise MetadataError(f"not a metadata service URI: {uri!r} "
+                            f"(expected e.g. sqlite:///abs/path/meta.db)")
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise MetadataError(f"unknown metadata URI scheme {scheme!r} in {uri!r}; known: "
+                            + ", ".join(sorted(SCHEMES)))
+    servers = parts.netloc.replace(";", ",")
+    options = {k: _option_value(v) for k, v in parse_qsl(parts.query)}
+    return scheme, servers, parts.path, options
+
+
+def open_metadata_store(uri: str, **options) -> MetadataStore:
+    """Open the metadata store a URI names; ``options`` override the URI's query string.
+
+    - ``sqlite:///abs/path/meta.db``: :class:`embedlog.meta.sqlite.SqliteMetadataStore`
+    - ``zk+flat|zk+hierarchical|zk+longhierarchical://h1:2181[;h2:2181]/root``:
+      :class:`embedlog.meta.zookeeper.ZkMetadataStore` (root defaults to /ledgers)
+    - ``etcd://host:2379/prefix``: :class:`embedlog.meta.etcd.EtcdMetadataStore`
+
+    Every driver takes ``timeout_s`` (default 5): an unreachable server raises
+    MetadataError within about that time. An unknown scheme raises MetadataError.
+    """
+    scheme, servers, path, query_options = parse_metadata_uri(uri)
+    opts = {**query_options, **options}
+    if scheme == "sqlite":
+        if servers not in ("", "localhost"):
+            raise MetadataError(f"sqlite URI names a host ({servers!r}); use sqlite:///abs/path")
+        if not path or path == "/":
+            raise MetadataError(f"sqlite URI without a file path: {uri!r}")
+        from embedlog.meta.sqlite import SqliteMetadataStore
+        return SqliteMetadataStore(path, uri=uri, **opts)
+    if not servers:
+        raise MetadataError(f"metadata URI without a server: {uri!r}")
+    if scheme == "etcd":
+        from embedlog.meta.etcd import EtcdMetadataStore
+        return EtcdMetadataStore(servers, path or "/ledgers", uri=uri, **opts)
+    from embedlog.meta.zookeeper import ZkMetadataStore
+    return ZkMetadataStore(servers, path or "/ledgers", layout=SCHEMES[scheme], uri=uri, **opts)

@@ -169,8 +169,13 @@ class LedgerManager(ABC):
 
 class LedgerIdGenerator(ABC):
     @abstractmethod
-    def generate_ledger_id(self, scope_id: int = 0) -> LedgerId:
-        """A new ledger id, unique across processes. Scope-0 ids stay below 2^63."""
+    def generate_ledger_id(self, scope_id: int | None = 0) -> LedgerId:
+        """A new ledger id, unique across processes. Scope-0 ids stay below 2^63.
+
+        ``scope_id=None`` asks for a decentralised 128-bit id: a random (version 4)
+        UUID split into scope id (high 64 bits, never 0) and ledger id (low 64 bits),
+        made without a round trip to the store.
+        """
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,10 @@ class RegistrationClient(ABC):
         raise NotImplementedError
 
 
+class LayoutExistsError(MetadataError):
+    """create_layout found a layout already stored."""
+
+
 class LayoutManager(ABC):
     @abstractmethod
     def read_layout(self) -> bytes | None:
@@ -215,7 +224,7 @@ class LayoutManager(ABC):
 
     @abstractmethod
     def create_layout(self, layout: bytes) -> None:
-        """Create if absent; LedgerExistsError-like MetadataError if present."""
+        """Create if absent; LayoutExistsError (a MetadataError) if present."""
 
     @abstractmethod
     def delete_layout(self) -> None:

@@ -140,10 +140,10 @@ def test_cas_conflicts_between_processes_lose_nothing(backend, process_pool):
     per_process = 25
     futures = [process_pool.submit(cas_increments, backend.uri, backend.options, 0, 11,
                                    per_process, start_at) for _ in range(3)]
-    conflicts = sum(f.result(timeout=120) for f in futures)
+    for f in futures:
+        f.result(timeout=120)
     # every increment that won was applied once: no lost update, no double apply
     assert store.read_ledger_metadata(11).value.length == 3 * per_process
-    assert isinstance(conflicts, int)
 
 
 def test_cas_conflict_between_threads_is_detected(backend):
@@ -357,7 +357,7 @@ def test_registration_disappears_after_sigkill(backend):
         assert wait_until(lambda: observer.get_writable_bookies() == [], bound + 2)
         assert time.monotonic() - killed <= bound + 2
         # the watch saw it come and go
-        seen = drain_until(events, lambda s: bool(s) and s[-1] == [], 5)
+        seen = drain_until(events, lambda s: ["127.0.0.1:9999"] in s and s[-1] == [], 5)
         assert ["127.0.0.1:9999"] in seen and seen[-1] == []
     finally:
         cancel()

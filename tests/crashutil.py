@@ -1,0 +1,40 @@
+"""Helpers for crash tests: abandon a log as a crash would (no checkpoint, no flush)."""
+import os
+import shutil
+
+from embedlog._native import journal as nj
+from embedlog.bookie.journal import journal_ids
+
+
+def abandon(log):
+    """Drop an open EmbeddedLog without closing it cleanly, like a SIGKILL would:
+    the journal writer stops, nothing more is written, the directory lock is released."""
+    b = log.bookie
+    with b.cv:
+        b._closed = True
+        b.journal._closed = True
+        b.cv.notify_all()
+    b._stop.set()
+    for t in b.journal._threads:
+        t.join(timeout=5)
+    os.close(b.journal._fd)
+    b.journal._fd = -1
+    b.entry_logger.close()
+    os.close(b._lock_fd)
+    log.metadata.close()
+    log._closed = True
+
+
+def newest_journal(path):
+    jdir = os.path.join(path, "journal")
+    return os.path.join(jdir, "%x.txn" % journal_ids(jdir)[-1])
+
+
+def journal_records(path):
+    data = open(path, "rb").read()
+    records, end, status, _ = nj.scan(data, nj.HEADER_SIZE)
+    return records, end, status
+
+
+def copy_dir(src, dst):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("LOCK"))

@@ -1,0 +1,222 @@
+"""Journal crash safety: torn tails at every byte, corruption in the middle, power loss,
+group commit, and acknowledgement only after fdatasync."""
+import os
+import threading
+
+import pytest
+
+import embedlog
+from embedlog.bookie import failpoints
+from embedlog.errors import JournalCorruptedError
+from crashutil import abandon, copy_dir, journal_records, newest_journal
+
+CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0)
+
+
+def write_and_crash(path, payloads, **cfg):
+    log = embedlog.open(path, **{**CFG, **cfg})
+    w = log.create_ledger()
+    for p in payloads:
+        w.append(p)
+    lid = w.ledger_id
+    abandon(log)
+    return lid
+
+
+def read_all(path, lid, **cfg):
+    with embedlog.open(path, **{**CFG, **cfg}) as log:
+        r = log.open_ledger(lid)
+        out = r.read_batch(0, r.last_add_confirmed) if r.last_add_confirmed >= 0 else []
+        return out, log.bookie.replay_report
+
+
+def test_torn_tail_at_every_byte_of_the_last_record(tmp_path):
+    payloads = [b"entry-%03d" % i + os.urandom(40) for i in range(20)]
+    base = tmp_path / "base"
+    lid = write_and_crash(base, payloads)
+    jpath = newest_journal(base)
+    records, end, status = journal_records(jpath)
+    assert status == "clean"
+    last_off, _t, body_start, body_len = records[-1]
+    rel = os.path.relpath(jpath, base)
+    for cut in range(last_off, body_start + body_len):
+        for garbage in (False, True):
+            d = tmp_path / f"cut{cut}{'g' if garbage else 'z'}"
+            copy_dir(base, d)
+            with open(d / rel, "r+b") as f:
+                f.seek(cut)
+                n = body_start + body_len - cut
+                f.write(os.urandom(n) if garbage else bytes(n))
+            got, report = read_all(d, lid)
+            # the torn record was the last add: every earlier one survives, byte for byte
+            assert got in (payloads[:-1], payloads), cut
+            if cut >= last_off + 4:          # past the length field: a torn record, kept aside
+                assert report["torn"] and os.listdir(d / "journal" / "torn"), cut
+    # every offset with zeros (the common torn shape), checked one by one
+    for cut in range(last_off, body_start + body_len):
+        d = tmp_path / f"z{cut}"
+        copy_dir(base, d)
+        with open(d / rel, "r+b") as f:
+            f.truncate(cut)
+        got, _ = read_all(d, lid)
+        assert got == payloads[:-1], cut
+
+
+def test_restart_twice_after_torn_tail(tmp_path):
+    payloads = [os.urandom(50) for _ in range(10)]
+    lid = write_and_crash(tmp_path, payloads)
+    jpath = newest_journal(tmp_path)
+    records, _, _ = journal_records(jpath)
+    with open(jpath, "r+b") as f:
+        f.truncate(records[-1][0] + 12)          # tear the last record
+    log = embedlog.open(tmp_path, **CFG)
+    assert log.bookie.replay_report["torn"]
+    r = log.open_ledger(lid)                       # recovery closes it at entry 8
+    assert r.read_batch(0, r.last_add_confirmed) == payloads[:-1]
+    w = log.create_ledger()
+    more = [os.urandom(70) for _ in range(25)]
+    for p in more:
+        w.append(p)
+    lid2 = w.ledger_id
+    abandon(log)
+    got, report = read_all(tmp_path, lid2)
+    assert got == more and not report["torn"]
+    got, _ = read_all(tmp_path, lid)
+    assert got == payloads[:-1]
+
+
+def test_corruption_in_the_middle_stops_with_file_and_offset(tmp_path):
+    payloads = [os.urandom(60) for _ in range(30)]
+    lid = write_and_crash(tmp_path, payloads)
+    jpath = newest_journal(tmp_path)
+    records, _, _ = journal_records(jpath)
+    victim = records[10]
+    with open(jpath, "r+b") as f:
+        f.seek(victim[2] + 20)
+        b = f.read(1)
+        f.seek(victim[2] + 20)
+        f.write(bytes([b[0] ^ 0x40]))
+    with pytest.raises(JournalCorruptedError) as exc:
+        embedlog.open(tmp_path, **CFG)
+    assert os.path.basename(jpath) in str(exc.value) and str(victim[0]) in str(exc.value)
+    # the opt-in steps over it and reports what it skipped; nothing else is lost
+    with embedlog.open(tmp_path, journal_skip_corrupt_records=True, **CFG) as log:
+        skipped = log.bookie.replay_report["skipped"]
+        assert skipped and skipped[0][1] == victim[0]
+        r = log.open_ledger(lid, recovery=False)
+        present = []
+        for eid in range(len(payloads)):
+            try:
+                present.append(log.bookie.read_payload(lid, eid, 3, None) == payloads[eid])
+            except embedlog.errors.NoSuchEntryError:
+                present.append(None)
+    assert present.count(None) >= 1 and all(p in (True, None) for p in present)
+
+
+def test_power_loss_drops_unsynced_data(tmp_path):
+    log = embedlog.open(tmp_path, **CFG)
+    w = log.create_ledger()
+    acked = [os.urandom(80) for _ in range(20)]
+    for p in acked:
+        w.append(p)
+    synced_size = log.bookie.journal._offset
+    reached, release = threading.Event(), threading.Event()
+
+    def hold():
+        reached.set()
+        release.wait(10)
+
+    failpoints.arm("journal.before_sync", hold)
+    try:
+        fut = w.append_async(b"never acknowledged")
+        assert reached.wait(10)
+        assert not fut.done()                        # written, not synced: not acknowledged
+        jpath = newest_journal(tmp_path)
+        lid = w.ledger_id
+        # power loss: what was not synced never reached the disk
+        with open(jpath, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(synced_size)
+            f.write(bytes(size - synced_size))
+    finally:
+        failpoints.disarm()
+        release.set()
+    abandon(log)
+    with open(jpath, "r+b") as f:                     # the page cache may have won the race
+        size = os.fstat(f.fileno()).st_size
+        f.seek(synced_size)
+        f.write(bytes(size - synced_size))
+    got, _ = read_all(tmp_path, lid)
+    assert got == acked
+
+
+def test_group_commit_shares_fdatasyncs(tmp_path):
+    with embedlog.open(tmp_path, **CFG) as log:
+        handles = [log.create_ledger() for _ in range(16)]
+        base = log.statistics()["journal"]["fsyncs"]
+        start = threading.Barrier(16)
+
+        def work(h):
+            start.wait()
+            for i in range(100):
+                h.append(b"x" * 100)
+
+        threads = [threading.Thread(target=work, args=(h,)) for h in handles]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        stats = log.statistics()["journal"]
+        fsyncs = stats["fsyncs"] - base
+        assert fsyncs < 1600 * 0.8, stats          # shared: fewer syncs than adds
+        assert stats["group_entries_max"] > 1
+        assert stats["queue_empty"] > 0
+
+
+def test_time_and_bytes_triggers_are_counted(tmp_path):
+    with embedlog.open(tmp_path, journal_flush_when_queue_empty=False,
+                       journal_max_group_wait_ms=1.0, journal_buffered_writes_threshold=4096,
+                       **CFG) as log:
+        w = log.create_ledger()
+        w.append(b"lone")                            # waits for the group timer
+        w.append_many([b"y" * 1000] * 10)            # crosses the bytes threshold
+        stats = log.statistics()["journal"]
+        assert stats["time"] >= 1 and stats["bytes"] >= 1
+
+
+def test_add_never_acknowledged_before_fdatasync(tmp_path):
+    with embedlog.open(tmp_path, **CFG) as log:
+        w = log.create_ledger()
+        w.append(b"first")
+        reached, release = threading.Event(), threading.Event()
+        failpoints.arm("journal.before_sync", lambda: (reached.set(), release.wait(10)))
+        try:
+            fut = w.append_async(b"held")
+            assert reached.wait(10)
+            assert not fut.done() and w.last_add_confirmed == 0
+        finally:
+            failpoints.disarm()
+            release.set()
+        assert fut.result(10) == 1 and w.last_add_confirmed == 1
+
+
+def test_journal_sync_off_still_replays_after_clean_close(tmp_path):
+    with embedlog.open(tmp_path, journal_sync_data=False, **CFG) as log:
+        w = log.create_ledger()
+        w.append_many([b"a"] * 100)
+        w.close()
+        assert log.statistics()["journal"]["fsyncs"] == 0
+    got, _ = read_all(tmp_path, w.ledger_id)
+    assert got == [b"a"] * 100
+
+
+def test_journal_rolls_and_old_journals_are_trimmed(tmp_path):
+    with embedlog.open(tmp_path, journal_max_size_mb=1, journal_max_backups=1,
+                       skip_list_size_limit=1 << 20, **CFG) as log:
+        w = log.create_ledger()
+        for _ in range(12):
+            w.append_many([os.urandom(1000)] * 300)
+        log.bookie.checkpoint()
+        files = os.listdir(tmp_path / "journal")
+        assert len([f for f in files if f.endswith(".txn")]) <= 3
+        w.close()
+    got, _ = read_all(tmp_path, w.ledger_id)
+    assert len(got) == 3600
