@@ -1,0 +1,39 @@
+# `make run`: build everything and run the main job (embedlog demo) on the embedded default.
+# `make test`: install what the tests need (Python packages, ZooKeeper, etcd) and run them.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+EXTRAS := test,bench,zk,etcd
+
+.PHONY: run test build venv servers bench soak clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip setuptools wheel
+
+venv: $(BIN)/python
+	$(BIN)/pip install -e '.[$(EXTRAS)]'
+
+build: venv
+	$(BIN)/python setup.py build_ext --inplace
+
+run: build
+	$(BIN)/embedlog demo --entries $${ENTRIES:-1000000}
+
+# Debian's ZooKeeper 3.8 and etcd 3.4 run as children of the tests (never as services)
+servers:
+	@if ! dpkg -s zookeeper etcd-server etcd-client >/dev/null 2>&1; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
+	    zookeeper etcd-server etcd-client; fi
+
+test: servers build
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+bench: build
+	$(BIN)/python benchmarks/compare.py
+
+soak: build
+	$(BIN)/python tools/crash_soak.py --cycles $${CYCLES:-1000}
+
+clean:
+	rm -rf build $(VENV) embedlog/_native/*.so pyx/embedlog/_native/*.c

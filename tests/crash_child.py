@@ -1,0 +1,50 @@
+"""A child process that appends until it is killed, reporting each acknowledgement.
+
+Usage: crash_child.py DIR SEED. Prints "ACK <qualified name> <entry id>" after an
+add returns (so it is durable); payloads are a function of (ledger, entry id)."""
+import hashlib
+import random
+import sys
+
+import embedlog
+
+
+def payload(qualified_name: str, entry_id: int) -> bytes:
+    seed = hashlib.sha256(f"{qualified_name}/{entry_id}".encode()).digest()
+    n = seed[0] * 8 + seed[1] % 7
+    return (seed * (n // 32 + 1))[:n]
+
+
+def main():
+    path, seed = sys.argv[1], int(sys.argv[2])
+    rnd = random.Random(seed)
+    cfg = dict(skip_list_size_limit=256 << 10, entry_log_size_limit=1 << 20,
+               journal_max_size_mb=1, journal_pre_alloc_size_mb=1,
+               flush_interval_ms=rnd.choice([20, 100, 1000]))
+    out = sys.stdout
+    with embedlog.open(path, **cfg) as log:
+        scope = rnd.choice([0, 0, 12345])
+        w = log.create_ledger(digest=rnd.choice(["crc32c", "crc32", "dummy"]), scope_id=scope)
+        q = w.ledger_id.qualified_name
+        out.write(f"LEDGER {q}\n")
+        out.flush()
+        eid = 0
+        while True:
+            mode = rnd.random()
+            if mode < 0.5:
+                got = w.append(payload(q, eid))
+                acked = [got]
+            elif mode < 0.8:
+                n = rnd.randint(2, 50)
+                last = w.append_many([payload(q, eid + i) for i in range(n)])
+                acked = list(range(eid, last + 1))
+            else:
+                futs = [w.append_async(payload(q, eid + i)) for i in range(rnd.randint(2, 20))]
+                acked = [f.result() for f in futs]
+            eid = acked[-1] + 1
+            out.write("".join(f"ACK {q} {e}\n" for e in acked))
+            out.flush()
+
+
+if __name__ == "__main__":
+    main()
