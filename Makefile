@@ -9,10 +9,10 @@ EXTRAS := test,bench,zk,etcd
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip setuptools wheel
+	$(BIN)/pip install --upgrade pip 'setuptools>=69' wheel 'cython>=3.0' 'numpy>=2.0'
 
 venv: $(BIN)/python
-	$(BIN)/pip install -e '.[$(EXTRAS)]'
+	$(BIN)/pip install --no-build-isolation -e '.[$(EXTRAS)]'
 
 build: venv
 	$(BIN)/python setup.py build_ext --inplace

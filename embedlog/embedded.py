@@ -281,7 +281,20 @@ class ReadHandle:
         self.ledger_id = md.ledger_id
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
+        self._reader = None
+        self._lac = -1
         self._lac = md.last_entry_id if md.state == LedgerState.CLOSED else self.read_lac()
+        self._bind_reader()
+
+    def _bind_reader(self) -> None:
+        # read_entry and read_batch go straight to the Cython reader (no Python frame
+        # per call: this is the hot path); without entries on the bookie they stay methods
+        if self._reader is None and self._bookie.has_ledger(self.ledger_id):
+            self._reader = self._bookie.reader(self.ledger_id, self._digest, self._mac_key, self._lac)
+            self.read_entry = self._reader.read_entry
+            self.read_batch = self._reader.read_batch
+        if self._reader is not None:
+            self._reader.lac = self._lac
 
     @property
     def metadata(self) -> LedgerMetadata:
@@ -303,13 +316,13 @@ class ReadHandle:
         """The LAC as a reader learns it: from the last stored entry and the explicit LAC."""
         if self._md.state == LedgerState.CLOSED:
             return self._md.last_entry_id
-        if not self._bookie.has_ledger(self.ledger_id):
-            return -1
-        last = self._bookie.read_last_entry_id(self.ledger_id)
-        lac = self._bookie.get_explicit_lac(self.ledger_id)
-        if last >= 0:
-            lac = max(lac, parse_entry_header(self._bookie.read_entry(self.ledger_id, last))[4])
-        self._lac = max(getattr(self, "_lac", -1), lac)
+        if self._bookie.has_ledger(self.ledger_id):
+            last = self._bookie.read_last_entry_id(self.ledger_id)
+            lac = self._bookie.get_explicit_lac(self.ledger_id)
+            if last >= 0:
+                lac = max(lac, parse_entry_header(self._bookie.read_entry(self.ledger_id, last))[4])
+            self._lac = max(self._lac, lac)
+            self._bind_reader()
         return self._lac
 
     def _check_range(self, first: int, last: int) -> None:
@@ -322,13 +335,14 @@ class ReadHandle:
                 f"entry {last} of ledger {self.ledger_id!r} is past the LAC ({self._lac})")
 
     def read_entry(self, entry_id: int) -> bytes:
+        """The payload of one entry (bytes)."""
         self._check_range(entry_id, entry_id)
-        return self._bookie.read_payload(self.ledger_id, entry_id, self._digest, self._mac_key)
+        raise NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id!r}")
 
     def read_batch(self, first: int, last: int) -> list:
         """Payloads of first..last inclusive: the fast scan path."""
         self._check_range(first, last)
-        return self._bookie.read_payloads(self.ledger_id, first, last, self._digest, self._mac_key)
+        raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
 
     def read(self, first: int, last: int, batch_size: int = 4096):
         """Yield LedgerEntry objects for first..last inclusive."""
@@ -337,8 +351,7 @@ class ReadHandle:
         pos = first
         while pos <= last:
             end = min(last, pos + batch_size - 1)
-            for i, data in enumerate(self._bookie.read_payloads(lid, pos, end, self._digest,
-                                                                self._mac_key)):
+            for i, data in enumerate(self.read_batch(pos, end)):
                 yield LedgerEntry(lid, pos + i, data)
             pos = end + 1
 

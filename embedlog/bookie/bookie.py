@@ -29,6 +29,7 @@ from embedlog._native import entrylog as nel
 from embedlog._native import index as nix
 from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
+from embedlog._native.reader import LedgerReader
 from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.bookie import failpoints
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
@@ -422,6 +423,17 @@ class Bookie:
                 return data
             loc = self._location(key, entry_id)
             return self.entry_logger.read_payload(loc, key[0], key[1], entry_id, digest, mac_key)
+
+    def reader(self, ledger_id, digest: int, mac_key, lac: int) -> LedgerReader:
+        """A lock-free reader of one ledger (see embedlog._native.reader); NoSuchLedgerError
+        if the bookie does not hold it."""
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.ledgers.get(key)
+            if idx is None:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            return LedgerReader(self.memtable, self.entry_logger, idx, key[0], key[1],
+                                digest, mac_key, lac)
 
     def read_payloads(self, ledger_id, first: int, last: int, digest: int, mac_key) -> list:
         """Payloads of first..last (inclusive), digests checked."""

@@ -166,13 +166,25 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         with _wrapped(what):
             return self._conn().execute(sql, args).fetchall()
 
+    def _set_wal(self) -> None:
+        # WAL lets readers in other processes run beside the one writer. Switching a
+        # fresh file to WAL can fail with SQLITE_BUSY at once, without the busy handler,
+        # while another process does the same: retry until the busy timeout is spent.
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                with _wrapped(f"open {self.path}"):
+                    mode = self._conn().execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                break
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        if mode.lower() != "wal":
+            raise MetadataError(f"sqlite metadata: cannot use WAL on {self.path} ({mode})")
+
     def _init_schema(self) -> None:
-        conn = self._conn()
-        with _wrapped(f"open {self.path}"):
-            # WAL lets readers in other processes run beside the one writer
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise MetadataError(f"sqlite metadata: cannot use WAL on {self.path} ({mode})")
+        self._set_wal()
         with self._write("create schema") as c:
             for stmt in _SCHEMA:
                 c.execute(stmt)

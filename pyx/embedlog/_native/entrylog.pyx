@@ -39,14 +39,6 @@ MAP_MARKER = 0xFFFFFFFF
 
 cdef class MappedLog:
     """One entry log file mapped into memory."""
-    cdef readonly uint64_t log_id
-    cdef readonly object path
-    cdef int fd
-    cdef uint8_t *base
-    cdef readonly Py_ssize_t mapped
-    cdef readonly Py_ssize_t position      # end of the entries written so far
-    cdef readonly bint writable
-    cdef Py_ssize_t synced
 
     def __cinit__(self):
         self.base = NULL
@@ -120,7 +112,7 @@ cdef class MappedLog:
             pos += 4 + n
         return pos
 
-    cdef inline uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil:
         """Write one entry; its location, or 0 if it does not fit."""
         cdef Py_ssize_t pos = self.position
         if pos + 4 + n > self.mapped:
@@ -130,8 +122,8 @@ cdef class MappedLog:
         self.position = pos + 4 + n
         return (self.log_id << 32) | <uint64_t>(pos + 4)
 
-    cdef inline const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil:
-        if offset < LOG_HEADER_SIZE + 4 or offset > self.position:
+    cdef const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil:
+        if self.base == NULL or offset < LOG_HEADER_SIZE + 4 or offset > self.position:
             return NULL
         cdef uint32_t size = el_get32(self.base + offset - 4)
         if size == 0 or offset + size > self.position:
@@ -233,12 +225,6 @@ cdef inline int memcmp4(const uint8_t *a, const char *b) noexcept:
 cdef class EntryLogger:
     """The entry logs of one ledger directory: one being written, the rest mapped read-only."""
 
-    cdef readonly object directory
-    cdef readonly Py_ssize_t size_limit
-    cdef readonly MappedLog current
-    cdef dict logs                # log id -> MappedLog
-    cdef readonly dict current_ledgers   # (scope, ledger) -> bytes in the current log
-    cdef readonly uint64_t last_log_id
 
     def __init__(self, directory, Py_ssize_t size_limit, uint64_t last_log_id=0):
         self.directory = directory
@@ -270,7 +256,7 @@ cdef class EntryLogger:
 
     cdef MappedLog _log(self, uint64_t log_id):
         cdef MappedLog m = self.logs.get(log_id)
-        if m is None:
+        if m is None or m.base == NULL:          # never opened, or unmapped by a seal
             path = self.path_of(log_id)
             if not os.path.exists(path):
                 return None

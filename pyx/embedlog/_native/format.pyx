@@ -307,9 +307,13 @@ cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uin
         if <uint64_t>c != el_get64(buf + h):
             raise DigestMismatchError(f"CRC32 mismatch on entry {eid} of ledger ({scope}, {lid})")
     elif d == DIGEST_MAC:
-        m = _mac(mac_key, buf, h, buf + h + 20, n - h - 20)
-        if not hmac.compare_digest(m, PyBytes_FromStringAndSize(<char *>buf + h, 20)):
+        # copy first: hashing may release the GIL, and buf may point into a mapping
+        whole = PyBytes_FromStringAndSize(<char *>buf, n)
+        m = _mac(mac_key, <const uint8_t *>PyBytes_AS_STRING(whole), h,
+                 <const uint8_t *>PyBytes_AS_STRING(whole) + h + 20, n - h - 20)
+        if not hmac.compare_digest(m, whole[h:h + 20]):
             raise DigestMismatchError(f"MAC mismatch on entry {eid} of ledger ({scope}, {lid})")
+        return whole[h + 20:]
     return PyBytes_FromStringAndSize(<char *>buf + h + ds, n - h - ds)
 
 

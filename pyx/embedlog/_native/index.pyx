@@ -73,18 +73,6 @@ def parse_index_name(name, scoped):
 cdef class LedgerIndex:
     """One ledger's index: state header plus cached pages of locations."""
 
-    cdef readonly uint64_t scope
-    cdef readonly uint64_t lid
-    cdef readonly object path
-    cdef public object master_key
-    cdef public bint fenced
-    cdef public uint64_t term
-    cdef public int64_t explicit_lac
-    cdef public bint header_dirty
-    cdef readonly dict pages          # page no -> uint64 array of 1024 locations
-    cdef readonly set dirty_pages
-    cdef readonly int64_t max_page_on_disk
-    cdef IndexCache cache
 
     def __init__(self, IndexCache cache, uint64_t scope, uint64_t lid, path):
         self.cache = cache
@@ -156,6 +144,11 @@ cdef class LedgerIndex:
             if len(raw) != PAGE_SIZE:
                 raw = raw + bytes(PAGE_SIZE - len(raw))
             page = np.frombuffer(bytearray(raw), dtype="<u8")
+            # the read above released the GIL: if another thread loaded (and maybe
+            # dirtied) this page meanwhile, its copy wins
+            existing = self.pages.get(page_no)
+            if existing is not None:
+                return existing
         elif create:
             page = np.zeros(ENTRIES_PER_PAGE, dtype="<u8")
         else:
@@ -267,11 +260,6 @@ cdef class LedgerIndex:
 cdef class IndexCache:
     """Bounds the pages held in memory across every ledger of a bookie."""
 
-    cdef readonly object root
-    cdef readonly Py_ssize_t page_limit
-    cdef readonly Py_ssize_t loaded
-    cdef object order                 # FIFO of (LedgerIndex, page no) as loaded
-    cdef readonly Py_ssize_t evictions
 
     def __init__(self, root, Py_ssize_t page_limit=8192):
         import collections

@@ -1,0 +1,931 @@
+#!/usr/bin/env python
+"""Macro comparison: the same work on embedlog and its peers, in one run.
+
+    python benchmarks/compare.py [--quick] [--out FILE]
+
+Stores: embedlog, SQLite (WAL, synchronous=FULL), LMDB (sync=True), RocksDB via
+rocksdict (WriteOptions sync=True) and a plain file (pwrite into pre-zeroed space
++ os.fdatasync). Every store gets the same work: entries keyed by (ledger, entry)
+over 8 interleaved ledgers (batch i goes to ledger i % 8; peers key an entry by
+the 16-byte big-endian pair), "durable" meaning the store's synchronous commit
+(an fdatasync for the plain file) per batch before the next batch starts.
+
+Inputs (payloads, keys, framed records) are built outside the timed region: the
+clock runs only around each store call. Each (work item, store) is bounded by a
+time budget (3 s, or 0.5 s with --quick) and runs in its own directory under a
+fresh tempfile.mkdtemp(dir="/tmp"), removed afterwards. Ratios are
+embedlog / peer: above 1 is better for embedlog on throughputs, below 1 is better
+for embedlog on s/GB.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+NLEDGERS = 8
+NTHREADS = 16
+KEY = struct.Struct(">QQ")
+REC = struct.Struct(">IQQ")          # plain-file record: payload length, ledger, entry
+LEN = struct.Struct(">I")            # plain-file per-ledger read files: payload length
+PEERS = ("sqlite", "lmdb", "rocksdb", "file")
+STORES = ("embedlog",) + PEERS
+MB = 1_000_000
+perf = time.perf_counter
+
+
+def payload_pool(size: int, n: int = 1000, seed: int = 7) -> list:
+    rnd = random.Random(seed)
+    return [rnd.randbytes(size) for _ in range(n)]
+
+
+def key(ledger: int, entry: int) -> bytes:
+    return KEY.pack(ledger, entry)
+
+
+# ----------------------------------------------------------------------------------------
+# stores: open(dir), write_batch(ledger, first, payloads) prepared untimed by prep_batch,
+# append_one, concurrent appends, get, scan, close.
+# ----------------------------------------------------------------------------------------
+
+class EmbedlogStore:
+    name = "embedlog"
+
+    def __init__(self, path: str, nledgers: int = NLEDGERS):
+        import embedlog
+        self.log = embedlog.open(path)
+        self.writers = [self.log.create_ledger(digest="crc32c") for _ in range(nledgers)]
+        self.readers = None
+
+    def prep_batch(self, ledger, first, payloads):
+        return self.writers[ledger], payloads
+
+    def commit_batch(self, prepared):
+        w, payloads = prepared
+        w.append_many(payloads)
+
+    def prep_one(self, ledger, entry, data):
+        return self.writers[ledger], data
+
+    def commit_one(self, prepared):
+        w, data = prepared
+        w.append(data)
+
+    def thread_appender(self, t):
+        w = self.writers[t]
+
+        def append(entry, data):
+            w.append(data)
+        return append
+
+    def finish_writes(self):
+        for w in self.writers:
+            w.close()
+        self.readers = [self.log.open_ledger(w.ledger_id) for w in self.writers]
+
+    def get_many(self, pairs):
+        rs = self.readers
+        for l, e in pairs:
+            rs[l].read_entry(e)
+        return len(pairs)
+
+    def get(self, l, e):
+        return self.readers[l].read_entry(e)
+
+    def scan(self, ledger, n):
+        r = self.readers[ledger]
+        out = []
+        for first in range(0, n, 100_000):
+            out.extend(r.read_batch(first, min(n, first + 100_000) - 1))
+        return out
+
+    def close(self):
+        self.log.close()
+
+
+class SqliteStore:
+    name = "sqlite"
+    INSERT = "INSERT INTO t(k, v) VALUES (?, ?)"
+
+    def __init__(self, path: str, nledgers: int = NLEDGERS):
+        import sqlite3
+        self.sqlite3 = sqlite3
+        self.file = os.path.join(path, "db.sqlite")
+        self.conn = self._connect()
+        self.conn.execute("CREATE TABLE IF NOT EXISTS t (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+        self.local = threading.local()
+
+    def _connect(self):
+        c = self.sqlite3.connect(self.file, isolation_level=None, check_same_thread=False, timeout=60)
+        assert c.execute("PRAGMA journal_mode=WAL").fetchone()[0] == "wal"
+        c.execute("PRAGMA synchronous=FULL")
+        return c
+
+    def prep_batch(self, ledger, first, payloads):
+        return [(key(ledger, first + i), p) for i, p in enumerate(payloads)]
+
+    def commit_batch(self, rows):
+        c = self.conn
+        c.execute("BEGIN")
+        c.executemany(self.INSERT, rows)
+        c.execute("COMMIT")
+
+    def prep_one(self, ledger, entry, data):
+        return (key(ledger, entry), data)
+
+    def commit_one(self, row):
+        self.conn.execute(self.INSERT, row)     # autocommit: one synchronous transaction
+
+    def thread_appender(self, t):
+        conn = self._connect()
+        self._thread_conns = getattr(self, "_thread_conns", [])
+        self._thread_conns.append(conn)
+
+        def append(entry, data):
+            conn.execute(self.INSERT, (key(t, entry), data))
+        return append
+
+    def finish_writes(self):
+        for c in getattr(self, "_thread_conns", []):
+            c.close()
+        self.cur = self.conn.cursor()
+
+    def get_many(self, pairs):
+        ex = self.cur.execute
+        for l, e in pairs:
+            ex("SELECT v FROM t WHERE k = ?", (KEY.pack(l, e),)).fetchone()
+        return len(pairs)
+
+    def get(self, l, e):
+        return self.cur.execute("SELECT v FROM t WHERE k = ?", (key(l, e),)).fetchone()[0]
+
+    def scan(self, ledger, n):
+        rows = self.cur.execute("SELECT v FROM t WHERE k >= ? AND k < ? ORDER BY k",
+                                (key(ledger, 0), key(ledger + 1, 0))).fetchall()
+        return [r[0] for r in rows]
+
+    def close(self):
+        self.conn.close()
+
+
+class LmdbStore:
+    name = "lmdb"
+
+    def __init__(self, path: str, nledgers: int = NLEDGERS):
+        import lmdb
+        self.env = lmdb.open(os.path.join(path, "lmdb"), map_size=1 << 37, sync=True,
+                             metasync=True, max_dbs=0, lock=True)
+
+    def prep_batch(self, ledger, first, payloads):
+        return [(key(ledger, first + i), p) for i, p in enumerate(payloads)]
+
+    def commit_batch(self, rows):
+        with self.env.begin(write=True) as txn:
+            txn.cursor().putmulti(rows)
+
+    def prep_one(self, ledger, entry, data):
+        return (key(ledger, entry), data)
+
+    def commit_one(self, row):
+        with self.env.begin(write=True) as txn:
+            txn.put(row[0], row[1])
+
+    def thread_appender(self, t):
+        env = self.env
+
+        def append(entry, data):
+            with env.begin(write=True) as txn:
+                txn.put(key(t, entry), data)
+        return append
+
+    def finish_writes(self):
+        self.txn = self.env.begin(buffers=False)
+
+    def get_many(self, pairs):
+        g = self.txn.get
+        for l, e in pairs:
+            g(KEY.pack(l, e))
+        return len(pairs)
+
+    def get(self, l, e):
+        return self.txn.get(key(l, e))
+
+    def scan(self, ledger, n):
+        end = key(ledger + 1, 0)
+        cur = self.txn.cursor()
+        out = []
+        if cur.set_range(key(ledger, 0)):
+            for k, v in cur:
+                if k >= end:
+                    break
+                out.append(v)
+        return out
+
+    def close(self):
+        if hasattr(self, "txn"):
+            self.txn.abort()
+        self.env.close()
+
+
+class RocksStore:
+    name = "rocksdb"
+
+    def __init__(self, path: str, nledgers: int = NLEDGERS):
+        import rocksdict
+        self.rd = rocksdict
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        self.db = rocksdict.Rdict(os.path.join(path, "rocks"), opts)
+        self.wo = rocksdict.WriteOptions()
+        self.wo.sync = True
+        self.db.set_write_options(self.wo)
+
+    def prep_batch(self, ledger, first, payloads):
+        return [(key(ledger, first + i), p) for i, p in enumerate(payloads)]
+
+    def commit_batch(self, rows):
+        wb = self.rd.WriteBatch(raw_mode=True)
+        put = wb.put
+        for k, v in rows:
+            put(k, v)
+        self.db.write(wb, write_opt=self.wo)
+
+    def prep_one(self, ledger, entry, data):
+        return (key(ledger, entry), data)
+
+    def commit_one(self, row):
+        self.db.put(row[0], row[1], write_opt=self.wo)
+
+    def thread_appender(self, t):
+        db, wo = self.db, self.wo
+
+        def append(entry, data):
+            db.put(key(t, entry), data, write_opt=wo)
+        return append
+
+    def finish_writes(self):
+        pass
+
+    def get_many(self, pairs):
+        g = self.db.get
+        for l, e in pairs:
+            g(KEY.pack(l, e))
+        return len(pairs)
+
+    def get(self, l, e):
+        return self.db.get(key(l, e))
+
+    def scan(self, ledger, n):
+        ro = self.rd.ReadOptions(raw_mode=True)
+        ro.set_iterate_upper_bound(key(ledger + 1, 0))
+        return list(self.db.values(from_key=key(ledger, 0), read_opt=ro))
+
+    def close(self):
+        self.db.close()
+
+
+class FileStore:
+    """A plain append-only file: framed records pwritten into pre-zeroed space + fdatasync.
+
+    Writes go to one log file (records of all ledgers interleaved). Reads use a second
+    layout written for them: one file per ledger of length-prefixed payloads, an
+    in-memory offset table and an mmap (what a hand-rolled store would do).
+    """
+    name = "file"
+    CHUNK = 64 << 20
+
+    def __init__(self, path: str, nledgers: int = NLEDGERS):
+        self.path = path
+        self.fd = os.open(os.path.join(path, "log"), os.O_RDWR | os.O_CREAT, 0o644)
+        self.off = 0
+        self.zero_end = 0
+        self.lock = threading.Lock()
+        self.nledgers = nledgers
+        self.reads = None
+
+    def ensure(self, nbytes):
+        """Pre-zero space ahead of the tail (untimed in single-writer items)."""
+        if self.off + nbytes <= self.zero_end:
+            return
+        grow = max(self.CHUNK, nbytes)
+        zeros = bytes(1 << 20)
+        pos = self.zero_end
+        while pos < self.zero_end + grow:
+            pos += os.pwrite(self.fd, zeros, pos)
+        os.fsync(self.fd)
+        self.zero_end = pos
+
+    def prep_batch(self, ledger, first, payloads):
+        buf = b"".join([REC.pack(len(p), ledger, first + i) + p for i, p in enumerate(payloads)])
+        self.ensure(len(buf))
+        return buf
+
+    def commit_batch(self, buf):
+        os.pwrite(self.fd, buf, self.off)
+        self.off += len(buf)
+        os.fdatasync(self.fd)
+
+    def prep_one(self, ledger, entry, data):
+        buf = REC.pack(len(data), ledger, entry) + data
+        self.ensure(len(buf))
+        return buf
+
+    commit_one = commit_batch
+
+    def thread_appender(self, t):
+        lock, fd = self.lock, self.fd
+
+        def append(entry, data):
+            buf = REC.pack(len(data), t, entry) + data
+            with lock:
+                self.ensure(len(buf))
+                off = self.off
+                self.off += len(buf)
+            os.pwrite(fd, buf, off)
+            os.fdatasync(fd)           # flushes every page written so far, ours included
+        return append
+
+    # reads: one file per ledger, filled by write_read_dataset
+    def load_read_files(self, per_ledger: list):
+        import mmap
+        self.offsets = []
+        self.maps = []
+        self.files = []
+        for l, payloads in enumerate(per_ledger):
+            p = os.path.join(self.path, f"ledger-{l}")
+            offs = []
+            pos = 0
+            parts = []
+            for d in payloads:
+                offs.append(pos + LEN.size)
+                parts.append(LEN.pack(len(d)))
+                parts.append(d)
+                pos += LEN.size + len(d)
+            with open(p, "wb") as f:
+                f.write(b"".join(parts))
+                f.flush()
+                os.fdatasync(f.fileno())
+            f = open(p, "rb")
+            self.files.append(f)
+            self.maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            self.offsets.append([(o, len(d)) for o, d in zip(offs, payloads)])
+
+    def finish_writes(self):
+        pass
+
+    def get_many(self, pairs):
+        maps, offs = self.maps, self.offsets
+        for l, e in pairs:
+            o, n = offs[l][e]
+            maps[l][o:o + n]
+        return len(pairs)
+
+    def get(self, l, e):
+        o, n = self.offsets[l][e]
+        return self.maps[l][o:o + n]
+
+    def scan(self, ledger, n):
+        with open(os.path.join(self.path, f"ledger-{ledger}"), "rb") as f:
+            data = f.read()
+        out = []
+        pos, end = 0, len(data)
+        unpack = LEN.unpack_from
+        while pos < end:
+            (ln,) = unpack(data, pos)
+            pos += 4
+            out.append(data[pos:pos + ln])
+            pos += ln
+        return out
+
+    def close(self):
+        for m in getattr(self, "maps", []):
+            m.close()
+        for f in getattr(self, "files", []):
+            f.close()
+        os.close(self.fd)
+
+
+CLASSES = {c.name: c for c in (EmbedlogStore, SqliteStore, LmdbStore, RocksStore, FileStore)}
+
+
+# ----------------------------------------------------------------------------------------
+# work items
+# ----------------------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, root: str, budget: float, quick: bool):
+        self.root = root
+        self.budget = budget
+        self.quick = quick
+        self.results: dict = {}       # (work, unit) -> {store: value}
+        self.notes: list = []
+        self.errors: list = []
+        self._n = 0
+
+    def fresh_dir(self, tag):
+        self._n += 1
+        d = os.path.join(self.root, f"{self._n:02d}-{tag}")
+        os.makedirs(d)
+        return d
+
+    def record(self, work, unit, store, value):
+        self.results.setdefault((work, unit), {})[store] = value
+
+    def run_store(self, work, store, fn):
+        d = self.fresh_dir(f"{work}-{store}")
+        s = None
+        try:
+            s = CLASSES[store](d)
+            return fn(s)
+        except Exception as exc:          # a store failing must not stop the others
+            self.errors.append(f"{work} / {store}: {type(exc).__name__}: {exc}")
+            print(f"  ! {work} / {store}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
+        finally:
+            if s is not None:
+                try:
+                    s.close()
+                except Exception as exc:
+                    self.errors.append(f"{work} / {store} close: {type(exc).__name__}: {exc}")
+            shutil.rmtree(d, ignore_errors=True)
+            gc.collect()
+
+    # -- appends ------------------------------------------------------------------------
+
+    def batches(self, work, batch, size, mbs=False):
+        pool = payload_pool(size, max(batch, 1000))[:batch]
+        max_batches = 10**9
+
+        for store in STORES:
+            def fn(s):
+                next_eid = [0] * NLEDGERS
+                timed = 0.0
+                n = 0
+                i = 0
+                deadline = perf() + self.budget
+                while perf() < deadline and i < max_batches:
+                    l = i % NLEDGERS
+                    prepared = s.prep_batch(l, next_eid[l], pool)
+                    t0 = perf()
+                    s.commit_batch(prepared)
+                    timed += perf() - t0
+                    next_eid[l] += batch
+                    n += batch
+                    i += 1
+                return n, timed
+            r = self.run_store(work, store, fn)
+            if r:
+                n, timed = r
+                self.record(work, "entries/s", store, n / timed)
+                if mbs:
+                    self.record(work, "MB/s", store, n * size / timed / MB)
+                self.progress(work, store, f"{n / timed:,.0f} entries/s over {n:,} entries")
+
+    def append_sync(self, work="append_sync_100B"):
+        pool = payload_pool(100)
+        for store in STORES:
+            def fn(s):
+                next_eid = [0] * NLEDGERS
+                timed = 0.0
+                i = 0
+                deadline = perf() + self.budget
+                while perf() < deadline:
+                    l = i % NLEDGERS
+                    prepared = s.prep_one(l, next_eid[l], pool[i % 1000])
+                    t0 = perf()
+                    s.commit_one(prepared)
+                    timed += perf() - t0
+                    next_eid[l] += 1
+                    i += 1
+                return i, timed
+            r = self.run_store(work, store, fn)
+            if r:
+                n, timed = r
+                self.record(work, "entries/s", store, n / timed)
+                self.progress(work, store, f"{n / timed:,.0f} entries/s ({timed / n * 1e6:.1f} us each)")
+
+    def concurrent(self, work="append_concurrent16_100B"):
+        pool = payload_pool(100)
+        for store in STORES:
+            def fn(s):
+                if store == "embedlog":
+                    s.writers.extend(s.log.create_ledger(digest="crc32c")
+                                     for _ in range(NTHREADS - len(s.writers)))
+                if store == "file":
+                    s.ensure(256 << 20 if not self.quick else 32 << 20)
+                appenders = [s.thread_appender(t) for t in range(NTHREADS)]
+                counts = [0] * NTHREADS
+                errors = []
+                start = threading.Barrier(NTHREADS + 1)
+                stop = [0.0]
+
+                def worker(t):
+                    append = appenders[t]
+                    start.wait()
+                    e = 0
+                    try:
+                        while perf() < stop[0]:
+                            append(e, pool[(t * 61 + e) % 1000])
+                            e += 1
+                    except Exception as exc:
+                        errors.append(exc)
+                    counts[t] = e
+                threads = [threading.Thread(target=worker, args=(t,)) for t in range(NTHREADS)]
+                for th in threads:
+                    th.start()
+                t0 = perf()
+                stop[0] = t0 + self.budget
+                start.wait()
+                for th in threads:
+                    th.join()
+                wall = perf() - t0
+                if errors:
+                    raise errors[0]
+                if store == "embedlog":
+                    j = s.log.statistics()["journal"]
+                    self.notes.append(
+                        f"append_concurrent16_100B / embedlog: {sum(counts):,} adds shared "
+                        f"{j['fsyncs']:,} fdatasyncs (largest group {j['group_entries_max']} records)")
+                return sum(counts), wall
+            r = self.run_store(work, store, fn)
+            if r:
+                n, wall = r
+                self.record(work, "entries/s", store, n / wall)
+                self.progress(work, store, f"{n / wall:,.0f} entries/s")
+
+    # -- reads --------------------------------------------------------------------------
+
+    def reads(self):
+        per_ledger = 25_000 if self.quick else 125_000
+        pool = payload_pool(100, 1000, seed=11)
+
+        def expect(l, e):
+            return pool[(l * 37 + e) % 1000]
+
+        rnd = random.Random(5)
+        pairs = [(rnd.randrange(NLEDGERS), rnd.randrange(per_ledger)) for _ in range(200_000)]
+        chunks = [pairs[i:i + 1000] for i in range(0, len(pairs), 1000)]
+        check = pairs[:2000]
+        for store in STORES:
+            def fn(s):
+                # build the data set (untimed): 8 ledgers interleaved, batches of 1000
+                if store == "file":
+                    s.load_read_files([[expect(l, e) for e in range(per_ledger)]
+                                       for l in range(NLEDGERS)])
+                else:
+                    for first in range(0, per_ledger, 1000):
+                        for l in range(NLEDGERS):
+                            batch = [expect(l, e) for e in range(first, min(per_ledger, first + 1000))]
+                            s.commit_batch(s.prep_batch(l, first, batch))
+                s.finish_writes()
+                for l, e in check:
+                    got = s.get(l, e)
+                    if bytes(got) != expect(l, e):
+                        raise AssertionError(f"{store}: wrong value for ({l}, {e})")
+                # random point reads
+                n, t0 = 0, perf()
+                deadline = t0 + self.budget
+                i = 0
+                while True:
+                    n += s.get_many(chunks[i % len(chunks)])
+                    i += 1
+                    now = perf()
+                    if now >= deadline:
+                        break
+                rnd_rate = n / (now - t0)
+                # sequential scans of one ledger
+                got = s.scan(0, per_ledger)       # warm-up and check
+                if len(got) != per_ledger or bytes(got[-1]) != expect(0, per_ledger - 1):
+                    raise AssertionError(f"{store}: scan returned {len(got)} entries")
+                del got
+                n, t0 = 0, perf()
+                deadline = t0 + self.budget
+                while True:
+                    n += len(s.scan(n // per_ledger % NLEDGERS, per_ledger))
+                    now = perf()
+                    if now >= deadline:
+                        break
+                return rnd_rate, n / (now - t0)
+            r = self.run_store("read", store, fn)
+            if r:
+                self.record("read_random_100B", "gets/s", store, r[0])
+                self.record("read_seq_100B", "entries/s", store, r[1])
+                self.progress("read_random_100B", store, f"{r[0]:,.0f} gets/s")
+                self.progress("read_seq_100B", store, f"{r[1]:,.0f} entries/s")
+        self.notes.append(f"reads: {NLEDGERS} ledgers x {per_ledger:,} entries of 100 B written in "
+                          "batches of 1000 before timing; random gets over all of them, scans of "
+                          "one whole ledger at a time (embedlog: read_batch in chunks of 100k)")
+
+    # -- reopen after a crash -----------------------------------------------------------
+
+    def crash(self, work="reopen_after_crash"):
+        mb = 48 if self.quick else 384
+        self.notes.append(
+            f"reopen_after_crash: a child process writes {mb} MiB of 1 KiB entries (batches of "
+            "1000, 8 ledgers, durable) and SIGKILLs itself after the last acknowledgement; the "
+            "parent times the open (plus one read that forces recovery). embedlog: s per GB of "
+            "journal replayed; peers: s per GB of payload ingested before the kill.")
+        for store in STORES:
+            if store == "file":
+                self.record(work, "s/GB", store, None)
+                continue
+            d = self.fresh_dir(f"crash-{store}")
+            try:
+                if store == "embedlog":
+                    argv = [sys.executable, "-c", EMBEDLOG_CHILD, d, str(mb)]
+                else:
+                    argv = [sys.executable, "-c",
+                            f"import sys; sys.path.insert(0, {HERE!r}); import compare; "
+                            "compare.peer_crash_child(sys.argv[1], sys.argv[2], int(sys.argv[3]))",
+                            store, d, str(mb)]
+                env = dict(os.environ)
+                env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+                if p.returncode != -signal.SIGKILL:
+                    raise RuntimeError(f"child exited {p.returncode}: {p.stderr[-2000:]}")
+                info = json.loads(p.stdout.strip().splitlines()[-1])
+                gc.collect()
+                secs, extra = reopen(store, d, info)
+                if store == "embedlog":
+                    gb = info["journal_bytes_replayed"] / 1e9
+                    extra_txt = (f"{info['journal_bytes_replayed'] / 2**20:,.0f} MiB of journal, "
+                                 f"{extra['records']:,} records replayed")
+                    self.notes.append(
+                        f"reopen_after_crash / embedlog: open took {secs:.2f} s for {extra_txt} "
+                        f"(child ingest {info['ingest_s']:.2f} s; all {info['entries']:,} "
+                        f"acknowledged entries read back: {extra['verified']})")
+                else:
+                    gb = info["payload_bytes"] / 1e9
+                    self.notes.append(f"reopen_after_crash / {store}: open took {secs * 1000:.1f} ms "
+                                      f"(child ingest {info['ingest_s']:.2f} s)")
+                self.record(work, "s/GB", store, secs / gb)
+                self.progress(work, store, f"{secs:.3f} s -> {secs / gb:.3f} s/GB")
+            except Exception as exc:
+                self.errors.append(f"{work} / {store}: {type(exc).__name__}: {exc}")
+                print(f"  ! {work} / {store}: {exc}", file=sys.stderr)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+
+    def progress(self, work, store, text):
+        print(f"  {work:<26} {store:<9} {text}", file=sys.stderr, flush=True)
+
+
+EMBEDLOG_CHILD = r"""
+import json, os, sys, time, random
+import embedlog
+d, mb = sys.argv[1], int(sys.argv[2])
+rnd = random.Random(3)
+pool = [rnd.randbytes(1024) for _ in range(1000)]
+log = embedlog.open(d)
+ws = [log.create_ledger(digest="crc32c") for _ in range(8)]
+nbatches = mb * 2**20 // (1024 * 1000)
+t0 = time.perf_counter()
+for i in range(nbatches):
+    ws[i % 8].append_many(pool)
+ingest = time.perf_counter() - t0
+j = log.bookie.journal
+with log.bookie.cv:
+    seq = j.synced_seq
+    mark = log.bookie.mark.persisted
+    files = list(j.files)
+mark_seq = 0
+if mark and tuple(mark) != (0, 0):
+    for start_seq, fid, start_off in files:
+        if fid == mark[0]:
+            mark_seq = start_seq + (mark[1] - start_off)
+print(json.dumps({"ledgers": [w.ledger_id.qualified_name for w in ws],
+                  "per_ledger": [len(range(l, nbatches, 8)) * 1000 for l in range(8)],
+                  "entries": nbatches * 1000, "payload_bytes": nbatches * 1000 * 1024,
+                  "journal_bytes_written": j.stats["bytes_written"],
+                  "journal_bytes_replayed": seq - mark_seq, "mark": mark,
+                  "ingest_s": ingest}), flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def peer_crash_child(store, d, mb):
+    """Child body for a peer: ingest mb MiB of 1 KiB entries durably, then SIGKILL itself."""
+    s = CLASSES[store](d)
+    rnd = random.Random(3)
+    pool = [rnd.randbytes(1024) for _ in range(1000)]
+    nbatches = mb * 2**20 // (1024 * 1000)
+    eids = [0] * NLEDGERS
+    timed = 0.0
+    for i in range(nbatches):
+        l = i % NLEDGERS
+        prepared = s.prep_batch(l, eids[l], pool)
+        t0 = perf()
+        s.commit_batch(prepared)
+        timed += perf() - t0
+        eids[l] += 1000
+    print(json.dumps({"entries": nbatches * 1000, "payload_bytes": nbatches * 1000 * 1024,
+                      "ingest_s": timed}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def reopen(store, d, info):
+    """Open a store after the kill and read one entry; returns (seconds, details).
+
+    Only the open and that first read are timed; checks and the close come after.
+    """
+    if store == "embedlog":
+        import embedlog
+        t0 = perf()
+        log = embedlog.open(d)
+        secs = perf() - t0
+        try:
+            records = log.bookie.replay_report["records"]
+            ok = True      # every acknowledged entry survived: each ledger's LAC is its last add
+            for q, n in zip(info["ledgers"], info["per_ledger"]):
+                r = log.open_ledger(embedlog.LedgerId.parse(q))
+                if r.last_add_confirmed != n - 1 or len(r.read_batch(n - 1, n - 1)[0]) != 1024:
+                    ok = False
+            return secs, {"records": records, "verified": "yes" if ok else "NO"}
+        finally:
+            log.close()
+    t0 = perf()
+    s = CLASSES[store](d)
+    s.finish_writes()
+    got = s.get(0, 0)
+    secs = perf() - t0
+    try:
+        if got is None or len(bytes(got)) != 1024:
+            raise AssertionError(f"{store}: entry (0, 0) lost after the crash")
+        last = info["entries"] // 1000 - 1          # last batch: ledger last % 8
+        l, e = last % NLEDGERS, (last // NLEDGERS) * 1000 + 999
+        if s.get(l, e) is None:
+            raise AssertionError(f"{store}: acknowledged entry ({l}, {e}) lost after the crash")
+    finally:
+        s.close()
+    return secs, {}
+
+
+# ----------------------------------------------------------------------------------------
+# machine facts and output
+# ----------------------------------------------------------------------------------------
+
+def fdatasync_probe(root) -> dict:
+    p = os.path.join(root, "fsync-probe")
+    n, size = 200, 4096
+    fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, bytes(n * size), 0)
+        os.fsync(fd)
+        buf = os.urandom(size)
+        lat = []
+        for i in range(n):
+            t0 = perf()
+            os.pwrite(fd, buf, i * size)
+            os.fdatasync(fd)
+            lat.append(perf() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(p)
+    lat.sort()
+    return {"median_us": statistics.median(lat) * 1e6, "p99_us": lat[int(n * 0.99) - 1] * 1e6,
+            "mean_us": statistics.fmean(lat) * 1e6}
+
+
+def machine_facts(root) -> list:
+    import embedlog
+    probe = fdatasync_probe(root)
+    try:
+        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit += " (with uncommitted changes)" if dirty else ""
+    except Exception:
+        commit = "unknown"
+    import lmdb
+    import sqlite3
+    try:
+        from importlib.metadata import version
+        rocks_v = version("rocksdict")
+    except Exception:
+        rocks_v = "?"
+    return [
+        f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- machine: nproc {len(os.sched_getaffinity(0))}, {platform.machine()}, "
+        f"Linux {platform.release()}, Python {platform.python_version()}",
+        f"- fdatasync probe (200 x pwrite 4 KiB + fdatasync on a pre-zeroed file in {root}): "
+        f"median {probe['median_us']:.0f} us, mean {probe['mean_us']:.0f} us, "
+        f"p99 {probe['p99_us']:.0f} us",
+        f"- embedlog {embedlog.__version__} at {commit}; SQLite {sqlite3.sqlite_version}, "
+        f"LMDB {'.'.join(map(str, lmdb.version()))} (py-lmdb {lmdb.__version__}), "
+        f"rocksdict {rocks_v}",
+    ]
+
+
+def fmt(v, unit):
+    if v is None:
+        return "n/a"
+    if unit == "s/GB":
+        return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+    if unit == "MB/s":
+        return f"{v:,.0f}"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f}M"
+    if v >= 1e3:
+        return f"{v / 1e3:.1f}k"
+    return f"{v:.0f}"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def table(results) -> list:
+    out = ["| work | unit | embedlog | sqlite | lmdb | rocksdb | file | best peer ratio |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for (work, unit), row in results.items():
+        e = row.get("embedlog")
+        cells = [work, unit, fmt(e, unit)]
+        lower_better = unit == "s/GB"
+        best, best_name = None, None
+        for p in PEERS:
+            v = row.get(p)
+            r = ratio(e, v)
+            cells.append(fmt(v, unit) + (f" ({r:.2f}x)" if r is not None else ""))
+            if v is not None and (best is None or (v < best if lower_better else v > best)):
+                best, best_name = v, p
+        r = ratio(e, best)
+        cells.append(f"{r:.2f}x vs {best_name}" if r is not None else "n/a")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="0.5 s per item and store, small data")
+    ap.add_argument("--out", help="also write the markdown report to this file")
+    ap.add_argument("--only", help="comma-separated work items to run (for debugging)")
+    args = ap.parse_args(argv)
+    budget = 0.5 if args.quick else 3.0
+    root = tempfile.mkdtemp(prefix="embedlog-compare-", dir="/tmp")
+    t_start = perf()
+    try:
+        facts = machine_facts(root)
+        for line in facts:
+            print(line, file=sys.stderr)
+        r = Runner(root, budget, args.quick)
+        items = [
+            ("append_sync_100B", lambda: r.append_sync()),
+            ("append_batch100_100B", lambda: r.batches("append_batch100_100B", 100, 100)),
+            ("append_batch1000_100B", lambda: r.batches("append_batch1000_100B", 1000, 100)),
+            ("append_batch1000_1KiB", lambda: r.batches("append_batch1000_1KiB", 1000, 1024, mbs=True)),
+            ("append_concurrent16_100B", lambda: r.concurrent()),
+            ("read", lambda: r.reads()),
+            ("reopen_after_crash", lambda: r.crash()),
+        ]
+        only = set(args.only.split(",")) if args.only else None
+        for name, run in items:
+            if only and name not in only:
+                continue
+            run()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    elapsed = perf() - t_start
+    cmd = "python benchmarks/compare.py" + (" --quick" if args.quick else "")
+    lines = [f"Command: `{cmd}` ({elapsed:.0f} s, {budget:g} s per work item and store)", ""]
+    lines += facts + [""]
+    lines += table(r.results) + [""]
+    lines.append("Peer cells show the peer's figure and, in brackets, the ratio embedlog / peer; "
+                 "the last column compares embedlog with the best peer (highest throughput, "
+                 "lowest s/GB). MB = 10^6 bytes of payload.")
+    lines.append("")
+    lines += ["- " + n for n in r.notes]
+    if r.errors:
+        lines.append("")
+        lines.append("Errors:")
+        lines += ["- " + e for e in r.errors]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 1 if r.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+
+cdef class MappedLog:
+    cdef readonly uint64_t log_id
+    cdef readonly object path
+    cdef int fd
+    cdef uint8_t *base
+    cdef readonly Py_ssize_t mapped
+    cdef readonly Py_ssize_t position      # end of the entries written so far
+    cdef readonly bint writable
+    cdef Py_ssize_t synced
+    cdef _unmap(self)
+    cdef int _map(self, int prot) except -1
+    cdef Py_ssize_t _scan_end(self)
+    cdef uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil
+    cdef const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil
+
+cdef class EntryLogger:
+    cdef readonly object directory
+    cdef readonly Py_ssize_t size_limit
+    cdef readonly MappedLog current
+    cdef dict logs                # log id -> MappedLog
+    cdef readonly dict current_ledgers   # (scope, ledger) -> bytes in the current log
+    cdef readonly uint64_t last_log_id
+    cdef MappedLog _log(self, uint64_t log_id)
+    cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL

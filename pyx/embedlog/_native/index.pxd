@@ -1,0 +1,29 @@
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+
+cdef class LedgerIndex:
+    cdef readonly uint64_t scope
+    cdef readonly uint64_t lid
+    cdef readonly object path
+    cdef public object master_key
+    cdef public bint fenced
+    cdef public uint64_t term
+    cdef public int64_t explicit_lac
+    cdef public bint header_dirty
+    cdef readonly dict pages          # page no -> uint64 array of 1024 locations
+    cdef readonly set dirty_pages
+    cdef readonly int64_t max_page_on_disk
+    cdef IndexCache cache
+    cdef bytes _header_bytes(self)
+    cdef object _page(self, int64_t page_no, bint create)
+    cpdef uint64_t get_location(self, int64_t eid)
+    cdef bint _evict(self, int64_t page_no)
+
+cdef class IndexCache:
+    cdef readonly object root
+    cdef readonly Py_ssize_t page_limit
+    cdef readonly Py_ssize_t loaded
+    cdef object order                 # FIFO of (LedgerIndex, page no) as loaded
+    cdef readonly Py_ssize_t evictions
+    cdef _loaded(self, LedgerIndex idx, int64_t page_no)
+    cdef _unloaded(self, LedgerIndex idx, int64_t page_no)
+    cdef _evict_some(self)
