@@ -12,8 +12,10 @@ the 16-byte big-endian pair), "durable" meaning the store's synchronous commit
 
 Inputs (payloads, keys, framed records) are built outside the timed region: the
 clock runs only around each store call. Each (work item, store) is bounded by a
-time budget (3 s, or 0.5 s with --quick) and runs in its own directory under a
-fresh tempfile.mkdtemp(dir="/tmp"), removed afterwards. Ratios are
+time budget (3 s, or 0.5 s with --quick), split into segments run round-robin
+over the stores (the figure is the median segment rate), so that noise on a
+shared machine hits every store alike. Each store works in its own directory
+under a fresh tempfile.mkdtemp(dir="/tmp"), removed afterwards. Ratios are
 embedlog / peer: above 1 is better for embedlog on throughputs, below 1 is better
 for embedlog on s/GB.
 """
@@ -294,7 +296,7 @@ class RocksStore:
         return self.db.get(key(l, e))
 
     def scan(self, ledger, n):
-        ro = self.rd.ReadOptions(raw_mode=True)
+        ro = self.rd.ReadOptions()
         ro.set_iterate_upper_bound(key(ledger + 1, 0))
         return list(self.db.values(from_key=key(ledger, 0), read_opt=ro))
 
@@ -431,11 +433,21 @@ CLASSES = {c.name: c for c in (EmbedlogStore, SqliteStore, LmdbStore, RocksStore
 # ----------------------------------------------------------------------------------------
 
 class Runner:
+    """Runs each work item on every store in rounds.
+
+    All stores of an item are open at once (each in its own directory) and the item's
+    time budget per store is split into ROUNDS segments run round-robin, the store order
+    rotating each round, so a burst of noise on this shared VM hits every store alike.
+    The figure reported is the median of a store's per-segment rates.
+    """
+
     def __init__(self, root: str, budget: float, quick: bool):
         self.root = root
         self.budget = budget
         self.quick = quick
+        self.rounds = 2 if quick else 3
         self.results: dict = {}       # (work, unit) -> {store: value}
+        self.spread: dict = {}        # (work, unit) -> {store: (min, max)}
         self.notes: list = []
         self.errors: list = []
         self._n = 0
@@ -446,130 +458,191 @@ class Runner:
         os.makedirs(d)
         return d
 
-    def record(self, work, unit, store, value):
+    def record(self, work, unit, store, value, spread=None):
         self.results.setdefault((work, unit), {})[store] = value
+        if spread:
+            self.spread.setdefault((work, unit), {})[store] = spread
 
-    def run_store(self, work, store, fn):
-        d = self.fresh_dir(f"{work}-{store}")
-        s = None
+    def fail(self, work, store, exc):
+        self.errors.append(f"{work} / {store}: {type(exc).__name__}: {exc}")
+        print(f"  ! {work} / {store}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+
+    def progress(self, work, store, text):
+        print(f"  {work:<26} {store:<9} {text}", file=sys.stderr, flush=True)
+
+    def open_all(self, work, setup=None):
+        stores = {}
+        for name in STORES:
+            d = self.fresh_dir(f"{work}-{name}")
+            try:
+                s = CLASSES[name](d)
+                s._dir = d
+                stores[name] = s
+                if setup is not None:
+                    setup(name, s)
+            except Exception as exc:
+                self.fail(work, name, exc)
+                self.close_one(work, name, stores)
+        return stores
+
+    def close_one(self, work, name, stores):
+        s = stores.pop(name, None)
+        if s is None:
+            return
         try:
-            s = CLASSES[store](d)
-            return fn(s)
-        except Exception as exc:          # a store failing must not stop the others
-            self.errors.append(f"{work} / {store}: {type(exc).__name__}: {exc}")
-            print(f"  ! {work} / {store}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return None
-        finally:
-            if s is not None:
+            s.close()
+        except Exception as exc:
+            self.errors.append(f"{work} / {name} close: {type(exc).__name__}: {exc}")
+        shutil.rmtree(s._dir, ignore_errors=True)
+
+    def close_all(self, work, stores):
+        for name in list(stores):
+            self.close_one(work, name, stores)
+        gc.collect()
+
+    def rounds_of(self, work, stores, segment, units):
+        """segment(name, store, seconds) -> (count, seconds timed); records count / timed."""
+        rates = {name: [] for name in stores}
+        seg = self.budget / self.rounds
+        for rnd in range(self.rounds):
+            order = list(stores)
+            order = order[rnd % len(order):] + order[:rnd % len(order)] if order else order
+            for name in order:
+                if name not in stores:
+                    continue
+                os.sync()                   # start each segment with no dirty pages around
                 try:
-                    s.close()
+                    n, timed = segment(name, stores[name], seg)
                 except Exception as exc:
-                    self.errors.append(f"{work} / {store} close: {type(exc).__name__}: {exc}")
-            shutil.rmtree(d, ignore_errors=True)
-            gc.collect()
+                    self.fail(work, name, exc)
+                    self.close_one(work, name, stores)
+                    continue
+                rates[name].append((n / timed, n))
+        for name in STORES:
+            got = rates.get(name)
+            if not got or name not in stores:
+                continue
+            per_seg = [r for r, _ in got]
+            med = statistics.median(per_seg)
+            for unit, scale in units:
+                self.record(work, unit, name, med * scale,
+                            (min(per_seg) * scale, max(per_seg) * scale))
+            self.progress(work, name, f"{med:,.0f}/s (segments {min(per_seg):,.0f}..{max(per_seg):,.0f}, "
+                          f"{sum(n for _, n in got):,} ops)")
 
     # -- appends ------------------------------------------------------------------------
 
     def batches(self, work, batch, size, mbs=False):
         pool = payload_pool(size, max(batch, 1000))[:batch]
-        max_batches = 10**9
+        state = {}
 
-        for store in STORES:
-            def fn(s):
-                next_eid = [0] * NLEDGERS
-                timed = 0.0
-                n = 0
-                i = 0
-                deadline = perf() + self.budget
-                while perf() < deadline and i < max_batches:
-                    l = i % NLEDGERS
-                    prepared = s.prep_batch(l, next_eid[l], pool)
-                    t0 = perf()
-                    s.commit_batch(prepared)
-                    timed += perf() - t0
-                    next_eid[l] += batch
-                    n += batch
-                    i += 1
-                return n, timed
-            r = self.run_store(work, store, fn)
-            if r:
-                n, timed = r
-                self.record(work, "entries/s", store, n / timed)
-                if mbs:
-                    self.record(work, "MB/s", store, n * size / timed / MB)
-                self.progress(work, store, f"{n / timed:,.0f} entries/s over {n:,} entries")
+        def segment(name, s, seconds):
+            next_eid = state.setdefault(name, [0] * NLEDGERS)
+            timed = 0.0
+            n = 0
+            deadline = perf() + seconds
+            while perf() < deadline:
+                l = (n // batch) % NLEDGERS
+                prepared = s.prep_batch(l, next_eid[l], pool)
+                t0 = perf()
+                s.commit_batch(prepared)
+                timed += perf() - t0
+                next_eid[l] += batch
+                n += batch
+            return n, timed
+        stores = self.open_all(work)
+        try:
+            units = [("entries/s", 1)] + ([("MB/s", size / MB)] if mbs else [])
+            self.rounds_of(work, stores, segment, units)
+            if "embedlog" in stores:
+                st = stores["embedlog"].log.statistics()
+                self.notes.append(f"{work} / embedlog: {st['journal']['bytes_written'] / 2**20:,.0f} MiB "
+                                  f"journalled, {st['memtable_flushes']} memtable flushes, "
+                                  f"{st['checkpoints']} checkpoints, fdatasync time "
+                                  f"{st['journal']['fsync_time_s']:.2f} s in {st['journal']['fsyncs']:,} syncs")
+        finally:
+            self.close_all(work, stores)
 
     def append_sync(self, work="append_sync_100B"):
         pool = payload_pool(100)
-        for store in STORES:
-            def fn(s):
-                next_eid = [0] * NLEDGERS
-                timed = 0.0
-                i = 0
-                deadline = perf() + self.budget
-                while perf() < deadline:
-                    l = i % NLEDGERS
-                    prepared = s.prep_one(l, next_eid[l], pool[i % 1000])
-                    t0 = perf()
-                    s.commit_one(prepared)
-                    timed += perf() - t0
-                    next_eid[l] += 1
-                    i += 1
-                return i, timed
-            r = self.run_store(work, store, fn)
-            if r:
-                n, timed = r
-                self.record(work, "entries/s", store, n / timed)
-                self.progress(work, store, f"{n / timed:,.0f} entries/s ({timed / n * 1e6:.1f} us each)")
+        state = {}
+
+        def segment(name, s, seconds):
+            next_eid = state.setdefault(name, [0] * NLEDGERS)
+            timed = 0.0
+            i = 0
+            deadline = perf() + seconds
+            while perf() < deadline:
+                l = i % NLEDGERS
+                prepared = s.prep_one(l, next_eid[l], pool[i % 1000])
+                t0 = perf()
+                s.commit_one(prepared)
+                timed += perf() - t0
+                next_eid[l] += 1
+                i += 1
+            return i, timed
+        stores = self.open_all(work)
+        try:
+            self.rounds_of(work, stores, segment, [("entries/s", 1)])
+        finally:
+            self.close_all(work, stores)
 
     def concurrent(self, work="append_concurrent16_100B"):
         pool = payload_pool(100)
-        for store in STORES:
-            def fn(s):
-                if store == "embedlog":
-                    s.writers.extend(s.log.create_ledger(digest="crc32c")
-                                     for _ in range(NTHREADS - len(s.writers)))
-                if store == "file":
-                    s.ensure(256 << 20 if not self.quick else 32 << 20)
-                appenders = [s.thread_appender(t) for t in range(NTHREADS)]
-                counts = [0] * NTHREADS
-                errors = []
-                start = threading.Barrier(NTHREADS + 1)
-                stop = [0.0]
+        appenders = {}
+        next_eid = {}
 
-                def worker(t):
-                    append = appenders[t]
-                    start.wait()
-                    e = 0
-                    try:
-                        while perf() < stop[0]:
-                            append(e, pool[(t * 61 + e) % 1000])
-                            e += 1
-                    except Exception as exc:
-                        errors.append(exc)
-                    counts[t] = e
-                threads = [threading.Thread(target=worker, args=(t,)) for t in range(NTHREADS)]
-                for th in threads:
-                    th.start()
-                t0 = perf()
-                stop[0] = t0 + self.budget
+        def setup(name, s):
+            if name == "embedlog":
+                s.writers.extend(s.log.create_ledger(digest="crc32c")
+                                 for _ in range(NTHREADS - len(s.writers)))
+            if name == "file":
+                s.ensure(256 << 20 if not self.quick else 32 << 20)
+            appenders[name] = [s.thread_appender(t) for t in range(NTHREADS)]
+            next_eid[name] = [0] * NTHREADS
+
+        def segment(name, s, seconds):
+            apps = appenders[name]
+            eids = next_eid[name]
+            counts = [0] * NTHREADS
+            errors = []
+            start = threading.Barrier(NTHREADS + 1)
+            stop = [0.0]
+
+            def worker(t):
+                append = apps[t]
                 start.wait()
-                for th in threads:
-                    th.join()
-                wall = perf() - t0
-                if errors:
-                    raise errors[0]
-                if store == "embedlog":
-                    j = s.log.statistics()["journal"]
-                    self.notes.append(
-                        f"append_concurrent16_100B / embedlog: {sum(counts):,} adds shared "
-                        f"{j['fsyncs']:,} fdatasyncs (largest group {j['group_entries_max']} records)")
-                return sum(counts), wall
-            r = self.run_store(work, store, fn)
-            if r:
-                n, wall = r
-                self.record(work, "entries/s", store, n / wall)
-                self.progress(work, store, f"{n / wall:,.0f} entries/s")
+                e = eids[t]
+                try:
+                    while perf() < stop[0]:
+                        append(e, pool[(t * 61 + e) % 1000])
+                        e += 1
+                except Exception as exc:
+                    errors.append(exc)
+                counts[t] = e - eids[t]
+                eids[t] = e
+            threads = [threading.Thread(target=worker, args=(t,)) for t in range(NTHREADS)]
+            for th in threads:
+                th.start()
+            t0 = perf()
+            stop[0] = t0 + seconds
+            start.wait()
+            for th in threads:
+                th.join()
+            wall = perf() - t0
+            if errors:
+                raise errors[0]
+            return sum(counts), wall
+        stores = self.open_all(work, setup)
+        try:
+            self.rounds_of(work, stores, segment, [("entries/s", 1)])
+            if "embedlog" in stores:
+                j = stores["embedlog"].log.statistics()["journal"]
+                self.notes.append(
+                    f"{work} / embedlog: {j['records_written']:,} journal records shared "
+                    f"{j['fsyncs']:,} fdatasyncs (largest group {j['group_entries_max']} records)")
+        finally:
+            self.close_all(work, stores)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -583,56 +656,60 @@ class Runner:
         rnd = random.Random(5)
         pairs = [(rnd.randrange(NLEDGERS), rnd.randrange(per_ledger)) for _ in range(200_000)]
         chunks = [pairs[i:i + 1000] for i in range(0, len(pairs), 1000)]
-        check = pairs[:2000]
-        for store in STORES:
-            def fn(s):
-                # build the data set (untimed): 8 ledgers interleaved, batches of 1000
-                if store == "file":
-                    s.load_read_files([[expect(l, e) for e in range(per_ledger)]
-                                       for l in range(NLEDGERS)])
-                else:
-                    for first in range(0, per_ledger, 1000):
-                        for l in range(NLEDGERS):
-                            batch = [expect(l, e) for e in range(first, min(per_ledger, first + 1000))]
-                            s.commit_batch(s.prep_batch(l, first, batch))
-                s.finish_writes()
-                for l, e in check:
-                    got = s.get(l, e)
-                    if bytes(got) != expect(l, e):
-                        raise AssertionError(f"{store}: wrong value for ({l}, {e})")
-                # random point reads
-                n, t0 = 0, perf()
-                deadline = t0 + self.budget
-                i = 0
-                while True:
-                    n += s.get_many(chunks[i % len(chunks)])
-                    i += 1
-                    now = perf()
-                    if now >= deadline:
-                        break
-                rnd_rate = n / (now - t0)
-                # sequential scans of one ledger
-                got = s.scan(0, per_ledger)       # warm-up and check
-                if len(got) != per_ledger or bytes(got[-1]) != expect(0, per_ledger - 1):
-                    raise AssertionError(f"{store}: scan returned {len(got)} entries")
-                del got
-                n, t0 = 0, perf()
-                deadline = t0 + self.budget
-                while True:
-                    n += len(s.scan(n // per_ledger % NLEDGERS, per_ledger))
-                    now = perf()
-                    if now >= deadline:
-                        break
-                return rnd_rate, n / (now - t0)
-            r = self.run_store("read", store, fn)
-            if r:
-                self.record("read_random_100B", "gets/s", store, r[0])
-                self.record("read_seq_100B", "entries/s", store, r[1])
-                self.progress("read_random_100B", store, f"{r[0]:,.0f} gets/s")
-                self.progress("read_seq_100B", store, f"{r[1]:,.0f} entries/s")
+
+        def setup(name, s):
+            # the data set, untimed: 8 ledgers interleaved, batches of 1000
+            if name == "file":
+                s.load_read_files([[expect(l, e) for e in range(per_ledger)] for l in range(NLEDGERS)])
+            else:
+                for first in range(0, per_ledger, 1000):
+                    for l in range(NLEDGERS):
+                        batch = [expect(l, e) for e in range(first, min(per_ledger, first + 1000))]
+                        s.commit_batch(s.prep_batch(l, first, batch))
+            s.finish_writes()
+            for l, e in pairs[:2000]:
+                got = s.get(l, e)
+                if got is None or bytes(got) != expect(l, e):
+                    raise AssertionError(f"{name}: wrong value for ({l}, {e})")
+            got = s.scan(0, per_ledger)
+            if len(got) != per_ledger or bytes(got[-1]) != expect(0, per_ledger - 1):
+                raise AssertionError(f"{name}: scan returned {len(got)} entries")
+
+        pos = {}
+
+        def random_segment(name, s, seconds):
+            i = pos.get(name, 0)
+            n, t0 = 0, perf()
+            deadline = t0 + seconds
+            while True:
+                n += s.get_many(chunks[i % len(chunks)])
+                i += 1
+                now = perf()
+                if now >= deadline:
+                    break
+            pos[name] = i
+            return n, now - t0
+
+        def scan_segment(name, s, seconds):
+            n, t0 = 0, perf()
+            deadline = t0 + seconds
+            while True:
+                n += len(s.scan(n // per_ledger % NLEDGERS, per_ledger))
+                now = perf()
+                if now >= deadline:
+                    break
+            return n, now - t0
+
+        stores = self.open_all("read", setup)
+        try:
+            self.rounds_of("read_random_100B", stores, random_segment, [("gets/s", 1)])
+            self.rounds_of("read_seq_100B", stores, scan_segment, [("entries/s", 1)])
+        finally:
+            self.close_all("read", stores)
         self.notes.append(f"reads: {NLEDGERS} ledgers x {per_ledger:,} entries of 100 B written in "
-                          "batches of 1000 before timing; random gets over all of them, scans of "
-                          "one whole ledger at a time (embedlog: read_batch in chunks of 100k)")
+                          "batches of 1000 before timing, reads from a warm page cache; random gets "
+                          "over all of them; scans of one whole ledger at a time (embedlog: read_batch "
+                          "in chunks of 100k; file: one file per ledger split by length prefixes)")
 
     # -- reopen after a crash -----------------------------------------------------------
 
@@ -641,8 +718,8 @@ class Runner:
         self.notes.append(
             f"reopen_after_crash: a child process writes {mb} MiB of 1 KiB entries (batches of "
             "1000, 8 ledgers, durable) and SIGKILLs itself after the last acknowledgement; the "
-            "parent times the open (plus one read that forces recovery). embedlog: s per GB of "
-            "journal replayed; peers: s per GB of payload ingested before the kill.")
+            "parent times the open (plus one read). embedlog: s per GB of journal replayed; "
+            "peers: s per GB of payload ingested before the kill.")
         for store in STORES:
             if store == "file":
                 self.record(work, "s/GB", store, None)
@@ -663,15 +740,15 @@ class Runner:
                     raise RuntimeError(f"child exited {p.returncode}: {p.stderr[-2000:]}")
                 info = json.loads(p.stdout.strip().splitlines()[-1])
                 gc.collect()
+                os.sync()
                 secs, extra = reopen(store, d, info)
                 if store == "embedlog":
                     gb = info["journal_bytes_replayed"] / 1e9
-                    extra_txt = (f"{info['journal_bytes_replayed'] / 2**20:,.0f} MiB of journal, "
-                                 f"{extra['records']:,} records replayed")
                     self.notes.append(
-                        f"reopen_after_crash / embedlog: open took {secs:.2f} s for {extra_txt} "
-                        f"(child ingest {info['ingest_s']:.2f} s; all {info['entries']:,} "
-                        f"acknowledged entries read back: {extra['verified']})")
+                        f"reopen_after_crash / embedlog: open took {secs:.2f} s for "
+                        f"{info['journal_bytes_replayed'] / 2**20:,.0f} MiB of journal "
+                        f"({extra['records']:,} records replayed; child ingest {info['ingest_s']:.2f} s); "
+                        f"every ledger's LAC after reopen is its last acknowledged entry: {extra['verified']}")
                 else:
                     gb = info["payload_bytes"] / 1e9
                     self.notes.append(f"reopen_after_crash / {store}: open took {secs * 1000:.1f} ms "
@@ -679,13 +756,9 @@ class Runner:
                 self.record(work, "s/GB", store, secs / gb)
                 self.progress(work, store, f"{secs:.3f} s -> {secs / gb:.3f} s/GB")
             except Exception as exc:
-                self.errors.append(f"{work} / {store}: {type(exc).__name__}: {exc}")
-                print(f"  ! {work} / {store}: {exc}", file=sys.stderr)
+                self.fail(work, store, exc)
             finally:
                 shutil.rmtree(d, ignore_errors=True)
-
-    def progress(self, work, store, text):
-        print(f"  {work:<26} {store:<9} {text}", file=sys.stderr, flush=True)
 
 
 EMBEDLOG_CHILD = r"""
@@ -907,7 +980,8 @@ def main(argv=None):
         shutil.rmtree(root, ignore_errors=True)
     elapsed = perf() - t_start
     cmd = "python benchmarks/compare.py" + (" --quick" if args.quick else "")
-    lines = [f"Command: `{cmd}` ({elapsed:.0f} s, {budget:g} s per work item and store)", ""]
+    lines = [f"Command: `{cmd}` ({elapsed:.0f} s; {budget:g} s per work item and store, "
+             f"in {r.rounds} round-robin segments)", ""]
     lines += facts + [""]
     lines += table(r.results) + [""]
     lines.append("Peer cells show the peer's figure and, in brackets, the ratio embedlog / peer; "
@@ -915,6 +989,10 @@ def main(argv=None):
                  "lowest s/GB). MB = 10^6 bytes of payload.")
     lines.append("")
     lines += ["- " + n for n in r.notes]
+    lines += ["", "Spread (slowest..fastest segment) behind each median:", ""]
+    for (work, unit), row in r.spread.items():
+        lines.append(f"- {work} ({unit}): " + "; ".join(
+            f"{name} {fmt(lo, unit)}..{fmt(hi, unit)}" for name, (lo, hi) in row.items()))
     if r.errors:
         lines.append("")
         lines.append("Errors:")

@@ -7,6 +7,12 @@ ctypedef struct mt_rec:
     uint64_t offset
     uint32_t size
 
+ctypedef struct mt_block:
+    uint64_t scope
+    uint64_t lid
+    int64_t hi              # entry id >> 6
+    int32_t slot[64]        # record index + 1 of entry (hi << 6) + i; 0: none
+
 cdef class MemTable:
     cdef uint8_t *arena
     cdef Py_ssize_t arena_capacity
@@ -14,13 +20,16 @@ cdef class MemTable:
     cdef mt_rec *recs
     cdef Py_ssize_t nrecs
     cdef Py_ssize_t recs_capacity
-    cdef int32_t *slots
-    cdef Py_ssize_t nslots
+    cdef mt_block *blocks
+    cdef Py_ssize_t nblocks
+    cdef Py_ssize_t blocks_capacity
+    cdef int32_t *bslots      # open addressing: hash(scope, lid, hi) -> block index + 1
+    cdef Py_ssize_t nbslots
+    cdef Py_ssize_t last_block
     cdef Py_ssize_t live
     cdef readonly Py_ssize_t limit_bytes
-    cdef int _grow_index(self) except -1
-    cdef void _slot_set(self, Py_ssize_t idx, bint replace) noexcept nogil
-    cdef _rebuild_slots(self)
+    cdef Py_ssize_t _find_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil
+    cdef Py_ssize_t _make_block(self, uint64_t scope, uint64_t lid, int64_t hi) except -1
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
                  Py_ssize_t n) except -2
     cdef uint8_t *reserve(self, Py_ssize_t n) noexcept nogil

@@ -64,14 +64,19 @@ cdef class MemTable:
         self.recs = NULL
         self.nrecs = 0
         self.recs_capacity = 0
-        self.slots = NULL
-        self.nslots = 0
+        self.blocks = NULL
+        self.nblocks = 0
+        self.blocks_capacity = 0
+        self.bslots = NULL
+        self.nbslots = 0
+        self.last_block = -1
         self.live = 0
 
     def __dealloc__(self):
         free(self.arena)
         free(self.recs)
-        free(self.slots)
+        free(self.blocks)
+        free(self.bslots)
 
     cdef uint8_t *reserve(self, Py_ssize_t n) noexcept nogil:
         """Room for n bytes in the arena, or NULL when the memtable is full."""
@@ -92,10 +97,78 @@ cdef class MemTable:
             self.arena_capacity = cap
         return self.arena + self.arena_used
 
-    cdef int _grow_index(self) except -1:
-        cdef Py_ssize_t cap, i, nslots
-        cdef mt_rec *r
+    cdef Py_ssize_t _find_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil:
+        """The block holding entries (hi << 6) .. +63 of a ledger, or -1."""
+        cdef mt_block *b
+        cdef Py_ssize_t mask, pos
+        cdef int32_t cur
+        if self.last_block >= 0:
+            b = &self.blocks[self.last_block]
+            if b.hi == hi and b.lid == lid and b.scope == scope:
+                return self.last_block
+        if self.nbslots == 0:
+            return -1
+        mask = self.nbslots - 1
+        pos = _hash(scope, lid, hi) & mask
+        while True:
+            cur = self.bslots[pos]
+            if cur == 0:
+                return -1
+            b = &self.blocks[cur - 1]
+            if b.hi == hi and b.lid == lid and b.scope == scope:
+                self.last_block = cur - 1
+                return cur - 1
+            pos = (pos + 1) & mask
+
+    cdef Py_ssize_t _make_block(self, uint64_t scope, uint64_t lid, int64_t hi) except -1:
+        cdef Py_ssize_t cap, i, pos, mask, n
+        cdef mt_block *nb
         cdef int32_t *s
+        if self.nblocks == self.blocks_capacity:
+            cap = max(self.blocks_capacity * 2, 256)
+            nb = <mt_block *>realloc(self.blocks, cap * sizeof(mt_block))
+            if nb == NULL:
+                raise MemoryError()
+            self.blocks = nb
+            self.blocks_capacity = cap
+        if (self.nblocks + 1) * 2 > self.nbslots:
+            n = max(self.nbslots * 2, 1024)
+            s = <int32_t *>malloc(n * sizeof(int32_t))
+            if s == NULL:
+                raise MemoryError()
+            memset(s, 0, n * sizeof(int32_t))
+            free(self.bslots)
+            self.bslots = s
+            self.nbslots = n
+            mask = n - 1
+            for i in range(self.nblocks):
+                pos = _hash(self.blocks[i].scope, self.blocks[i].lid, self.blocks[i].hi) & mask
+                while s[pos]:
+                    pos = (pos + 1) & mask
+                s[pos] = <int32_t>(i + 1)
+        i = self.nblocks
+        self.blocks[i].scope = scope
+        self.blocks[i].lid = lid
+        self.blocks[i].hi = hi
+        memset(self.blocks[i].slot, 0, sizeof(self.blocks[i].slot))
+        mask = self.nbslots - 1
+        pos = _hash(scope, lid, hi) & mask
+        while self.bslots[pos]:
+            pos = (pos + 1) & mask
+        self.bslots[pos] = <int32_t>(i + 1)
+        self.nblocks += 1
+        self.last_block = i
+        return i
+
+    cdef int commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
+                    Py_ssize_t n) except -1:
+        """Index n bytes already written at ``data`` == reserve(n); a re-add of a key wins."""
+        cdef Py_ssize_t cap
+        cdef mt_rec *r
+        cdef int64_t hi = eid >> 6
+        cdef Py_ssize_t blk = self._find_block(scope, lid, hi)
+        if blk < 0:
+            blk = self._make_block(scope, lid, hi)
         if self.nrecs == self.recs_capacity:
             cap = max(self.recs_capacity * 2, 4096)
             r = <mt_rec *>realloc(self.recs, cap * sizeof(mt_rec))
@@ -103,44 +176,7 @@ cdef class MemTable:
                 raise MemoryError()
             self.recs = r
             self.recs_capacity = cap
-        if (self.nrecs + 1) * 2 > self.nslots:
-            nslots = max(self.nslots * 2, 8192)
-            s = <int32_t *>malloc(nslots * sizeof(int32_t))
-            if s == NULL:
-                raise MemoryError()
-            memset(s, 0, nslots * sizeof(int32_t))
-            free(self.slots)
-            self.slots = s
-            self.nslots = nslots
-            for i in range(self.nrecs):
-                self._slot_set(i, False)
-        return 0
-
-    cdef void _slot_set(self, Py_ssize_t idx, bint replace) noexcept nogil:
-        cdef mt_rec *r = &self.recs[idx]
-        cdef Py_ssize_t mask = self.nslots - 1
-        cdef Py_ssize_t pos = _hash(r.scope, r.lid, r.eid) & mask
-        cdef int32_t cur
-        cdef mt_rec *o
-        while True:
-            cur = self.slots[pos]
-            if cur == 0:
-                self.slots[pos] = <int32_t>(idx + 1)
-                self.live += 1
-                return
-            o = &self.recs[cur - 1]
-            if o.scope == r.scope and o.lid == r.lid and o.eid == r.eid:
-                # newest wins; when rebuilding, keep the later record
-                if cur - 1 < idx:
-                    self.slots[pos] = <int32_t>(idx + 1)
-                return
-            pos = (pos + 1) & mask
-
-    cdef int commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
-                    Py_ssize_t n) except -1:
-        """Index n bytes already written at ``data`` == reserve(n)."""
-        self._grow_index()
-        cdef mt_rec *r = &self.recs[self.nrecs]
+        r = &self.recs[self.nrecs]
         r.scope = scope
         r.lid = lid
         r.eid = eid
@@ -148,7 +184,9 @@ cdef class MemTable:
         r.size = <uint32_t>n
         self.arena_used += n
         self.nrecs += 1
-        self._slot_set(self.nrecs - 1, True)
+        if self.blocks[blk].slot[eid & 63] == 0:
+            self.live += 1
+        self.blocks[blk].slot[eid & 63] = <int32_t>self.nrecs
         return 0
 
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
@@ -165,21 +203,15 @@ cdef class MemTable:
 
     cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
                             Py_ssize_t *n) noexcept nogil:
-        if self.nslots == 0:
-            return NULL
-        cdef Py_ssize_t mask = self.nslots - 1
-        cdef Py_ssize_t pos = _hash(scope, lid, eid) & mask
+        cdef Py_ssize_t blk = self._find_block(scope, lid, eid >> 6)
         cdef int32_t cur
-        cdef mt_rec *o
-        while True:
-            cur = self.slots[pos]
-            if cur == 0:
-                return NULL
-            o = &self.recs[cur - 1]
-            if o.scope == scope and o.lid == lid and o.eid == eid:
-                n[0] = o.size
-                return self.arena + o.offset
-            pos = (pos + 1) & mask
+        if blk < 0:
+            return NULL
+        cur = self.blocks[blk].slot[eid & 63]
+        if cur == 0:
+            return NULL
+        n[0] = self.recs[cur - 1].size
+        return self.arena + self.recs[cur - 1].offset
 
     # -- Python-facing ------------------------------------------------------
 
@@ -221,7 +253,8 @@ cdef class MemTable:
 
     @property
     def allocated_bytes(self):
-        return self.arena_capacity + self.recs_capacity * sizeof(mt_rec) + self.nslots * 4
+        return (self.arena_capacity + self.recs_capacity * sizeof(mt_rec)
+                + self.blocks_capacity * sizeof(mt_block) + self.nbslots * 4)
 
     def is_empty(self):
         return self.nrecs == 0
@@ -231,29 +264,26 @@ cdef class MemTable:
         self.arena_used = 0
         self.nrecs = 0
         self.live = 0
-        if self.slots != NULL:
-            memset(self.slots, 0, self.nslots * sizeof(int32_t))
+        self.nblocks = 0
+        self.last_block = -1
+        if self.bslots != NULL:
+            memset(self.bslots, 0, self.nbslots * sizeof(int32_t))
 
     def drop_ledger(self, uint64_t scope, uint64_t lid, int64_t above=-2):
-        """Hide a ledger's entries (all, or those with id > ``above``) from reads."""
-        cdef Py_ssize_t i
+        """Hide a ledger's entries (all, or those with id > ``above``) from reads and flushes."""
+        cdef Py_ssize_t b, k
         cdef int32_t cur
-        cdef mt_rec *o
-        for i in range(self.nslots):
-            cur = self.slots[i]
-            if cur:
-                o = &self.recs[cur - 1]
-                if o.scope == scope and o.lid == lid and (above == -2 or o.eid > above):
-                    o.size = 0xFFFFFFFF      # tombstone: skipped by flush
-        self._rebuild_slots()
-
-    cdef _rebuild_slots(self):
-        cdef Py_ssize_t i
-        memset(self.slots, 0, self.nslots * sizeof(int32_t))
-        self.live = 0
-        for i in range(self.nrecs):
-            if self.recs[i].size != 0xFFFFFFFF:
-                self._slot_set(i, False)
+        cdef mt_block *blk
+        for b in range(self.nblocks):
+            blk = &self.blocks[b]
+            if blk.scope != scope or blk.lid != lid:
+                continue
+            for k in range(64):
+                cur = blk.slot[k]
+                if cur and (above == -2 or (blk.hi << 6) + k > above):
+                    self.recs[cur - 1].size = 0xFFFFFFFF      # tombstone: skipped by flush
+                    blk.slot[k] = 0
+                    self.live -= 1
 
     def sorted_records(self):
         """(scope, ledger, entry, arena offset, size) of the live records, sorted; a

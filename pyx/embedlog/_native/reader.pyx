@@ -37,6 +37,9 @@ cdef class LedgerReader:
     cdef object mac_key
     cdef public int64_t lac
     cdef MappedLog last_log
+    cdef object cur_page              # the index page last used, and its number
+    cdef int64_t cur_page_no
+    cdef const uint64_t *cur_locs
     cdef readonly Py_ssize_t reads
 
     def __init__(self, MemTable mt, EntryLogger el, LedgerIndex idx, uint64_t scope,
@@ -50,23 +53,41 @@ cdef class LedgerReader:
         self.mac_key = mac_key
         self.lac = lac
         self.last_log = None
+        self.cur_page = None
+        self.cur_page_no = -1
+        self.cur_locs = NULL
         self.reads = 0
+
+    cdef bint _use_page(self, int64_t page_no) except -1:
+        page = self.idx.pages.get(page_no)
+        if page is None:
+            page = self.idx._page(page_no, False)
+            if page is None:
+                return False
+        self.cur_page = page
+        self.cur_page_no = page_no
+        self.cur_locs = <const uint64_t *>cnp.PyArray_DATA(page)
+        return True
 
     cdef object _read(self, int64_t eid):
         cdef Py_ssize_t n = 0
         cdef const uint8_t *p = self.mt.get(self.scope, self.lid, eid, &n)
-        cdef uint64_t loc
+        cdef uint64_t loc = 0
+        cdef int64_t page_no = eid >> 10
         cdef MappedLog m
         if p != NULL:
             return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
-        page = self.idx.pages.get(eid >> 10)
-        if page is None:
-            page = self.idx._page(eid >> 10, False)
-            if page is None:
-                raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
-        loc = (<uint64_t *>cnp.PyArray_DATA(page))[eid & 1023]
+        if page_no == self.cur_page_no and self.cur_page is not None:
+            loc = self.cur_locs[eid & 1023]
         if loc == 0:
-            raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
+            # not cached, or the cached page is an evicted clean copy: ask the index
+            if self._use_page(page_no):
+                loc = self.cur_locs[eid & 1023]
+            if loc == 0:
+                p = self.mt.get(self.scope, self.lid, eid, &n)   # flushed meanwhile?
+                if p != NULL:
+                    return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+                raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
         m = self.last_log
         if m is None or m.log_id != (loc >> 32) or m.base == NULL:
             m = self.el._log(loc >> 32)
