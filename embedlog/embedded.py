@@ -24,6 +24,7 @@ from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 
 EMBEDDED_BOOKIE = "embedded"
 _CAS_RETRIES = 64
+_CHUNK_BYTES = 8 << 20        # bound on what one append_many frames before a sync
 
 
 class LedgerEntry:
@@ -185,16 +186,35 @@ class WriteHandle:
         return self._length
 
     def _add(self, payloads: list):
-        """Frame payloads under the handle lock so entry ids follow journal order."""
+        """Frame payloads under the handle lock so entry ids follow journal order.
+
+        A long list goes in chunks of at most _CHUNK_BYTES, each made durable before
+        the next is framed, so the journal buffer stays bounded whatever the caller passes.
+        """
         if self._closed:
             raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
         with self._lock:
-            first = self._next_entry_id
-            seq, self._length = self._bookie.add_payloads(
-                self.ledger_id, self._master_key, first, self._lac, self._length,
-                self._digest, self._mac_key, payloads)
-            self._next_entry_id = first + len(payloads)
-        return seq, first + len(payloads) - 1
+            start, total = 0, len(payloads)
+            while True:
+                end, size = start, 0
+                while end < total and (size < _CHUNK_BYTES or end == start):
+                    try:
+                        size += len(payloads[end])
+                    except TypeError:
+                        raise IllegalOpError(
+                            f"entries are bytes-like, got {type(payloads[end]).__name__}") from None
+                    end += 1
+                chunk = payloads if (start, end) == (0, total) else payloads[start:end]
+                first = self._next_entry_id
+                seq, self._length = self._bookie.add_payloads(
+                    self.ledger_id, self._master_key, first, self._lac, self._length,
+                    self._digest, self._mac_key, chunk)
+                self._next_entry_id = first + len(chunk)
+                if end >= total:
+                    return seq, self._next_entry_id - 1
+                self._bookie.wait_durable(seq)
+                self._confirm(self._next_entry_id - 1)
+                start = end
 
     def _confirm(self, last: int) -> None:
         # durability comes in journal order, so every lower entry is durable too

@@ -132,11 +132,11 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
     # ---- connections -------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise MetadataError(f"metadata store {self.uri} is closed")
         conn = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
             return conn
-        if self._closed:
-            raise MetadataError(f"metadata store {self.uri} is closed")
         with _wrapped(f"open {self.path}"):
             # check_same_thread=False only so close() may close it from another thread
             conn = sqlite3.connect(self.path, timeout=self._timeout_s, isolation_level=None,

@@ -90,6 +90,7 @@ cdef class MemTable:
             cap = max(self.arena_capacity * 2, 1 << 20)
             while cap < self.arena_used + n:
                 cap *= 2
+            cap = min(cap, max(self.limit_bytes, self.arena_used + n))   # never past the limit
             p = <uint8_t *>realloc(self.arena, cap)
             if p == NULL:
                 return NULL
