@@ -34,6 +34,81 @@ def demo(directory, entries, ledgers, seed):
         sys.exit(1)
 
 
+@main.group()
+def bookie():
+    """Run and inspect bookies."""
+
+
+def _config_pairs(pairs):
+    """--set key=value pairs as typed configuration values."""
+    from embedlog.config import BookieConfig
+    from embedlog.errors import ConfigError
+    keys = BookieConfig.keys()
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in keys:
+            raise ConfigError(f"--set wants KEY=VALUE with a known key, got {pair!r}")
+        kind = type(keys[key].default)
+        if kind is bool:
+            out[key] = value.lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                out[key] = kind(value)
+            except ValueError:
+                raise ConfigError(f"{key} must be {kind.__name__}, got {value!r}") from None
+    return out
+
+
+@bookie.command("serve")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
+              help="The bookie's directory (created if missing).")
+@click.option("--listen", default="127.0.0.1:3181", show_default=True, help="HOST:PORT to listen on.")
+@click.option("--advertised-address", default=None, help="HOST:PORT clients should use (default: --listen).")
+@click.option("--metadata", "metadata_uri", default=None,
+              help="Metadata service URI (default: the directory's own sqlite:///DIR/meta.db).")
+@click.option("--read-only", is_flag=True, help="Start read-only (adds are refused).")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A configuration key.")
+@click.option("--ready-file", default=None, hidden=True)
+def bookie_serve(directory, listen, advertised_address, metadata_uri, read_only, settings, ready_file):
+    """Serve one bookie over the wire protocol until SIGTERM or Ctrl-C."""
+    from embedlog.net.serve import serve
+    try:
+        serve(directory, listen, advertised_address, metadata_uri, read_only,
+              _config_pairs(settings), ready_file)
+    except EmbedlogError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+@main.group()
+def cluster():
+    """A local cluster of bookie processes."""
+
+
+@cluster.command("up")
+@click.option("--bookies", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option("--metadata", type=click.Choice(["sqlite", "zk", "etcd"]), default="sqlite", show_default=True)
+@click.option("--dir", "base_dir", default=None, type=click.Path(file_okay=False),
+              help="Where the bookies keep their data (default: a temporary directory).")
+def cluster_up(bookies, metadata, base_dir):
+    """Run a LocalCluster until interrupted, printing where each bookie listens."""
+    import signal
+    import threading
+    from embedlog.harness import LocalCluster
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with LocalCluster(bookies=bookies, metadata=metadata, base_dir=base_dir) as lc:
+        click.echo(f"metadata: {lc.metadata_uri}")
+        for i in range(len(lc)):
+            click.echo(f"bookie {i}: {lc.bookie_id(i)} at {lc.proxy(i).address} (dir {lc.bookie_dir(i)})")
+        click.echo("Ctrl-C stops the cluster.", err=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+
+
 @main.command()
 @click.option("--quick", is_flag=True, help="Small sizes (a smoke run).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,

@@ -22,7 +22,6 @@ from embedlog.errors import (BadVersionError, ClientClosedError, IllegalOpError,
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 
-EMBEDDED_BOOKIE = "embedded"
 _CAS_RETRIES = 64
 _CHUNK_BYTES = 8 << 20        # bound on what one append_many frames before a sync
 
@@ -67,7 +66,7 @@ class EmbeddedLog:
         lid = self.metadata.id_generator.generate_ledger_id(scope_id)
         md = LedgerMetadata(ledger_id=lid, ensemble_size=1, write_quorum=1, ack_quorum=1,
                             digest_type=DigestType(code), password=password,
-                            fragments=((0, (EMBEDDED_BOOKIE,)),))
+                            fragments=((0, (self.bookie.bookie_id,)),))
         versioned = self.metadata.ledger_manager.create_ledger_metadata(md)
         handle = WriteHandle(self, versioned.value, versioned.version)
         self._handles.add(handle)

@@ -36,7 +36,7 @@ from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
                              IllegalOpError, LedgerFencedError, NoSuchEntryError,
-                             NoSuchLedgerError, UnauthorizedAccessError)
+                             NoSuchLedgerError, ReadOnlyBookieError, UnauthorizedAccessError)
 
 _IDS = struct.Struct(">QQ")
 _IDS_I64 = struct.Struct(">QQq")
@@ -73,10 +73,13 @@ class Bookie:
         self.index_cache = nix.IndexCache(self.current, self.config.page_limit)
         self.ledgers: SortedDict = SortedDict()      # (scope, lid) -> LedgerIndex
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
+        self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
+        self.bookie_id = self._identity()
         self.mark = LastLogMark([self.current])
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "memtable_flushes": 0,
                       "checkpoints": 0, "entry_log_rolls": 0}
         self._closed = False
+        self.read_only = False          # set by disk checks or an operator: adds are refused
         self._dirty_since_checkpoint = False
         self._load_ledgers()
         self.journal = Journal(self.journal_dir, self.config, self.cv)
@@ -102,6 +105,24 @@ class Bookie:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
+
+    def _identity(self) -> str:
+        """The bookie id: a stable name kept in current/BOOKIE_ID, independent of its address
+        (clients find the address through the bookie's registration, as in BookKeeper's BP-41)."""
+        path = os.path.join(self.current, "BOOKIE_ID")
+        try:
+            return open(path).read().strip()
+        except FileNotFoundError:
+            import uuid
+            ident = "bookie-" + uuid.uuid4().hex[:12]
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write(ident + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(self.current)
+            return ident
 
     def _load_ledgers(self) -> None:
         for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
@@ -218,6 +239,11 @@ class Bookie:
         if self._closed:
             raise EmbedlogError("bookie is closed")
 
+    def _ensure_writable(self):
+        self._ensure_open()
+        if self.read_only:
+            raise ReadOnlyBookieError(f"bookie {self.bookie_id} is read-only")
+
     # -- adds ---------------------------------------------------------------------------
 
     def add_payloads(self, ledger_id, master_key: bytes, first_entry_id: int, lac: int,
@@ -231,7 +257,7 @@ class Bookie:
         if first_entry_id < 0:
             raise IllegalOpError(f"entry ids are not negative, got {first_entry_id}")
         with self.cv:
-            self._ensure_open()
+            self._ensure_writable()
             idx = self._check_key(key, master_key, True)
             if idx.fenced:
                 raise LedgerFencedError(f"ledger {lid!r} is fenced")
@@ -254,7 +280,7 @@ class Bookie:
     def add_entries(self, entries: list, master_key: bytes, recovery: bool = False) -> int:
         """Journal and store encoded entries (wire path); returns the seq to wait for."""
         with self.cv:
-            self._ensure_open()
+            self._ensure_writable()
             checked = {}
             for e in entries:
                 _v, scope, lid, eid = parse_entry_header(e)[:4]
@@ -275,8 +301,10 @@ class Bookie:
                 if done < len(entries):
                     self._flush_memtable()
             for e in entries:
-                _v, scope, lid, eid = parse_entry_header(e)[:4]
+                _v, scope, lid, eid, lac = parse_entry_header(e)[:5]
                 self._seen((scope, lid), eid)
+                if lac > self.lacs.get((scope, lid), -1):
+                    self.lacs[(scope, lid)] = lac
             self.stats["adds"] += len(entries)
             return self.journal.note_appended()
 
@@ -340,6 +368,24 @@ class Bookie:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
             return self.last_entry.get(key, -1)
 
+    def last_add_confirmed(self, ledger_id) -> tuple[int, int]:
+        """(LAC, last entry id) as this bookie knows them: the highest LAC carried by an
+        entry or set explicitly, and its highest entry."""
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.ledgers.get(key)
+            if idx is None:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            last = self.last_entry.get(key, -1)
+            lac = max(self.lacs.get(key, -1), idx.explicit_lac)
+            if last >= 0 and key not in self.lacs:
+                data = self.memtable.get_encoded(key[0], key[1], last)
+                if data is None:
+                    data = self.entry_logger.read_encoded(self._location(key, last))
+                lac = max(lac, parse_entry_header(data)[4])
+                self.lacs[key] = lac
+            return lac, last
+
     def master_key_of(self, ledger_id):
         key = self._key(ledger_id)
         with self.cv:
@@ -369,6 +415,7 @@ class Bookie:
     def _delete_locked(self, key) -> None:
         idx = self.ledgers.pop(key, None)
         self.last_entry.pop(key, None)
+        self.lacs.pop(key, None)
         self.memtable.drop_ledger(key[0], key[1])
         if idx is not None:
             idx.drop_pages()

@@ -207,11 +207,11 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     def _scan_keys(self, start: bytes, end: bytes) -> Iterator[bytes]:
         # One short range read per page, so concurrent writes are never held up and
-        # every page sees current data; keys come back in byte order.
+        # every page sees current data. etcd returns keys in byte order without being
+        # asked; asking (sort_order) makes etcd 3.4 read the whole range for every page.
         while True:
             with self._errors("iterate ledgers"):
-                resp = self._etcd.get_range_response(start, end, limit=_PAGE, keys_only=True,
-                                                     sort_order="ascend", sort_target="key")
+                resp = self._etcd.get_range_response(start, end, limit=_PAGE, keys_only=True)
             for kv in resp.kvs:
                 yield kv.key
             if len(resp.kvs) < _PAGE:
@@ -330,21 +330,22 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         # beats still leave the lease alive; a lease that expired anyway (a long stall)
         # is replaced and the registrations are put again, as after a ZooKeeper session loss.
         while not self._stop.wait(self._lease_ttl_s / 3):
-            lease = self._lease
             try:
-                with self._errors("refresh lease"):
-                    ttl = [r.TTL for r in self._etcd.refresh_lease(lease.id)]
-                if ttl and ttl[-1] > 0:
-                    continue
-                log.warning("etcd lease %x expired; registering again", lease.id)
-                with self._lock:
-                    if self._lease is lease:
-                        self._lease = None
+                lease = self._lease
+                if lease is not None:
+                    with self._errors("refresh lease"):
+                        ttl = [r.TTL for r in self._etcd.refresh_lease(lease.id)]
+                    if ttl and ttl[-1] > 0:
+                        continue
+                    log.warning("etcd lease %x expired; registering again", lease.id)
+                    with self._lock:
+                        if self._lease is lease:
+                            self._lease = None
                 with self._lock:
                     mine = dict(self._registered)
                 for (bookie_id, read_only), data in mine.items():
-                    self._register(bookie_id, read_only, data)
-            except Exception as exc:
+                    self._register(bookie_id, read_only, data)    # grants a new lease
+            except Exception as exc:       # etcd unreachable: try again next beat
                 log.warning("etcd lease keep-alive failed: %s", exc)
 
     # ---- RegistrationClient --------------------------------------------------------

@@ -1,0 +1,98 @@
+"""`embedlog.Client(metadata_uri)`: ledgers replicated over bookie processes."""
+from __future__ import annotations
+
+from embedlog._native.format import LedgerId, digest_code, master_key
+from embedlog.client.context import ClientConfig, ClientContext
+from embedlog.client.read import ReadHandle
+from embedlog.client.recovery import recover
+from embedlog.client.write import WriteHandle
+from embedlog.errors import IllegalOpError, LedgerExistsError, UnauthorizedAccessError
+from embedlog.meta import open_metadata_store
+from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+
+
+class Client:
+    """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
+
+    def __init__(self, metadata_uri: str, **config):
+        self.metadata_uri = metadata_uri
+        self.metadata = open_metadata_store(metadata_uri)
+        try:
+            self._ctx = ClientContext(self.metadata, ClientConfig(**config))
+        except BaseException:
+            self.metadata.close()
+            raise
+        self._closed = False
+
+    def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
+                      digest="crc32c", password: bytes = b"", scope_id: int = 0,
+                      ledger_id=None, custom_metadata: dict | None = None) -> WriteHandle:
+        """A new ledger on ensemble_size bookies chosen from the writable ones."""
+        if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
+            raise IllegalOpError(f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                                 f"{ensemble_size}, {write_quorum}, {ack_quorum}")
+        code = digest_code(digest)
+        password = _password(password)
+        custom = {k: (v.encode() if isinstance(v, str) else bytes(v))
+                  for k, v in (custom_metadata or {}).items()}
+        ensemble = self._ctx.choose_bookies(ensemble_size)
+        if ledger_id is None:
+            lid = self.metadata.id_generator.generate_ledger_id(scope_id)
+        else:
+            lid = LedgerId.coerce(ledger_id)
+            if scope_id and lid.scope_id != scope_id:
+                raise IllegalOpError(f"ledger id {lid!r} is not in scope {scope_id}")
+        md = LedgerMetadata(ledger_id=lid, ensemble_size=ensemble_size, write_quorum=write_quorum,
+                            ack_quorum=ack_quorum, digest_type=DigestType(code), password=password,
+                            fragments=((0, tuple(ensemble)),), custom_metadata=custom)
+        versioned = self.metadata.ledger_manager.create_ledger_metadata(md)
+        return WriteHandle(self._ctx, versioned, password)
+
+    def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+        """Open for reading; with recovery an open ledger is fenced, recovered and closed."""
+        lid = LedgerId.coerce(ledger_id)
+        versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
+        md = versioned.value
+        password = _password(password)
+        if master_key(password) != master_key(md.password):
+            raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
+        if recovery and md.state != LedgerState.CLOSED:
+            md = self._ctx.run(recover(self._ctx, versioned, password))
+        return ReadHandle(self._ctx, md, password)
+
+    def delete_ledger(self, ledger_id) -> None:
+        """Remove the ledger's metadata; bookies collect its data (garbage collection)."""
+        self.metadata.ledger_manager.remove_ledger_metadata(LedgerId.coerce(ledger_id))
+
+    def list_ledgers(self, scope_id: int | None = 0) -> list:
+        return list(self.metadata.ledger_manager.iterate_ledgers(scope_id))
+
+    def ledger_metadata(self, ledger_id) -> LedgerMetadata:
+        return self.metadata.ledger_manager.read_ledger_metadata(LedgerId.coerce(ledger_id)).value
+
+    def bookies(self) -> tuple[list, list]:
+        """(writable, read-only) bookie ids."""
+        return self._ctx.refresh_bookies()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._ctx.close()
+        finally:
+            self.metadata.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _password(password) -> bytes:
+    if isinstance(password, str):
+        return password.encode()
+    if not isinstance(password, (bytes, bytearray, memoryview)):
+        raise IllegalOpError("a ledger password is bytes")
+    return bytes(password)

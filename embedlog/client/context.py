@@ -1,0 +1,124 @@
+"""What every client operation shares: the event loop thread, the metadata store,
+bookie connections and the bookie id -> address map (from registrations).
+
+Operations are small state machines (write.py, read.py, recovery.py) that take
+this context, so tests can drive them with the collaborators they need.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+
+from embedlog.errors import NotEnoughBookiesError
+from embedlog.net.transport import BookieConnection, BookieUnavailableError
+
+
+@dataclass
+class ClientConfig:
+    add_timeout_s: float = 10.0           # BookKeeper addEntryTimeout
+    read_timeout_s: float = 10.0          # BookKeeper readEntryTimeout
+    connect_timeout_s: float = 2.0
+    max_pending_adds: int = 20_000        # back-pressure on append_async
+    max_entries_per_frame: int = 1000
+    ensemble_change_retries: int = 16
+
+
+class ClientContext:
+    def __init__(self, metadata, config: ClientConfig):
+        self.metadata = metadata
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="embedlog-client", daemon=True)
+        self._thread.start()
+        self._conns: dict[str, BookieConnection] = {}
+        self._addresses: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coro, timeout: float | None = None):
+        """Run a coroutine on the client loop from any other thread and wait for it."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("blocking client call from the client's own loop")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def submit(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    # -- bookies -----------------------------------------------------------------------
+
+    def refresh_bookies(self) -> tuple[list[str], list[str]]:
+        """(writable, read-only) bookie ids, refreshing the address map."""
+        rc = self.metadata.registration_client
+        writable = rc.get_writable_bookies()
+        readonly = rc.get_readonly_bookies()
+        with self._lock:
+            for reg in writable + readonly:
+                addr = (reg.info or {}).get("address")
+                if addr:
+                    self._addresses[reg.bookie_id] = addr
+        return [r.bookie_id for r in writable], [r.bookie_id for r in readonly]
+
+    def address_of(self, bookie_id: str) -> str:
+        with self._lock:
+            addr = self._addresses.get(bookie_id)
+        if addr is None:
+            self.refresh_bookies()
+            with self._lock:
+                addr = self._addresses.get(bookie_id)
+        if addr is None:
+            raise BookieUnavailableError(f"bookie {bookie_id} is not registered")
+        return addr
+
+    async def address_of_async(self, bookie_id: str) -> str:
+        with self._lock:
+            addr = self._addresses.get(bookie_id)
+        if addr is not None:
+            return addr
+        return await asyncio.get_running_loop().run_in_executor(None, self.address_of, bookie_id)
+
+    async def connection(self, bookie_id: str) -> BookieConnection:
+        addr = await self.address_of_async(bookie_id)
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = BookieConnection(addr, connect_timeout_s=self.config.connect_timeout_s)
+            self._conns[addr] = conn
+        return conn
+
+    async def call(self, bookie_id: str, build, timeout_s: float):
+        conn = await self.connection(bookie_id)
+        try:
+            return await conn.call(build, timeout_s)
+        except BookieUnavailableError:
+            # the bookie may have restarted elsewhere: forget its address, ask again next time
+            with self._lock:
+                self._addresses.pop(bookie_id, None)
+            raise
+
+    def forget_address(self, bookie_id: str) -> None:
+        with self._lock:
+            self._addresses.pop(bookie_id, None)
+
+    def choose_bookies(self, count: int, exclude=()) -> list[str]:
+        """``count`` distinct writable bookies, avoiding ``exclude`` (random placement)."""
+        import random
+        writable, _ = self.refresh_bookies()
+        candidates = [b for b in writable if b not in set(exclude)]
+        if len(candidates) < count:
+            raise NotEnoughBookiesError(
+                f"need {count} writable bookies, {len(candidates)} available "
+                f"({len(writable)} registered writable)")
+        return random.sample(candidates, count)
+
+    def close(self) -> None:
+        async def shutdown():
+            for c in self._conns.values():
+                c.close()
+        try:
+            self.run(shutdown(), timeout=5)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=5)

@@ -1,0 +1,202 @@
+"""Reading a ledger from its bookies: entries by write set, the LAC, long-poll tailing."""
+from __future__ import annotations
+
+import asyncio
+import bisect
+
+from embedlog._native.format import decode_entry, mac_key
+from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError)
+from embedlog.meta.api import DigestType, LedgerState
+from embedlog.net import protocol as P
+
+READ_WINDOW = 256          # reads in flight for one read_batch
+
+
+class LedgerEntry:
+    __slots__ = ("ledger_id", "entry_id", "data")
+
+    def __init__(self, ledger_id, entry_id, data):
+        self.ledger_id, self.entry_id, self.data = ledger_id, entry_id, data
+
+    def __repr__(self):
+        return f"LedgerEntry(entry_id={self.entry_id}, {len(self.data)} bytes)"
+
+
+def write_set(md, entry_id: int) -> list:
+    """The bookies that should hold ``entry_id``: Qw of its fragment's ensemble from e % E."""
+    firsts = [f for f, _ in md.fragments]
+    ens = md.fragments[max(0, bisect.bisect_right(firsts, entry_id) - 1)][1]
+    return [ens[(entry_id + k) % md.ensemble_size] for k in range(md.write_quorum)]
+
+
+class ReadHandle:
+    def __init__(self, ctx, md, password: bytes):
+        self._ctx = ctx
+        self._md = md
+        self.ledger_id = md.ledger_id
+        self._scope, self._lid = md.ledger_id.scope_id, md.ledger_id.ledger_id
+        self._digest = int(md.digest_type)
+        self._mac_key = mac_key(password) if md.digest_type == DigestType.MAC else None
+        self._lac = md.last_entry_id if md.state == LedgerState.CLOSED else -1
+        if md.state != LedgerState.CLOSED:
+            self.read_lac()
+
+    @property
+    def metadata(self):
+        return self._md
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._lac
+
+    @property
+    def length(self) -> int:
+        return self._md.length
+
+    @property
+    def is_closed(self) -> bool:
+        return self._md.state == LedgerState.CLOSED
+
+    # -- LAC -----------------------------------------------------------------------------
+
+    def read_lac(self) -> int:
+        """Ask the last fragment's bookies for the LAC; the highest answer wins."""
+        if self.is_closed:
+            return self._lac
+        self._lac = max(self._lac, self._ctx.run(self._read_lac()))
+        return self._lac
+
+    async def _read_lac(self) -> int:
+        bookies = self._md.fragments[-1][1]
+
+        async def one(b):
+            try:
+                resp = await self._ctx.call(b, lambda rid: P.read_lac_request(rid, self._scope, self._lid),
+                                            self._ctx.config.read_timeout_s)
+                return P.READ_LAC_RESP.unpack_from(resp.body)[0]
+            except (NoSuchLedgerError, NoSuchEntryError):
+                return -1
+            except EmbedlogError:
+                return None
+
+        answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
+        if not answers:
+            from embedlog.errors import TimeoutError
+            raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read")
+        return max(answers)
+
+    # -- entries --------------------------------------------------------------------------
+
+    async def _read_one(self, entry_id: int) -> bytes:
+        ws = write_set(self._md, entry_id)
+        start = entry_id % len(ws)
+        last_error: BaseException = NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id!r}")
+        for k in range(len(ws)):
+            b = ws[(start + k) % len(ws)]
+            try:
+                resp = await self._ctx.call(
+                    b, lambda rid: P.read_request(rid, self._scope, self._lid, entry_id),
+                    self._ctx.config.read_timeout_s)
+                _lac, entries = P.parse_read_body(resp.body)
+                if not entries or entries[0][0] != entry_id:
+                    raise NoSuchEntryError(f"bookie {b} has no entry {entry_id}")
+                return decode_entry(entries[0][1], self._scope, self._lid, entry_id,
+                                    self._digest, self._mac_key)
+            except EmbedlogError as exc:
+                # a digest mismatch or a missing entry on one bookie: try the next replica
+                last_error = exc
+        raise last_error
+
+    async def _read_range(self, first: int, last: int) -> list:
+        out = [None] * (last - first + 1)
+        sem = asyncio.Semaphore(READ_WINDOW)
+
+        async def one(e):
+            async with sem:
+                out[e - first] = await self._read_one(e)
+
+        await asyncio.gather(*(one(e) for e in range(first, last + 1)))
+        return out
+
+    def _check_range(self, first, last, unconfirmed=False):
+        if not isinstance(first, int) or not isinstance(last, int):
+            raise IllegalOpError("entry ids are integers")
+        if first < 0 or last < first:
+            raise IllegalOpError(f"bad entry range {first}..{last}")
+        if not unconfirmed and last > self._lac:
+            raise NoSuchEntryError(f"entry {last} of ledger {self.ledger_id!r} is past the LAC ({self._lac})")
+
+    def read_entry(self, entry_id: int) -> bytes:
+        self._check_range(entry_id, entry_id)
+        return self._ctx.run(self._read_one(entry_id))
+
+    def read_batch(self, first: int, last: int) -> list:
+        self._check_range(first, last)
+        return self._ctx.run(self._read_range(first, last))
+
+    def read(self, first: int, last: int, batch_size: int = 1024):
+        self._check_range(first, last)
+        pos = first
+        while pos <= last:
+            end = min(last, pos + batch_size - 1)
+            for i, data in enumerate(self._ctx.run(self._read_range(pos, end))):
+                yield LedgerEntry(self.ledger_id, pos + i, data)
+            pos = end + 1
+
+    def read_unconfirmed(self, first: int, last: int) -> list:
+        """Entries past the LAC too (they may not be durable on Qa bookies yet)."""
+        self._check_range(first, last, unconfirmed=True)
+        return self._ctx.run(self._read_range(first, last))
+
+    def tail(self, start: int = 0, poll_timeout_ms: int = 1000, stop=None):
+        """Yield entries from ``start`` on as the LAC passes them, long-polling the bookies.
+
+        Ends when the ledger is closed and read to its end, or when ``stop()`` is true."""
+        pos = start
+        while stop is None or not stop():
+            if pos <= self._lac:
+                end = min(self._lac, pos + 1023)
+                for i, data in enumerate(self._ctx.run(self._read_range(pos, end))):
+                    yield LedgerEntry(self.ledger_id, pos + i, data)
+                pos = end + 1
+                continue
+            if self._refresh_closed():
+                if pos > self._lac:
+                    return
+                continue
+            self._lac = max(self._lac, self._ctx.run(self._long_poll(pos - 1, poll_timeout_ms)))
+
+    def _refresh_closed(self) -> bool:
+        if self.is_closed:
+            return True
+        v = self._ctx.metadata.ledger_manager.read_ledger_metadata(self.ledger_id)
+        if v.value.state == LedgerState.CLOSED:
+            self._md = v.value
+            self._lac = v.value.last_entry_id
+            return True
+        self._md = v.value
+        return False
+
+    async def _long_poll(self, previous_lac: int, timeout_ms: int) -> int:
+        bookies = self._md.fragments[-1][1]
+
+        async def one(b):
+            try:
+                resp = await self._ctx.call(
+                    b, lambda rid: P.read_request(rid, self._scope, self._lid, previous_lac + 1,
+                                                  flags=P.FLAG_LONG_POLL, previous_lac=previous_lac,
+                                                  timeout_ms=timeout_ms),
+                    self._ctx.config.read_timeout_s + timeout_ms / 1000.0)
+                return P.parse_read_body(resp.body)[0]
+            except EmbedlogError:
+                return -1
+
+        tasks = [asyncio.ensure_future(one(b)) for b in bookies]
+        best = -1
+        for fut in asyncio.as_completed(tasks):
+            best = max(best, await fut)
+            if best > previous_lac:
+                break
+        for t in tasks:
+            t.cancel()
+        return best

@@ -1,0 +1,5 @@
+"""A local cluster of bookie processes for replication and recovery testing."""
+from embedlog.harness.cluster import LocalCluster
+from embedlog.harness.proxy import FaultProxy
+
+__all__ = ["LocalCluster", "FaultProxy"]

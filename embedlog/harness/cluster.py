@@ -1,0 +1,262 @@
+"""LocalCluster: N bookie processes on 127.0.0.1, with faults on demand.
+
+Each bookie is a fresh interpreter (`python -m embedlog.cli bookie serve`), never a
+fork, with its own directory under ``base_dir``. With ``proxies=True`` (the default)
+each bookie advertises the address of a FaultProxy in this process, so a test can
+delay, drop or cut one bookie's traffic; the proxy keeps its port across restarts.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.harness.proxy import FaultProxy
+
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Bookie:
+    def __init__(self, index: int, directory: str):
+        self.index = index
+        self.directory = directory
+        self.process: subprocess.Popen | None = None
+        self.port = free_port()
+        self.proxy: FaultProxy | None = None
+        self.bookie_id: str | None = None
+        self.read_only = False
+        self.log_path = os.path.join(directory, "bookie.log")
+
+
+class LocalCluster:
+    """A local BookKeeper cluster for tests and users (see DESIGN.md's table of names)."""
+
+    def __init__(self, bookies: int = 3, metadata: str = "sqlite", base_dir: str | None = None, *,
+                 proxies: bool = True, bookie_config: dict | None = None, start: bool = True):
+        if metadata not in ("sqlite", "zk", "etcd"):
+            raise IllegalOpError(f"metadata is 'sqlite', 'zk' or 'etcd', got {metadata!r}")
+        self._own_dir = base_dir is None
+        self.base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="embedlog-cluster-"))
+        os.makedirs(self.base_dir, exist_ok=True)
+        self.metadata_kind = metadata
+        self.proxies = proxies
+        self.bookie_config = dict(bookie_config or {})
+        self._bookies: list[_Bookie] = []
+        self._server = None
+        self._clients: list = []
+        self.metadata_uri = self._start_metadata()
+        if start:
+            try:
+                for _ in range(bookies):
+                    self.add_bookie()
+            except BaseException:
+                self.close()
+                raise
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def _start_metadata(self) -> str:
+        if self.metadata_kind == "sqlite":
+            return "sqlite://" + os.path.join(self.base_dir, "meta.db")
+        from embedlog.harness import servers
+        if self.metadata_kind == "zk":
+            self._server = servers.ZooKeeperServer(os.path.join(self.base_dir, "zookeeper"))
+            self._server.start()
+            return f"zk+hierarchical://{self._server.address}/ledgers"
+        self._server = servers.EtcdServer(os.path.join(self.base_dir, "etcd"))
+        self._server.start()
+        return f"etcd://{self._server.address}/embedlog"
+
+    # -- bookies ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._bookies)
+
+    def _b(self, i: int) -> _Bookie:
+        if not isinstance(i, int) or not 0 <= i < len(self._bookies):
+            raise IllegalOpError(f"no bookie {i!r} in a cluster of {len(self._bookies)}")
+        return self._bookies[i]
+
+    def add_bookie(self) -> int:
+        """Start one more bookie; returns its index."""
+        i = len(self._bookies)
+        b = _Bookie(i, os.path.join(self.base_dir, f"bookie-{i}"))
+        os.makedirs(b.directory, exist_ok=True)
+        if self.proxies:
+            b.proxy = FaultProxy(b.port)
+        self._bookies.append(b)
+        self._start(b)
+        return i
+
+    def _start(self, b: _Bookie) -> None:
+        ready = os.path.join(b.directory, "ready")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        cmd = [sys.executable, "-m", "embedlog.cli", "bookie", "serve", "--dir", b.directory,
+               "--listen", f"127.0.0.1:{b.port}", "--metadata", self.metadata_uri,
+               "--ready-file", ready]
+        if b.proxy is not None:
+            cmd += ["--advertised-address", b.proxy.address]
+        if b.read_only:
+            cmd.append("--read-only")
+        for k, v in self.bookie_config.items():
+            cmd += ["--set", f"{k}={v}"]
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        log = open(b.log_path, "ab")
+        b.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not os.path.exists(ready):
+            if b.process.poll() is not None:
+                raise EmbedlogError(f"bookie {b.index} exited with {b.process.returncode}; "
+                                    f"see {b.log_path}:\n{_tail(b.log_path)}")
+            if time.monotonic() > deadline:
+                b.process.kill()
+                raise EmbedlogError(f"bookie {b.index} did not start in {START_TIMEOUT_S} s; "
+                                    f"see {b.log_path}:\n{_tail(b.log_path)}")
+            time.sleep(0.01)
+        b.bookie_id = open(ready).read().split()[0]
+
+    def kill_bookie(self, i: int) -> None:
+        """SIGKILL: no clean shutdown, its registration expires on its own."""
+        b = self._b(i)
+        if b.process is not None and b.process.poll() is None:
+            os.kill(b.process.pid, signal.SIGCONT)
+            b.process.kill()
+            b.process.wait()
+
+    def stop_bookie(self, i: int) -> None:
+        """SIGTERM: the bookie leaves the metadata store and closes cleanly."""
+        b = self._b(i)
+        if b.process is not None and b.process.poll() is None:
+            os.kill(b.process.pid, signal.SIGCONT)
+            b.process.terminate()
+            try:
+                b.process.wait(30)
+            except subprocess.TimeoutExpired:
+                b.process.kill()
+                b.process.wait()
+
+    def restart_bookie(self, i: int) -> None:
+        """Stop (if running) and start again on the same directories."""
+        b = self._b(i)
+        self.stop_bookie(i)
+        if b.proxy is not None:
+            b.proxy.heal()
+        self._start(b)
+
+    def suspend_bookie(self, i: int) -> None:
+        os.kill(self._running(i).pid, signal.SIGSTOP)
+
+    def resume_bookie(self, i: int) -> None:
+        os.kill(self._running(i).pid, signal.SIGCONT)
+
+    def set_read_only(self, i: int, flag: bool = True) -> None:
+        """Turn a bookie read-only (adds fail with ReadOnlyBookieError) or writable again."""
+        b = self._b(i)
+        b.read_only = bool(flag)
+        proc = self._running(i)
+        os.kill(proc.pid, signal.SIGUSR1 if flag else signal.SIGUSR2)
+        # wait until the registration says so
+        deadline = time.monotonic() + 10
+        with self.client() as c:
+            while time.monotonic() < deadline:
+                writable, readonly = c.bookies()
+                if (b.bookie_id in readonly) == b.read_only and (b.bookie_id in writable) != b.read_only:
+                    return
+                time.sleep(0.02)
+        raise EmbedlogError(f"bookie {i} did not turn {'read-only' if flag else 'writable'}")
+
+    def _running(self, i: int):
+        b = self._b(i)
+        if b.process is None or b.process.poll() is not None:
+            raise IllegalOpError(f"bookie {i} is not running")
+        return b.process
+
+    def proxy(self, i: int) -> FaultProxy:
+        b = self._b(i)
+        if b.proxy is None:
+            raise IllegalOpError("this cluster was started with proxies=False")
+        return b.proxy
+
+    def bookie_id(self, i: int) -> str:
+        return self._b(i).bookie_id
+
+    def bookie_dir(self, i: int) -> str:
+        return self._b(i).directory
+
+    def pid(self, i: int) -> int:
+        return self._running(i).pid
+
+    def index_of(self, bookie_id: str) -> int:
+        for b in self._bookies:
+            if b.bookie_id == bookie_id:
+                return b.index
+        raise IllegalOpError(f"no bookie {bookie_id!r} in this cluster")
+
+    def is_running(self, i: int) -> bool:
+        b = self._b(i)
+        return b.process is not None and b.process.poll() is None
+
+    # -- clients and lifetime ---------------------------------------------------------------
+
+    def client(self, **config):
+        from embedlog.client import Client
+        c = Client(self.metadata_uri, **config)
+        self._clients.append(c)
+        return c
+
+    def close(self) -> None:
+        for c in self._clients:
+            try:
+                c.close()
+            except Exception:
+                pass
+        for b in self._bookies:
+            if b.process is not None and b.process.poll() is None:
+                try:
+                    os.kill(b.process.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                b.process.terminate()
+        for b in self._bookies:
+            if b.process is not None:
+                try:
+                    b.process.wait(15)
+                except subprocess.TimeoutExpired:
+                    b.process.kill()
+                    b.process.wait()
+            if b.proxy is not None:
+                b.proxy.close()
+        if self._server is not None:
+            self._server.stop()
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _tail(path: str, n: int = 20) -> str:
+    try:
+        return "".join(open(path, errors="replace").readlines()[-n:])
+    except OSError:
+        return ""

@@ -1,0 +1,1 @@
+"""The wire protocol, the asyncio bookie server and the client transport."""

@@ -1,0 +1,202 @@
+"""The wire protocol between clients and bookies (docs/PROTOCOL.md).
+
+Grammar (big-endian)::
+
+    frame     := length:u32 message[length]              # length <= max_frame_bytes
+    request   := version:u8(=1) op:u8 flags:u16 request_id:u64
+                 scope:u64 ledger:u64 master_key[20] term:u64 op_body
+    response  := version:u8(=1) op:u8(|0x80) flags:u16 request_id:u64 status:i32
+                 scope:u64 ledger:u64 op_body | error_body
+    error_body:= message_len:u16 message(utf-8)              # when status != 0
+
+    ADD(1)        request  count:u32 (size:u32 entry[size])*count    # entries of one ledger
+                  response first_entry:i64 count:u32
+    READ(2)       request  first_entry:i64 count:u32 previous_lac:i64 timeout_ms:u32
+                  response lac:i64 count:u32 (entry_id:i64 size:u32 entry[size])*count
+    READ_LAC(3)   request  (nothing)
+                  response lac:i64 last_entry_id:i64 size:u32 last_entry[size]
+    WRITE_LAC(4)  request  lac:i64
+                  response (nothing)
+    BOOKIE_INFO(5)request  (nothing)                        # scope, ledger, key, term are 0
+                  response json[...]
+
+Flags: FENCE (0x1) on READ and READ_LAC fences the ledger first (BookKeeper fences with
+a read, and since #2616 recovery reads fence too); RECOVERY_ADD (0x2) lets an add
+through a fenced ledger; LONG_POLL (0x10) on READ waits up to timeout_ms for the
+bookie's LAC to pass previous_lac. Statuses are BookKeeper's v2 codes (EOK=0,
+ENOLEDGER=1, ENOENTRY=2, EBADREQ=100, EIO=101, EUA=102, EBADVERSION=103, EFENCED=104,
+EREADONLY=105, ETOOMANYREQUESTS=106) plus EINVALIDTERM=108.
+"""
+from __future__ import annotations
+
+import struct
+
+from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
+
+VERSION = 1
+ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO = 1, 2, 3, 4, 5
+OPS = {ADD: "add", READ: "read", READ_LAC: "read_lac", WRITE_LAC: "write_lac",
+       BOOKIE_INFO: "bookie_info"}
+FLAG_FENCE, FLAG_RECOVERY_ADD, FLAG_HIGH_PRIORITY, FLAG_TRUNCATE, FLAG_LONG_POLL = 0x1, 0x2, 0x4, 0x8, 0x10
+RESPONSE_BIT = 0x80
+EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS = (
+    0, 1, 2, 100, 101, 102, 103, 104, 105, 106)
+EINVALIDTERM = 108
+DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 4096      # BookKeeper's 5 MiB, plus headers
+
+LENGTH = struct.Struct(">I")
+REQ_HEAD = struct.Struct(">BBHQQQ20sQ")          # 64 bytes
+RESP_HEAD = struct.Struct(">BBHQiQQ")            # 32 bytes
+U32 = struct.Struct(">I")
+I64 = struct.Struct(">q")
+ADD_RESP = struct.Struct(">qI")
+READ_REQ = struct.Struct(">qIqI")
+READ_RESP = struct.Struct(">qI")
+ENTRY_HEAD = struct.Struct(">qI")
+READ_LAC_RESP = struct.Struct(">qqI")
+NO_KEY = b"\0" * 20
+
+
+class Request:
+    __slots__ = ("op", "flags", "request_id", "scope", "ledger", "master_key", "term", "body")
+
+    def __init__(self, op, flags, request_id, scope, ledger, master_key, term, body):
+        self.op, self.flags, self.request_id = op, flags, request_id
+        self.scope, self.ledger, self.master_key, self.term, self.body = scope, ledger, master_key, term, body
+
+    def __repr__(self):
+        return (f"Request({OPS.get(self.op, self.op)}, id={self.request_id}, "
+                f"ledger=({self.scope}, {self.ledger}), flags={self.flags:#x})")
+
+
+class Response:
+    __slots__ = ("op", "flags", "request_id", "status", "scope", "ledger", "body")
+
+    def __init__(self, op, flags, request_id, status, scope, ledger, body):
+        self.op, self.flags, self.request_id, self.status = op, flags, request_id, status
+        self.scope, self.ledger, self.body = scope, ledger, body
+
+    @property
+    def message(self) -> str:
+        if self.status == EOK or len(self.body) < 2:
+            return ""
+        (n,) = struct.unpack_from(">H", self.body)
+        return bytes(self.body[2:2 + n]).decode("utf-8", "replace")
+
+
+# -- requests ------------------------------------------------------------------------------
+
+def _frame(parts: list) -> bytes:
+    size = sum(len(p) for p in parts)
+    return LENGTH.pack(size) + b"".join(parts)
+
+
+def add_request(request_id, scope, ledger, master_key, entries, flags=0, term=0) -> bytes:
+    parts = [REQ_HEAD.pack(VERSION, ADD, flags, request_id, scope, ledger, master_key, term),
+             U32.pack(len(entries))]
+    for e in entries:
+        parts.append(U32.pack(len(e)))
+        parts.append(e)
+    return _frame(parts)
+
+
+def read_request(request_id, scope, ledger, first, count=1, flags=0, master_key=NO_KEY,
+                 term=0, previous_lac=-1, timeout_ms=0) -> bytes:
+    return _frame([REQ_HEAD.pack(VERSION, READ, flags, request_id, scope, ledger, master_key, term),
+                   READ_REQ.pack(first, count, previous_lac, timeout_ms)])
+
+
+def read_lac_request(request_id, scope, ledger, flags=0, master_key=NO_KEY, term=0) -> bytes:
+    return _frame([REQ_HEAD.pack(VERSION, READ_LAC, flags, request_id, scope, ledger, master_key, term)])
+
+
+def write_lac_request(request_id, scope, ledger, master_key, lac, term=0) -> bytes:
+    return _frame([REQ_HEAD.pack(VERSION, WRITE_LAC, 0, request_id, scope, ledger, master_key, term),
+                   I64.pack(lac)])
+
+
+def bookie_info_request(request_id) -> bytes:
+    return _frame([REQ_HEAD.pack(VERSION, BOOKIE_INFO, 0, request_id, 0, 0, NO_KEY, 0)])
+
+
+def parse_request(message) -> Request:
+    """A request from one frame's message; IllegalOpError/CorruptedDataError when malformed."""
+    if len(message) < REQ_HEAD.size:
+        raise CorruptedDataError(f"request of {len(message)} bytes is shorter than its header")
+    version, op, flags, rid, scope, ledger, key, term = REQ_HEAD.unpack_from(message)
+    if version != VERSION:
+        raise IllegalOpError(f"unknown protocol version {version}")
+    if op not in OPS:
+        raise IllegalOpError(f"unknown operation {op}")
+    return Request(op, flags, rid, scope, ledger, key, term, memoryview(message)[REQ_HEAD.size:])
+
+
+def parse_add_body(body) -> list:
+    if len(body) < 4:
+        raise CorruptedDataError("add request without an entry count")
+    (count,) = U32.unpack_from(body)
+    pos, out = 4, []
+    for _ in range(count):
+        if pos + 4 > len(body):
+            raise CorruptedDataError("add request truncated in an entry size")
+        (n,) = U32.unpack_from(body, pos)
+        pos += 4
+        if pos + n > len(body):
+            raise CorruptedDataError("add request truncated in an entry")
+        out.append(bytes(body[pos:pos + n]))
+        pos += n
+    if pos != len(body):
+        raise CorruptedDataError("add request has trailing bytes")
+    if not out:
+        raise IllegalOpError("add request without entries")
+    return out
+
+
+# -- responses -----------------------------------------------------------------------------
+
+def response(req_op, flags, request_id, status, scope, ledger, body=b"") -> bytes:
+    head = RESP_HEAD.pack(VERSION, req_op | RESPONSE_BIT, flags, request_id, status, scope, ledger)
+    return LENGTH.pack(len(head) + len(body)) + head + body
+
+
+def error_response(req_op, flags, request_id, status, scope, ledger, message: str) -> bytes:
+    msg = message.encode("utf-8", "replace")[:1000]
+    return response(req_op, flags, request_id, status, scope, ledger, struct.pack(">H", len(msg)) + msg)
+
+
+def read_response_body(lac: int, entries: list) -> bytes:
+    parts = [READ_RESP.pack(lac, len(entries))]
+    for eid, data in entries:
+        parts.append(ENTRY_HEAD.pack(eid, len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def parse_response(message) -> Response:
+    if len(message) < RESP_HEAD.size:
+        raise CorruptedDataError(f"response of {len(message)} bytes is shorter than its header")
+    version, op, flags, rid, status, scope, ledger = RESP_HEAD.unpack_from(message)
+    if version != VERSION or not op & RESPONSE_BIT:
+        raise CorruptedDataError(f"not a version {VERSION} response")
+    return Response(op & ~RESPONSE_BIT, flags, rid, status, scope, ledger,
+                    memoryview(message)[RESP_HEAD.size:])
+
+
+def parse_read_body(body) -> tuple[int, list]:
+    lac, count = READ_RESP.unpack_from(body)
+    pos, out = READ_RESP.size, []
+    for _ in range(count):
+        eid, n = ENTRY_HEAD.unpack_from(body, pos)
+        pos += ENTRY_HEAD.size
+        if pos + n > len(body):
+            raise CorruptedDataError("read response truncated")
+        out.append((eid, bytes(body[pos:pos + n])))
+        pos += n
+    return lac, out
+
+
+def check_frame_length(n: int, max_frame_bytes: int) -> None:
+    if n > max_frame_bytes:
+        raise EntryTooLargeError(f"frame of {n} bytes exceeds max_frame_bytes={max_frame_bytes}")
+    if n < RESP_HEAD.size:
+        raise CorruptedDataError(f"frame of {n} bytes is shorter than any message")

@@ -1,0 +1,79 @@
+"""`embedlog bookie serve`: one bookie process, registered in the metadata store while it lives."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+from embedlog.bookie import Bookie
+from embedlog.config import BookieConfig
+from embedlog.meta import open_metadata_store
+from embedlog.net.server import BookieServer
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) < 65536):
+        from embedlog.errors import ConfigError
+        raise ConfigError(f"--listen wants HOST:PORT, got {listen!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: str | None = None,
+          metadata_uri: str | None = None, read_only: bool = False, config: dict | None = None,
+          ready_file: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly."""
+    directory = os.path.abspath(directory)
+    host, port = parse_listen(listen)
+    bookie = Bookie(directory, BookieConfig.from_dict(config or {}))
+    meta = None
+    try:
+        meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
+        asyncio.run(_run(bookie, meta, host, port, advertised_address, read_only, ready_file))
+    finally:
+        bookie.close()
+        if meta is not None:
+            meta.close()
+
+
+async def _run(bookie, meta, host, port, advertised, read_only, ready_file) -> None:
+    server = BookieServer(bookie, host, port)
+    await server.start()
+    address = advertised or server.address
+    meta.registration_manager.register_bookie(
+        bookie.bookie_id, read_only, {"address": address, "pid": os.getpid()})
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    state = {"read_only": read_only}
+
+    def set_read_only(flag: bool) -> None:
+        # SIGUSR1 / SIGUSR2: the harness's set_read_only; re-register under the other state
+        if state["read_only"] == flag:
+            return
+        bookie.read_only = flag
+        meta.registration_manager.unregister_bookie(bookie.bookie_id, state["read_only"])
+        meta.registration_manager.register_bookie(
+            bookie.bookie_id, flag, {"address": address, "pid": os.getpid()})
+        state["read_only"] = flag
+
+    loop.add_signal_handler(signal.SIGUSR1, set_read_only, True)
+    loop.add_signal_handler(signal.SIGUSR2, set_read_only, False)
+    bookie.read_only = read_only
+    line = f"bookie {bookie.bookie_id} listening on {server.address} (advertised {address})"
+    print(line, flush=True)
+    if ready_file:
+        tmp = ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{bookie.bookie_id} {server.address}\n")
+        os.replace(tmp, ready_file)
+    try:
+        await stop.wait()
+    finally:
+        try:
+            meta.registration_manager.unregister_bookie(bookie.bookie_id, state["read_only"])
+        finally:
+            await server.stop()
+    print(f"bookie {bookie.bookie_id} stopped", file=sys.stderr, flush=True)

@@ -1,0 +1,114 @@
+"""The client side of the wire: one pipelined connection per bookie, on the client's loop.
+
+Requests carry an id; responses may come back in any order and complete the
+future waiting on that id. A lost connection fails everything in flight with
+a retryable error; the next request reconnects.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from embedlog.errors import CorruptedDataError, EmbedlogError, TimeoutError, from_wire_code
+from embedlog.net import protocol as P
+
+
+class BookieUnavailableError(EmbedlogError):
+    """A bookie that cannot be reached (connection refused, reset, timed out)."""
+    code, wire_code = -8, 101          # BookieHandleNotAvailable
+
+
+class BookieConnection:
+    def __init__(self, address: str, *, connect_timeout_s: float = 2.0,
+                 max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES):
+        self.address = address
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host, int(port)
+        self.connect_timeout_s = connect_timeout_s
+        self.max_frame_bytes = max_frame_bytes
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._connecting: asyncio.Future | None = None
+        self.closed = False
+
+    async def _connect(self) -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            return
+        if self._connecting is not None:
+            await asyncio.shield(self._connecting)
+            return
+        loop = asyncio.get_running_loop()
+        self._connecting = loop.create_future()
+        try:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port, limit=self.max_frame_bytes + 8),
+                    self.connect_timeout_s)
+            except (OSError, asyncio.TimeoutError) as exc:
+                raise BookieUnavailableError(f"cannot connect to bookie {self.address}: {exc}") from None
+            self._writer = writer
+            self._reader_task = loop.create_task(self._read_loop(reader, writer))
+            self._connecting.set_result(None)
+        except BaseException as exc:
+            self._connecting.set_exception(exc)
+            self._connecting.exception()       # retrieved: no "never retrieved" warning
+            raise
+        finally:
+            self._connecting = None
+
+    async def _read_loop(self, reader, writer) -> None:
+        error: BaseException = BookieUnavailableError(f"connection to bookie {self.address} lost")
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (n,) = P.LENGTH.unpack(head)
+                P.check_frame_length(n, self.max_frame_bytes)
+                resp = P.parse_response(await reader.readexactly(n))
+                fut = self._pending.pop(resp.request_id, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(resp)
+                elif resp.request_id == 0 and resp.status:
+                    error = from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        except EmbedlogError as exc:
+            error = CorruptedDataError(f"bad response from bookie {self.address}: {exc}")
+        finally:
+            if self._writer is writer:
+                self._writer = None
+            writer.close()
+            pending, self._pending = self._pending, {}
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_exception(error)
+
+    async def call(self, build, timeout_s: float) -> P.Response:
+        """Send the frame ``build(request_id)`` and wait for its response (status checked)."""
+        if self.closed:
+            raise BookieUnavailableError(f"connection to {self.address} is closed")
+        await self._connect()
+        rid = next(self._ids)
+        fut = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            self._writer.write(build(rid))
+        except (AttributeError, ConnectionError) as exc:
+            self._pending.pop(rid, None)
+            raise BookieUnavailableError(f"bookie {self.address}: {exc}") from None
+        try:
+            resp = await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"bookie {self.address} did not answer in {timeout_s} s") from None
+        finally:
+            self._pending.pop(rid, None)       # answered, timed out or cancelled
+        if resp.status != P.EOK:
+            raise from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
+        return resp
+
+    def close(self) -> None:
+        self.closed = True
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
