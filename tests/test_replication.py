@@ -1,0 +1,262 @@
+"""The replication protocol on real bookie processes (seed 004), one test per rule."""
+import concurrent.futures
+import os
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from embedlog import LedgerId
+from embedlog.client.read import write_set
+from embedlog.errors import (LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
+                             UnauthorizedAccessError)
+from embedlog.harness import LocalCluster
+from embedlog.meta.api import LedgerState
+from embedlog.net import protocol as P
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with LocalCluster(bookies=4, base_dir=str(tmp_path / "cluster")) as lc:
+        yield lc
+
+
+def holds(client, bookie_id, lid, entry_id) -> bool:
+    """Ask one bookie directly whether it stores an entry."""
+    ctx = client._ctx
+
+    async def ask():
+        try:
+            resp = await ctx.call(bookie_id, lambda rid: P.read_request(
+                rid, lid.scope_id, lid.ledger_id, entry_id), 5)
+            return bool(P.parse_read_body(resp.body)[1])
+        except NoSuchEntryError:
+            return False
+        except Exception as exc:  # NoSuchLedger counts as "does not hold"
+            from embedlog.errors import NoSuchLedgerError
+            if isinstance(exc, NoSuchLedgerError):
+                return False
+            raise
+
+    return ctx.run(ask())
+
+
+def test_write_sets_are_striped_as_the_seed_says(cluster):
+    c = cluster.client()
+    w = c.create_ledger(ensemble_size=4, write_quorum=3, ack_quorum=2)
+    w.append_many([b"%d" % i for i in range(8)])
+    w.close()
+    ens = w.metadata.fragments[0][1]
+    table = {0: (0, 1, 2), 1: (1, 2, 3), 2: (2, 3, 0), 3: (3, 0, 1), 4: (0, 1, 2), 5: (1, 2, 3)}
+    for eid, idxs in table.items():
+        want = {ens[i] for i in idxs}
+        assert set(write_set(w.metadata, eid)) == want
+        for b in ens:
+            assert holds(c, b, w.ledger_id, eid) == (b in want), (eid, b)
+
+
+def test_acks_come_in_entry_order(cluster):
+    c = cluster.client()
+    w = c.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2)
+    w.append(b"warm")                       # entry 0 on ens[0], ens[1]
+    ens = w.metadata.fragments[0][1]
+    slow = cluster.index_of(ens[1])         # entry 1 goes to ens[1], ens[2]; entry 2 to ens[2], ens[0]
+    cluster.proxy(slow).delay(0.4)
+    f1 = w.append_async(b"one")
+    f2 = w.append_async(b"two")
+    time.sleep(0.2)
+    # entry 2 has both its acks (ens[2], ens[0]) but entry 1 waits for the slow bookie
+    assert not f1.done() and not f2.done()
+    assert w.last_add_confirmed == 0
+    assert f1.result(10) == 1 and f2.result(10) == 2 and w.last_add_confirmed == 2
+    cluster.proxy(slow).heal()
+    w.close()
+
+
+def test_killed_bookie_loses_nothing_and_makes_a_new_fragment(cluster):
+    c = cluster.client()
+    w = c.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    acked = {}
+    for i in range(50):
+        acked[w.append(b"a%d" % i)] = b"a%d" % i
+    victim = cluster.index_of(w.metadata.fragments[0][1][0])
+    cluster.kill_bookie(victim)
+    for i in range(50, 120):
+        acked[w.append(b"a%d" % i)] = b"a%d" % i
+    w.close()
+    md = c.ledger_metadata(w.ledger_id)
+    assert len(md.fragments) == 2 and cluster.bookie_id(victim) not in md.fragments[1][1]
+    assert 50 <= md.fragments[1][0] <= 51
+    r = c.open_ledger(w.ledger_id)
+    got = r.read_batch(0, r.last_add_confirmed)
+    assert {i: got[i] for i in acked} == acked
+
+
+def test_fencing_makes_the_old_writer_fail(cluster):
+    c1, c2 = cluster.client(), cluster.client()
+    w = c1.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2)
+    last = w.append_many([b"x"] * 30)
+    r = c2.open_ledger(w.ledger_id)          # recovery: fence + close
+    assert r.last_add_confirmed == last and r.is_closed
+    with pytest.raises(LedgerFencedError):
+        w.append(b"after fence")
+    md = c2.ledger_metadata(w.ledger_id)
+    assert md.state == LedgerState.CLOSED and md.last_entry_id == last
+
+
+def test_recovery_with_one_bookie_down(cluster):
+    c1, c2 = cluster.client(), cluster.client()
+    w = c1.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2)
+    acked = [w.append(b"r%d" % i) for i in range(40)]
+    cluster.kill_bookie(cluster.index_of(w.metadata.fragments[-1][1][1]))
+    r = c2.open_ledger(w.ledger_id)
+    assert r.last_add_confirmed >= acked[-1]
+    assert r.read_batch(0, acked[-1]) == [b"r%d" % i for i in acked]
+
+
+def test_two_recoveries_at_once_close_at_the_same_point(cluster):
+    c = cluster.client()
+    w = c.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    w.append_many([b"z"] * 100)
+    readers = [cluster.client() for _ in range(2)]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        handles = list(pool.map(lambda cl: cl.open_ledger(w.ledger_id), readers))
+    lasts = {h.last_add_confirmed for h in handles}
+    assert lasts == {99}
+    assert c.ledger_metadata(w.ledger_id).last_entry_id == 99
+
+
+def test_writer_racing_recovery_never_gets_a_false_ack(cluster):
+    """Fencing and fenced recovery reads (#2614): whatever the old writer was told was
+    acknowledged is inside the closed ledger and readable."""
+    c1, c2 = cluster.client(add_timeout_s=2), cluster.client()
+    w = c1.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    acked, stop = [], threading.Event()
+
+    def write():
+        i = 0
+        while not stop.is_set():
+            try:
+                acked.append(w.append(b"w%d" % i))
+            except Exception:
+                return
+            i += 1
+
+    t = threading.Thread(target=write)
+    t.start()
+    time.sleep(0.3)
+    # one bookie is slow to see anything: the fence reaches it late
+    cluster.proxy(cluster.index_of(w.metadata.fragments[0][1][2])).delay(0.05)
+    r = c2.open_ledger(w.ledger_id)
+    stop.set()
+    t.join(10)
+    assert acked and max(acked) <= r.last_add_confirmed
+    assert r.read_batch(0, max(acked)) == [b"w%d" % i for i in range(max(acked) + 1)]
+
+
+def test_recovery_reads_the_last_fragment(cluster):
+    """#2615: after an ensemble change, recovery starts from the last fragment."""
+    c1, c2 = cluster.client(), cluster.client()
+    w = c1.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    for i in range(20):
+        w.append(b"f%d" % i)
+    cluster.kill_bookie(cluster.index_of(w.metadata.fragments[0][1][0]))
+    for i in range(20, 30):
+        w.append(b"f%d" % i)
+    assert len(c1.ledger_metadata(w.ledger_id).fragments) == 2
+    r = c2.open_ledger(w.ledger_id)                 # the writer is abandoned, not closed
+    assert r.last_add_confirmed == 29
+    assert r.read_batch(0, 29) == [b"f%d" % i for i in range(30)]
+
+
+def test_not_enough_bookies(cluster):
+    c = cluster.client()
+    with pytest.raises(NotEnoughBookiesError):
+        c.create_ledger(ensemble_size=5, write_quorum=2, ack_quorum=2)
+
+
+def test_wrong_password(cluster):
+    c = cluster.client()
+    w = c.create_ledger(3, 2, 2, password=b"good")
+    w.append(b"1")
+    with pytest.raises(UnauthorizedAccessError):
+        c.open_ledger(w.ledger_id, password=b"bad")
+    assert w.append(b"2") == 1
+
+
+def test_read_only_bookie_is_avoided(cluster):
+    cluster.set_read_only(0, True)
+    c = cluster.client()
+    for _ in range(5):
+        w = c.create_ledger(3, 2, 2)
+        assert cluster.bookie_id(0) not in w.metadata.fragments[0][1]
+        w.close()
+    cluster.set_read_only(0, False)
+    assert cluster.bookie_id(0) in c.bookies()[0]
+
+
+def test_scope_ledgers_over_the_wire(cluster):
+    c = cluster.client()
+    w = c.create_ledger(3, 2, 2, scope_id=0xABCDEF, digest="mac", password=b"p")
+    w.append_many([b"s%d" % i for i in range(10)])
+    w.close()
+    assert w.ledger_id.scope_id == 0xABCDEF
+    r = c.open_ledger(LedgerId.parse(w.ledger_id.qualified_name), password=b"p")
+    assert r.read_batch(0, 9)[9] == b"s9"
+    assert c.list_ledgers(0xABCDEF) == [w.ledger_id]
+
+
+def test_tailing_reader_sees_entries_as_the_lac_passes(cluster):
+    c1, c2 = cluster.client(), cluster.client()
+    w = c1.create_ledger(3, 2, 2)
+    w.append(b"t0")
+    r = c2.open_ledger(w.ledger_id, recovery=False)
+    seen = []
+
+    def tail():
+        for e in r.tail(0, poll_timeout_ms=200):
+            seen.append(e.data)
+            if len(seen) == 5:
+                return
+
+    t = threading.Thread(target=tail)
+    t.start()
+    for i in range(1, 6):
+        w.append(b"t%d" % i)
+        time.sleep(0.05)
+    t.join(20)
+    # the LAC only passes entry 4 once entry 5 carries it: exactly t0..t4 are visible
+    assert seen == [b"t%d" % i for i in range(5)]
+    w.close()
+
+
+def test_bad_frames_are_rejected_and_the_bookie_keeps_serving(cluster):
+    c = cluster.client()
+    w = c.create_ledger(3, 3, 3)
+    w.append_many([b"keep%d" % i for i in range(10)])
+    addr = c._ctx.address_of(w.metadata.fragments[0][1][0])
+    host, port = addr.rsplit(":", 1)
+    lid = w.ledger_id
+    bad_frames = [
+        b"\xff\xff\xff\xff",                                       # oversize length
+        struct.pack(">I", 100) + os.urandom(100),                  # random body
+        struct.pack(">I", 100) + b"\x01" * 20,                      # truncated
+        struct.pack(">I", 64) + bytes([1, 99]) + bytes(62),         # unknown op
+        P.add_request(1, 0, lid.ledger_id, b"\0" * 20, [os.urandom(60)]),   # wrong key, junk entry
+        P.read_request(2, 0, lid.ledger_id, 0, flags=P.FLAG_FENCE, master_key=b"\1" * 20),  # wrong key fence
+    ]
+    for frame in bad_frames:
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            s.sendall(frame)
+            s.shutdown(socket.SHUT_WR)
+            try:
+                while s.recv(65536):
+                    pass
+            except OSError:
+                pass
+    assert w.append(b"still") == 10            # not fenced, still serving
+    w.close()
+    r = c.open_ledger(lid)
+    assert r.read_batch(0, 10) == [b"keep%d" % i for i in range(10)] + [b"still"]
