@@ -98,7 +98,7 @@ class _Child:
 class ZooKeeperServer(_Child):
     name = "zookeeper"
 
-    def __init__(self):
+    def __init__(self, heap_mb: int = 256):
         java = shutil.which("java")
         missing = [j for j in ZK_JARS if not os.path.exists(j)]
         if java is None or missing:
@@ -116,7 +116,7 @@ class ZooKeeperServer(_Child):
                 # short ticks and sessions let tests see an ephemeral znode vanish
                 # quickly (ZooKeeper expires sessions on tick boundaries)
                 "minSessionTimeout=1000", ""]))
-        self._spawn([java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+        self._spawn([java, f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                      "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
                      "-cp", ":".join(ZK_JARS),
                      "org.apache.zookeeper.server.ZooKeeperServerMain", cfg])

@@ -428,3 +428,52 @@ def test_underreplication(backend):
     store.mark_ledger_replicated(a)
     store.mark_ledger_replicated(a)                              # idempotent
     assert store.list_underreplicated() == {b: ["b3:1"]}
+
+
+def _liveness_token(backend, store, bookie_id: str):
+    """What changes when a registration is made again: the znode's session, the key's
+    lease; a SQLite row has none (the test checks its deletion instead)."""
+    if backend.family == "zk":
+        stat = store._zk.exists(store._reg_path(bookie_id, False))
+        return stat and stat.ephemeralOwner
+    if backend.family == "etcd":
+        meta = store._etcd.get(store._reg_key(bookie_id, False))[1]
+        return meta and meta.lease_id
+    return None
+
+
+def _break_liveness(backend, store, bookie_id: str) -> None:
+    """End the registration behind the driver's back: a lost ZooKeeper session, a revoked
+    etcd lease, a deleted SQLite row (as after a stall past the expiry)."""
+    if backend.family == "sqlite":
+        with sqlite3.connect(store.path) as conn:
+            deleted = conn.execute("DELETE FROM bookies WHERE bookie_id=?", (bookie_id,)).rowcount
+        assert deleted == 1
+    elif backend.family == "zk":
+        from kazoo.client import KazooClient
+        # a second client on the same session, closed, ends that session for both
+        twin = KazooClient(backend.server.hosts, client_id=store._zk.client_id)
+        twin.start(timeout=5)
+        twin.stop()
+        twin.close()
+    else:
+        import etcd3
+        host, port = backend.server.endpoint.split(":")
+        raw = etcd3.client(host, int(port), timeout=5)
+        try:
+            _, meta = raw.get(store._reg_key(bookie_id, False))
+            raw.revoke_lease(meta.lease_id)
+        finally:
+            raw.close()
+
+
+def test_registration_comes_back_after_liveness_loss(backend):
+    store, observer = backend.open(), backend.open()
+    store.register_bookie("127.0.0.1:7000", False)
+    before = _liveness_token(backend, store, "127.0.0.1:7000")
+    _break_liveness(backend, store, "127.0.0.1:7000")
+    # the registering store notices and registers again, as a bookie does on a new session
+    assert wait_until(lambda: [b.bookie_id for b in observer.get_writable_bookies()]
+                      == ["127.0.0.1:7000"]
+                      and (before is None
+                           or _liveness_token(backend, store, "127.0.0.1:7000") != before), 10)

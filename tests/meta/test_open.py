@@ -1,0 +1,98 @@
+"""Choosing a driver by URI, and the failures that must be quick and clear."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import time
+
+import pytest
+
+from embedlog._native.format import LedgerId
+from embedlog.errors import MetadataError
+from embedlog.meta import open_metadata_store, parse_metadata_uri
+from embedlog.meta.api import LedgerMetadata
+from embedlog.meta.sqlite import SqliteMetadataStore
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("uri", ["mysql://h/x", "zk+weird://127.0.0.1:2181/l", "ledgers", "", "file:///x"])
+def test_unknown_scheme(uri):
+    started = time.monotonic()
+    with pytest.raises(MetadataError) as info:
+        open_metadata_store(uri)
+    assert time.monotonic() - started < 1
+    if "://" in uri:
+        assert uri.split("://")[0] in str(info.value)
+
+
+@pytest.mark.parametrize("scheme", ["zk+hierarchical", "zk+flat", "etcd"])
+def test_unreachable_server_fails_quickly(scheme):
+    started = time.monotonic()
+    with pytest.raises(MetadataError):
+        open_metadata_store(f"{scheme}://127.0.0.1:{closed_port()}/ledgers", timeout_s=1.5)
+    assert time.monotonic() - started < 5
+
+
+def test_sqlite_uri_errors(tmp_path):
+    with pytest.raises(MetadataError, match="does not exist"):
+        open_metadata_store(f"sqlite://{tmp_path}/missing/meta.db")
+    with pytest.raises(MetadataError):
+        open_metadata_store("sqlite://somehost/x.db")
+    with pytest.raises(MetadataError):
+        open_metadata_store("sqlite://")
+    bad = tmp_path / "garbage.db"
+    bad.write_bytes(b"not a database" * 400)
+    with pytest.raises(MetadataError):
+        open_metadata_store(f"sqlite://{bad}")
+
+
+def test_parse_uri_and_query_options(tmp_path):
+    assert parse_metadata_uri("zk+hierarchical://a:1;b:2/ledgers") == (
+        "zk+hierarchical", "a:1,b:2", "/ledgers", {})
+    with open_metadata_store(f"sqlite://{tmp_path}/m.db?expiry_s=3&heartbeat_interval_s=0.5") as s:
+        assert isinstance(s, SqliteMetadataStore)
+        assert s._expiry_s == 3 and s._heartbeat_interval_s == 0.5
+    with pytest.raises(MetadataError, match="expiry_s"):
+        open_metadata_store(f"sqlite://{tmp_path}/m.db", expiry_s=0.5, heartbeat_interval_s=1)
+
+
+def test_sqlite_direct_construction_and_file(tmp_path):
+    path = os.path.join(tmp_path, "meta.db")
+    with SqliteMetadataStore(path) as store:
+        assert store.uri == f"sqlite://{path}"
+        store.create_ledger_metadata(LedgerMetadata(LedgerId(0, 1), 1, 1, 1))
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT name FROM ledgers").fetchall() == [("0" * 31 + "1",)]
+    conn.close()
+
+
+def test_sqlite_unknown_schema_version_refused(tmp_path):
+    path = os.path.join(tmp_path, "meta.db")
+    SqliteMetadataStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta_kv SET value=? WHERE key='SCHEMA_VERSION'", (b"7",))
+    with pytest.raises(MetadataError, match="schema version 7"):
+        SqliteMetadataStore(path)
+
+
+def test_sqlite_generator_skips_explicitly_created_ids(tmp_path):
+    with SqliteMetadataStore(os.path.join(tmp_path, "meta.db")) as store:
+        for i in (0, 1, 2, 4):
+            store.create_ledger_metadata(LedgerMetadata(LedgerId(0, i), 1, 1, 1))
+        assert [store.generate_ledger_id().ledger_id for _ in range(3)] == [3, 5, 6]
+
+
+def test_sqlite_closed_store_refuses(tmp_path):
+    store = SqliteMetadataStore(os.path.join(tmp_path, "meta.db"))
+    store.close()
+    with pytest.raises(MetadataError, match="closed"):
+        store.read_ledger_metadata(1)
