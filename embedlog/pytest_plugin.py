@@ -1,0 +1,42 @@
+"""pytest fixtures for applications that use embedlog (registered through the pytest11
+entry point, the way kazoo ships a ZooKeeper harness):
+
+- ``embedlog_log``: an embedded log in a temporary directory, closed after the test;
+- ``embedlog_cluster``: a LocalCluster of 3 bookie processes (SQLite metadata) with its
+  fault verbs (kill_bookie, suspend_bookie, restart_bookie, set_read_only, proxy(i)...);
+- ``embedlog_cluster_factory``: call it with LocalCluster's arguments for other shapes.
+"""
+import pytest
+
+
+@pytest.fixture
+def embedlog_log(tmp_path):
+    import embedlog
+    log = embedlog.open(tmp_path / "embedlog")
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+@pytest.fixture
+def embedlog_cluster_factory(tmp_path):
+    from embedlog.harness import LocalCluster
+    made = []
+
+    def make(bookies=3, metadata="sqlite", **kwargs):
+        lc = LocalCluster(bookies=bookies, metadata=metadata,
+                          base_dir=str(tmp_path / f"embedlog-cluster-{len(made)}"), **kwargs)
+        made.append(lc)
+        return lc
+
+    try:
+        yield make
+    finally:
+        for lc in made:
+            lc.close()
+
+
+@pytest.fixture
+def embedlog_cluster(embedlog_cluster_factory):
+    return embedlog_cluster_factory()
