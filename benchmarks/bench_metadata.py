@@ -56,15 +56,21 @@ def populate(store, m: int) -> None:
             conn.executemany("INSERT INTO ledgers VALUES (?, ?, 0)",
                              ((lid.qualified_name, data) for lid, data in records))
     elif kind == "ZkMetadataStore":
-        batch = []
-        for lid, data in records:
-            batch.append(store._zk.create_async(store.ledger_path(lid), data, makepath=True))
-            if len(batch) == 2000:
-                for r in batch:
-                    r.get(timeout=60)
-                batch = []
-        for r in batch:
-            r.get(timeout=60)
+        records = list(records)
+        for parent in {store.ledger_path(lid).rsplit("/", 1)[0] for lid, _ in records}:
+            store._zk.ensure_path(parent)
+        pending = []
+        for start in range(0, len(records), 200):      # multi-op transactions, pipelined
+            txn = store._zk.transaction()
+            for lid, data in records[start:start + 200]:
+                txn.create(store.ledger_path(lid), data)
+            pending.append(txn.commit_async())
+            if len(pending) == 16 or start + 200 >= len(records):   # a bounded window
+                for r in pending:
+                    failed = [x for x in r.get(timeout=120) if isinstance(x, Exception)]
+                    if failed:
+                        raise RuntimeError(f"bulk load failed: {failed[0]!r}")
+                pending = []
     else:
         from etcd3 import transactions as tx
         ops = []
@@ -144,7 +150,7 @@ def main() -> None:
         for driver in args.drivers:
             family = driver.split("+")[0]
             if family == "zk" and zk is None:
-                zk = servers.ZooKeeperServer()
+                zk = servers.ZooKeeperServer(heap_mb=1024)   # holds 100k+ znodes
             if family == "etcd" and etcd is None:
                 etcd = servers.EtcdServer()
             run = uuid.uuid4().hex[:8]

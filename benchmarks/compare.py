@@ -566,6 +566,7 @@ class Runner:
     def append_sync(self, work="append_sync_100B"):
         pool = payload_pool(100)
         state = {}
+        spent = {}
 
         def segment(name, s, seconds):
             next_eid = state.setdefault(name, [0] * NLEDGERS)
@@ -580,10 +581,25 @@ class Runner:
                 timed += perf() - t0
                 next_eid[l] += 1
                 i += 1
+            spent[name] = spent.get(name, 0.0) + timed
             return i, timed
         stores = self.open_all(work)
         try:
+            j0 = stores["embedlog"].log.statistics()["journal"] if "embedlog" in stores else None
             self.rounds_of(work, stores, segment, [("entries/s", 1)])
+            if j0 is not None and "embedlog" in stores:
+                j = stores["embedlog"].log.statistics()["journal"]
+                adds = sum(state.get("embedlog", [0]))
+                syncs = j["fsyncs"] - j0["fsyncs"]
+                t_sync = j["fsync_time_s"] - j0["fsync_time_s"]
+                if adds and syncs:
+                    per = spent["embedlog"] / adds * 1e6
+                    self.notes.append(
+                        f"{work} / embedlog: {adds:,} appends took {per:.0f} us each on average "
+                        f"and {syncs:,} fdatasyncs {t_sync / syncs * 1e6:.0f} us each: about "
+                        f"{per - t_sync / adds * 1e6:.0f} us per append is spent outside fdatasync"
+                        + (f" (file: {spent['file'] / sum(state['file']) * 1e6:.0f} us per "
+                           "pwrite + fdatasync)" if state.get("file") else ""))
         finally:
             self.close_all(work, stores)
 
@@ -877,6 +893,14 @@ def fdatasync_probe(root) -> dict:
             "mean_us": statistics.fmean(lat) * 1e6}
 
 
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def machine_facts(root) -> list:
     import embedlog
     probe = fdatasync_probe(root)
@@ -896,7 +920,8 @@ def machine_facts(root) -> list:
     except Exception:
         rocks_v = "?"
     return [
-        f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}; "
+        f"load average at start {loadavg()} (other work on this shared machine makes figures noisy)",
         f"- machine: nproc {len(os.sched_getaffinity(0))}, {platform.machine()}, "
         f"Linux {platform.release()}, Python {platform.python_version()}",
         f"- fdatasync probe (200 x pwrite 4 KiB + fdatasync on a pre-zeroed file in {root}): "
@@ -982,7 +1007,7 @@ def main(argv=None):
     cmd = "python benchmarks/compare.py" + (" --quick" if args.quick else "")
     lines = [f"Command: `{cmd}` ({elapsed:.0f} s; {budget:g} s per work item and store, "
              f"in {r.rounds} round-robin segments)", ""]
-    lines += facts + [""]
+    lines += facts + [f"- load average at end {loadavg()}", ""]
     lines += table(r.results) + [""]
     lines.append("Peer cells show the peer's figure and, in brackets, the ratio embedlog / peer; "
                  "the last column compares embedlog with the best peer (highest throughput, "

@@ -69,13 +69,22 @@ def _config_pairs(pairs):
               help="Metadata service URI (default: the directory's own sqlite:///DIR/meta.db).")
 @click.option("--read-only", is_flag=True, help="Start read-only (adds are refused).")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A configuration key.")
+@click.option("--autorecovery/--no-autorecovery", default=False, show_default=True,
+              help="Run the auditor election and a replication worker in this process.")
+@click.option("--autorecovery-interval", type=float, default=1.0, show_default=True,
+              help="Seconds between audits and replication rounds.")
+@click.option("--lost-bookie-grace", type=float, default=10.0, show_default=True,
+              help="Seconds a bookie may be unregistered before its ledgers are re-replicated.")
 @click.option("--ready-file", default=None, hidden=True)
-def bookie_serve(directory, listen, advertised_address, metadata_uri, read_only, settings, ready_file):
+def bookie_serve(directory, listen, advertised_address, metadata_uri, read_only, settings,
+                 autorecovery, autorecovery_interval, lost_bookie_grace, ready_file):
     """Serve one bookie over the wire protocol until SIGTERM or Ctrl-C."""
     from embedlog.net.serve import serve
+    ar = (dict(interval_s=autorecovery_interval, lost_bookie_grace_s=lost_bookie_grace)
+          if autorecovery else None)
     try:
         serve(directory, listen, advertised_address, metadata_uri, read_only,
-              _config_pairs(settings), ready_file)
+              _config_pairs(settings), ready_file, ar)
     except EmbedlogError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -1,7 +1,10 @@
 """The shipped pytest plugin, used the way an application's test suite would use it."""
+import os
 import subprocess
 import sys
 import textwrap
+
+import embedlog
 
 
 def test_plugin_fixtures_in_a_user_suite(tmp_path):
@@ -24,6 +27,9 @@ def test_plugin_fixtures_in_a_user_suite(tmp_path):
     load = [] if installed else ["-p", "embedlog.pytest_plugin"]   # installed: the entry point loads it
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", *load,
                           "-p", "no:cacheprovider", str(tmp_path)],
-                         capture_output=True, text=True, cwd=tmp_path)
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [os.path.dirname(os.path.dirname(embedlog.__file__)),
+                              os.environ.get("PYTHONPATH", "")])})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 passed" in out.stdout

@@ -260,3 +260,28 @@ def test_bad_frames_are_rejected_and_the_bookie_keeps_serving(cluster):
     w.close()
     r = c.open_ledger(lid)
     assert r.read_batch(0, 10) == [b"keep%d" % i for i in range(10)] + [b"still"]
+
+
+def test_autorecovery_rereplicates_a_killed_bookies_fragments(cluster):
+    c = cluster.client()
+    ledgers = []
+    for _ in range(3):
+        w = c.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=2)
+        w.append_many([b"ar%d" % i for i in range(50)])
+        w.close()
+        ledgers.append(w.ledger_id)
+    victim_id = c.ledger_metadata(ledgers[0]).fragments[0][1][0]
+    cluster.kill_bookie(cluster.index_of(victim_id))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        mds = [c.ledger_metadata(l) for l in ledgers]
+        if all(victim_id not in ens for md in mds for _f, ens in md.fragments):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"{victim_id} still in an ensemble: {[m.fragments for m in mds]}")
+    # back to full write quorum: every live bookie of each ensemble holds every entry
+    for md in mds:
+        for b in md.fragments[0][1]:
+            assert all(holds(c, b, md.ledger_id, e) for e in range(0, 50, 7)), b
+        assert c.open_ledger(md.ledger_id).read_batch(0, 49)[49] == b"ar49"

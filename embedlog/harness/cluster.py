@@ -44,7 +44,8 @@ class LocalCluster:
     """A local BookKeeper cluster for tests and users (see DESIGN.md's table of names)."""
 
     def __init__(self, bookies: int = 3, metadata: str = "sqlite", base_dir: str | None = None, *,
-                 proxies: bool = True, bookie_config: dict | None = None, start: bool = True):
+                 proxies: bool = True, bookie_config: dict | None = None, start: bool = True,
+                 autorecovery: bool = True, lost_bookie_grace_s: float = 3.0):
         if metadata not in ("sqlite", "zk", "etcd"):
             raise IllegalOpError(f"metadata is 'sqlite', 'zk' or 'etcd', got {metadata!r}")
         self._own_dir = base_dir is None
@@ -53,6 +54,8 @@ class LocalCluster:
         self.metadata_kind = metadata
         self.proxies = proxies
         self.bookie_config = dict(bookie_config or {})
+        self.autorecovery = autorecovery
+        self.lost_bookie_grace_s = lost_bookie_grace_s
         self._bookies: list[_Bookie] = []
         self._server = None
         self._clients: list = []
@@ -111,6 +114,8 @@ class LocalCluster:
             cmd += ["--advertised-address", b.proxy.address]
         if b.read_only:
             cmd.append("--read-only")
+        if self.autorecovery:
+            cmd += ["--autorecovery", "--lost-bookie-grace", str(self.lost_bookie_grace_s)]
         for k, v in self.bookie_config.items():
             cmd += ["--set", f"{k}={v}"]
         env = dict(os.environ)

@@ -22,7 +22,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: str | None = None,
           metadata_uri: str | None = None, read_only: bool = False, config: dict | None = None,
-          ready_file: str | None = None) -> None:
+          ready_file: str | None = None, autorecovery: dict | None = None) -> None:
     """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly."""
     directory = os.path.abspath(directory)
     host, port = parse_listen(listen)
@@ -30,14 +30,15 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
     meta = None
     try:
         meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
-        asyncio.run(_run(bookie, meta, host, port, advertised_address, read_only, ready_file))
+        asyncio.run(_run(bookie, meta, host, port, advertised_address, read_only, ready_file,
+                         autorecovery))
     finally:
         bookie.close()
         if meta is not None:
             meta.close()
 
 
-async def _run(bookie, meta, host, port, advertised, read_only, ready_file) -> None:
+async def _run(bookie, meta, host, port, advertised, read_only, ready_file, autorecovery) -> None:
     server = BookieServer(bookie, host, port)
     await server.start()
     address = advertised or server.address
@@ -69,9 +70,18 @@ async def _run(bookie, meta, host, port, advertised, read_only, ready_file) -> N
         with open(tmp, "w") as f:
             f.write(f"{bookie.bookie_id} {server.address}\n")
         os.replace(tmp, ready_file)
+    recovery = None
+    if autorecovery is not None:
+        from embedlog.client.autorecovery import AutoRecovery
+        from embedlog.client.context import ClientConfig, ClientContext
+        recovery = AutoRecovery(ClientContext(meta, ClientConfig()), bookie.bookie_id,
+                                **autorecovery).start()
     try:
         await stop.wait()
     finally:
+        if recovery is not None:
+            await loop.run_in_executor(None, recovery.stop)
+            recovery.ctx.close()
         try:
             meta.registration_manager.unregister_bookie(bookie.bookie_id, state["read_only"])
         finally:

@@ -1,0 +1,200 @@
+"""Autorecovery: an elected auditor finds lost bookies, replication workers re-replicate.
+
+- The **auditor** (one at a time: it holds a lease, a compare-and-set record in the
+  metadata store renewed while it lives) lists the registered bookies; a bookie named
+  in some ledger's ensemble but unregistered for longer than ``lost_bookie_grace_s``
+  is lost, and every ledger with a fragment on it is marked under-replicated.
+- A **replication worker** (one per bookie process) takes under-replicated ledgers,
+  and for each fragment on a lost bookie of a CLOSED ledger (or a fragment that is not
+  the last of an OPEN one, whose writer handles the last) copies the entries the lost
+  bookie should hold from the surviving replicas to a replacement bookie, then
+  swaps the replacement into that fragment's ensemble by CAS. A closed ledger thus
+  returns to its full write quorum without anyone reading it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from embedlog._native.format import decode_entry, mac_key, master_key
+from embedlog.errors import BadVersionError, EmbedlogError, NoSuchLedgerError
+from embedlog.meta.api import DigestType, LedgerState
+from embedlog.net import protocol as P
+
+log = logging.getLogger("embedlog.autorecovery")
+LEASE = "auditor-lease"
+
+
+class AutoRecovery:
+    """Runs the auditor election loop and a replication worker in background threads."""
+
+    def __init__(self, ctx, self_id: str, *, interval_s: float = 1.0, lost_bookie_grace_s: float = 2.0,
+                 lease_s: float = 5.0):
+        self.ctx = ctx
+        self.self_id = self_id
+        self.interval_s = interval_s
+        self.grace_s = lost_bookie_grace_s
+        self.lease_s = lease_s
+        self.is_auditor = False
+        self.stats = {"audits": 0, "marked": 0, "fragments_replicated": 0, "entries_copied": 0}
+        self._missing_since: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="embedlog-autorecovery", daemon=True)
+
+    def start(self) -> "AutoRecovery":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self.is_auditor:
+            try:
+                v = self.ctx.metadata.cookies.read_cookie(LEASE)
+                if v is not None and json.loads(v.value)["owner"] == self.self_id:
+                    self.ctx.metadata.cookies.remove_cookie(LEASE, v.version)
+            except EmbedlogError:
+                pass
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                if self._hold_lease():
+                    self.audit()
+                self.replicate_some()
+            except EmbedlogError as exc:
+                log.warning("autorecovery round failed: %s", exc)
+
+    # -- auditor -----------------------------------------------------------------------
+
+    def _hold_lease(self) -> bool:
+        cookies = self.ctx.metadata.cookies
+        now = time.time()
+        body = json.dumps({"owner": self.self_id, "expires": now + self.lease_s}).encode()
+        v = cookies.read_cookie(LEASE)
+        try:
+            if v is None:
+                cookies.write_cookie(LEASE, body, None)
+            else:
+                cur = json.loads(v.value)
+                if cur["owner"] != self.self_id and cur["expires"] > now:
+                    self.is_auditor = False
+                    return False
+                cookies.write_cookie(LEASE, body, v.version)
+        except BadVersionError:
+            self.is_auditor = False
+            return False
+        self.is_auditor = True
+        return True
+
+    def audit(self) -> list:
+        """Mark the ledgers with fragments on lost bookies; returns the ledgers marked."""
+        writable, readonly = self.ctx.refresh_bookies()
+        alive = set(writable) | set(readonly)
+        now = time.monotonic()
+        lm = self.ctx.metadata.ledger_manager
+        marked = []
+        for lid in lm.iterate_ledgers(None):
+            try:
+                md = lm.read_ledger_metadata(lid).value
+            except NoSuchLedgerError:
+                continue
+            lost = set()
+            for _first, ens in md.fragments:
+                for b in ens:
+                    if b in alive:
+                        self._missing_since.pop(b, None)
+                    elif now - self._missing_since.setdefault(b, now) >= self.grace_s:
+                        lost.add(b)
+            if lost:
+                self.ctx.metadata.underreplication.mark_ledger_underreplicated(lid, sorted(lost))
+                marked.append(lid)
+        self.stats["audits"] += 1
+        self.stats["marked"] += len(marked)
+        return marked
+
+    # -- replication worker ----------------------------------------------------------------
+
+    def replicate_some(self, limit: int = 4) -> int:
+        ur = self.ctx.metadata.underreplication
+        done = 0
+        for lid, missing in list(ur.list_underreplicated().items())[:limit]:
+            try:
+                if self.replicate_ledger(lid, set(missing)):
+                    ur.mark_ledger_replicated(lid)
+                    done += 1
+            except NoSuchLedgerError:
+                ur.mark_ledger_replicated(lid)          # deleted meanwhile
+            except EmbedlogError as exc:
+                log.info("replicating %r: %s", lid, exc)
+        return done
+
+    def replicate_ledger(self, lid, missing: set) -> bool:
+        """Re-replicate the fragments of ``lid`` on ``missing`` bookies; True when none remain."""
+        lm = self.ctx.metadata.ledger_manager
+        for _ in range(16):
+            v = lm.read_ledger_metadata(lid)
+            md = v.value
+            frags = list(md.fragments)
+            todo = [k for k, (_f, ens) in enumerate(frags) if missing & set(ens)
+                    and (md.state == LedgerState.CLOSED or k < len(frags) - 1)]
+            if not todo:
+                return not any(missing & set(ens) for _f, ens in frags)
+            k = todo[0]
+            first, ens = frags[k]
+            end = frags[k + 1][0] - 1 if k + 1 < len(frags) else md.last_entry_id
+            ens = list(ens)
+            lost = [b for b in ens if b in missing]
+            fresh = self.ctx.choose_bookies(len(lost), exclude=set(ens) | missing)
+            for old, new in zip(lost, fresh):
+                self._copy_fragment(md, first, end, ens, ens.index(old), new)
+                ens[ens.index(old)] = new
+            frags[k] = (first, tuple(ens))
+            try:
+                lm.write_ledger_metadata(md.with_(fragments=tuple(frags)), v.version)
+                self.stats["fragments_replicated"] += 1
+            except BadVersionError:
+                continue                  # changed meanwhile (writer, recovery): look again
+        return False
+
+    def _copy_fragment(self, md, first: int, end: int, ens: list, slot: int, target: str) -> None:
+        """Copy every entry of [first, end] whose write set includes ensemble position ``slot``."""
+        e = md.ensemble_size
+        scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
+        key = master_key(md.password)
+        mk = mac_key(md.password) if md.digest_type == DigestType.MAC else None
+        batch = []
+        for eid in range(first, end + 1):
+            positions = [(eid + j) % e for j in range(md.write_quorum)]
+            if slot not in positions:
+                continue
+            sources = [ens[p] for p in positions if p != slot]
+            data = self.ctx.run(self._read_any(sources, scope, ledger, eid))
+            decode_entry(data, scope, ledger, eid, int(md.digest_type), mk)   # copy only intact entries
+            batch.append(data)
+            if len(batch) >= 256:
+                self._write(target, scope, ledger, key, batch)
+                batch = []
+        if batch:
+            self._write(target, scope, ledger, key, batch)
+
+    async def _read_any(self, sources, scope, ledger, eid) -> bytes:
+        error: BaseException = EmbedlogError(f"no replica of entry {eid} answered")
+        for b in sources:
+            try:
+                resp = await self.ctx.call(b, lambda rid: P.read_request(rid, scope, ledger, eid),
+                                           self.ctx.config.read_timeout_s)
+                entries = P.parse_read_body(resp.body)[1]
+                if entries:
+                    return entries[0][1]
+            except EmbedlogError as exc:
+                error = exc
+        raise error
+
+    def _write(self, target, scope, ledger, key, batch) -> None:
+        self.ctx.run(self.ctx.call(
+            target, lambda rid: P.add_request(rid, scope, ledger, key, batch, P.FLAG_RECOVERY_ADD),
+            self.ctx.config.add_timeout_s))
+        self.stats["entries_copied"] += len(batch)
