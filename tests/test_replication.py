@@ -285,3 +285,21 @@ def test_autorecovery_rereplicates_a_killed_bookies_fragments(cluster):
         for b in md.fragments[0][1]:
             assert all(holds(c, b, md.ledger_id, e) for e in range(0, 50, 7)), b
         assert c.open_ledger(md.ledger_id).read_batch(0, 49)[49] == b"ar49"
+
+
+@pytest.mark.parametrize("metadata", ["sqlite", "zk", "etcd"])
+def test_cluster_on_each_metadata_store(tmp_path, metadata):
+    from embedlog.harness.servers import ServerMissing, in_ci
+    try:
+        lc = LocalCluster(bookies=3, metadata=metadata, base_dir=str(tmp_path / "c"))
+    except ServerMissing as exc:
+        if in_ci():
+            raise
+        pytest.skip(str(exc))
+    with lc:
+        c = lc.client()
+        w = c.create_ledger(3, 2, 2)
+        w.append_many([b"m%d" % i for i in range(20)])
+        lc.kill_bookie(lc.index_of(w.metadata.fragments[0][1][0]))
+        r = c.open_ledger(w.ledger_id)              # recovery with a bookie gone
+        assert r.last_add_confirmed == 19 and r.read_batch(0, 19)[19] == b"m19"

@@ -75,12 +75,10 @@ class LocalCluster:
             return "sqlite://" + os.path.join(self.base_dir, "meta.db")
         from embedlog.harness import servers
         if self.metadata_kind == "zk":
-            self._server = servers.ZooKeeperServer(os.path.join(self.base_dir, "zookeeper"))
-            self._server.start()
-            return f"zk+hierarchical://{self._server.address}/ledgers"
-        self._server = servers.EtcdServer(os.path.join(self.base_dir, "etcd"))
-        self._server.start()
-        return f"etcd://{self._server.address}/embedlog"
+            self._server = servers.ZooKeeperServer()
+            return f"zk+hierarchical://{self._server.hosts}/ledgers"
+        self._server = servers.EtcdServer()
+        return f"etcd://{self._server.endpoint}/embedlog"
 
     # -- bookies ----------------------------------------------------------------------
 

@@ -1,0 +1,167 @@
+"""Real ZooKeeper 3.8 and etcd 3.4 as child processes of the test run.
+
+Each server listens on a free loopback port, keeps its data in a throwaway directory,
+is declared ready only when it answers its own protocol (ZooKeeper ``ruok`` -> ``imok``,
+etcd ``GET /health``), and is stopped by its PID (SIGTERM, then SIGKILL). The commands
+are those of ../shared/reference/RECIPES.md. A missing binary raises ServerMissing; the
+fixtures turn that into a failure when the CI variable is set and a skip otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/zookeeper-jute.jar",
+           "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-simple.jar")
+READY_TIMEOUT_S = 30.0
+
+
+class ServerMissing(RuntimeError):
+    """The server's binary or jars are not installed."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+class _Child:
+    """A server process with its own temp dir and log file."""
+
+    name = "server"
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix=f"embedlog-{self.name}-")
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.dir, "server.log")
+
+    def _spawn(self, argv: list[str], env: dict | None = None) -> None:
+        log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, cwd=self.dir)
+        finally:
+            log.close()
+
+    def _wait_ready(self, probe) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
+            if probe():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready within {READY_TIMEOUT_S}s: {self.log_tail()}")
+
+    def log_tail(self, n_bytes: int = 2000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n_bytes:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class ZooKeeperServer(_Child):
+    name = "zookeeper"
+
+    def __init__(self, heap_mb: int = 256):
+        java = shutil.which("java")
+        missing = [j for j in ZK_JARS if not os.path.exists(j)]
+        if java is None or missing:
+            raise ServerMissing("ZooKeeper needs java and the Debian package 'zookeeper' "
+                                f"(missing: {'java' if java is None else ', '.join(missing)})")
+        super().__init__()
+        self.port = free_port()
+        cfg = os.path.join(self.dir, "zoo.cfg")
+        with open(cfg, "w") as f:
+            f.write("\n".join([
+                "tickTime=500", f"dataDir={self.dir}/data", f"clientPort={self.port}",
+                "clientPortAddress=127.0.0.1", "maxClientCnxns=0",
+                "admin.enableServer=false", "4lw.commands.whitelist=ruok,srvr,stat,mntr",
+                "autopurge.purgeInterval=0",
+                # short ticks and sessions let tests see an ephemeral znode vanish
+                # quickly (ZooKeeper expires sessions on tick boundaries)
+                "minSessionTimeout=1000", ""]))
+        self._spawn([java, f"-Xmx{heap_mb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                     "-cp", ":".join(ZK_JARS),
+                     "org.apache.zookeeper.server.ZooKeeperServerMain", cfg])
+        self._wait_ready(self._ruok)
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _ruok(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(b"ruok")
+                return s.recv(16) == b"imok"
+        except OSError:
+            return False
+
+
+class EtcdServer(_Child):
+    name = "etcd"
+
+    def __init__(self):
+        binary = shutil.which("etcd")
+        if binary is None:
+            raise ServerMissing("etcd is not installed (Debian package 'etcd-server')")
+        super().__init__()
+        self.port, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
+        # an ETCD_* variable repeating a flag makes etcd exit at once
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+        self._spawn([binary, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
+                     "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                     "--initial-cluster", f"t={peer_url}", "--initial-cluster-state", "new",
+                     "--heartbeat-interval", "10", "--election-timeout", "100",
+                     "--logger", "zap", "--log-level", "warn"], env=env)
+        self._wait_ready(self._healthy)
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as r:
+                return json.loads(r.read()).get("health") == "true"
+        except (OSError, ValueError):
+            return False
