@@ -291,7 +291,7 @@ def test_autorecovery_rereplicates_a_killed_bookies_fragments(cluster):
 def test_cluster_on_each_metadata_store(tmp_path, metadata):
     from embedlog.harness.servers import ServerMissing, in_ci
     try:
-        lc = LocalCluster(bookies=3, metadata=metadata, base_dir=str(tmp_path / "c"))
+        lc = LocalCluster(bookies=4, metadata=metadata, base_dir=str(tmp_path / "c"))
     except ServerMissing as exc:
         if in_ci():
             raise
