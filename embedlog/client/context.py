@@ -22,6 +22,7 @@ class ClientConfig:
     max_pending_adds: int = 20_000        # back-pressure on append_async
     max_entries_per_frame: int = 1000
     ensemble_change_retries: int = 16
+    quarantine_s: float = 30.0            # a bookie that failed is avoided this long in placement
 
 
 class ClientContext:
@@ -33,6 +34,7 @@ class ClientContext:
         self._thread.start()
         self._conns: dict[str, BookieConnection] = {}
         self._addresses: dict[str, str] = {}
+        self._quarantine: dict[str, float] = {}      # bookie id -> when it last failed
         self._lock = threading.Lock()
 
     def _run_loop(self) -> None:
@@ -96,7 +98,14 @@ class ClientContext:
             # the bookie may have restarted elsewhere: forget its address, ask again next time
             with self._lock:
                 self._addresses.pop(bookie_id, None)
+            self.quarantine(bookie_id)
             raise
+
+    def quarantine(self, bookie_id: str) -> None:
+        """Avoid a failed bookie in placement for a while: its registration may outlive it."""
+        import time
+        with self._lock:
+            self._quarantine[bookie_id] = time.monotonic()
 
     def forget_address(self, bookie_id: str) -> None:
         with self._lock:
@@ -105,8 +114,16 @@ class ClientContext:
     def choose_bookies(self, count: int, exclude=()) -> list[str]:
         """``count`` distinct writable bookies, avoiding ``exclude`` (random placement)."""
         import random
+        import time
         writable, _ = self.refresh_bookies()
-        candidates = [b for b in writable if b not in set(exclude)]
+        exclude = set(exclude)
+        candidates = [b for b in writable if b not in exclude]
+        now = time.monotonic()
+        with self._lock:
+            healthy = [b for b in candidates
+                       if now - self._quarantine.get(b, -1e9) > self.config.quarantine_s]
+        if len(healthy) >= count:        # quarantined bookies only when nothing else will do
+            return random.sample(healthy, count)
         if len(candidates) < count:
             raise NotEnoughBookiesError(
                 f"need {count} writable bookies, {len(candidates)} available "

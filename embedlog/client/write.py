@@ -255,6 +255,7 @@ class WriteHandle:
     def _bookie_failed(self, bookie: str) -> None:
         if bookie not in self._ensemble or self._error is not None:
             return
+        self._ctx.quarantine(bookie)
         self._failed.add(bookie)
         if not self._changing:
             self._changing = True

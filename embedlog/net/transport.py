@@ -36,11 +36,13 @@ class BookieConnection:
     async def _connect(self) -> None:
         if self._writer is not None and not self._writer.is_closing():
             return
-        if self._connecting is not None:
-            await asyncio.shield(self._connecting)
-            return
-        loop = asyncio.get_running_loop()
-        self._connecting = loop.create_future()
+        if self._connecting is None:
+            # the attempt is a task of its own: a caller that gives up (cancelled, timed
+            # out) must not fail the other callers waiting for the same connection
+            self._connecting = asyncio.get_running_loop().create_task(self._open())
+        await asyncio.shield(self._connecting)
+
+    async def _open(self) -> None:
         try:
             try:
                 reader, writer = await asyncio.wait_for(
@@ -49,12 +51,7 @@ class BookieConnection:
             except (OSError, asyncio.TimeoutError) as exc:
                 raise BookieUnavailableError(f"cannot connect to bookie {self.address}: {exc}") from None
             self._writer = writer
-            self._reader_task = loop.create_task(self._read_loop(reader, writer))
-            self._connecting.set_result(None)
-        except BaseException as exc:
-            self._connecting.set_exception(exc)
-            self._connecting.exception()       # retrieved: no "never retrieved" warning
-            raise
+            self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
         finally:
             self._connecting = None
 
