@@ -178,3 +178,20 @@ def test_import_without_extension_fails_clearly(tmp_path):
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert out.returncode != 0
     assert "compiled extension" in out.stderr and "pip install" in out.stderr
+
+
+def test_tiny_index_cache_never_drops_unwritten_pages(tmp_path):
+    """Regression: a page loaded for writing must not be evicted before it is marked dirty."""
+    n = 1024 * 20
+    with embedlog.open(tmp_path, page_limit=16, skip_list_size_limit=1 << 16, flush_interval_ms=0) as log:
+        w = log.create_ledger()
+        for i in range(0, n, 1000):
+            w.append_many([b"%d" % e for e in range(i, min(n, i + 1000))])
+        w.close()
+        r = log.open_ledger(w.ledger_id)
+        assert r.read_batch(0, n - 1) == [b"%d" % e for e in range(n)]
+        log.bookie.checkpoint()
+        assert log.bookie.index_cache.loaded <= 16 + 4
+    with embedlog.open(tmp_path, page_limit=16) as log:
+        r = log.open_ledger(w.ledger_id)
+        assert [r.read_entry(e) for e in range(0, n, 97)] == [b"%d" % e for e in range(0, n, 97)]

@@ -14,7 +14,7 @@ cdef class LedgerIndex:
     cdef readonly int64_t max_page_on_disk
     cdef IndexCache cache
     cdef bytes _header_bytes(self)
-    cdef object _page(self, int64_t page_no, bint create)
+    cdef object _page(self, int64_t page_no, bint create, bint dirty=*)
     cpdef uint64_t get_location(self, int64_t eid)
     cdef bint _evict(self, int64_t page_no)
 

@@ -133,9 +133,13 @@ cdef class LedgerIndex:
         el_put32(p + 1020, el_crc32c(0, p, 1020))
         return bytes(h)
 
-    cdef object _page(self, int64_t page_no, bint create):
+    cdef object _page(self, int64_t page_no, bint create, bint dirty=False):
+        """The page, loaded or created as needed. With ``dirty`` it is marked dirty before
+        the cache may evict anything, so a page about to be written is never dropped."""
         page = self.pages.get(page_no)
         if page is not None:
+            if dirty:
+                self.dirty_pages.add(page_no)
             return page
         if page_no <= self.max_page_on_disk:
             with open(self.path, "rb") as f:
@@ -154,6 +158,8 @@ cdef class LedgerIndex:
         else:
             return None
         self.pages[page_no] = page
+        if dirty:
+            self.dirty_pages.add(page_no)
         self.cache._loaded(self, page_no)
         return page
 
@@ -176,9 +182,8 @@ cdef class LedgerIndex:
         for i in range(n):
             page_no = e[i] // ENTRIES_PER_PAGE
             if page_no != cur:
-                page = self._page(page_no, True)
+                page = self._page(page_no, True, True)
                 v = page
-                self.dirty_pages.add(page_no)
                 cur = page_no
             v[e[i] % ENTRIES_PER_PAGE] = l[i]
 
@@ -188,12 +193,11 @@ cdef class LedgerIndex:
         cdef int64_t p
         cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
         for p in range(first_page, top + 1):
-            page = self._page(p, True)
+            page = self._page(p, True, True)
             if p == first_page:
                 page[(last_kept + 1) % ENTRIES_PER_PAGE:] = 0
             else:
                 page[:] = 0
-            self.dirty_pages.add(p)
 
     def last_entry_id(self):
         """The highest entry id with a location, or -1."""

@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""Replicated adds through bookie processes, beside the same work in-process.
+
+    python benchmarks/replication.py [--seconds 5] [--recovery-entries 1000000]
+
+For E=Qw=Qa=1 on one bookie and E=3,Qw=3,Qa=2 on three (LocalCluster on loopback,
+no fault proxies), with 100 B and 1 KiB entries:
+- throughput: append_async with a window of outstanding adds (BookKeeper's benchmark
+  keeps a throttle of outstanding adds the same way);
+- latency: p50/p95/p99 of single durable appends issued one after another;
+beside the embedded log (in-process transport: no socket, no second process) doing
+the same appends, so the network's and the protocol's share is visible. Then the
+time to recover (fence, read forward, close) a ledger of --recovery-entries entries
+whose writer was abandoned.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+
+import embedlog  # noqa: E402
+from embedlog.harness import LocalCluster  # noqa: E402
+
+
+def throughput(handle, size: int, seconds: float, window: int) -> float:
+    data = os.urandom(size)
+    sem = threading.BoundedSemaphore(window)
+    done = [0]
+
+    def finished(_f):
+        done[0] += 1
+        sem.release()
+
+    t0 = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(100):
+            sem.acquire()
+            handle.append_async(data).add_done_callback(finished)
+            sent += 1
+    for _ in range(window):
+        sem.acquire()
+    return sent / (time.perf_counter() - t0)
+
+
+def latency(handle, size: int, seconds: float) -> tuple:
+    data = os.urandom(size)
+    lat = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        s = time.perf_counter()
+        handle.append(data)
+        lat.append(time.perf_counter() - s)
+    a = np.array(lat) * 1e6
+    return np.percentile(a, 50), np.percentile(a, 95), np.percentile(a, 99)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--window", type=int, default=2000)
+    ap.add_argument("--recovery-entries", type=int, default=1_000_000)
+    args = ap.parse_args()
+    rows = []
+    base = tempfile.mkdtemp(prefix="embedlog-repl-bench-", dir="/tmp")
+    try:
+        for size in (100, 1024):
+            with embedlog.open(os.path.join(base, f"embedded-{size}")) as log:
+                w = log.create_ledger()
+                tput = throughput(w, size, args.seconds, args.window)
+                lat = latency(w, size, args.seconds / 2)
+            rows.append(("embedded (in-process)", "1/1/1", size, tput, *lat))
+        for nb, quorum in ((1, (1, 1, 1)), (3, (3, 3, 2))):
+            with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"c{nb}"), proxies=False,
+                              autorecovery=False) as lc:
+                c = lc.client()
+                for size in (100, 1024):
+                    w = c.create_ledger(*quorum)
+                    tput = throughput(w, size, args.seconds, args.window)
+                    lat = latency(w, size, args.seconds / 2)
+                    rows.append((f"{nb} bookie process{'es' if nb > 1 else ''} (TCP loopback)",
+                                 "/".join(map(str, quorum)), size, tput, *lat))
+                    w.close()
+                if nb == 3 and args.recovery_entries:
+                    w = c.create_ledger(3, 3, 2)
+                    chunk = [os.urandom(100)] * 1000
+                    for _ in range(args.recovery_entries // 1000):
+                        w.append_many(chunk)
+                    c2 = lc.client()
+                    t0 = time.perf_counter()
+                    r = c2.open_ledger(w.ledger_id)           # fence + recover + close
+                    rec_s = time.perf_counter() - t0
+                    recovery = (args.recovery_entries, r.last_add_confirmed, rec_s)
+        print(f"# embedlog replication benchmark ({time.strftime('%Y-%m-%d')}, nproc={os.cpu_count()})\n")
+        print("| setup | E/Qw/Qa | entry | adds/s (window %d) | MB/s | lone add p50 / p95 / p99 (µs) |" % args.window)
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        for name, q, size, tput, p50, p95, p99 in rows:
+            print(f"| {name} | {q} | {size} B | {tput:,.0f} | {tput * size / 1e6:,.1f} | "
+                  f"{p50:,.0f} / {p95:,.0f} / {p99:,.0f} |")
+        if args.recovery_entries:
+            n, last, s = recovery
+            print(f"\nrecovery of a ledger of {n:,} entries (E=3, Qw=3, Qa=2, writer abandoned): "
+                  f"{s:.2f} s, closed at entry {last:,}")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
