@@ -14,6 +14,8 @@ def abandon(log):
         b._closed = True
         b.journal._closed = True
         b.cv.notify_all()
+        b.journal._writer_cv.notify_all()
+        b.journal._prealloc_cv.notify_all()
     b._stop.set()
     for t in b.journal._threads:
         t.join(timeout=5)

@@ -67,7 +67,8 @@ class Bookie:
         self.current = os.path.join(self.directory, "current")
         self.journal_dir = os.path.abspath(journal_dir or os.path.join(self.directory, "journal"))
         os.makedirs(self.current, exist_ok=True)
-        self.cv = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self.cv = threading.Condition(self._lock)
         self.memtable = nmt.MemTable(self.config.skip_list_size_limit)
         self.entry_logger = nel.EntryLogger(self.current, self.config.entry_log_size_limit)
         self.index_cache = nix.IndexCache(self.current, self.config.page_limit)
@@ -82,7 +83,7 @@ class Bookie:
         self.read_only = False          # set by disk checks or an operator: adds are refused
         self._dirty_since_checkpoint = False
         self._load_ledgers()
-        self.journal = Journal(self.journal_dir, self.config, self.cv)
+        self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         self.replay_report = self._replay()
         self.journal.start()
         self._checkpoint_seq = 0
@@ -263,6 +264,7 @@ class Bookie:
                 raise LedgerFencedError(f"ledger {lid!r} is fenced")
             done = 0
             total = len(payloads)
+            start_length = length
             while True:
                 n, length = nmt.add_payloads(
                     self.journal.buffer, self.memtable, key[0], key[1], first_entry_id + done,
@@ -275,6 +277,7 @@ class Bookie:
             if total:
                 self._seen(key, first_entry_id + total - 1)
             self.stats["adds"] += total
+            self.stats["add_bytes"] += length - start_length
         return seq, length
 
     def add_entries(self, entries: list, master_key: bytes, recovery: bool = False) -> int:
@@ -301,6 +304,7 @@ class Bookie:
                 if done < len(entries):
                     self._flush_memtable()
             for e in entries:
+                self.stats["add_bytes"] += len(e)
                 _v, scope, lid, eid, lac = parse_entry_header(e)[:5]
                 self._seen((scope, lid), eid)
                 if lac > self.lacs.get((scope, lid), -1):

@@ -100,10 +100,14 @@ def nj_crc(data: bytes) -> int:
 
 
 class Journal:
-    def __init__(self, directory: str, config, cv: threading.Condition):
+    def __init__(self, directory: str, config, cv: threading.Condition, lock):
         self.directory = directory
         self.config = config
-        self.cv = cv
+        self.cv = cv                                   # sync waiters: a group is durable
+        # the writer and the preallocator wait on conditions of their own (same lock), so a
+        # finished group wakes only those who need it
+        self._writer_cv = threading.Condition(lock)
+        self._prealloc_cv = threading.Condition(lock)
         os.makedirs(directory, exist_ok=True)
         self.buffer = nj.JournalBuffer()
         self._spare = nj.JournalBuffer()
@@ -256,6 +260,10 @@ class Journal:
         self.stats["group_entries_max"] = max(self.stats["group_entries_max"], nrecords)
         self._syncing = False
         self.cv.notify_all()
+        if self._async:
+            self._writer_cv.notify()
+        if self._zero_end - self._offset < self._prealloc:
+            self._prealloc_cv.notify()
 
     def _open_file_locked_out(self, start_seq: int) -> None:
         nj.sync_fd(self._fd)
@@ -288,7 +296,7 @@ class Journal:
     def on_durable(self, seq: int, callback) -> None:
         """Call ``callback(error_or_None)`` from the writer thread once ``seq`` is durable."""
         self._async.append((seq, callback))
-        self.cv.notify_all()
+        self._writer_cv.notify()
 
     # -- threads ------------------------------------------------------------------------
 
@@ -301,9 +309,9 @@ class Journal:
                 while not self._closed and not self._async and not (
                         self.buffer.nbytes and not self.config.journal_flush_when_queue_empty):
                     if not self.config.journal_sync_data and self.written_seq:
-                        self.cv.wait(interval_s)
+                        self._writer_cv.wait(interval_s)
                         break
-                    self.cv.wait()
+                    self._writer_cv.wait()
                 if self._closed and not self._async:
                     return
                 try:
@@ -334,13 +342,13 @@ class Journal:
         while True:
             with self.cv:
                 while not self._closed and (self._rolling or self._zero_end - self._offset >= chunk):
-                    self.cv.wait(0.05)
+                    self._prealloc_cv.wait(0.5)
                 if self._closed:
                     return
                 fd, file_id = self._fd, self._file_id
                 start = max(self._zero_end, self._offset + self.buffer.nbytes + (1 << 20))
                 if start + chunk > self._max_bytes + chunk:
-                    self.cv.wait(0.05)
+                    self._prealloc_cv.wait(0.5)
                     continue
                 self._claim = (file_id, start)
             try:
@@ -359,6 +367,8 @@ class Journal:
                 self.wait_durable(self.appended_seq)
             self._closed = True
             self.cv.notify_all()
+            self._writer_cv.notify_all()
+            self._prealloc_cv.notify_all()
         for t in self._threads:
             t.join(timeout=5)
         if self._fd >= 0:
