@@ -2,6 +2,7 @@
 group commit, and acknowledgement only after fdatasync."""
 import os
 import threading
+import time
 
 import pytest
 
@@ -220,3 +221,49 @@ def test_journal_rolls_and_old_journals_are_trimmed(tmp_path):
         w.close()
     got, _ = read_all(tmp_path, w.ledger_id)
     assert len(got) == 3600
+
+
+
+def test_concurrent_large_groups_with_small_preallocation_reopen_intact(tmp_path):
+    """Stress for a race once seen here: the preallocator computed where to write zeros
+    from the write head of before a group it had not seen written, and zeroed part of it."""
+    payloads = [os.urandom(n) for n in (0, 1, 100, 1024, 70_000, 300_000)] * 20
+    for rnd in range(3):
+        d = tmp_path / f"r{rnd}"
+        with embedlog.open(d, journal_pre_alloc_size_mb=1, journal_max_size_mb=8,
+                           skip_list_size_limit=1 << 20, flush_interval_ms=0) as log:
+            handles = [log.create_ledger() for _ in range(4)]
+            threads = [threading.Thread(target=lambda h=h: [h.append_many(payloads) for _ in range(3)])
+                       for h in handles]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            ids = [h.ledger_id for h in handles]
+            abandon(log)                                       # replay everything
+        with embedlog.open(d) as log:
+            for lid in ids:
+                r = log.open_ledger(lid)
+                assert r.read_batch(0, r.last_add_confirmed) == payloads * 3
+
+
+def test_an_add_framed_during_a_write_waits_for_its_own_group(tmp_path):
+    """Regression: records framed while a leader was writing got a sequence number inside
+    that leader's group, so they were acknowledged when it synced, before being written."""
+    with embedlog.open(tmp_path, **CFG) as log:
+        w = log.create_ledger()
+        w.append(b"warm")
+        held, go = threading.Event(), threading.Event()
+        failpoints.arm("journal.before_write", lambda: (held.set(), go.wait(10)))
+        try:
+            f1 = w.append_async(b"one")            # group A: held before its write
+            assert held.wait(10)
+            held.clear()
+            f2 = w.append_async(b"two")            # framed while A is out of the buffer
+            go.set()                                # A is written and synced...
+            assert f1.result(10) == 1
+            go.clear()
+            assert held.wait(10)                    # ...and group B (holding "two") is held
+            assert not f2.done(), "acknowledged before its record was written"
+        finally:
+            failpoints.disarm()
+            go.set()
+        assert f2.result(10) == 2

@@ -14,6 +14,7 @@ import signal
 
 POINTS = (
     "journal.before_write", "journal.before_sync", "journal.after_sync",
+    "journal.prealloc_before_zero",
     "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark",
     "memtable.before_flush",
 )

@@ -113,6 +113,7 @@ class Journal:
         self._spare = nj.JournalBuffer()
         self.appended_seq = 0
         self.written_seq = 0
+        self._taken_seq = 0               # end of the records a leader took out of the buffer
         self.synced_seq = 0
         self._syncing = False
         self._oldest_pending = None       # monotonic time of the first record not yet taken
@@ -129,6 +130,7 @@ class Journal:
         self._zero_end = 0
         self._claim = None                # (file id, start) being zero-filled
         self._rolling = False
+        self._reserved_end = 0            # file offset the write in progress will reach
         self._max_bytes = config.journal_max_size_mb * 1024 * 1024
         self._prealloc = config.journal_pre_alloc_size_mb * 1024 * 1024
         self._threads: list[threading.Thread] = []
@@ -176,7 +178,8 @@ class Journal:
 
     def note_appended(self) -> int:
         """Account for records framed into ``buffer``; returns the new end seq."""
-        self.appended_seq = self.written_seq + self.buffer.nbytes
+        # records framed now come after those a leader may be writing this very moment
+        self.appended_seq = self._taken_seq + self.buffer.nbytes
         if self._oldest_pending is None and self.buffer.nbytes:
             self._oldest_pending = time.monotonic()
         return self.appended_seq
@@ -212,6 +215,7 @@ class Journal:
         buf = self.buffer
         self.buffer, self._spare = self._spare, buf
         start_seq, end_seq = self.written_seq, self.written_seq + buf.nbytes
+        self._taken_seq = end_seq
         nrecords = buf.nrecords
         self._syncing = True
         self._oldest_pending = None
@@ -223,6 +227,8 @@ class Journal:
                 rolled or self._offset + buf.nbytes > self._claim[1]):
             self.cv.wait()
         self._rolling = rolled
+        # the preallocator must stay beyond what this write covers (it runs meanwhile)
+        self._reserved_end = (nj.HEADER_SIZE if rolled else self._offset) + buf.nbytes
         self.stats[trigger] += 1
         self.cv.release()
         try:
@@ -346,11 +352,15 @@ class Journal:
                 if self._closed:
                     return
                 fd, file_id = self._fd, self._file_id
-                start = max(self._zero_end, self._offset + self.buffer.nbytes + (1 << 20))
+                # contiguous with the zeros already written, but never under the write in
+                # progress (reserved_end) nor right at the head where the next group lands
+                head = max(self._offset, self._reserved_end) + self.buffer.nbytes + (1 << 20)
+                start = max(self._zero_end, head)
                 if start + chunk > self._max_bytes + chunk:
                     self._prealloc_cv.wait(0.5)
                     continue
                 self._claim = (file_id, start)
+            failpoints.hit("journal.prealloc_before_zero")
             try:
                 nj.write_zeros(fd, start, chunk, sync=True)
             except OSError:
