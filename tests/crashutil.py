@@ -21,7 +21,7 @@ def abandon(log):
         t.join(timeout=5)
     os.close(b.journal._fd)
     b.journal._fd = -1
-    b.entry_logger.close()
+    b.storage.close()
     os.close(b._lock_fd)
     log.metadata.close()
     log._closed = True

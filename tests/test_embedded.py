@@ -191,7 +191,7 @@ def test_tiny_index_cache_never_drops_unwritten_pages(tmp_path):
         r = log.open_ledger(w.ledger_id)
         assert r.read_batch(0, n - 1) == [b"%d" % e for e in range(n)]
         log.bookie.checkpoint()
-        assert log.bookie.index_cache.loaded <= 16 + 4
+        assert log.bookie.storage.index_cache.loaded <= 16 + 4
     with embedlog.open(tmp_path, page_limit=16) as log:
         r = log.open_ledger(w.ledger_id)
         assert [r.read_entry(e) for e in range(0, n, 97)] == [b"%d" % e for e in range(0, n, 97)]

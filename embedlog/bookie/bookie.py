@@ -23,9 +23,6 @@ import struct
 import threading
 import time
 
-from sortedcontainers import SortedDict
-
-from embedlog._native import entrylog as nel
 from embedlog._native import index as nix
 from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
@@ -33,6 +30,7 @@ from embedlog._native.reader import LedgerReader
 from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.bookie import failpoints
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
+from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
                              IllegalOpError, LedgerFencedError, NoSuchEntryError,
@@ -57,9 +55,9 @@ class Bookie:
             journal = getattr(self, "journal", None)
             if journal is not None and journal._threads:
                 journal.close()
-            logger = getattr(self, "entry_logger", None)
-            if logger is not None:
-                logger.close()
+            storage = getattr(self, "storage", None)
+            if storage is not None:
+                storage.close()
             os.close(self._lock_fd)
             raise
 
@@ -69,19 +67,15 @@ class Bookie:
         os.makedirs(self.current, exist_ok=True)
         self._lock = threading.Lock()
         self.cv = threading.Condition(self._lock)
-        self.memtable = nmt.MemTable(self.config.skip_list_size_limit)
-        self.entry_logger = nel.EntryLogger(self.current, self.config.entry_log_size_limit)
-        self.index_cache = nix.IndexCache(self.current, self.config.page_limit)
-        self.ledgers: SortedDict = SortedDict()      # (scope, lid) -> LedgerIndex
+        self.storage = SortedLedgerStorage(self.current, self.config, self.cv, self._lock)
+        self.ledgers = self.storage.ledgers          # (scope, lid) -> LedgerIndex
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
         self.bookie_id = self._identity()
         self.mark = LastLogMark([self.current])
-        self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "memtable_flushes": 0,
-                      "checkpoints": 0, "entry_log_rolls": 0}
+        self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
         self.read_only = False          # set by disk checks or an operator: adds are refused
-        self._dirty_since_checkpoint = False
         self._load_ledgers()
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         self.replay_report = self._replay()
@@ -89,6 +83,7 @@ class Bookie:
         self._checkpoint_seq = 0
         self._stop = threading.Event()
         self.checkpoint()
+        self.storage.start()
         self._sync_thread = threading.Thread(target=self._sync_loop, name="embedlog-sync", daemon=True)
         self._sync_thread.start()
 
@@ -135,7 +130,7 @@ class Bookie:
                     key = nix.parse_index_name(name, scoped)
                     if key is None:
                         continue
-                    idx = self.index_cache.open(key[0], key[1], True)
+                    idx = self.storage.index_cache.open(key[0], key[1], True)
                     self.ledgers[key] = idx
                     self.last_entry[key] = idx.last_entry_id()
 
@@ -157,9 +152,10 @@ class Bookie:
     def _apply_record(self, rtype: int, body: bytes) -> None:
         """Re-apply one journal record (replay): what add/fence/... did before the crash."""
         if rtype == nj.ENTRY:
-            if not self.memtable.add_encoded(body):
-                self._flush_memtable()
-                self.memtable.add_encoded(body)
+            if not self.storage.active.add_encoded(body):
+                with self.cv:
+                    self.storage.make_room(self.journal.appended_seq)
+                self.storage.active.add_encoded(body)
             _v, scope, lid, eid = parse_entry_header(body)[:4]
             self._known((scope, lid))
             self._seen((scope, lid), eid)
@@ -192,12 +188,9 @@ class Bookie:
     # -- helpers (cv held) ------------------------------------------------------------
 
     def _known(self, key):
-        idx = self.ledgers.get(key)
-        if idx is None:
-            idx = self.index_cache.open(key[0], key[1], False)
-            self.ledgers[key] = idx
+        if key not in self.ledgers:
             self.last_entry[key] = -1
-        return idx
+        return self.storage.known(key)
 
     def _seen(self, key, eid: int) -> None:
         if eid > self.last_entry.get(key, -1):
@@ -217,24 +210,6 @@ class Bookie:
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
         return idx
-
-    def _flush_memtable(self) -> None:
-        if self.memtable.is_empty():
-            return
-        failpoints.hit("memtable.before_flush")
-        records = self.memtable.sorted_records()
-        before = self.entry_logger.last_log_id
-
-        def on_location(scope, lid, eids, locs):
-            idx = self.ledgers.get((scope, lid))
-            if idx is not None:         # deleted while in the memtable: drop
-                idx.set_locations(eids, locs)
-
-        self.entry_logger.flush_memtable(self.memtable, records, on_location)
-        self.memtable.clear()
-        self.stats["memtable_flushes"] += 1
-        self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
-        self._dirty_since_checkpoint = True
 
     def _ensure_open(self):
         if self._closed:
@@ -267,12 +242,12 @@ class Bookie:
             start_length = length
             while True:
                 n, length = nmt.add_payloads(
-                    self.journal.buffer, self.memtable, key[0], key[1], first_entry_id + done,
+                    self.journal.buffer, self.storage.active, key[0], key[1], first_entry_id + done,
                     lac, length, digest, mac_key, payloads, done, self.config.max_entry_size_bytes)
                 done += n
                 if done >= total:
                     break
-                self._flush_memtable()
+                self.storage.make_room(self.journal.note_appended())
             seq = self.journal.note_appended()
             if total:
                 self._seen(key, first_entry_id + total - 1)
@@ -300,9 +275,9 @@ class Bookie:
                     checked[key] = idx
             done = 0
             while done < len(entries):
-                done += nmt.add_encoded_entries(self.journal.buffer, self.memtable, entries, done)
+                done += nmt.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
                 if done < len(entries):
-                    self._flush_memtable()
+                    self.storage.make_room(self.journal.note_appended())
             for e in entries:
                 self.stats["add_bytes"] += len(e)
                 _v, scope, lid, eid, lac = parse_entry_header(e)[:5]
@@ -383,10 +358,7 @@ class Bookie:
             last = self.last_entry.get(key, -1)
             lac = max(self.lacs.get(key, -1), idx.explicit_lac)
             if last >= 0 and key not in self.lacs:
-                data = self.memtable.get_encoded(key[0], key[1], last)
-                if data is None:
-                    data = self.entry_logger.read_encoded(self._location(key, last))
-                lac = max(lac, parse_entry_header(data)[4])
+                lac = max(lac, parse_entry_header(self.storage.get_encoded(key, last))[4])
                 self.lacs[key] = lac
             return lac, last
 
@@ -400,8 +372,7 @@ class Bookie:
         idx = self.ledgers.get(key)
         if idx is None:
             return
-        self.memtable.drop_ledger(key[0], key[1], last_kept)
-        idx.clear_above(last_kept)
+        self.storage.truncate(key, last_kept)
         self.last_entry[key] = min(self.last_entry.get(key, -1), last_kept)
 
     def delete_ledger(self, ledger_id) -> None:
@@ -417,16 +388,9 @@ class Bookie:
         self.wait_durable(seq)
 
     def _delete_locked(self, key) -> None:
-        idx = self.ledgers.pop(key, None)
         self.last_entry.pop(key, None)
         self.lacs.pop(key, None)
-        self.memtable.drop_ledger(key[0], key[1])
-        if idx is not None:
-            idx.drop_pages()
-            try:
-                os.unlink(idx.path)
-            except FileNotFoundError:
-                pass
+        self.storage.drop_ledger(key)
 
     def list_ledgers(self, scope_id: int | None = None) -> list:
         with self.cv:
@@ -446,34 +410,8 @@ class Bookie:
 
     def read_entry(self, ledger_id, entry_id: int) -> bytes:
         """The encoded entry as stored (the wire read path; the client checks the digest)."""
-        key = self._key(ledger_id)
-        with self.cv:
-            self.stats["reads"] += 1
-            data = self.memtable.get_encoded(key[0], key[1], entry_id)
-            if data is not None:
-                return data
-            loc = self._location(key, entry_id)
-            return self.entry_logger.read_encoded(loc)
-
-    def _location(self, key, entry_id: int) -> int:
-        idx = self.ledgers.get(key)
-        if idx is None:
-            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
-        loc = idx.get_location(entry_id) if entry_id >= 0 else 0
-        if not loc:
-            raise NoSuchEntryError(f"no entry {entry_id} in ledger {LedgerId(*key)!r}")
-        return loc
-
-    def read_payload(self, ledger_id, entry_id: int, digest: int, mac_key) -> bytes:
-        """The payload of one entry, its digest checked (the embedded read path)."""
-        key = self._key(ledger_id)
-        with self.cv:
-            self.stats["reads"] += 1
-            data = self.memtable.read_payload(key[0], key[1], entry_id, digest, mac_key)
-            if data is not None:
-                return data
-            loc = self._location(key, entry_id)
-            return self.entry_logger.read_payload(loc, key[0], key[1], entry_id, digest, mac_key)
+        self.stats["reads"] += 1
+        return self.storage.get_encoded(self._key(ledger_id), entry_id)
 
     def reader(self, ledger_id, digest: int, mac_key, lac: int) -> LedgerReader:
         """A lock-free reader of one ledger (see embedlog._native.reader); NoSuchLedgerError
@@ -483,54 +421,41 @@ class Bookie:
             idx = self.ledgers.get(key)
             if idx is None:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
-            return LedgerReader(self.memtable, self.entry_logger, idx, key[0], key[1],
+            st = self.storage
+            return LedgerReader(st.mt_a, st.mt_b, st.entry_logger, idx, key[0], key[1],
                                 digest, mac_key, lac)
+
+    def read_payload(self, ledger_id, entry_id: int, digest: int, mac_key) -> bytes:
+        """The payload of one entry, its digest checked."""
+        return self.reader(ledger_id, digest, mac_key, entry_id).read_entry(entry_id)
 
     def read_payloads(self, ledger_id, first: int, last: int, digest: int, mac_key) -> list:
         """Payloads of first..last (inclusive), digests checked."""
-        key = self._key(ledger_id)
-        out = []
-        mt = self.memtable
-        el = self.entry_logger
-        with self.cv:
-            idx = self.ledgers.get(key)
-            if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
-            self.stats["reads"] += last - first + 1
-            s, l = key
-            for eid in range(first, last + 1):
-                data = mt.read_payload(s, l, eid, digest, mac_key)
-                if data is None:
-                    loc = idx.get_location(eid)
-                    if not loc:
-                        raise NoSuchEntryError(f"no entry {eid} in ledger {LedgerId(*key)!r}")
-                    data = el.read_payload(loc, s, l, eid, digest, mac_key)
-                out.append(data)
-        return out
+        return self.reader(ledger_id, digest, mac_key, last).read_batch(first, last)
 
     # -- checkpoints ----------------------------------------------------------------------------
 
     def checkpoint(self) -> tuple[int, int]:
-        """Flush memtable, entry logs and index; persist the LastLogMark; trim journals."""
+        """Flush the memtables, sync entry logs and index, persist the LastLogMark, trim journals.
+
+        The mark moves to the journal position the last flushed memtable covers; records
+        after it (entries still in memory, fences, LACs) are replayed after a crash."""
         with self.cv:
-            self._flush_memtable()
-            seq = self.journal.appended_seq
+            self.storage.make_room(self.journal.note_appended())
+            self.storage.wait_flushed()
+            seq = self.storage.flushed_seq
             self.journal.wait_durable(seq)
             mark = self.journal.position_of(seq)
-            self.entry_logger.flush()
-            failpoints.hit("checkpoint.before_index_flush")
-            for idx in list(self.ledgers.values()):
-                idx.flush(True)
-            self.index_cache.trim()
-            failpoints.hit("checkpoint.before_lastmark")
-            moved = self.mark.persist(mark)
-            failpoints.hit("checkpoint.after_lastmark")
-            if moved:
-                self.journal.trim(mark[0])
+        self.storage.sync()
+        failpoints.hit("checkpoint.before_lastmark")
+        moved = self.mark.persist(mark)
+        failpoints.hit("checkpoint.after_lastmark")
+        if moved:
+            self.journal.trim(mark[0])
+        with self.cv:
             self.stats["checkpoints"] += 1
-            self._dirty_since_checkpoint = False
             self._checkpoint_seq = seq
-            return mark
+        return mark
 
     def _sync_loop(self) -> None:
         interval_s = self.config.flush_interval_ms / 1000.0
@@ -538,7 +463,7 @@ class Bookie:
             return
         while not self._stop.wait(interval_s):
             with self.cv:
-                due = self.journal.appended_seq != self._checkpoint_seq
+                due = self.journal.appended_seq != self._checkpoint_seq or not self.storage.active.is_empty()
             if due:
                 try:
                     self.checkpoint()
@@ -552,11 +477,13 @@ class Bookie:
     def statistics(self) -> dict:
         with self.cv:
             out = dict(self.stats)
+            out.update(self.storage.stats)
             out["journal"] = dict(self.journal.stats)
-            out["memtable_bytes"] = self.memtable.size_bytes
-            out["memtable_entries"] = self.memtable.count
-            out["memtable_allocated_bytes"] = self.memtable.allocated_bytes
-            out["index_pages_cached"] = self.index_cache.loaded
+            st = self.storage
+            out["memtable_bytes"] = st.mt_a.size_bytes + st.mt_b.size_bytes
+            out["memtable_entries"] = st.mt_a.count + st.mt_b.count
+            out["memtable_allocated_bytes"] = st.mt_a.allocated_bytes + st.mt_b.allocated_bytes
+            out["index_pages_cached"] = st.index_cache.loaded
             out["ledgers"] = len(self.ledgers)
             out["last_log_mark"] = self.mark.persisted
             out["replay"] = {k: v for k, v in self.replay_report.items()}
@@ -574,7 +501,7 @@ class Bookie:
             self._stop.set()
             self.journal.close()
             self._sync_thread.join(timeout=5)
-            self.entry_logger.close()
+            self.storage.close()
             os.close(self._lock_fd)
 
     def __enter__(self):

@@ -9,6 +9,7 @@ cdef class LedgerIndex:
     cdef public uint64_t term
     cdef public int64_t explicit_lac
     cdef public bint header_dirty
+    cdef readonly bint deleted
     cdef readonly dict pages          # page no -> uint64 array of 1024 locations
     cdef readonly set dirty_pages
     cdef readonly int64_t max_page_on_disk

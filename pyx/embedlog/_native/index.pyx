@@ -84,6 +84,7 @@ cdef class LedgerIndex:
         self.term = 0
         self.explicit_lac = -1
         self.header_dirty = False
+        self.deleted = False
         self.pages = {}
         self.dirty_pages = set()
         self.max_page_on_disk = -1
@@ -224,7 +225,7 @@ cdef class LedgerIndex:
 
     def flush(self, bint sync=True):
         """Write dirty pages and the header; fdatasync when asked. Returns True if written."""
-        if not self.dirty_pages and not self.header_dirty:
+        if self.deleted or (not self.dirty_pages and not self.header_dirty):
             return False
         new = not os.path.exists(self.path)
         if new:
@@ -245,6 +246,15 @@ cdef class LedgerIndex:
         self.dirty_pages.clear()
         self.header_dirty = False
         return True
+
+    def delete(self):
+        """Forget the ledger: cached pages and the file (a later flush writes nothing)."""
+        self.deleted = True
+        self.drop_pages()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
     def drop_pages(self):
         """Forget cached pages (after delete)."""

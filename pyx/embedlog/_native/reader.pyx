@@ -29,6 +29,7 @@ cdef class LedgerReader:
     """Checked reads of one ledger, up to ``lac``."""
 
     cdef MemTable mt
+    cdef MemTable mt2
     cdef EntryLogger el
     cdef LedgerIndex idx
     cdef readonly uint64_t scope
@@ -42,9 +43,10 @@ cdef class LedgerReader:
     cdef const uint64_t *cur_locs
     cdef readonly Py_ssize_t reads
 
-    def __init__(self, MemTable mt, EntryLogger el, LedgerIndex idx, uint64_t scope,
+    def __init__(self, MemTable mt, MemTable mt2, EntryLogger el, LedgerIndex idx, uint64_t scope,
                  uint64_t lid, int digest, mac_key, int64_t lac):
         self.mt = mt
+        self.mt2 = mt2
         self.el = el
         self.idx = idx
         self.scope = scope
@@ -73,6 +75,8 @@ cdef class LedgerReader:
         cdef Py_ssize_t n = 0
         cdef const uint8_t *p = self.mt.get(self.scope, self.lid, eid, &n)
         cdef uint64_t loc = 0
+        if p == NULL:
+            p = self.mt2.get(self.scope, self.lid, eid, &n)   # the other memtable (active or flushing)
         cdef int64_t page_no = eid >> 10
         cdef MappedLog m
         if p != NULL:
@@ -85,6 +89,8 @@ cdef class LedgerReader:
                 loc = self.cur_locs[eid & 1023]
             if loc == 0:
                 p = self.mt.get(self.scope, self.lid, eid, &n)   # flushed meanwhile?
+                if p == NULL:
+                    p = self.mt2.get(self.scope, self.lid, eid, &n)
                 if p != NULL:
                     return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
                 raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")

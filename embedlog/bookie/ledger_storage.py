@@ -1,0 +1,190 @@
+"""Ledger storage: two memtables, entry logs and ledger index files (BookKeeper's
+SortedLedgerStorage).
+
+Adds go into the active memtable (under the bookie's lock). When it is full it
+becomes the snapshot and the other memtable takes its place; a flusher thread
+writes the snapshot, sorted by (scope, ledger, entry), into the entry log and sets
+the index locations, with only the storage lock held, so appenders go on meanwhile.
+If the next memtable fills before the flush ends, appenders wait (back-pressure,
+as BookKeeper throttles at twice skipListSizeLimit). Reads look in both memtables,
+then the index and the entry logs.
+
+Locks: the bookie's lock (``cv``) guards the memtables and ledger state; the storage
+lock guards entry-log appends and index pages. Order: bookie lock, then storage lock;
+the flusher takes the storage lock alone.
+"""
+from __future__ import annotations
+
+import threading
+
+from sortedcontainers import SortedDict
+
+from embedlog._native import entrylog as nel
+from embedlog._native import index as nix
+from embedlog._native import memtable as nmt
+from embedlog._native.format import LedgerId
+from embedlog.bookie import failpoints
+from embedlog.errors import NoSuchEntryError, NoSuchLedgerError
+
+
+class SortedLedgerStorage:
+    def __init__(self, current_dir: str, config, cv: threading.Condition, lock):
+        self.cv = cv
+        self.config = config
+        limit = config.skip_list_size_limit
+        self.mt_a = nmt.MemTable(limit)
+        self.mt_b = nmt.MemTable(limit)
+        self.active = self.mt_a
+        self.snapshot = None                 # the memtable being flushed
+        self.snapshot_seq = 0                # journal seq the snapshot covers
+        self.flushed_seq = 0                 # journal seq covered by flushed snapshots
+        self.entry_logger = nel.EntryLogger(current_dir, config.entry_log_size_limit)
+        self.index_cache = nix.IndexCache(current_dir, config.page_limit)
+        self.ledgers: SortedDict = SortedDict()          # (scope, lid) -> LedgerIndex
+        self.lock = threading.Lock()                      # entry logs and index pages
+        self._flush_cv = threading.Condition(lock)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.stats = {"memtable_flushes": 0, "entry_log_rolls": 0, "throttled_adds": 0}
+
+    # -- the flusher ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._flush_loop, name="embedlog-memtable-flush",
+                                        daemon=True)
+        self._thread.start()
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self.cv:
+                while self.snapshot is None and not self._stopping:
+                    self._flush_cv.wait()
+                if self.snapshot is None:
+                    return
+                snap, seq = self.snapshot, self.snapshot_seq
+            self._flush(snap)
+            with self.cv:
+                self._finish(snap, seq)
+
+    def _flush(self, snap) -> None:
+        """Write a snapshot into the entry logs and set its index locations."""
+        failpoints.hit("memtable.before_flush")
+        with self.lock:
+            records = snap.sorted_records()
+            before = self.entry_logger.last_log_id
+
+            def on_location(scope, lid, eids, locs):
+                idx = self.ledgers.get((scope, lid))
+                if idx is not None:                   # deleted while in the memtable: drop
+                    idx.set_locations(eids, locs)
+
+            self.entry_logger.flush_memtable(snap, records, on_location)
+            self.stats["memtable_flushes"] += 1
+            self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
+
+    def _finish(self, snap, seq: int) -> None:
+        # locations are set: readers find these entries in the index from now on
+        snap.clear()
+        self.snapshot = None
+        self.flushed_seq = max(self.flushed_seq, seq)
+        self.cv.notify_all()
+
+    # -- called with the bookie's lock held ------------------------------------------------
+
+    def make_room(self, seq: int) -> None:
+        """The active memtable is full (or a checkpoint wants it flushed): swap it out.
+
+        ``seq`` is the journal position after every record in it. Waits while the
+        previous snapshot is still being flushed; flushes inline before the flusher
+        runs (journal replay)."""
+        if self.active.is_empty():
+            if self.snapshot is None:              # nothing unflushed: all of seq is in storage
+                self.flushed_seq = max(self.flushed_seq, seq)
+            return
+        if self._thread is None:
+            snap = self.active
+            self._swap(seq)
+            self._flush(snap)
+            self._finish(snap, seq)
+            return
+        if self.snapshot is not None:
+            self.stats["throttled_adds"] += 1
+        while self.snapshot is not None:
+            self.cv.wait()
+        self._swap(seq)
+        self._flush_cv.notify()
+
+    def _swap(self, seq: int) -> None:
+        self.snapshot = self.active
+        self.snapshot_seq = seq
+        self.active = self.mt_b if self.active is self.mt_a else self.mt_a
+
+    def wait_flushed(self) -> None:
+        while self.snapshot is not None:
+            self.cv.wait()
+
+    def known(self, key):
+        """The ledger's index, created (in memory) if new."""
+        idx = self.ledgers.get(key)
+        if idx is None:
+            idx = self.index_cache.open(key[0], key[1], False)
+            self.ledgers[key] = idx
+        return idx
+
+    def drop_ledger(self, key) -> None:
+        idx = self.ledgers.pop(key, None)
+        self.mt_a.drop_ledger(key[0], key[1])
+        self.mt_b.drop_ledger(key[0], key[1])
+        if idx is not None:
+            with self.lock:
+                idx.delete()
+
+    def truncate(self, key, last_kept: int) -> None:
+        self.mt_a.drop_ledger(key[0], key[1], last_kept)
+        self.mt_b.drop_ledger(key[0], key[1], last_kept)
+        idx = self.ledgers.get(key)
+        if idx is not None:
+            with self.lock:
+                idx.clear_above(last_kept)
+
+    # -- reads (no lock needed: see embedlog._native.reader) ------------------------------
+
+    def get_encoded(self, key, entry_id: int) -> bytes:
+        data = self.active.get_encoded(key[0], key[1], entry_id)
+        if data is None:
+            snap = self.snapshot
+            if snap is not None:
+                data = snap.get_encoded(key[0], key[1], entry_id)
+        if data is not None:
+            return data
+        return self.entry_logger.read_encoded(self.location(key, entry_id))
+
+    def location(self, key, entry_id: int) -> int:
+        idx = self.ledgers.get(key)
+        if idx is None:
+            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+        loc = idx.get_location(entry_id) if entry_id >= 0 else 0
+        if not loc:
+            raise NoSuchEntryError(f"no entry {entry_id} in ledger {LedgerId(*key)!r}")
+        return loc
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Make the flushed entry logs and every dirty index page and header durable."""
+        failpoints.hit("checkpoint.before_index_flush")
+        with self.cv:
+            indexes = list(self.ledgers.values())
+        with self.lock:
+            self.entry_logger.flush()
+            for idx in indexes:
+                idx.flush(True)
+            self.index_cache.trim()
+
+    def close(self) -> None:
+        with self.cv:
+            self._stopping = True
+            self._flush_cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.entry_logger.close()
