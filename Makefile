@@ -20,11 +20,12 @@ build: venv
 run: build
 	$(BIN)/embedlog demo --entries $${ENTRIES:-1000000}
 
-# Debian's ZooKeeper 3.8 and etcd 3.4 run as children of the tests (never as services)
+# Debian's ZooKeeper 3.8 and etcd 3.4 run as children of the tests (never as services);
+# Debian's chromium loads the status page headless in tests/test_status_page.py
 servers:
-	@if ! dpkg -s zookeeper etcd-server etcd-client >/dev/null 2>&1; then \
+	@if ! dpkg -s zookeeper etcd-server etcd-client chromium >/dev/null 2>&1; then \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
-	    zookeeper etcd-server etcd-client; fi
+	    zookeeper etcd-server etcd-client chromium; fi
 
 test: servers build
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -65,6 +65,90 @@ class BookieConfig:
     max_entry_size_bytes: int = _key(
         5 * 1024 * 1024, "largest payload accepted (BookKeeper's frame limit, "
         "nettyMaxFrameSizeBytes, is 5 MiB).", 1, 1 << 30)
+    # -- directories (docs/FORMATS.md, "Bookie directory") ---------------------------------
+    journal_directory: str = _key(
+        "", "journal directory (journalDirectory); empty: <dir>/journal. On a disk of its own, "
+        "the journal's fdatasync never queues behind entry-log and index writes.")
+    ledger_directories: str = _key(
+        "", "comma-separated ledger directories (ledgerDirectories), each with its own current/ "
+        "(entry logs, index files, lastMark); empty: <dir> itself. New entry logs and index "
+        "files go to the writable one with the most free space.")
+    allow_storage_expansion: bool = _key(
+        False, "let a bookie start with ledger directories its cookie does not list "
+        "(allowStorageExpansion); they must be empty. A listed directory may never go missing.")
+    # -- garbage collection and compaction (embedlog/bookie/gc.py, compaction.py) -----------
+    gc_wait_time_ms: int = _key(
+        600_000, "ms between garbage-collection cycles (gcWaitTime; BookKeeper's code default, "
+        "its conf file says 1000). 0: no background cycles (Bookie.gc.run_once() only).",
+        0, 86_400_000)
+    gc_metadata_op_rate_limit: int = _key(
+        1000, "metadata reads per second GC makes to confirm that a ledger it is about to "
+        "delete is gone (gcMetadataOpRateLimit).", 1, 1_000_000)
+    minor_compaction_threshold: float = _key(
+        0.2, "entry logs with less than this fraction live are rewritten by minor compaction "
+        "(minorCompactionThreshold); 0 disables it.", 0.0, 1.0)
+    minor_compaction_interval_s: int = _key(
+        3600, "s between minor compactions (minorCompactionInterval); 0 disables them.",
+        0, 1 << 31)
+    major_compaction_threshold: float = _key(
+        0.8, "entry logs with less than this fraction live are rewritten by major compaction "
+        "(majorCompactionThreshold); 0 disables it. Higher: more space back, more rewriting.",
+        0.0, 1.0)
+    major_compaction_interval_s: int = _key(
+        86_400, "s between major compactions (majorCompactionInterval); 0 disables them.",
+        0, 1 << 31)
+    compaction_rate_by_entries: int = _key(
+        1000, "entries per second compaction may rewrite (compactionRateByEntries); bounds the "
+        "I/O it takes from adds.", 1, 1 << 31)
+    compaction_rate_by_bytes: int = _key(
+        1_000_000, "bytes per second compaction may rewrite when is_throttle_by_bytes "
+        "(compactionRateByBytes).", 1, 1 << 40)
+    is_throttle_by_bytes: bool = _key(
+        False, "throttle compaction by compaction_rate_by_bytes instead of by entries "
+        "(isThrottleByBytes).")
+    is_force_gc_allow_when_no_space: bool = _key(
+        False, "keep minor compaction running when the disks are full (isForceGCAllowWhenNoSpace); "
+        "by default it stops at disk_usage_threshold and major compaction at "
+        "disk_usage_warn_threshold, as a rewrite needs free space first.")
+    # -- disks (embedlog/bookie/disks.py) ----------------------------------------------------
+    disk_usage_threshold: float = _key(
+        0.95, "fraction of a disk used at which it is full (diskUsageThreshold): the bookie "
+        "turns read-only (adds fail with ReadOnlyBookieError, reads go on).", 0.0, 1.0)
+    disk_usage_warn_threshold: float = _key(
+        0.90, "fraction used at which a disk is in warning (diskUsageWarnThreshold): major "
+        "compaction stops there.", 0.0, 1.0)
+    disk_usage_lwm_threshold: float = _key(
+        0.95, "a full disk is writable again once its usage is below this (diskUsageLwmThreshold); "
+        "lower than disk_usage_threshold gives hysteresis.", 0.0, 1.0)
+    disk_check_interval_ms: int = _key(
+        10_000, "ms between disk-usage checks (diskCheckInterval); 0: no background checks.",
+        0, 86_400_000)
+    read_only_mode_on_any_disk_full_enabled: bool = _key(
+        True, "turn read-only when any ledger directory (or the journal's) is full "
+        "(readOnlyModeOnAnyDiskFullEnabled); false: only when all ledger directories are, "
+        "new files then go to those with room.")
+    # -- bookie process (`embedlog bookie serve`; an embedded log ignores these) -----------
+    metadata_service_uri: str = _key(
+        "", "metadata service URI (metadataServiceUri), e.g. zk+hierarchical://h:2181/ledgers; "
+        "empty: the directory's own sqlite:///DIR/meta.db.")
+    listening_interface: str = _key(
+        "127.0.0.1", "address the bookie binds (listeningInterface; BookKeeper takes an "
+        "interface name, embedlog an address or host name).")
+    bookie_port: int = _key(3181, "port of the wire protocol (bookiePort); 0 = any free port.",
+                            0, 65535)
+    advertised_address: str = _key(
+        "", "HOST:PORT clients should use (advertisedAddress); empty: the listening address.")
+    http_server_enabled: bool = _key(
+        False, "run the admin HTTP server (health, bookie info, ledgers, autorecovery, "
+        "Prometheus metrics, status page) in the bookie process (httpServerEnabled). It has "
+        "no authentication: bind it to loopback or a management network.")
+    http_server_host: str = _key("127.0.0.1", "address the admin HTTP server binds (httpServerHost).")
+    http_server_port: int = _key(
+        8080, "port of the admin HTTP server (httpServerPort); 0 = any free port (the bookie's "
+        "registration names the one taken).", 0, 65535)
+    auto_recovery_daemon_enabled: bool = _key(
+        False, "run the auditor election and a replication worker in the bookie process "
+        "(autoRecoveryDaemonEnabled).")
 
     @classmethod
     def keys(cls):

@@ -47,15 +47,18 @@ class EmbeddedLog:
         self.path = os.path.abspath(os.fspath(path))
         os.makedirs(self.path, exist_ok=True)
         self.config = BookieConfig.from_dict(config)
-        self.bookie = Bookie(self.path, self.config, journal_dir=journal_dir)
+        # the store first: the bookie's cookie names it, and its GC lists ledgers in it
+        self.metadata = open_metadata_store(
+            metadata_uri or "sqlite://" + os.path.join(self.path, "meta.db"))
         try:
-            self.metadata = open_metadata_store(
-                metadata_uri or "sqlite://" + os.path.join(self.path, "meta.db"))
+            self.bookie = Bookie(self.path, self.config, journal_dir=journal_dir,
+                                 metadata=self.metadata)
         except BaseException:
-            self.bookie.close()
+            self.metadata.close()
             raise
         self._closed = False
         self._handles: set = set()
+        self._ctx = None                 # client context for streams, made on first use
 
     # -- ledgers -------------------------------------------------------------------
 
@@ -128,6 +131,43 @@ class EmbeddedLog:
     def statistics(self) -> dict:
         return self.bookie.statistics()
 
+    # -- streams (unbounded ledgers on this one bookie) -------------------------------
+
+    def _stream_ctx(self):
+        # streams run the same client and bookie code as a cluster, over an in-process
+        # transport to this bookie (no socket), with E = Qw = Qa = 1
+        if self._ctx is None:
+            from embedlog.client.context import ClientConfig, ClientContext
+            from embedlog.net.server import BookieServer
+            from embedlog.net.transport import InProcessConnection
+            ctx = ClientContext(self.metadata, ClientConfig())
+            server = BookieServer(self.bookie)
+            server._loop = ctx.loop
+            ctx.add_local_bookie(self.bookie.bookie_id, InProcessConnection(server))
+            self._ctx = ctx
+        return self._ctx
+
+    def open_stream(self, name: str, *, create: bool = True, digest="crc32c", password: bytes = b"",
+                    **policy):
+        """The stream called ``name`` (created if absent); see embedlog.client.stream."""
+        self._check_open()
+        from embedlog.client.stream import open_stream
+        return open_stream(self._stream_ctx(), name, create=create, ensemble=(1, 1, 1),
+                           digest=digest, password=_password(password), **policy)
+
+    def list_streams(self, pattern: str | None = None) -> list:
+        from embedlog.client.stream import list_streams
+        return list_streams(self.metadata, pattern)
+
+    def delete_stream(self, name: str) -> None:
+        from embedlog.client.stream import delete_stream
+        v = None
+        from embedlog.client.stream import find_stream
+        v, _ = find_stream(self.metadata, name)
+        delete_stream(self.metadata, name)
+        if v is not None and self.bookie.has_ledger(v.value.ledger_id):
+            self.bookie.delete_ledger(v.value.ledger_id)
+
     # -- lifecycle ---------------------------------------------------------------------
 
     def _check_open(self):
@@ -139,6 +179,8 @@ class EmbeddedLog:
             return
         self._closed = True
         try:
+            if self._ctx is not None:
+                self._ctx.close()
             self.bookie.close()
         finally:
             self.metadata.close()
@@ -194,6 +236,17 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
         with self._lock:
             start, total = 0, len(payloads)
+            try:
+                small = total < 2 or sum(map(len, payloads)) <= _CHUNK_BYTES   # C-speed check
+            except TypeError:
+                small = False          # a non-bytes item: the loop below names it
+            if small:
+                first = self._next_entry_id
+                seq, self._length = self._bookie.add_payloads(
+                    self.ledger_id, self._master_key, first, self._lac, self._length,
+                    self._digest, self._mac_key, payloads)
+                self._next_entry_id = first + total
+                return seq, self._next_entry_id - 1
             while True:
                 end, size = start, 0
                 while end < total and (size < _CHUNK_BYTES or end == start):

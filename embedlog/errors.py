@@ -19,7 +19,7 @@ __all__ = [
     "IllegalOpError", "EntryTooLargeError", "BadVersionError", "NotEnoughBookiesError",
     "ReadOnlyBookieError", "TooManyRequestsError", "TimeoutError", "MetadataError",
     "LedgerExistsError", "DirectoryLockedError", "ClientClosedError",
-    "LedgerRecoveryError", "ConfigError", "from_code", "from_wire_code",
+    "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "from_code", "from_wire_code",
 ]
 
 
@@ -131,6 +131,13 @@ class DirectoryLockedError(EmbedlogError):
 class ConfigError(ValueError, EmbedlogError):
     """A configuration key with a bad value; the message names the key."""
     code = -1005
+
+
+class InvalidCookieError(EmbedlogError):
+    """A bookie's directories do not match its cookie (missing, extra or foreign directory,
+    or another metadata store); the message says which and how to fix it. BookKeeper's
+    InvalidCookieException."""
+    code = -1006
 
 
 _ALL = [v for v in list(globals().values())

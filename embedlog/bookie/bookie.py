@@ -28,12 +28,12 @@ from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
 from embedlog._native.format import LedgerId, parse_entry_header
-from embedlog.bookie import failpoints
+from embedlog.bookie import cookies, disks, failpoints, gc
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
-                             IllegalOpError, LedgerFencedError, NoSuchEntryError,
+                             IllegalOpError, InvalidTermError, LedgerFencedError, NoSuchEntryError,
                              NoSuchLedgerError, ReadOnlyBookieError, UnauthorizedAccessError)
 
 _IDS = struct.Struct(">QQ")
@@ -42,7 +42,11 @@ _IDS_U64 = struct.Struct(">QQQ")
 
 
 class Bookie:
-    def __init__(self, directory: str, config: BookieConfig | None = None, journal_dir: str | None = None):
+    def __init__(self, directory: str, config: BookieConfig | None = None, journal_dir: str | None = None,
+                 metadata=None):
+        """``metadata``: the metadata store (embedlog.meta.api) the bookie belongs to; its
+        cookie and garbage collection use it. Without one, GC never deletes ledgers."""
+        self.metadata = metadata
         self.config = config or BookieConfig()
         self.config.validate()
         self.directory = os.path.abspath(directory)
@@ -52,6 +56,9 @@ class Bookie:
             self._start(journal_dir)
         except BaseException:
             # a bookie that cannot start leaves nothing held: the next try must not see a lock
+            for service in (getattr(self, "gc", None), getattr(self, "disks", None)):
+                if service is not None:
+                    service.stop()
             journal = getattr(self, "journal", None)
             if journal is not None and journal._threads:
                 journal.close()
@@ -63,20 +70,33 @@ class Bookie:
 
     def _start(self, journal_dir) -> None:
         self.current = os.path.join(self.directory, "current")
-        self.journal_dir = os.path.abspath(journal_dir or os.path.join(self.directory, "journal"))
-        os.makedirs(self.current, exist_ok=True)
+        # ledger directories (each with its current/) and the journal's: bookie/disks.py
+        self.ledger_dirs, self.journal_dir = disks.resolve_dirs(self.directory, self.config, journal_dir)
+        self.ledger_currents = [os.path.join(d, "current") for d in self.ledger_dirs]
+        for d in [self.current] + self.ledger_currents:
+            os.makedirs(d, exist_ok=True)
+        self.bookie_id = self._identity()
+        self.cookie = cookies.check_and_stamp(self.bookie_id, self.ledger_dirs, self.journal_dir,
+                                              self.metadata, self.config.allow_storage_expansion,
+                                              home=self.directory)
+        gc.check_config(self.config)
+        self.disks = disks.DiskMonitor(self.ledger_dirs, self.journal_dir, self.config)
         self._lock = threading.Lock()
         self.cv = threading.Condition(self._lock)
-        self.storage = SortedLedgerStorage(self.current, self.config, self.cv, self._lock)
+        limit = self.config.entry_log_size_limit
+        self.storage = SortedLedgerStorage(
+            self.ledger_currents, self.config, self.cv, self._lock,
+            choose_current=lambda: os.path.join(self.disks.choose_dir(limit), "current"))
         self.ledgers = self.storage.ledgers          # (scope, lid) -> LedgerIndex
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
-        self.bookie_id = self._identity()
-        self.mark = LastLogMark([self.current])
+        self.mark = LastLogMark(self.ledger_currents)
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
         self.read_only = False          # set by disk checks or an operator: adds are refused
         self._load_ledgers()
+        self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
+        self.compaction_report = self.gc.recover()     # before replay: its locations are newer
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         self.replay_report = self._replay()
         self.journal.start()
@@ -86,6 +106,10 @@ class Bookie:
         self.storage.start()
         self._sync_thread = threading.Thread(target=self._sync_loop, name="embedlog-sync", daemon=True)
         self._sync_thread.start()
+        disks.follow_read_only(self, self.disks)
+        self.storage.on_flush_error = lambda exc: self.disks.check()
+        self.disks.start()
+        self.gc.start()
 
     # -- start-up ---------------------------------------------------------------
 
@@ -121,18 +145,9 @@ class Bookie:
             return ident
 
     def _load_ledgers(self) -> None:
-        for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
-            top = os.path.join(self.current, root)
-            if not os.path.isdir(top):
-                continue
-            for dirpath, _dirs, files in os.walk(top):
-                for name in files:
-                    key = nix.parse_index_name(name, scoped)
-                    if key is None:
-                        continue
-                    idx = self.storage.index_cache.open(key[0], key[1], True)
-                    self.ledgers[key] = idx
-                    self.last_entry[key] = idx.last_entry_id()
+        for key, idx in self.storage.load_indexes():
+            self.ledgers[key] = idx
+            self.last_entry[key] = idx.last_entry_id()
 
     def _replay(self) -> dict:
         mark = self.mark.read()
@@ -183,6 +198,8 @@ class Bookie:
             self._truncate_locked(key, _IDS_I64.unpack_from(body)[2])
         elif rtype == nj.DELETE_LEDGER:
             self._delete_locked(key)
+        elif rtype == nj.TRIM:
+            self.storage.erase(key, 0, _IDS_I64.unpack_from(body)[2] - 1)
         # unknown types with a good checksum are skipped: newer records stay readable
 
     # -- helpers (cv held) ------------------------------------------------------------
@@ -255,8 +272,23 @@ class Bookie:
             self.stats["add_bytes"] += length - start_length
         return seq, length
 
-    def add_entries(self, entries: list, master_key: bytes, recovery: bool = False) -> int:
-        """Journal and store encoded entries (wire path); returns the seq to wait for."""
+    def _check_term_locked(self, idx, key, term: int) -> None:
+        """Unbounded ledgers: a lower term is refused, a higher one adopted (journalled)."""
+        if term < idx.term:
+            raise InvalidTermError(f"ledger {LedgerId(*key)!r} is at term {idx.term} on bookie "
+                                   f"{self.bookie_id}; the request has term {term}")
+        if term > idx.term:
+            idx.term = term
+            idx.header_dirty = True
+            self.journal.add_record(nj.TERM, _IDS_U64.pack(*key, term))
+
+    def add_entries(self, entries: list, master_key: bytes, recovery: bool = False,
+                    term: int = 0, truncate: bool = False) -> int:
+        """Journal and store encoded entries (wire path); returns the seq to wait for.
+
+        ``term`` is checked and adopted (unbounded ledgers; 0 for bounded ones). With
+        ``truncate`` the last entry is a stream's truncating no-op: every entry above it
+        is forgotten, durably (a TRUNCATE journal record follows it)."""
         with self.cv:
             self._ensure_writable()
             checked = {}
@@ -272,7 +304,10 @@ class Bookie:
                     idx = self._check_key(key, master_key, True)
                     if idx.fenced and not recovery:
                         raise LedgerFencedError(f"ledger {LedgerId(*key)!r} is fenced")
+                    self._check_term_locked(idx, key, term)
                     checked[key] = idx
+            if truncate and len(checked) != 1:
+                raise IllegalOpError("a truncating add carries entries of one ledger")
             done = 0
             while done < len(entries):
                 done += nmt.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
@@ -284,8 +319,33 @@ class Bookie:
                 self._seen((scope, lid), eid)
                 if lac > self.lacs.get((scope, lid), -1):
                     self.lacs[(scope, lid)] = lac
+            if truncate:
+                self.journal.add_record(nj.TRUNCATE, _IDS_I64.pack(scope, lid, eid))
+                self._truncate_locked((scope, lid), eid)
+                self.last_entry[(scope, lid)] = eid
             self.stats["adds"] += len(entries)
             return self.journal.note_appended()
+
+    def check_term(self, ledger_id, master_key: bytes, term: int) -> int:
+        """A stream's recovery read or LAC read: check the key, adopt the term (journalled);
+        returns the seq to wait for before answering."""
+        key = self._key(ledger_id)
+        with self.cv:
+            self._ensure_open()
+            idx = self._check_key(key, master_key, True)
+            self._check_term_locked(idx, key, term)
+            return self.journal.appended_seq
+
+    def trim(self, ledger_id, master_key: bytes, term: int, first_kept: int) -> int:
+        """Stream retention: forget entries below ``first_kept`` (journalled)."""
+        key = self._key(ledger_id)
+        with self.cv:
+            self._ensure_open()
+            idx = self._check_key(key, master_key, False)
+            self._check_term_locked(idx, key, term)
+            seq = self.journal.add_record(nj.TRIM, _IDS_I64.pack(*key, first_kept))
+            self.storage.erase(key, 0, first_kept - 1)
+            return seq
 
     def add_entry(self, entry: bytes, master_key: bytes, recovery: bool = False) -> None:
         """Add one encoded entry and return once it is durable."""
@@ -362,6 +422,14 @@ class Bookie:
                 self.lacs[key] = lac
             return lac, last
 
+    def term_of(self, ledger_id) -> int:
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.ledgers.get(key)
+            if idx is None:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            return idx.term
+
     def master_key_of(self, ledger_id):
         key = self._key(ledger_id)
         with self.cv:
@@ -372,8 +440,10 @@ class Bookie:
         idx = self.ledgers.get(key)
         if idx is None:
             return
-        self.storage.truncate(key, last_kept)
+        self.storage.erase(key, last_kept + 1, 2**63 - 1)
         self.last_entry[key] = min(self.last_entry.get(key, -1), last_kept)
+        if self.lacs.get(key, -1) > last_kept:
+            self.lacs[key] = last_kept
 
     def delete_ledger(self, ledger_id) -> None:
         """Forget a ledger: index file, memtable entries (journalled, so replay agrees)."""
@@ -386,6 +456,22 @@ class Bookie:
             self._delete_locked(key)
             seq = self.journal.appended_seq
         self.wait_durable(seq)
+
+    def delete_ledgers_if(self, pairs) -> int:
+        """Garbage collection: delete each (key, index) pair's ledger only if the bookie still
+        holds that very index (a ledger re-created since GC looked is kept). Journalled like
+        delete_ledger; returns how many were deleted, once durable."""
+        done = 0
+        with self.cv:
+            self._ensure_open()
+            for key, idx in pairs:
+                if self.ledgers.get(key) is idx:
+                    self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
+                    self._delete_locked(key)
+                    done += 1
+            seq = self.journal.appended_seq
+        self.wait_durable(seq)
+        return done
 
     def _delete_locked(self, key) -> None:
         self.last_entry.pop(key, None)
@@ -467,10 +553,13 @@ class Bookie:
             if due:
                 try:
                     self.checkpoint()
-                except EmbedlogError:
+                except (EmbedlogError, OSError):
                     if self._closed:
                         return
-                    raise
+                    # a full disk or a failed flush: try again next interval (the journal
+                    # keeps everything until a checkpoint succeeds)
+                    self.stats["checkpoint_errors"] = self.stats.get("checkpoint_errors", 0) + 1
+                    self.disks.check()
 
     # -- statistics and shutdown ------------------------------------------------------------------
 
@@ -487,11 +576,15 @@ class Bookie:
             out["ledgers"] = len(self.ledgers)
             out["last_log_mark"] = self.mark.persisted
             out["replay"] = {k: v for k, v in self.replay_report.items()}
-            return out
+            out["gc"] = dict(self.gc.stats)
+        out["disks"] = self.disks.snapshot()
+        return out
 
     def close(self) -> None:
         if self._closed:
             return
+        self.gc.stop()             # before the storage closes under a compaction
+        self.disks.stop()
         try:
             self.checkpoint()
         finally:

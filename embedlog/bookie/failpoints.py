@@ -17,6 +17,10 @@ POINTS = (
     "journal.prealloc_before_zero",
     "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark",
     "memtable.before_flush",
+    # garbage collection (embedlog/bookie/gc.py) and compaction (compaction.py)
+    "gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
+    "compaction.during_copy", "compaction.after_write", "compaction.after_manifest",
+    "compaction.after_rename", "compaction.after_index_flush", "compaction.after_delete_sources",
 )
 
 _armed: dict[str, object] = {}

@@ -61,6 +61,9 @@ class LastLogMark:
     def __init__(self, directories: list[str]):
         self.directories = directories
         self.persisted = (0, 0)
+        # checkpoints from the sync thread and from close() may meet here: one at a time,
+        # so they neither share lastMark.tmp nor move the mark backwards
+        self._lock = threading.Lock()
 
     def read(self) -> tuple[int, int]:
         best = (0, 0)
@@ -78,6 +81,10 @@ class LastLogMark:
 
     def persist(self, mark: tuple[int, int]) -> bool:
         """Write ``mark`` unless it would move the mark backwards; True if written."""
+        with self._lock:
+            return self._persist(mark)
+
+    def _persist(self, mark: tuple[int, int]) -> bool:
         if mark <= self.persisted:
             return False
         data = _MARK.pack(*mark)
@@ -123,6 +130,9 @@ class Journal:
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
                           records_written=0, fsync_time_s=0.0)
+        # called after each group (lock held; must be quick): (trigger, records, bytes,
+        # fsync seconds or None) -- the admin server's histograms
+        self.group_observer = None
         self.files: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
         self._fd = -1
         self._file_id = 0
@@ -242,7 +252,8 @@ class Journal:
                 failpoints.hit("journal.before_sync")
                 t0 = time.perf_counter()
                 nj.sync_fd(self._fd)
-                self.stats["fsync_time_s"] += time.perf_counter() - t0
+                fsync_s = time.perf_counter() - t0
+                self.stats["fsync_time_s"] += fsync_s
                 failpoints.hit("journal.after_sync")
         except BaseException as exc:
             self.cv.acquire()
@@ -264,6 +275,11 @@ class Journal:
         self.stats["bytes_written"] += end_seq - start_seq
         self.stats["records_written"] += nrecords
         self.stats["group_entries_max"] = max(self.stats["group_entries_max"], nrecords)
+        if self.group_observer is not None:
+            try:
+                self.group_observer(trigger, nrecords, end_seq - start_seq, fsync_s if sync else None)
+            except Exception:           # metrics must never stop the journal
+                pass
         self._syncing = False
         self.cv.notify_all()
         if self._async:

@@ -15,6 +15,7 @@ the flusher takes the storage lock alone.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 from sortedcontainers import SortedDict
@@ -24,11 +25,14 @@ from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog.bookie import failpoints
-from embedlog.errors import NoSuchEntryError, NoSuchLedgerError
+from embedlog.errors import CorruptedDataError, NoSuchEntryError, NoSuchLedgerError
 
 
 class SortedLedgerStorage:
-    def __init__(self, current_dir: str, config, cv: threading.Condition, lock):
+    def __init__(self, current_dir, config, cv: threading.Condition, lock, choose_current=None):
+        """``current_dir``: the current/ directory of each ledger directory (one, or a list);
+        ``choose_current``: () -> the current/ a new entry log or index file goes to."""
+        self.current_dirs = [current_dir] if isinstance(current_dir, str) else list(current_dir)
         self.cv = cv
         self.config = config
         limit = config.skip_list_size_limit
@@ -38,14 +42,20 @@ class SortedLedgerStorage:
         self.snapshot = None                 # the memtable being flushed
         self.snapshot_seq = 0                # journal seq the snapshot covers
         self.flushed_seq = 0                 # journal seq covered by flushed snapshots
-        self.entry_logger = nel.EntryLogger(current_dir, config.entry_log_size_limit)
-        self.index_cache = nix.IndexCache(current_dir, config.page_limit)
+        self.entry_logger = nel.EntryLogger(self.current_dirs, config.entry_log_size_limit,
+                                            choose_dir=choose_current)
+        self.index_cache = nix.IndexCache(self.current_dirs[0], config.page_limit,
+                                          choose_root=choose_current)
+        self.erased: set = set()             # ledgers with entries erased since GC last looked
+        self.flush_error: BaseException | None = None   # the last memtable flush failure
         self.ledgers: SortedDict = SortedDict()          # (scope, lid) -> LedgerIndex
         self.lock = threading.Lock()                      # entry logs and index pages
         self._flush_cv = threading.Condition(lock)
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self.stats = {"memtable_flushes": 0, "entry_log_rolls": 0, "throttled_adds": 0}
+        self.stats = {"memtable_flushes": 0, "entry_log_rolls": 0, "throttled_adds": 0,
+                      "memtable_flush_errors": 0}
+        self.on_flush_error = None           # (exc) -> None: e.g. a disk check
 
     # -- the flusher ---------------------------------------------------------------------
 
@@ -62,8 +72,23 @@ class SortedLedgerStorage:
                 if self.snapshot is None:
                     return
                 snap, seq = self.snapshot, self.snapshot_seq
-            self._flush(snap)
+            try:
+                self._flush(snap)
+            except OSError as exc:
+                # a full disk (no room for a new entry log): the entries stay in the snapshot
+                # and the journal; retry once a second while the bookie turns read-only
+                with self.cv:
+                    self.flush_error = exc
+                    self.stats["memtable_flush_errors"] += 1
+                    self.cv.notify_all()
+                if self.on_flush_error is not None:
+                    self.on_flush_error(exc)
+                with self.cv:
+                    if not self._stopping:
+                        self._flush_cv.wait(1.0)
+                continue
             with self.cv:
+                self.flush_error = None
                 self._finish(snap, seq)
 
     def _flush(self, snap) -> None:
@@ -110,6 +135,7 @@ class SortedLedgerStorage:
         if self.snapshot is not None:
             self.stats["throttled_adds"] += 1
         while self.snapshot is not None:
+            self._raise_flush_error()
             self.cv.wait()
         self._swap(seq)
         self._flush_cv.notify()
@@ -121,7 +147,14 @@ class SortedLedgerStorage:
 
     def wait_flushed(self) -> None:
         while self.snapshot is not None:
+            self._raise_flush_error()
             self.cv.wait()
+
+    def _raise_flush_error(self) -> None:
+        if self.flush_error is not None:
+            from embedlog.errors import EmbedlogError
+            raise EmbedlogError(f"the memtable cannot be flushed to the entry logs: "
+                                f"{self.flush_error}") from self.flush_error
 
     def known(self, key):
         """The ledger's index, created (in memory) if new."""
@@ -132,20 +165,23 @@ class SortedLedgerStorage:
         return idx
 
     def drop_ledger(self, key) -> None:
-        idx = self.ledgers.pop(key, None)
-        self.mt_a.drop_ledger(key[0], key[1])
-        self.mt_b.drop_ledger(key[0], key[1])
-        if idx is not None:
-            with self.lock:
+        # under the storage lock: a flush in progress must not set locations afterwards
+        with self.lock:
+            idx = self.ledgers.pop(key, None)
+            self.mt_a.drop_ledger(key[0], key[1])
+            self.mt_b.drop_ledger(key[0], key[1])
+            if idx is not None:
                 idx.delete()
 
-    def truncate(self, key, last_kept: int) -> None:
-        self.mt_a.drop_ledger(key[0], key[1], last_kept)
-        self.mt_b.drop_ledger(key[0], key[1], last_kept)
-        idx = self.ledgers.get(key)
-        if idx is not None:
-            with self.lock:
-                idx.clear_above(last_kept)
+    def erase(self, key, lo: int, hi: int) -> None:
+        """Forget entries lo..hi of a ledger (truncation above, retention below)."""
+        with self.lock:
+            self.mt_a.drop_ledger(key[0], key[1], lo, hi)
+            self.mt_b.drop_ledger(key[0], key[1], lo, hi)
+            idx = self.ledgers.get(key)
+            if idx is not None:
+                idx.clear_range(lo, hi)
+                self.erased.add(key)             # GC recounts the live bytes of its entry logs
 
     # -- reads (no lock needed: see embedlog._native.reader) ------------------------------
 
@@ -157,7 +193,37 @@ class SortedLedgerStorage:
                 data = snap.get_encoded(key[0], key[1], entry_id)
         if data is not None:
             return data
-        return self.entry_logger.read_encoded(self.location(key, entry_id))
+        loc = self.location(key, entry_id)
+        for _ in range(2):
+            try:
+                return self.entry_logger.read_encoded(loc)
+            except CorruptedDataError:
+                # compaction may have moved the entry and deleted its old log meanwhile
+                again = self.location(key, entry_id)
+                if again == loc:
+                    raise
+                loc = again
+        return self.entry_logger.read_encoded(loc)
+
+    def load_indexes(self):
+        """(key, LedgerIndex) of every index file in every ledger directory (start-up)."""
+        seen = {}
+        for current in self.current_dirs:
+            for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
+                top = os.path.join(current, root)
+                if not os.path.isdir(top):
+                    continue
+                for dirpath, _dirs, files in os.walk(top):
+                    for name in files:
+                        key = nix.parse_index_name(name, scoped)
+                        if key is None:
+                            continue
+                        if key in seen:
+                            raise CorruptedDataError(
+                                f"ledger {LedgerId(*key)!r} has index files in two ledger "
+                                f"directories: {seen[key]} and {os.path.join(dirpath, name)}")
+                        seen[key] = os.path.join(dirpath, name)
+                        yield key, self.index_cache.open(key[0], key[1], True, current)
 
     def location(self, key, entry_id: int) -> int:
         idx = self.ledgers.get(key)

@@ -70,6 +70,26 @@ class Client:
     def ledger_metadata(self, ledger_id) -> LedgerMetadata:
         return self.metadata.ledger_manager.read_ledger_metadata(LedgerId.coerce(ledger_id)).value
 
+    # -- streams (unbounded ledgers) --------------------------------------------------------
+
+    def open_stream(self, name: str, *, create: bool = True, ensemble_size: int = 3,
+                    write_quorum: int = 3, ack_quorum: int = 2, digest="crc32c",
+                    password: bytes = b"", **policy):
+        """The stream called ``name``, created if absent; see embedlog.client.stream.
+        ``policy``: rollover_entries, rollover_bytes, retention_ms, retention_entries."""
+        from embedlog.client.stream import open_stream
+        return open_stream(self._ctx, name, create=create,
+                           ensemble=(ensemble_size, write_quorum, ack_quorum), digest=digest,
+                           password=_password(password), **policy)
+
+    def list_streams(self, pattern: str | None = None) -> list:
+        from embedlog.client.stream import list_streams
+        return list_streams(self.metadata, pattern)
+
+    def delete_stream(self, name: str) -> None:
+        from embedlog.client.stream import delete_stream
+        delete_stream(self.metadata, name)
+
     def bookies(self) -> tuple[list, list]:
         """(writable, read-only) bookie ids."""
         return self._ctx.refresh_bookies()

@@ -23,6 +23,7 @@ class ClientConfig:
     max_entries_per_frame: int = 1000
     ensemble_change_retries: int = 16
     quarantine_s: float = 30.0            # a bookie that failed is avoided this long in placement
+    explicit_lac_interval_ms: float = 100.0   # after this quiet time the writer sends its LAC
 
 
 class ClientContext:
@@ -35,6 +36,9 @@ class ClientContext:
         self._conns: dict[str, BookieConnection] = {}
         self._addresses: dict[str, str] = {}
         self._quarantine: dict[str, float] = {}      # bookie id -> when it last failed
+        self._local: dict = {}                        # bookie id -> in-process connection
+        import weakref
+        self.writers = weakref.WeakSet()              # open writers: their LAC is sent at close
         self._lock = threading.Lock()
 
     def _run_loop(self) -> None:
@@ -82,7 +86,14 @@ class ClientContext:
             return addr
         return await asyncio.get_running_loop().run_in_executor(None, self.address_of, bookie_id)
 
+    def add_local_bookie(self, bookie_id: str, connection) -> None:
+        """Serve ``bookie_id`` in this process (the embedded log), without a socket."""
+        self._local[bookie_id] = connection
+
     async def connection(self, bookie_id: str) -> BookieConnection:
+        local = self._local.get(bookie_id)
+        if local is not None:
+            return local
         addr = await self.address_of_async(bookie_id)
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
@@ -115,7 +126,7 @@ class ClientContext:
         """``count`` distinct writable bookies, avoiding ``exclude`` (random placement)."""
         import random
         import time
-        writable, _ = self.refresh_bookies()
+        writable, _ = self.refresh_bookies() if not self._local else (list(self._local), [])
         exclude = set(exclude)
         candidates = [b for b in writable if b not in exclude]
         now = time.monotonic()
@@ -132,6 +143,7 @@ class ClientContext:
 
     def close(self) -> None:
         async def shutdown():
+            await asyncio.gather(*(w.flush_lac() for w in list(self.writers)), return_exceptions=True)
             for c in self._conns.values():
                 c.close()
         try:

@@ -88,7 +88,7 @@ async def recover(ctx, versioned, password: bytes):
     need_absent = md.write_quorum - md.ack_quorum + 1
     eid = start + 1
     last, last_length = start, None
-    futures = []
+    futures, waited = [], 0
     while True:
         ws = [ensemble[(eid + k) % md.ensemble_size] for k in range(md.write_quorum)]
         found, absent, failed = None, 0, 0
@@ -125,6 +125,9 @@ async def recover(ctx, versioned, password: bytes):
                 f"({absent} bookies said no, {failed} did not answer); not closing it")
         length = parse_entry_header(found)[5]
         futures.extend(writer.submit_recovered([(eid, found, length)]))
+        while len(futures) - waited > 1000:       # bounded write-back in flight
+            await asyncio.wrap_future(futures[waited])
+            waited += 1
         last, last_length = eid, length
         eid += 1
     for f in futures:

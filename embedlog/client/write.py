@@ -19,8 +19,9 @@ import concurrent.futures
 import threading
 
 from embedlog._native.format import encode_entry, mac_key, master_key
-from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, LedgerClosedError,
-                             LedgerFencedError, NotEnoughBookiesError, UnauthorizedAccessError)
+from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
+                             LedgerClosedError, LedgerFencedError, NotEnoughBookiesError,
+                             UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.net import protocol as P
 
@@ -36,7 +37,7 @@ class PendingAdd:
 class WriteHandle:
     """Appends to one ledger (the single writer). Thread-safe; durable on Qa bookies on return."""
 
-    def __init__(self, ctx, versioned, password: bytes, *, recovery: bool = False):
+    def __init__(self, ctx, versioned, password: bytes, *, recovery: bool = False, term: int = 0):
         self._ctx = ctx
         self._md = versioned.value
         self._version = versioned.version
@@ -47,6 +48,7 @@ class WriteHandle:
         self._mac_key = mac_key(password) if self._md.digest_type == DigestType.MAC else None
         self._master_key = master_key(password)
         self._recovery = recovery
+        self._term = term                  # unbounded ledgers: every add carries it
         self._ensemble = list(self._md.fragments[-1][1])
         self._next = self._md.last_entry_id + 1 if recovery else 0
         self._lac = -1
@@ -60,6 +62,9 @@ class WriteHandle:
         self._slots = threading.BoundedSemaphore(ctx.config.max_pending_adds)
         self._idle = asyncio.Event()
         self._idle.set()
+        self._lac_sent = -1                # the last LAC sent with WRITE_LAC
+        self._lac_timer = None
+        ctx.writers.add(self)
 
     # -- caller threads --------------------------------------------------------------------
 
@@ -212,9 +217,9 @@ class WriteHandle:
         try:
             await self._ctx.call(
                 bookie, lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
-                                                  entries, flags),
+                                                  entries, flags, self._term),
                 self._ctx.config.add_timeout_s)
-        except (LedgerFencedError, UnauthorizedAccessError) as exc:
+        except (LedgerFencedError, UnauthorizedAccessError, InvalidTermError) as exc:
             self._fail_all(exc)
             return
         except EmbedlogError:
@@ -239,6 +244,31 @@ class WriteHandle:
             op.future.set_result(eid)
         if not pending:
             self._idle.set()
+        if self._lac > self._lac_sent and self._lac_timer is None and not self._recovery:
+            # BookKeeper's explicit LAC: the last entries' LAC would otherwise only travel
+            # with the next add, so readers would not see them while the writer is quiet
+            self._lac_timer = self._ctx.loop.call_later(
+                self._ctx.config.explicit_lac_interval_ms / 1000.0, self._send_lac)
+
+    def _send_lac(self) -> None:
+        self._lac_timer = None
+        self._ctx.loop.create_task(self.flush_lac())
+
+    async def flush_lac(self) -> None:
+        """Send the LAC to the ensemble now (WRITE_LAC) and wait for the answers."""
+        if self._error is not None or self._lac <= self._lac_sent:
+            return
+        lac = self._lac_sent = self._lac
+
+        async def one(b):
+            try:
+                await self._ctx.call(b, lambda rid: P.write_lac_request(
+                    rid, self._scope, self._lid, self._master_key, lac, self._term),
+                    self._ctx.config.add_timeout_s)
+            except EmbedlogError:
+                pass                # best effort: the next add carries the LAC anyway
+
+        await asyncio.gather(*(one(b) for b in set(self._ensemble)))
 
     def _fail_all(self, exc: BaseException) -> None:
         if self._error is None:
@@ -251,6 +281,34 @@ class WriteHandle:
         self._idle.set()
 
     # -- ensemble changes ---------------------------------------------------------------------
+
+    def _cas_fragment(self, first: int, ensemble: list):
+        """CAS a fragment starting at ``first`` onto the metadata (replacing one that starts
+        there already); streams also record when it began."""
+        import time
+        frags = list(self._md.fragments)
+        times = list(self._md.fragment_ctimes_ms) or [self._md.ctime_ms] * len(frags)
+        if frags[-1][0] == first:
+            frags[-1] = (first, tuple(ensemble))
+        else:
+            frags.append((first, tuple(ensemble)))
+            times.append(int(time.time() * 1000))
+        extra = {"fragment_ctimes_ms": tuple(times)} if self._md.unbounded else {}
+        return self._ctx.metadata.ledger_manager.write_ledger_metadata(
+            self._md.with_(fragments=tuple(frags), **extra), self._version)
+
+    async def roll(self, ensemble: list | None = None) -> None:
+        """Start a new fragment at the next entry on a new ensemble (stream rollover):
+        pending adds finish on the old one first."""
+        await self._drain()
+        if self._error is not None:
+            raise self._error
+        loop = asyncio.get_running_loop()
+        if ensemble is None:
+            ensemble = await loop.run_in_executor(None, self._ctx.choose_bookies, self._E)
+        v = await loop.run_in_executor(None, self._cas_fragment, self._next, ensemble)
+        self._md, self._version = v.value, v.version
+        self._ensemble = list(ensemble)
 
     def _bookie_failed(self, bookie: str) -> None:
         if bookie not in self._ensemble or self._error is not None:
@@ -278,19 +336,17 @@ class WriteHandle:
                 new = list(self._ensemble)
                 for old, repl in zip(failed, fresh):
                     new[new.index(old)] = repl
-                first = self._lac + 1
-                frags = list(self._md.fragments)
-                if frags[-1][0] == first:
-                    frags[-1] = (first, tuple(new))
-                else:
-                    frags.append((first, tuple(new)))
                 try:
-                    v = await loop.run_in_executor(
-                        None, lm.write_ledger_metadata, self._md.with_(fragments=tuple(frags)),
-                        self._version)
+                    v = await loop.run_in_executor(None, self._cas_fragment, self._lac + 1, new)
                 except BadVersionError:
                     v = await loop.run_in_executor(None, lm.read_ledger_metadata, self.ledger_id)
-                    allowed = (LedgerState.IN_RECOVERY,) if self._recovery else (LedgerState.OPEN,)
+                    if v.value.unbounded and v.value.term != self._term:
+                        self._fail_all(InvalidTermError(
+                            f"stream ledger {self.ledger_id!r} moved to term {v.value.term}; "
+                            f"this writer had term {self._term}"))
+                        return
+                    allowed = ((LedgerState.IN_RECOVERY,) if self._recovery and not v.value.unbounded
+                               else (LedgerState.OPEN,))
                     if v.value.state not in allowed:
                         self._fail_all(LedgerFencedError(
                             f"ledger {self.ledger_id!r} is {v.value.state.name}: another client "

@@ -66,6 +66,10 @@ class LedgerMetadata:
     custom_metadata: dict[str, bytes] = field(default_factory=dict)
     term: int = 0
     unbounded: bool = False
+    # streams: when each fragment began (ms, aligned with fragments) and the first entry
+    # retention kept; fragments wholly below it are gone from this list and the bookies
+    fragment_ctimes_ms: tuple[int, ...] = ()
+    first_entry_id: int = 0
 
     def __post_init__(self):
         if not (self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1):
@@ -97,6 +101,8 @@ class LedgerMetadata:
             "custom_metadata": {k: v.hex() for k, v in self.custom_metadata.items()},
             "term": self.term,
             "unbounded": self.unbounded,
+            "fragment_ctimes_ms": list(self.fragment_ctimes_ms),
+            "first_entry_id": self.first_entry_id,
         }
         return (METADATA_MAGIC + str(METADATA_FORMAT_VERSION).encode() + b"\n"
                 + json.dumps(body, separators=(",", ":"), sort_keys=True).encode())
@@ -121,6 +127,8 @@ class LedgerMetadata:
                 ctime_ms=d["ctime_ms"],
                 custom_metadata={k: bytes.fromhex(v) for k, v in d["custom_metadata"].items()},
                 term=d["term"], unbounded=d.get("unbounded", False),
+                fragment_ctimes_ms=tuple(d.get("fragment_ctimes_ms", ())),
+                first_entry_id=d.get("first_entry_id", 0),
             )
         except MetadataError:
             raise

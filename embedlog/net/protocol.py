@@ -19,11 +19,16 @@ Grammar (big-endian)::
                   response (nothing)
     BOOKIE_INFO(5)request  (nothing)                        # scope, ledger, key, term are 0
                   response json[...]
+    TRIM(6)       request  first_kept_entry:i64             # stream retention
+                  response (nothing)
 
 Flags: FENCE (0x1) on READ and READ_LAC fences the ledger first (BookKeeper fences with
 a read, and since #2616 recovery reads fence too); RECOVERY_ADD (0x2) lets an add
 through a fenced ledger; LONG_POLL (0x10) on READ waits up to timeout_ms for the
-bookie's LAC to pass previous_lac. Statuses are BookKeeper's v2 codes (EOK=0,
+bookie's LAC to pass previous_lac. Unbounded ledgers (streams) fence with terms: every
+ADD, and READ / READ_LAC with RECOVERY_READ (0x20), carry the client's term, which the
+bookie adopts if higher and refuses with EINVALIDTERM if lower; TRUNCATE (0x8) on ADD
+marks a stream's no-op entry after which the bookie forgets every higher entry. Statuses are BookKeeper's v2 codes (EOK=0,
 ENOLEDGER=1, ENOENTRY=2, EBADREQ=100, EIO=101, EUA=102, EBADVERSION=103, EFENCED=104,
 EREADONLY=105, ETOOMANYREQUESTS=106) plus EINVALIDTERM=108.
 """
@@ -34,10 +39,11 @@ import struct
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 VERSION = 1
-ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO = 1, 2, 3, 4, 5
+ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO, TRIM = 1, 2, 3, 4, 5, 6
 OPS = {ADD: "add", READ: "read", READ_LAC: "read_lac", WRITE_LAC: "write_lac",
-       BOOKIE_INFO: "bookie_info"}
+       BOOKIE_INFO: "bookie_info", TRIM: "trim"}
 FLAG_FENCE, FLAG_RECOVERY_ADD, FLAG_HIGH_PRIORITY, FLAG_TRUNCATE, FLAG_LONG_POLL = 0x1, 0x2, 0x4, 0x8, 0x10
+FLAG_RECOVERY_READ = 0x20
 RESPONSE_BIT = 0x80
 EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS = (
     0, 1, 2, 100, 101, 102, 103, 104, 105, 106)
@@ -113,6 +119,11 @@ def read_lac_request(request_id, scope, ledger, flags=0, master_key=NO_KEY, term
 def write_lac_request(request_id, scope, ledger, master_key, lac, term=0) -> bytes:
     return _frame([REQ_HEAD.pack(VERSION, WRITE_LAC, 0, request_id, scope, ledger, master_key, term),
                    I64.pack(lac)])
+
+
+def trim_request(request_id, scope, ledger, master_key, first_kept, term=0) -> bytes:
+    return _frame([REQ_HEAD.pack(VERSION, TRIM, 0, request_id, scope, ledger, master_key, term),
+                   I64.pack(first_kept)])
 
 
 def bookie_info_request(request_id) -> bytes:

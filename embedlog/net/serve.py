@@ -9,7 +9,6 @@ import sys
 from embedlog.bookie import Bookie
 from embedlog.config import BookieConfig
 from embedlog.meta import open_metadata_store
-from embedlog.net.server import BookieServer
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -26,24 +25,40 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
     """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly."""
     directory = os.path.abspath(directory)
     host, port = parse_listen(listen)
-    bookie = Bookie(directory, BookieConfig.from_dict(config or {}))
-    meta = None
+    # the store first: the bookie's cookie names it, and its GC lists ledgers in it
+    meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
     try:
-        meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
+        bookie = Bookie(directory, BookieConfig.from_dict(config or {}), metadata=meta)
+    except BaseException:
+        meta.close()
+        raise
+    try:
         asyncio.run(_run(bookie, meta, host, port, advertised_address, read_only, ready_file,
                          autorecovery))
     finally:
         bookie.close()
-        if meta is not None:
-            meta.close()
+        meta.close()
 
 
 async def _run(bookie, meta, host, port, advertised, read_only, ready_file, autorecovery) -> None:
-    server = BookieServer(bookie, host, port)
+    from embedlog.admin.metrics import MeteredBookieServer
+    server = MeteredBookieServer(bookie, host, port)
     await server.start()
     address = advertised or server.address
-    meta.registration_manager.register_bookie(
-        bookie.bookie_id, read_only, {"address": address, "pid": os.getpid()})
+    admin = None
+    info = {"address": address, "pid": os.getpid()}
+    if bookie.config.http_server_enabled:
+        from embedlog.admin.http import AdminServer
+        admin = AdminServer(bookie, server, meta, host=bookie.config.http_server_host,
+                            port=bookie.config.http_server_port, advertised_address=address)
+        try:
+            admin.start()
+        except BaseException:
+            await server.stop()
+            raise
+        server.http_address = info["http"] = admin.address
+        print(f"admin http://{admin.address}/status", flush=True)
+    meta.registration_manager.register_bookie(bookie.bookie_id, read_only, dict(info))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -56,13 +71,27 @@ async def _run(bookie, meta, host, port, advertised, read_only, ready_file, auto
             return
         bookie.read_only = flag
         meta.registration_manager.unregister_bookie(bookie.bookie_id, state["read_only"])
-        meta.registration_manager.register_bookie(
-            bookie.bookie_id, flag, {"address": address, "pid": os.getpid()})
+        meta.registration_manager.register_bookie(bookie.bookie_id, flag, dict(info))
         state["read_only"] = flag
 
-    loop.add_signal_handler(signal.SIGUSR1, set_read_only, True)
-    loop.add_signal_handler(signal.SIGUSR2, set_read_only, False)
+    # an operator's read-only mode (--read-only, SIGUSR1) holds until the operator lifts it;
+    # the disks' (bookie/disks.py: full at disk_usage_threshold, writable again below the
+    # low-water mark) re-registers the bookie the same way
+    operator = {"read_only": read_only}
+
+    def set_operator_read_only(flag: bool) -> None:
+        operator["read_only"] = flag
+        set_read_only(flag or bookie.disks.full)
+
+    def on_disks(full: bool) -> None:
+        loop.call_soon_threadsafe(set_read_only, operator["read_only"] or full)
+
+    loop.add_signal_handler(signal.SIGUSR1, set_operator_read_only, True)
+    loop.add_signal_handler(signal.SIGUSR2, set_operator_read_only, False)
     bookie.read_only = read_only
+    bookie.disks.listeners[:] = [on_disks]
+    if bookie.disks.full:
+        set_read_only(True)
     line = f"bookie {bookie.bookie_id} listening on {server.address} (advertised {address})"
     print(line, flush=True)
     if ready_file:
@@ -76,9 +105,15 @@ async def _run(bookie, meta, host, port, advertised, read_only, ready_file, auto
         from embedlog.client.context import ClientConfig, ClientContext
         recovery = AutoRecovery(ClientContext(meta, ClientConfig()), bookie.bookie_id,
                                 **autorecovery).start()
+    if admin is not None:
+        admin.autorecovery = server.metrics.autorecovery = recovery
+        admin.ready = True
     try:
         await stop.wait()
     finally:
+        if admin is not None:
+            admin.shutting_down = True
+            await loop.run_in_executor(None, admin.stop)
         if recovery is not None:
             await loop.run_in_executor(None, recovery.stop)
             recovery.ctx.close()

@@ -142,14 +142,19 @@ class BookieServer:
                                      f"({req.scope}, {req.ledger})")
             first = eid if first is None else first
         seq = self.bookie.add_entries(entries, req.master_key,
-                                      recovery=bool(req.flags & P.FLAG_RECOVERY_ADD))
+                                      recovery=bool(req.flags & P.FLAG_RECOVERY_ADD),
+                                      term=req.term, truncate=bool(req.flags & P.FLAG_TRUNCATE))
         ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger,
                         P.ADD_RESP.pack(first, len(entries)))
         self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
 
     def _fence_then(self, req, writer, then) -> None:
-        """Fence (journalled and durable) before answering, as BookKeeper's fencing read does."""
-        seq = self.bookie.fence(_lid(req), req.master_key)
+        """Fence (journalled and durable) before answering, as BookKeeper's fencing read does;
+        for a stream's recovery read, check and adopt its term instead."""
+        if req.flags & P.FLAG_RECOVERY_READ:
+            seq = self.bookie.check_term(_lid(req), req.master_key, req.term)
+        else:
+            seq = self.bookie.fence(_lid(req), req.master_key)
 
         def done(error):
             self._loop.call_soon_threadsafe(self._after_fence, req, writer, then, error)
@@ -171,7 +176,7 @@ class BookieServer:
         first, count, previous_lac, timeout_ms = P.READ_REQ.unpack(req.body)
         if first < 0 or count < 1 or count > MAX_READ_ENTRIES:
             raise IllegalOpError(f"bad read range: first {first}, count {count}")
-        if req.flags & P.FLAG_FENCE:
+        if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
             self._fence_then(req, writer, self._read_now)
             return
         if req.flags & P.FLAG_LONG_POLL:
@@ -231,7 +236,7 @@ class BookieServer:
                 fut.set_result(None)
 
     def _read_lac(self, req, writer) -> None:
-        if req.flags & P.FLAG_FENCE:
+        if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
             self._fence_then(req, writer, self._read_lac_now)
         else:
             self._read_lac_now(req, writer)
@@ -251,6 +256,14 @@ class BookieServer:
         ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger)
         self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
 
+    def _trim(self, req, writer) -> None:
+        if len(req.body) != 8:
+            raise IllegalOpError("trim request body has the wrong size")
+        (first_kept,) = P.I64.unpack(req.body)
+        seq = self.bookie.trim(_lid(req), req.master_key, req.term, first_kept)
+        self._when_durable(seq, writer, req, P.response(req.op, req.flags, req.request_id, P.EOK,
+                                                         req.scope, req.ledger))
+
     def _bookie_info(self, req, writer) -> None:
         usage = shutil.disk_usage(self.bookie.directory)
         info = {"bookie_id": self.bookie.bookie_id, "address": self.address,
@@ -261,7 +274,7 @@ class BookieServer:
                                        json.dumps(info).encode()))
 
     _handlers = {P.ADD: _add, P.READ: _read, P.READ_LAC: _read_lac, P.WRITE_LAC: _write_lac,
-                 P.BOOKIE_INFO: _bookie_info}
+                 P.BOOKIE_INFO: _bookie_info, P.TRIM: _trim}
 
 
 def _lid(req):

@@ -9,6 +9,8 @@ cdef class MappedLog:
     cdef readonly Py_ssize_t position      # end of the entries written so far
     cdef readonly bint writable
     cdef Py_ssize_t synced
+    cdef Py_ssize_t allocated               # blocks allocated (fallocate) up to here
+    cdef int reserve(self, Py_ssize_t n) except -1
     cdef _unmap(self)
     cdef int _map(self, int prot) except -1
     cdef Py_ssize_t _scan_end(self)
@@ -16,7 +18,10 @@ cdef class MappedLog:
     cdef const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil
 
 cdef class EntryLogger:
-    cdef readonly object directory
+    cdef readonly object directory     # the first ledger directory
+    cdef readonly list directories
+    cdef public object choose_dir
+    cdef dict log_dirs            # log id -> directory holding it
     cdef readonly Py_ssize_t size_limit
     cdef readonly MappedLog current
     cdef dict logs                # log id -> MappedLog

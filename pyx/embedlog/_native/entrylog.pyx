@@ -9,9 +9,16 @@ Grammar (big-endian; see docs/FORMATS.md)::
                   crc32c:u32
     location   := log_id << 32 | offset of entry[] in its file   (0: no entry)
 
-A file is created at ``size_limit`` (sparse) and mapped once; when an entry
-does not fit, the log is sealed (ledgers map written, file cut to its length)
-and the next one begins. A size of 0 ends the entries of an unsealed log.
+A file is created at ``size_limit`` (sparse) and mapped once; its blocks are
+allocated with fallocate a chunk (ALLOC_CHUNK) ahead of the writes, so a full disk
+fails a flush with ENOSPC instead of a SIGBUS on a store into a hole of the map; when an entry does not fit, the log is sealed (ledgers map
+written, file cut to its length) and the next one begins. A size of 0 ends the
+entries of an unsealed log.
+
+A bookie may have several ledger directories: log ids are unique across them,
+each log lives in one of them, and ``EntryLogger`` remembers which. Compaction
+writes ``<hex id>.log.compacting`` files (see embedlog/bookie/compaction.py);
+their ids come from the same sequence.
 """
 
 import os
@@ -33,6 +40,7 @@ cdef enum:
     LOG_HEADER_SIZE = 1024
 
 HEADER_SIZE = LOG_HEADER_SIZE
+ALLOC_CHUNK = 8 << 20          # bytes of an entry log's blocks allocated ahead of its writes
 MAGIC = b"ELLO"
 MAP_MARKER = 0xFFFFFFFF
 
@@ -71,8 +79,17 @@ cdef class MappedLog:
         m.log_id = log_id
         m.path = path
         m.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.ftruncate(m.fd, size_limit)
+        m.allocated = 0
+        m.position = 0
         m.mapped = size_limit
+        try:
+            os.ftruncate(m.fd, size_limit)
+            m.reserve(HEADER_SIZE)
+        except OSError:
+            os.close(m.fd)
+            m.fd = -1
+            os.unlink(path)
+            raise
         m.writable = True
         m._map(PROT_READ | PROT_WRITE)
         memcpy(m.base, b"ELLO", 4)
@@ -98,6 +115,113 @@ cdef class MappedLog:
             raise CorruptedDataError(f"entry log {path} has a bad magic")
         m.position = m._scan_end()
         return m
+
+    @staticmethod
+    def open_writable(path, uint64_t log_id):
+        """Map an existing log read-write at its end (to seal a log a crash left unsealed)."""
+        cdef MappedLog m = MappedLog()
+        m.log_id = log_id
+        m.path = path
+        m.fd = os.open(path, os.O_RDWR)
+        m.mapped = os.fstat(m.fd).st_size
+        m.writable = True
+        if m.mapped < HEADER_SIZE:
+            m._unmap()
+            raise CorruptedDataError(f"entry log {path} is shorter than its header")
+        m._map(PROT_READ | PROT_WRITE)
+        if memcmp4(m.base, b"ELLO"):
+            m._unmap()
+            raise CorruptedDataError(f"entry log {path} has a bad magic")
+        m.position = m._scan_end()
+        m.allocated = m.position
+        m.synced = 0
+        return m
+
+    @property
+    def sealed(self):
+        """True if the header points at a ledgers map."""
+        return self.base != NULL and el_get64(self.base + 8) != 0
+
+    def entry_table(self):
+        """Every entry of the log as numpy arrays (locations, sizes, scopes, ledgers, entry ids),
+        in file order; the ids are read from each entry's header without checking its digest."""
+        import numpy as np
+        cdef Py_ssize_t pos = HEADER_SIZE, count = 0, i
+        cdef uint32_t n
+        while pos + 4 <= self.position:
+            n = el_get32(self.base + pos)
+            if n == 0 or n == MAP_MARKER or pos + 4 + n > self.position:
+                break
+            count += 1
+            pos += 4 + n
+        locs_a = np.empty(count, dtype=np.uint64)
+        sizes_a = np.empty(count, dtype=np.uint32)
+        scopes_a = np.empty(count, dtype=np.uint64)
+        lids_a = np.empty(count, dtype=np.uint64)
+        eids_a = np.empty(count, dtype=np.int64)
+        cdef uint64_t[::1] locs = locs_a
+        cdef uint32_t[::1] sizes = sizes_a
+        cdef uint64_t[::1] scopes = scopes_a
+        cdef uint64_t[::1] lids = lids_a
+        cdef int64_t[::1] eids = eids_a
+        cdef uint64_t sc, li
+        cdef int64_t ei
+        pos = HEADER_SIZE
+        for i in range(count):
+            n = el_get32(self.base + pos)
+            parse_ids(self.base + pos + 4, n, &sc, &li, &ei)
+            locs[i] = (self.log_id << 32) | <uint64_t>(pos + 4)
+            sizes[i] = n
+            scopes[i] = sc
+            lids[i] = li
+            eids[i] = ei
+            pos += 4 + n
+        return locs_a, sizes_a, scopes_a, lids_a, eids_a
+
+    def scanned_ledgers(self):
+        """{(scope, ledger): bytes} counted from the entries (a log without a ledgers map)."""
+        locs, sizes, scopes, lids, _eids = self.entry_table()
+        out = {}
+        for s, l, n in zip(scopes.tolist(), lids.tolist(), sizes.tolist()):
+            out[(s, l)] = out.get((s, l), 0) + n + 4
+        return out
+
+    def copy_entries(self, MappedLog src, locations, Py_ssize_t reserve=0):
+        """Append the entries of ``src`` at ``locations`` (uint64 array, in order) to this log.
+
+        Returns (count copied, their new locations): copying stops at the first entry that
+        would leave fewer than ``reserve`` bytes free (room kept for the ledgers map)."""
+        import numpy as np
+        cdef uint64_t[::1] locs = np.ascontiguousarray(locations, dtype=np.uint64)
+        cdef Py_ssize_t i, total = locs.shape[0]
+        out_a = np.zeros(total, dtype=np.uint64)
+        cdef uint64_t[::1] out = out_a
+        cdef const uint8_t *p
+        cdef Py_ssize_t n = 0
+        if not self.writable or self.base == NULL:
+            raise CorruptedDataError(f"entry log {self.path} is not open for writing")
+        for i in range(total):
+            if <uint64_t>(locs[i] >> 32) != src.log_id:
+                raise CorruptedDataError(f"location {locs[i]:#x} is not in log {src.log_id:x}")
+            p = src.entry_at(<uint32_t>(locs[i] & 0xFFFFFFFF), &n)
+            if p == NULL:
+                raise CorruptedDataError(f"no entry at {locs[i]:#x} in {src.path}")
+            if self.position + 4 + n + reserve > self.mapped:
+                return i, out_a[:i]
+            self.reserve(4 + n)
+            out[i] = self.append(p, n)
+        return total, out_a
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        """Allocate disk blocks for ``n`` more bytes at the write position (a chunk ahead):
+        OSError (ENOSPC) here, rather than SIGBUS when the map is written."""
+        cdef Py_ssize_t end = self.position + n
+        if end <= self.allocated:
+            return 0
+        end = min(self.mapped, max(end, self.allocated + ALLOC_CHUNK))
+        os.posix_fallocate(self.fd, self.allocated, end - self.allocated)
+        self.allocated = end
+        return 0
 
     cdef Py_ssize_t _scan_end(self):
         cdef uint64_t map_off = el_get64(self.base + 8)
@@ -131,6 +255,17 @@ cdef class MappedLog:
         n[0] = size
         return self.base + offset
 
+    def read_at(self, uint64_t location):
+        """The encoded entry at ``location`` (bytes); CorruptedDataError if none is there."""
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p
+        if <uint64_t>(location >> 32) != self.log_id:
+            raise CorruptedDataError(f"location {location:#x} is not in entry log {self.log_id:x}")
+        p = self.entry_at(<uint32_t>(location & 0xFFFFFFFF), &n)
+        if p == NULL:
+            raise CorruptedDataError(f"no entry at offset {location & 0xFFFFFFFF} of {self.path}")
+        return PyBytes_FromStringAndSize(<const char *>p, n)
+
     def flush(self):
         """msync what was written since the last flush, then fdatasync."""
         cdef Py_ssize_t start = (self.synced // 4096) * 4096
@@ -153,6 +288,7 @@ cdef class MappedLog:
         if not self.writable:
             return
         if pos + need <= self.mapped:
+            self.reserve(need)
             p = self.base + pos
             el_put32(p, MAP_MARKER)
             el_put32(p + 4, len(ledgers))
@@ -226,41 +362,80 @@ cdef class EntryLogger:
     """The entry logs of one ledger directory: one being written, the rest mapped read-only."""
 
 
-    def __init__(self, directory, Py_ssize_t size_limit, uint64_t last_log_id=0):
-        self.directory = directory
+    def __init__(self, directories, Py_ssize_t size_limit, uint64_t last_log_id=0, choose_dir=None):
+        if isinstance(directories, (str, bytes, os.PathLike)):
+            directories = [directories]
+        self.directories = [os.fspath(d) for d in directories]
+        if not self.directories:
+            raise ValueError("an entry logger needs at least one directory")
+        self.directory = self.directories[0]
+        self.choose_dir = choose_dir          # () -> directory for the next log, or None
         self.size_limit = size_limit
         self.logs = {}
+        self.log_dirs = {}
         self.current = None
         self.current_ledgers = {}
         self.last_log_id = last_log_id
-        for name in os.listdir(directory):
-            if name.endswith(".log"):
-                try:
-                    log_id = int(name[:len(name) - 4], 16)
-                except ValueError:
+        for d in self.directories:
+            for name in os.listdir(d):
+                log_id = _log_id_of(name)
+                if log_id is None:
                     continue
+                # ids of compaction files count too: they become logs, never reuse them
                 self.last_log_id = max(self.last_log_id, log_id)
+                if name.endswith(".log"):
+                    if log_id in self.log_dirs:
+                        raise CorruptedDataError(
+                            f"entry log {name} is in two ledger directories: "
+                            f"{self.log_dirs[log_id]} and {d}")
+                    self.log_dirs[log_id] = d
 
     def log_ids(self):
-        ids = set(self.logs)
-        for name in os.listdir(self.directory):
-            if name.endswith(".log"):
-                try:
-                    ids.add(int(name[:len(name) - 4], 16))
-                except ValueError:
-                    pass
+        """Ids of the entry logs on disk (and mapped), ascending; rescans the directories."""
+        found = {}
+        for d in self.directories:
+            for name in os.listdir(d):
+                if name.endswith(".log"):
+                    log_id = _log_id_of(name)
+                    if log_id is not None:
+                        found[log_id] = d
+        self.log_dirs = found
+        ids = set(found)
+        ids.update(self.logs)
         return sorted(ids)
 
     def path_of(self, uint64_t log_id):
-        return os.path.join(self.directory, "%x.log" % log_id)
+        return os.path.join(self.log_dirs.get(log_id, self.directory), "%x.log" % log_id)
+
+    def dir_of(self, uint64_t log_id):
+        return self.log_dirs.get(log_id)
+
+    def allocate_log_id(self):
+        """The next log id (for a compaction target); ids are never reused."""
+        self.last_log_id += 1
+        if self.last_log_id >= (1 << 32):
+            raise CorruptedDataError("entry log ids exhausted (32-bit)")
+        return self.last_log_id
+
+    def register(self, uint64_t log_id, directory):
+        """A log that appeared outside roll() (a finished compaction) can be read from now on."""
+        self.log_dirs[log_id] = os.fspath(directory)
+
+    def unregister(self, uint64_t log_id):
+        """Unmap a log and forget where it was (before it is deleted)."""
+        self.forget(log_id)
+        self.log_dirs.pop(log_id, None)
+
+    def mapped_ids(self):
+        return list(self.logs)
 
     cdef MappedLog _log(self, uint64_t log_id):
         cdef MappedLog m = self.logs.get(log_id)
         if m is None or m.base == NULL:          # never opened, or unmapped by a seal
-            path = self.path_of(log_id)
-            if not os.path.exists(path):
+            try:
+                m = MappedLog.open_existing(self.path_of(log_id), log_id)
+            except FileNotFoundError:       # deleted by GC or compaction: its entries moved
                 return None
-            m = MappedLog.open_existing(path, log_id)
             self.logs[log_id] = m
         return m
 
@@ -270,15 +445,15 @@ cdef class EntryLogger:
             self.current.seal(self.current_ledgers)
             del self.logs[self.current.log_id]
             self.current = None
-        self.last_log_id += 1
-        if self.last_log_id >= (1 << 32):
-            raise CorruptedDataError("entry log ids exhausted (32-bit)")
-        self.current = MappedLog.create(self.path_of(self.last_log_id), self.last_log_id,
-                                        self.size_limit)
-        self.logs[self.last_log_id] = self.current
+        directory = self.choose_dir() if self.choose_dir is not None else self.directory
+        log_id = self.allocate_log_id()
+        path = os.path.join(directory, "%x.log" % log_id)
+        self.current = MappedLog.create(path, log_id, self.size_limit)
+        self.log_dirs[log_id] = directory
+        self.logs[log_id] = self.current
         self.current_ledgers = {}
-        _fsync_dir(self.directory)
-        return self.last_log_id
+        _fsync_dir(directory)
+        return log_id
 
     def flush(self):
         if self.current is not None:
@@ -346,6 +521,8 @@ cdef class EntryLogger:
             while j < total and scopes[j] == scopes[i] and lids[j] == lids[i]:
                 if self.current is None:
                     self.roll()
+                if self.current.position + 4 + sizes[j] <= self.current.mapped:
+                    self.current.reserve(4 + sizes[j])
                 loc = self.current.append(arena + offs[j], sizes[j])
                 if loc == 0:
                     if self.current.position == HEADER_SIZE:
@@ -365,6 +542,17 @@ cdef class EntryLogger:
                 self.current_ledgers[key] = self.current_ledgers.get(key, 0) + run_bytes
             on_location(scopes[i], lids[i], eids_arr[i:j], locs_arr[i:j])
             i = j
+
+
+def _log_id_of(name):
+    """The id in an entry log's or compaction file's name (<hex>.log[...], <hex>.compaction)."""
+    stem, dot, rest = name.partition(".")
+    if not dot or not (rest == "log" or rest.startswith("log.") or rest == "compaction"):
+        return None
+    try:
+        return int(stem, 16)
+    except ValueError:
+        return None
 
 
 def _fsync_dir(path):

@@ -4,6 +4,7 @@ cdef class LedgerIndex:
     cdef readonly uint64_t scope
     cdef readonly uint64_t lid
     cdef readonly object path
+    cdef readonly object root         # current/ of the ledger directory holding the file
     cdef public object master_key
     cdef public bint fenced
     cdef public uint64_t term
@@ -21,6 +22,7 @@ cdef class LedgerIndex:
 
 cdef class IndexCache:
     cdef readonly object root
+    cdef public object choose_root
     cdef readonly Py_ssize_t page_limit
     cdef readonly Py_ssize_t loaded
     cdef object order                 # FIFO of (LedgerIndex, page no) as loaded

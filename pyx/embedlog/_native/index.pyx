@@ -74,8 +74,9 @@ cdef class LedgerIndex:
     """One ledger's index: state header plus cached pages of locations."""
 
 
-    def __init__(self, IndexCache cache, uint64_t scope, uint64_t lid, path):
+    def __init__(self, IndexCache cache, uint64_t scope, uint64_t lid, path, root=None):
         self.cache = cache
+        self.root = cache.root if root is None else root
         self.scope = scope
         self.lid = lid
         self.path = path
@@ -188,17 +189,16 @@ cdef class LedgerIndex:
                 cur = page_no
             v[e[i] % ENTRIES_PER_PAGE] = l[i]
 
-    def clear_above(self, int64_t last_kept):
-        """Forget every entry with id > last_kept (stream truncation)."""
-        cdef int64_t first_page = (last_kept + 1) // ENTRIES_PER_PAGE
-        cdef int64_t p
+    def clear_range(self, int64_t lo, int64_t hi=0x7FFFFFFFFFFFFFFF):
+        """Forget every entry with lo <= id <= hi (stream truncation and retention)."""
         cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
-        for p in range(first_page, top + 1):
+        cdef int64_t p, a, b
+        lo = max(lo, 0)
+        for p in range(lo // ENTRIES_PER_PAGE, min(top, hi // ENTRIES_PER_PAGE) + 1):
+            a = max(lo - p * ENTRIES_PER_PAGE, 0)
+            b = min(hi - p * ENTRIES_PER_PAGE, ENTRIES_PER_PAGE - 1)
             page = self._page(p, True, True)
-            if p == first_page:
-                page[(last_kept + 1) % ENTRIES_PER_PAGE:] = 0
-            else:
-                page[:] = 0
+            page[a:b + 1] = 0
 
     def last_entry_id(self):
         """The highest entry id with a location, or -1."""
@@ -223,6 +223,62 @@ cdef class LedgerIndex:
                 out.extend((p * ENTRIES_PER_PAGE + np.flatnonzero(page)).tolist())
         return out
 
+    def match_locations(self, eids, locations):
+        """A bool array: True where the index holds exactly that location for the entry id
+        (the entry copy at that location is the live one)."""
+        cdef int64_t[::1] e = np.ascontiguousarray(eids, dtype=np.int64)
+        cdef uint64_t[::1] l = np.ascontiguousarray(locations, dtype=np.uint64)
+        cdef Py_ssize_t i, n = e.shape[0]
+        out_a = np.zeros(n, dtype=np.bool_)
+        cdef cnp.npy_bool[::1] out = out_a
+        cdef int64_t page_no, cur = -1
+        cdef uint64_t[::1] v
+        cdef bint have = False
+        for i in range(n):
+            page_no = e[i] // ENTRIES_PER_PAGE
+            if page_no != cur:
+                page = self._page(page_no, False)
+                cur = page_no
+                have = page is not None
+                if have:
+                    v = page
+            if have and e[i] >= 0 and v[e[i] % ENTRIES_PER_PAGE] == l[i]:
+                out[i] = True
+        return out_a
+
+    def replace_locations(self, eids, locations, source_log_ids):
+        """Compaction: point each entry id at its new location, but only where the index
+        still points into one of ``source_log_ids`` (an entry rewritten or erased since
+        keeps what it has). Returns how many were replaced."""
+        cdef int64_t[::1] e = np.ascontiguousarray(eids, dtype=np.int64)
+        cdef uint64_t[::1] l = np.ascontiguousarray(locations, dtype=np.uint64)
+        cdef uint64_t[::1] src = np.ascontiguousarray(source_log_ids, dtype=np.uint64)
+        cdef Py_ssize_t i, j, n = e.shape[0], ns = src.shape[0], done = 0
+        cdef int64_t page_no, cur = -1
+        cdef uint64_t[::1] v
+        cdef uint64_t old
+        cdef bint have = False
+        for i in range(n):
+            page_no = e[i] // ENTRIES_PER_PAGE
+            if page_no != cur:
+                # marked dirty as it is loaded, so the cache cannot evict it under us
+                page = self._page(page_no, False, True)
+                cur = page_no
+                have = page is not None
+                if have:
+                    v = page
+            if not have or e[i] < 0:
+                continue
+            old = v[e[i] % ENTRIES_PER_PAGE]
+            if old == 0:
+                continue
+            for j in range(ns):
+                if (old >> 32) == src[j]:
+                    v[e[i] % ENTRIES_PER_PAGE] = l[i]
+                    done += 1
+                    break
+        return done
+
     def flush(self, bint sync=True):
         """Write dirty pages and the header; fdatasync when asked. Returns True if written."""
         if self.deleted or (not self.dirty_pages and not self.header_dirty):
@@ -242,7 +298,7 @@ cdef class LedgerIndex:
         finally:
             os.close(fd)
         if new:
-            _fsync_dirs(os.path.dirname(self.path), self.cache.root)
+            _fsync_dirs(os.path.dirname(self.path), self.root)
         self.dirty_pages.clear()
         self.header_dirty = False
         return True
@@ -254,7 +310,10 @@ cdef class LedgerIndex:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
-            pass
+            return
+        # durable: an index file that came back after a crash would point into entry logs
+        # that garbage collection has deleted since
+        _fsync_dirs(os.path.dirname(self.path), os.path.dirname(self.path))
 
     def drop_pages(self):
         """Forget cached pages (after delete)."""
@@ -275,7 +334,10 @@ cdef class IndexCache:
     """Bounds the pages held in memory across every ledger of a bookie."""
 
 
-    def __init__(self, root, Py_ssize_t page_limit=8192):
+    def __init__(self, root, Py_ssize_t page_limit=8192, choose_root=None):
+        """``root``: the current/ directory of the (first) ledger directory; ``choose_root``:
+        () -> the current/ directory a new ledger's index goes to (several ledger dirs)."""
+        self.choose_root = choose_root
         import collections
         self.root = root
         self.page_limit = max(page_limit, 16)
@@ -309,8 +371,10 @@ cdef class IndexCache:
             else:
                 self.order.append(item)
 
-    def open(self, uint64_t scope, uint64_t lid, bint exists):
-        idx = LedgerIndex(self, scope, lid, index_path(self.root, scope, lid))
+    def open(self, uint64_t scope, uint64_t lid, bint exists, root=None):
+        if root is None:
+            root = self.choose_root() if self.choose_root is not None else self.root
+        idx = LedgerIndex(self, scope, lid, index_path(root, scope, lid), root)
         if exists:
             idx.load_header()
         return idx

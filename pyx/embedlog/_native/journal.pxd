@@ -9,6 +9,7 @@ cdef enum:
     REC_TERM = 5
     REC_TRUNCATE = 6
     REC_DELETE_LEDGER = 7
+    REC_TRIM = 8
 
 cdef class JournalBuffer:
     cdef uint8_t *data

@@ -15,6 +15,7 @@ Grammar (big-endian; see docs/FORMATS.md)::
     type TERM(5)         body := scope:u64 ledger:u64 term:u64
     type TRUNCATE(6)     body := scope:u64 ledger:u64 last_kept_entry:i64
     type DELETE_LEDGER(7)body := scope:u64 ledger:u64
+    type TRIM(8)         body := scope:u64 ledger:u64 first_kept_entry:i64
 
 A zero ``len`` is the end of the log: files are preallocated with zeros, so a
 preallocated tail never parses. Replay skips records of unknown type with a good
@@ -35,10 +36,10 @@ MAGIC = b"ELJN"
 FORMAT_VERSION = 1
 RECORD_TYPES = {REC_ENTRY: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
                 REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
-                REC_DELETE_LEDGER: "delete_ledger"}
-ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER = (
+                REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim"}
+ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER, TRIM = (
     REC_ENTRY, REC_LEDGER_KEY, REC_FENCE, REC_EXPLICIT_LAC, REC_TERM, REC_TRUNCATE,
-    REC_DELETE_LEDGER)
+    REC_DELETE_LEDGER, REC_TRIM)
 
 
 def file_header(unsigned long long log_id):

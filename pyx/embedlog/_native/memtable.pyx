@@ -270,10 +270,11 @@ cdef class MemTable:
         if self.bslots != NULL:
             memset(self.bslots, 0, self.nbslots * sizeof(int32_t))
 
-    def drop_ledger(self, uint64_t scope, uint64_t lid, int64_t above=-2):
-        """Hide a ledger's entries (all, or those with id > ``above``) from reads and flushes."""
+    def drop_ledger(self, uint64_t scope, uint64_t lid, int64_t lo=0, int64_t hi=0x7FFFFFFFFFFFFFFF):
+        """Hide a ledger's entries with lo <= id <= hi (default: all) from reads and flushes."""
         cdef Py_ssize_t b, k
         cdef int32_t cur
+        cdef int64_t eid
         cdef mt_block *blk
         for b in range(self.nblocks):
             blk = &self.blocks[b]
@@ -281,7 +282,8 @@ cdef class MemTable:
                 continue
             for k in range(64):
                 cur = blk.slot[k]
-                if cur and (above == -2 or (blk.hi << 6) + k > above):
+                eid = (blk.hi << 6) + k
+                if cur and lo <= eid <= hi:
                     self.recs[cur - 1].size = 0xFFFFFFFF      # tombstone: skipped by flush
                     blk.slot[k] = 0
                     self.live -= 1

@@ -79,32 +79,43 @@ cdef class LedgerReader:
             p = self.mt2.get(self.scope, self.lid, eid, &n)   # the other memtable (active or flushing)
         cdef int64_t page_no = eid >> 10
         cdef MappedLog m
+        cdef int attempt
         if p != NULL:
             return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
-        if page_no == self.cur_page_no and self.cur_page is not None:
-            loc = self.cur_locs[eid & 1023]
-        if loc == 0:
-            # not cached, or the cached page is an evicted clean copy: ask the index
-            if self._use_page(page_no):
+        for attempt in range(3):
+            loc = 0
+            if page_no == self.cur_page_no and self.cur_page is not None:
                 loc = self.cur_locs[eid & 1023]
             if loc == 0:
-                p = self.mt.get(self.scope, self.lid, eid, &n)   # flushed meanwhile?
-                if p == NULL:
-                    p = self.mt2.get(self.scope, self.lid, eid, &n)
-                if p != NULL:
-                    return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
-                raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
-        m = self.last_log
-        if m is None or m.log_id != (loc >> 32) or m.base == NULL:
-            m = self.el._log(loc >> 32)
-            self.last_log = m
-        if m is not None:
-            p = m.entry_at(<uint32_t>(loc & 0xFFFFFFFF), &n)
-        if p == NULL:
-            raise CorruptedDataError(
-                f"index of ledger ({self.scope}, {self.lid}) points entry {eid} at {loc:#x}, "
-                "where no entry is")
-        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+                # not cached, or the cached page is an evicted clean copy: ask the index
+                if self._use_page(page_no):
+                    loc = self.cur_locs[eid & 1023]
+                if loc == 0:
+                    p = self.mt.get(self.scope, self.lid, eid, &n)   # flushed meanwhile?
+                    if p == NULL:
+                        p = self.mt2.get(self.scope, self.lid, eid, &n)
+                    if p != NULL:
+                        return decode_payload(p, n, self.scope, self.lid, eid, self.digest,
+                                              self.mac_key)
+                    raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
+            m = self.last_log
+            if m is None or m.log_id != (loc >> 32) or m.base == NULL:
+                m = self.el._log(loc >> 32)
+                self.last_log = m
+            p = NULL
+            if m is not None:
+                p = m.entry_at(<uint32_t>(loc & 0xFFFFFFFF), &n)
+            if p != NULL:
+                return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+            # compaction may have moved the entry and deleted its old log since this page
+            # copy was taken (an evicted page): look the location up in the index again
+            self.cur_page = None
+            self.cur_page_no = -1
+            if not self._use_page(page_no) or self.cur_locs[eid & 1023] == loc:
+                break
+        raise CorruptedDataError(
+            f"index of ledger ({self.scope}, {self.lid}) points entry {eid} at {loc:#x}, "
+            "where no entry is")
 
     cdef int _check(self, int64_t first, int64_t last) except -1:
         if first < 0 or last < first:

@@ -1,0 +1,622 @@
+"""The admin HTTP server of one bookie process: off by default, on with
+``http_server_enabled`` / ``--http-port`` (docs/OPERATIONS.md).
+
+Endpoints (BookKeeper's paths where it has one). Answers are JSON unless noted; an error is
+``{"error": message, "status": code}`` with a 4xx or 5xx status; an unknown query parameter
+is a 400 (a misspelt ``ledger_scope_id`` must not silently mean scope 0)::
+
+    GET    /heartbeat                                    "OK" (liveness)
+    GET    /api/v1/bookie/is_ready                       200 {"ready": true} | 503 {"ready": false}
+    GET    /api/v1/bookie/state                          running, read-only, shutting down
+    GET    /api/v1/bookie/info                           identity, state, disk, journal, entry logs,
+                                                         memtable, compaction
+    GET    /api/v1/bookie/list_bookies?type=rw|ro|all    registered bookies
+    GET    /api/v1/bookie/ledgers?ledger_scope_id=S      ledgers stored on this bookie
+    GET    /api/v1/config/server_config                  the configuration this bookie runs with
+    GET    /api/v1/ledger/list?ledger_scope_id=S[&print_metadata=true][&limit=N]
+    GET    /api/v1/ledger/metadata?ledger_id=L[&ledger_scope_id=S] | ?ledger_qualified_name=Q
+    DELETE /api/v1/ledger/delete?ledger_id=L[&ledger_scope_id=S] | ?ledger_qualified_name=Q
+    GET    /api/v1/autorecovery/status
+    GET    /api/v1/autorecovery/list_under_replicated_ledger
+    GET    /api/v1/status/rates                          add/read counts of every bookie
+    GET    /api/v1/status/history                        this bookie's add/read rates, last 5 min
+    GET    /metrics                                      Prometheus text format
+    GET    /status                                       the status page (HTML); / redirects there
+
+Requests are served by a fixed pool of worker threads behind a bounded queue (a full queue
+answers 503 at once): the metadata drivers keep a connection per thread, so a thread per
+request would open connections without bound.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import http.server
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from urllib.parse import parse_qs, urlsplit
+
+from embedlog.admin.views import ledger_ref, metadata_dict
+from embedlog.errors import (EmbedlogError, IllegalOpError, MetadataError, NoSuchEntryError,
+                             NoSuchLedgerError)
+
+log = logging.getLogger("embedlog.admin")
+
+U64_MAX = (1 << 64) - 1
+WORKERS = 4
+QUEUE_LIMIT = 64                 # connections waiting for a worker; past it: 503
+REQUEST_TIMEOUT_S = 10.0         # a client that sends nothing for this long is dropped
+LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 1000, 100_000
+STATUS_LEDGERS_MAX = 200         # ledgers the status page shows
+HISTORY_POINTS = 300             # this bookie's rate history, one point a second
+UNDERREPLICATED_CACHE_S = 5.0
+BOOKIE_INFO_TIMEOUT_S = 1.0
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def _status_of(exc: EmbedlogError) -> int:
+    if isinstance(exc, (NoSuchLedgerError, NoSuchEntryError)):
+        return 404
+    if isinstance(exc, IllegalOpError):
+        return 400
+    if isinstance(exc, MetadataError):
+        return 503
+    return 500
+
+
+# -- query parameters -------------------------------------------------------------------------
+
+class Params:
+    """One request's query string: each parameter at most once, only the accepted ones."""
+
+    def __init__(self, query: str, accepted: tuple):
+        try:
+            raw = parse_qs(query, keep_blank_values=True, strict_parsing=False, max_num_fields=32)
+        except ValueError as exc:
+            raise HttpError(400, f"bad query string: {exc}") from None
+        for name, values in raw.items():
+            if name not in accepted:
+                hint = ", ".join(accepted) if accepted else "none"
+                raise HttpError(400, f"unknown parameter {name!r} (accepted: {hint})")
+            if len(values) > 1:
+                raise HttpError(400, f"parameter {name!r} given {len(values)} times")
+        self.values = {k: v[0] for k, v in raw.items()}
+
+    def get(self, name: str):
+        return self.values.get(name)
+
+    def int(self, name: str, default=None, lo: int = 0, hi: int = U64_MAX):
+        text = self.values.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise HttpError(400, f"{name} must be an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise HttpError(400, f"{name} must be in {lo}..{hi}, got {value}")
+        return value
+
+    def bool(self, name: str, default: bool = False) -> bool:
+        text = self.values.get(name)
+        if text is None:
+            return default
+        low = text.lower()
+        if low in ("true", "1", "yes", ""):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise HttpError(400, f"{name} must be true or false, got {text!r}")
+
+    def ledger_id(self):
+        """BP-35: ledger_id with ledger_scope_id (default 0), or ledger_qualified_name."""
+        from embedlog._native.format import LedgerId
+        qname = self.values.get("ledger_qualified_name")
+        scope = self.int("ledger_scope_id")
+        if qname is not None:
+            if "ledger_id" in self.values:
+                raise HttpError(400, "give ledger_id or ledger_qualified_name, not both")
+            try:
+                lid = LedgerId.parse(qname)
+            except IllegalOpError as exc:
+                raise HttpError(400, str(exc)) from None
+            if scope is not None and scope != lid.scope_id:
+                raise HttpError(400, f"ledger_scope_id {scope} disagrees with the qualified name's "
+                                     f"scope id {lid.scope_id}")
+            return lid
+        lid_value = self.int("ledger_id")
+        if lid_value is None:
+            raise HttpError(400, "ledger_id (with ledger_scope_id) or ledger_qualified_name is required")
+        try:
+            return LedgerId(scope or 0, lid_value)
+        except IllegalOpError as exc:
+            raise HttpError(400, str(exc)) from None
+
+
+LEDGER_PARAMS = ("ledger_id", "ledger_scope_id", "ledger_qualified_name")
+
+
+# -- the server -----------------------------------------------------------------------------------
+
+class _PooledServer(http.server.HTTPServer):
+    """HTTPServer whose connections are handled by a fixed pool of threads."""
+
+    def __init__(self, address, handler, admin, family=socket.AF_INET):
+        self.admin = admin
+        self.address_family = family
+        self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_LIMIT)
+        super().__init__(address, handler)
+        self._workers = [threading.Thread(target=self._work, name=f"embedlog-admin-{i}", daemon=True)
+                         for i in range(WORKERS)]
+        for t in self._workers:
+            t.start()
+
+    def server_bind(self):
+        # HTTPServer.server_bind asks DNS for the host's FQDN; an admin port needs no name
+        import socketserver
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+    def process_request(self, request, client_address):
+        try:
+            self._queue.put_nowait((request, client_address))
+        except queue.Full:
+            body = b'{"error": "admin server busy", "status": 503}'
+            try:
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+
+    def _work(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            request, client_address = item
+            try:
+                self.finish_request(request, client_address)
+            except Exception:
+                log.exception("admin request from %s failed", client_address)
+            finally:
+                self.shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        log.exception("admin request from %s failed", client_address)
+
+    def server_close(self):
+        super().server_close()
+        for _ in self._workers:
+            try:
+                self._queue.put(None, timeout=1)
+            except queue.Full:
+                break
+        for t in self._workers:
+            t.join(timeout=2)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server_version = "embedlog-admin"
+    protocol_version = "HTTP/1.0"
+    timeout = REQUEST_TIMEOUT_S
+
+    def log_message(self, fmt, *args):          # no access log on stderr
+        log.debug("admin %s " + fmt, self.client_address[0], *args)
+
+    def send_error(self, code, message=None, explain=None):
+        # malformed requests (the stdlib's own errors) answer JSON too, with a status line
+        # even when the request line was too broken to name an HTTP version
+        self.request_version = "HTTP/1.0"
+        self.close_connection = True
+        self._send_json(code, {"error": message or self.responses.get(code, ("error",))[0],
+                               "status": code})
+
+    def do_GET(self):
+        self._handle("GET")
+
+    def do_DELETE(self):
+        self._handle("DELETE")
+
+    def do_POST(self):
+        self._handle("POST")
+
+    def do_PUT(self):
+        self._handle("PUT")
+
+    def _handle(self, method: str):
+        admin = self.server.admin
+        parts = urlsplit(self.path)
+        path = parts.path.rstrip("/") or "/"
+        try:
+            route = admin.routes.get(path)
+            if route is None:
+                raise HttpError(404, f"no such endpoint {path!r}")
+            methods, handler, accepted = route
+            if method not in methods:
+                raise HttpError(405, f"{path} takes {', '.join(methods)}, not {method}",
+                                {"Allow": ", ".join(methods)})
+            result = handler(Params(parts.query, accepted))
+        except HttpError as exc:
+            self._send_json(exc.status, {"error": exc.message, "status": exc.status}, exc.headers)
+            return
+        except EmbedlogError as exc:
+            status = _status_of(exc)
+            self._send_json(status, {"error": str(exc), "status": status, "type": type(exc).__name__,
+                                     "code": exc.code})
+            return
+        except Exception as exc:          # a bug: answer 500, keep serving, log it
+            log.exception("admin endpoint %s failed", path)
+            self._send_json(500, {"error": f"{type(exc).__name__}: {exc}", "status": 500})
+            return
+        status, content_type, body, headers = result
+        self._send(status, content_type, body, headers)
+
+    def _send_json(self, status: int, obj, headers=None):
+        self._send(status, "application/json", json.dumps(obj, default=str).encode(), headers)
+
+    def _send(self, status: int, content_type: str, body: bytes, headers=None):
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError:
+            pass                     # the client went away
+
+
+def _json(obj, status: int = 200):
+    return status, "application/json", json.dumps(obj, default=str).encode(), None
+
+
+class AdminServer:
+    """Serves the endpoints above for one bookie; start() binds, stop() closes."""
+
+    def __init__(self, bookie, server, meta, *, host: str = "127.0.0.1", port: int = 8080,
+                 metrics=None, advertised_address: str | None = None):
+        self.bookie = bookie
+        self.server = server                   # the BookieServer (wire address, stats)
+        self.meta = meta
+        self.metrics = metrics if metrics is not None else getattr(server, "metrics", None)
+        if self.metrics is None:
+            from embedlog.admin.metrics import BookieMetrics
+            self.metrics = BookieMetrics(bookie)
+        self.metrics.underreplicated = self._underreplicated_count
+        self.host, self.port = host, port
+        self.advertised_address = advertised_address
+        self.autorecovery = None
+        self.ready = False
+        self.shutting_down = False
+        self.started_at = time.time()
+        self._httpd: _PooledServer | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._history: collections.deque = collections.deque(maxlen=HISTORY_POINTS)
+        self._ur_lock = threading.Lock()
+        self._ur_cache = (-1e9, None)
+        self.routes = {
+            "/heartbeat": (("GET",), self.heartbeat, ()),
+            "/api/v1/bookie/is_ready": (("GET",), self.is_ready, ()),
+            "/api/v1/bookie/state": (("GET",), self.state, ()),
+            "/api/v1/bookie/info": (("GET",), self.info, ()),
+            "/api/v1/bookie/list_bookies": (("GET",), self.list_bookies, ("type", "print_hostnames")),
+            "/api/v1/bookie/ledgers": (("GET",), self.local_ledgers, ("ledger_scope_id", "limit")),
+            "/api/v1/config/server_config": (("GET",), self.server_config, ()),
+            "/api/v1/ledger/list": (("GET",), self.ledger_list,
+                                    ("ledger_scope_id", "print_metadata", "limit")),
+            "/api/v1/ledger/metadata": (("GET",), self.ledger_metadata, LEDGER_PARAMS),
+            "/api/v1/ledger/delete": (("DELETE",), self.ledger_delete, LEDGER_PARAMS),
+            "/api/v1/autorecovery/status": (("GET",), self.autorecovery_status, ()),
+            "/api/v1/autorecovery/list_under_replicated_ledger": (("GET",), self.underreplicated, ()),
+            "/api/v1/status/rates": (("GET",), self.rates, ()),
+            "/api/v1/status/history": (("GET",), self.history, ()),
+            "/metrics": (("GET",), self.prometheus, ()),
+            "/status": (("GET",), self.status_page, ()),
+            "/": (("GET",), self.root, ()),
+        }
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def start(self) -> "AdminServer":
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        try:
+            self._httpd = _PooledServer((self.host, self.port), _Handler, self, family)
+        except OSError as exc:
+            from embedlog.errors import ConfigError
+            raise ConfigError(f"http_server_port: cannot listen on {self.host}:{self.port}: "
+                              f"{exc.strerror}") from None
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.25},
+                                        name="embedlog-admin", daemon=True)
+        self._thread.start()
+        threading.Thread(target=self._sample_loop, name="embedlog-admin-sampler", daemon=True).start()
+        return self
+
+    @property
+    def address(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        return f"{host}:{self.port}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def _sample_loop(self) -> None:
+        while not self._stop.is_set():
+            st = self.bookie.stats
+            self._history.append((time.time(), st.get("adds", 0), st.get("reads", 0)))
+            self._stop.wait(1.0)
+
+    # -- bookie ------------------------------------------------------------------------------
+
+    def heartbeat(self, p):
+        return 200, "text/plain; charset=utf-8", b"OK\n", None
+
+    def _state_name(self) -> str:
+        if self.shutting_down:
+            return "shutting_down"
+        return "read_only" if self.bookie.read_only else "writable"
+
+    def is_ready(self, p):
+        ready = self.ready and not self.shutting_down
+        return _json({"ready": ready, "state": self._state_name()}, 200 if ready else 503)
+
+    def state(self, p):
+        return _json({"bookie_id": self.bookie.bookie_id, "running": not self.shutting_down,
+                      "ready": self.ready and not self.shutting_down,
+                      "read_only": bool(self.bookie.read_only), "shutting_down": self.shutting_down,
+                      "state": self._state_name()})
+
+    def bookie_info(self) -> dict:
+        from embedlog.admin.metrics import compaction_progress
+        s = self.bookie.statistics()
+        j = s.get("journal", {})
+        disk = self.metrics.disk.get()
+        cfg = self.bookie.config
+        import embedlog
+        ver = getattr(embedlog, "__version__", "unknown")
+        return {
+            "bookie_id": self.bookie.bookie_id,
+            "address": self.advertised_address or self.server.address,
+            "listen": self.server.address,
+            "http": self.address,
+            "pid": os.getpid(),
+            "version": ver,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "state": self._state_name(),
+            "read_only": bool(self.bookie.read_only),
+            "directory": self.bookie.directory,
+            "ledgers": s.get("ledgers", 0),
+            "add_entries": s.get("adds", 0),
+            "add_bytes": s.get("add_bytes", 0),
+            "read_entries": s.get("reads", 0),
+            "disk": disk,
+            "journal": {**j, "directory": self.bookie.journal_dir,
+                        "last_log_mark": s.get("last_log_mark"),
+                        "max_group_wait_ms": cfg.journal_max_group_wait_ms,
+                        "sync_data": cfg.journal_sync_data},
+            "entry_logs": {"count": disk["entry_logs"], "bytes": disk["entry_log_bytes"],
+                           "rolls": s.get("entry_log_rolls", 0),
+                           "size_limit_bytes": cfg.entry_log_size_limit},
+            "memtable": {"bytes": s.get("memtable_bytes", 0), "entries": s.get("memtable_entries", 0),
+                         "allocated_bytes": s.get("memtable_allocated_bytes", 0),
+                         "flushes": s.get("memtable_flushes", 0),
+                         "limit_bytes": cfg.skip_list_size_limit},
+            "index_pages_cached": s.get("index_pages_cached", 0),
+            "checkpoints": s.get("checkpoints", 0),
+            "compaction": {"progress": compaction_progress(s)},
+            "server": {k: v for k, v in self.server.stats.items() if isinstance(v, int)},
+        }
+
+    def info(self, p):
+        return _json(self.bookie_info())
+
+    def list_bookies(self, p):
+        kind = p.get("type") or "all"
+        if kind not in ("rw", "ro", "all"):
+            raise HttpError(400, f"type must be rw, ro or all, got {kind!r}")
+        p.bool("print_hostnames")
+        rc = self.meta.registration_client
+        out = {}
+        if kind in ("rw", "all"):
+            out["writable"] = [_reg(r) for r in rc.get_writable_bookies()]
+        if kind in ("ro", "all"):
+            out["read_only"] = [_reg(r) for r in rc.get_readonly_bookies()]
+        return _json(out)
+
+    def local_ledgers(self, p):
+        scope = p.int("ledger_scope_id", 0)
+        limit = p.int("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
+        lids = sorted(self.bookie.list_ledgers(scope), key=lambda l: l.ledger_id)
+        out = []
+        for lid in lids[:limit]:
+            row = ledger_ref(lid)
+            try:
+                row["last_entry_id"] = self.bookie.read_last_entry_id(lid)
+            except NoSuchLedgerError:
+                continue
+            out.append(row)
+        return _json({"bookie_id": self.bookie.bookie_id, "ledger_scope_id": scope,
+                      "ledgers": out, "count": len(out), "truncated": len(lids) > limit})
+
+    def server_config(self, p):
+        return _json(self.bookie.config.as_dict())
+
+    # -- ledgers (metadata store) -----------------------------------------------------------------
+
+    def ledger_list(self, p):
+        scope = p.int("ledger_scope_id", 0)
+        details = p.bool("print_metadata")
+        limit = p.int("limit", LIST_LIMIT_DEFAULT, 1, LIST_LIMIT_MAX)
+        lm = self.meta.ledger_manager
+        out, truncated = [], False
+        for lid in lm.iterate_ledgers(scope):
+            if len(out) >= limit:
+                truncated = True
+                break
+            if details:
+                try:
+                    out.append(metadata_dict(lm.read_ledger_metadata(lid).value))
+                except NoSuchLedgerError:
+                    continue            # deleted while we listed
+            else:
+                out.append(ledger_ref(lid))
+        return _json({"ledger_scope_id": scope, "ledgers": out, "count": len(out),
+                      "truncated": truncated})
+
+    def ledger_metadata(self, p):
+        lid = p.ledger_id()
+        return _json(metadata_dict(self.meta.ledger_manager.read_ledger_metadata(lid).value))
+
+    def ledger_delete(self, p):
+        lid = p.ledger_id()
+        self.meta.ledger_manager.remove_ledger_metadata(lid)
+        return _json({**ledger_ref(lid), "deleted": True})
+
+    # -- autorecovery ------------------------------------------------------------------------------
+
+    def _underreplicated(self) -> dict:
+        return self.meta.underreplication.list_underreplicated()
+
+    def _underreplicated_count(self):
+        with self._ur_lock:
+            at, count = self._ur_cache
+            if time.monotonic() - at < UNDERREPLICATED_CACHE_S:
+                return count
+        try:
+            count = len(self._underreplicated())
+        except EmbedlogError:
+            count = None                 # the store is unreachable: no figure rather than a wrong one
+        with self._ur_lock:
+            self._ur_cache = (time.monotonic(), count)
+        return count
+
+    def autorecovery_status(self, p):
+        ar = self.autorecovery
+        out = {"enabled": ar is not None, "bookie_id": self.bookie.bookie_id}
+        if ar is not None:
+            out.update(is_auditor=bool(ar.is_auditor), stats=dict(ar.stats),
+                       interval_s=ar.interval_s, lost_bookie_grace_s=ar.grace_s)
+        out["underreplicated_ledgers"] = len(self._underreplicated())
+        return _json(out)
+
+    def underreplicated(self, p):
+        rows = [{**ledger_ref(lid), "missing_bookies": list(missing)}
+                for lid, missing in sorted(self._underreplicated().items(),
+                                           key=lambda kv: (kv[0].scope_id, kv[0].ledger_id))]
+        return _json({"ledgers": rows, "count": len(rows)})
+
+    # -- status page and its data -----------------------------------------------------------------
+
+    def cluster_bookies(self) -> list:
+        """Every registered bookie with its state and, asked over the wire, its counts."""
+        rc = self.meta.registration_client
+        regs = [(r, "writable") for r in rc.get_writable_bookies()] + \
+               [(r, "read_only") for r in rc.get_readonly_bookies()]
+        infos = asyncio.run(_bookie_infos([(r.info or {}).get("address") for r, _ in regs]))
+        out = []
+        for (r, state), info in zip(regs, infos):
+            row = {"bookie_id": r.bookie_id, "address": (r.info or {}).get("address"),
+                   "http": (r.info or {}).get("http"), "state": state, "reachable": info is not None}
+            if info is not None:
+                srv = info.get("server", {})
+                row.update(add_entries=srv.get("add_entries"), read_entries=srv.get("read_entries"),
+                           ledgers=info.get("ledgers"), free_bytes=info.get("free_bytes"),
+                           total_bytes=info.get("total_bytes"))
+            else:
+                row["state"] = "unreachable"
+            out.append(row)
+        return out
+
+    def rates(self, p):
+        return _json({"time": time.time(), "bookies": self.cluster_bookies()})
+
+    def history(self, p):
+        return _json({"bookie_id": self.bookie.bookie_id, "points": _rates(list(self._history))})
+
+    def status_snapshot(self) -> dict:
+        lm = self.meta.ledger_manager
+        ledgers, truncated = [], False
+        for lid in lm.iterate_ledgers(None):
+            if len(ledgers) >= STATUS_LEDGERS_MAX:
+                truncated = True
+                break
+            try:
+                ledgers.append(metadata_dict(lm.read_ledger_metadata(lid).value))
+            except NoSuchLedgerError:
+                continue
+        bookies = self.cluster_bookies()
+        known = {b["bookie_id"] for b in bookies}
+        down = sorted({b for md in ledgers for f in md["fragments"] for b in f["ensemble"]} - known)
+        bookies += [{"bookie_id": b, "state": "down", "reachable": False} for b in down]
+        return {"this": self.bookie_info(), "bookies": bookies, "ledgers": ledgers,
+                "ledgers_truncated": truncated, "metadata_uri": getattr(self.meta, "uri", ""),
+                "underreplicated": [{**ledger_ref(lid), "missing_bookies": list(m)}
+                                    for lid, m in self._underreplicated().items()],
+                "history": _rates(list(self._history)), "time": time.time()}
+
+    def status_page(self, p):
+        from embedlog.admin.status import render
+        return 200, "text/html; charset=utf-8", render(self.status_snapshot()).encode(), None
+
+    def root(self, p):
+        return 302, "text/plain", b"see /status\n", {"Location": "/status"}
+
+    def prometheus(self, p):
+        from prometheus_client import CONTENT_TYPE_LATEST
+        return 200, CONTENT_TYPE_LATEST, self.metrics.exposition(), None
+
+
+def _reg(r) -> dict:
+    info = r.info or {}
+    return {"bookie_id": r.bookie_id, "address": info.get("address"), "http": info.get("http"),
+            "read_only": r.read_only}
+
+
+def _rates(points: list) -> list:
+    """[(t, adds, reads)] counters -> [{"t", "add_per_s", "read_per_s"}] between samples."""
+    out = []
+    for (t0, a0, r0), (t1, a1, r1) in zip(points, points[1:]):
+        dt = t1 - t0
+        if dt > 0:
+            out.append({"t": round(t1, 3), "add_per_s": round(max(0, a1 - a0) / dt, 1),
+                        "read_per_s": round(max(0, r1 - r0) / dt, 1)})
+    return out
+
+
+async def _bookie_infos(addresses: list) -> list:
+    """BOOKIE_INFO of each address over the wire (None where it does not answer in time)."""
+    from embedlog.net import protocol as P
+    from embedlog.net.transport import BookieConnection
+
+    async def one(addr):
+        if not addr:
+            return None
+        conn = BookieConnection(addr, connect_timeout_s=BOOKIE_INFO_TIMEOUT_S)
+        try:
+            resp = await conn.call(lambda rid: P.bookie_info_request(rid), BOOKIE_INFO_TIMEOUT_S)
+            return json.loads(bytes(resp.body))
+        except (EmbedlogError, ValueError, OSError):
+            return None
+        finally:
+            conn.close()
+
+    return await asyncio.gather(*(one(a) for a in addresses))

@@ -1,0 +1,217 @@
+"""Ledger and journal directories: where they are, how full, and read-only mode.
+
+A bookie has one journal directory and one or more ledger directories (BookKeeper's
+journalDirectory and ledgerDirectories); each ledger directory holds a ``current/``
+with entry logs, index files and a copy of the LastLogMark.
+
+``DiskMonitor`` (BookKeeper's LedgerDirsMonitor) measures each directory's filesystem
+every ``disk_check_interval_ms``:
+
+| state    | when                                     | consequence                            |
+| -------- | ---------------------------------------- | -------------------------------------- |
+| ok       | usage < disk_usage_warn_threshold         | -                                      |
+| warn     | usage >= disk_usage_warn_threshold        | major compaction stops                 |
+| full     | usage >= disk_usage_threshold             | no new files there; minor compaction   |
+|          |                                          | stops; the bookie turns read-only      |
+| writable | a full disk's usage < disk_usage_lwm_threshold | it takes new files again; the bookie |
+|          |                                          | turns writable when no disk is full    |
+
+Read-only mode is announced to ``listeners`` (callables taking ``full: bool``); by
+default the bookie's ``read_only`` flag follows it, and ``embedlog bookie serve``
+re-registers the bookie as read-only or writable.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+log = logging.getLogger("embedlog.bookie.disks")
+
+
+def disk_usage(path: str) -> tuple[float, int]:
+    """(fraction of the filesystem used, bytes still usable) of the filesystem holding ``path``.
+
+    Usage counts what an unprivileged writer cannot use (f_bavail), as BookKeeper's
+    1 - usableSpace/totalSpace does."""
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    usable = st.f_bavail * st.f_frsize
+    if total <= 0:
+        return 0.0, usable
+    return 1.0 - usable / total, usable
+
+
+def resolve_dirs(home: str, config, journal_dir: str | None = None) -> tuple[list[str], str]:
+    """(ledger directories, journal directory), absolute, from the configuration.
+
+    ``ledger_directories`` empty means the bookie's own directory; ``journal_dir`` (an
+    argument) wins over ``journal_directory``, which defaults to ``<home>/journal``."""
+    raw = [p.strip() for p in config.ledger_directories.split(",") if p.strip()]
+    ledger_dirs = [os.path.abspath(p) for p in raw] or [os.path.abspath(home)]
+    if len(set(ledger_dirs)) != len(ledger_dirs):
+        from embedlog.errors import ConfigError
+        raise ConfigError(f"ledger_directories names a directory twice: {config.ledger_directories!r}")
+    journal = os.path.abspath(journal_dir or config.journal_directory or os.path.join(home, "journal"))
+    return ledger_dirs, journal
+
+
+class DiskMonitor:
+    """Disk usage of the ledger and journal directories, and the read-only decision."""
+
+    def __init__(self, ledger_dirs: list[str], journal_dir: str, config, usage_fn=None):
+        self.ledger_dirs = list(ledger_dirs)
+        self.journal_dir = journal_dir
+        self.config = config
+        self.usage_fn = usage_fn or disk_usage
+        self.full_dirs: set[str] = set()          # ledger dirs (and the journal's) now full
+        self.usage: dict[str, float] = {}
+        self.usable_bytes: dict[str, int] = {}
+        self.full = False                         # read-only demanded by the disks
+        self.listeners: list = []
+        self.checks = 0
+        self._turn = 0
+        self.stats = {"checks": 0, "read_only_flips": 0, "writable_flips": 0, "check_errors": 0}
+        self._cv = threading.Condition()
+        self._notify_lock = threading.Lock()      # listeners hear each change once, in order
+        self._delivered = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- measuring ----------------------------------------------------------------------
+
+    def _measure(self, path: str) -> tuple[float, int]:
+        usage, usable = self.usage_fn(path)
+        self.usage[path] = usage
+        self.usable_bytes[path] = usable
+        return usage, usable
+
+    def check(self) -> bool:
+        """Measure every directory now, update the state, tell listeners if read-only mode
+        changed. Returns True if the bookie should be read-only."""
+        cfg = self.config
+        with self._cv:
+            for d in self.ledger_dirs + [self.journal_dir]:
+                try:
+                    usage, _ = self._measure(d)
+                except OSError:
+                    self.stats["check_errors"] += 1
+                    log.exception("cannot measure the disk of %s", d)
+                    usage = 1.0                     # a directory we cannot stat takes nothing new
+                if d in self.full_dirs:
+                    if usage < cfg.disk_usage_lwm_threshold:
+                        self.full_dirs.discard(d)
+                        log.warning("%s is writable again (%.1f%% used)", d, usage * 100)
+                elif usage >= cfg.disk_usage_threshold:
+                    self.full_dirs.add(d)
+                    log.warning("%s is full (%.1f%% used)", d, usage * 100)
+            full_ledger = [d for d in self.ledger_dirs if d in self.full_dirs]
+            if cfg.read_only_mode_on_any_disk_full_enabled:
+                full = bool(full_ledger)
+            else:
+                full = len(full_ledger) == len(self.ledger_dirs)
+            full = full or self.journal_dir in self.full_dirs
+            if full != self.full:
+                self.full = full
+                self.stats["read_only_flips" if full else "writable_flips"] += 1
+            self.checks += 1
+            self.stats["checks"] = self.checks
+            self._cv.notify_all()
+        # checks run in several threads (the checker, a failed flush, a failed checkpoint):
+        # deliver the state as it is now, so the last word is always the current one
+        with self._notify_lock:
+            full = self.full
+            if full != self._delivered:
+                self._delivered = full
+                for listener in list(self.listeners):
+                    listener(full)
+        return self.full
+
+    def pressure(self) -> str:
+        """'full', 'warn' or 'ok': the worst of the ledger directories (last measured)."""
+        cfg = self.config
+        worst = max((self.usage.get(d, 0.0) for d in self.ledger_dirs), default=0.0)
+        if any(d in self.full_dirs for d in self.ledger_dirs) or worst >= cfg.disk_usage_threshold:
+            return "full"
+        if worst >= cfg.disk_usage_warn_threshold:
+            return "warn"
+        return "ok"
+
+    def choose_dir(self, need_bytes: int = 0) -> str:
+        """The ledger directory for a new file: among the writable ones with room for
+        ``need_bytes``, the one with the most usable space (measured now), taking turns
+        between those within 1% of it (directories sharing a filesystem); if none is
+        writable, the one with the most usable space anyway (the write then fails cleanly)."""
+        if len(self.ledger_dirs) == 1:
+            return self.ledger_dirs[0]
+        measured = []
+        for d in self.ledger_dirs:
+            try:
+                usage, usable = self._measure(d)
+            except OSError:
+                continue
+            measured.append((d, usage, usable))
+        if not measured:
+            return self.ledger_dirs[0]
+        ok = [(d, u) for d, usage, u in measured
+              if d not in self.full_dirs and usage < self.config.disk_usage_threshold
+              and u >= need_bytes]
+        pool = ok or [(d, u) for d, _usage, u in measured]
+        best = max(u for _d, u in pool)
+        ties = [d for d, u in pool if u >= best * 0.99]
+        self._turn += 1
+        return ties[self._turn % len(ties)]
+
+    # -- the checker thread -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self.check()
+        interval_s = self.config.disk_check_interval_ms / 1000.0
+        if interval_s <= 0:
+            return
+        self._thread = threading.Thread(target=self._loop, args=(interval_s,),
+                                        name="embedlog-disk-check", daemon=True)
+        self._thread.start()
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.check()
+            except Exception:                       # keep checking: a listener failed
+                self.stats["check_errors"] += 1
+                log.exception("disk check failed")
+
+    def wait_checked(self, after: int, timeout_s: float) -> bool:
+        """Wait until more than ``after`` checks have run (tests); False on timeout."""
+        with self._cv:
+            return self._cv.wait_for(lambda: self.checks > after, timeout_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def snapshot(self) -> dict:
+        with self._cv:
+            return {"read_only": self.full, "full_dirs": sorted(self.full_dirs),
+                    "usage": dict(self.usage), "usable_bytes": dict(self.usable_bytes),
+                    **self.stats}
+
+
+def follow_read_only(bookie, monitor: DiskMonitor):
+    """The default listener: the bookie's read_only flag follows the disks, without undoing
+    read-only mode an operator set."""
+    state = {"forced": False}
+
+    def listener(full: bool) -> None:
+        if full:
+            if not bookie.read_only:
+                state["forced"] = True
+            bookie.read_only = True
+        elif state["forced"]:
+            bookie.read_only = False
+            state["forced"] = False
+
+    monitor.listeners.append(listener)
+    return listener

@@ -1,0 +1,373 @@
+"""Garbage collection: ledgers deleted from the metadata store, dead entry logs, compaction.
+
+Each cycle (every ``gc_wait_time_ms``, or ``run_once()``), as BookKeeper's
+GarbageCollectorThread:
+
+1. **Ledgers** (ScanAndCompareGarbageCollector, seed 003): snapshot the ledgers the
+   bookie holds (a sorted map of (scope, ledger) -> index), then walk the metadata store
+   one partition at a time (one (level1, level2) leaf on ZooKeeper's hierarchical
+   layout; the whole listing on flat, SQLite and etcd) in ascending order. The bookie's
+   ledgers between the previous partition's last id and this one's last id that the
+   partition does not list are candidates; so are those above the last partition.
+   GC deletes nothing it cannot prove dead:
+
+   | case                                              | what happens                      |
+   | ------------------------------------------------- | --------------------------------- |
+   | a metadata error, or a listing that cannot finish | the cycle deletes nothing         |
+   | (drivers raise MetadataError) or is out of order  |                                   |
+   | a candidate's metadata reads back (created or     | the cycle deletes nothing         |
+   | re-created during the scan)                       |                                   |
+   | a candidate re-created on this bookie since the   | that ledger is kept               |
+   | snapshot (another index object)                   |                                   |
+   | otherwise                                         | deleted, journalled (DELETE_LEDGER)|
+
+   Every candidate is confirmed by a point read (at ``gc_metadata_op_rate_limit`` per
+   second) after the whole listing succeeded; deletions start only then.
+2. **Entry logs**: each sealed log's ledgers map (read once, kept in memory) against the
+   ledgers still held; a log holding none of them is deleted.
+3. **Compaction** (embedlog/bookie/compaction.py): major when due and no disk is in
+   warning, else minor when due and no disk is full (unless
+   ``is_force_gc_allow_when_no_space``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from sortedcontainers import SortedDict
+
+from embedlog._native import entrylog as nel
+from embedlog._native.format import LedgerId
+from embedlog.bookie import failpoints
+from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
+from embedlog.bookie.journal import fsync_dir
+from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError
+
+log = logging.getLogger("embedlog.bookie.gc")
+
+_DELETE_CHUNK = 64           # ledgers deleted per hold of the bookie's lock
+
+
+def check_config(cfg) -> None:
+    """BookKeeper's start-up rules for the GC keys."""
+    if 0 < cfg.minor_compaction_threshold and 0 < cfg.major_compaction_threshold and \
+            cfg.minor_compaction_threshold > cfg.major_compaction_threshold:
+        raise ConfigError("minor_compaction_threshold must not exceed major_compaction_threshold")
+    if cfg.minor_compaction_interval_s and cfg.major_compaction_interval_s and \
+            cfg.minor_compaction_interval_s > cfg.major_compaction_interval_s:
+        raise ConfigError("minor_compaction_interval_s must not exceed major_compaction_interval_s")
+    wait_s = cfg.gc_wait_time_ms / 1000.0
+    for key in ("minor_compaction_interval_s", "major_compaction_interval_s"):
+        value = getattr(cfg, key)
+        if value and wait_s and value < wait_s:
+            raise ConfigError(f"{key}={value} is shorter than gc_wait_time_ms={cfg.gc_wait_time_ms}: "
+                              "compaction runs within GC cycles")
+    if cfg.disk_usage_warn_threshold > cfg.disk_usage_threshold:
+        raise ConfigError("disk_usage_warn_threshold must not exceed disk_usage_threshold")
+    if cfg.disk_usage_lwm_threshold > cfg.disk_usage_threshold:
+        raise ConfigError("disk_usage_lwm_threshold must not exceed disk_usage_threshold")
+
+
+class GarbageCollector:
+    def __init__(self, bookie, metadata=None, disks=None):
+        self.bookie = bookie
+        self.metadata = metadata
+        self.config = bookie.config
+        self.storage = bookie.storage
+        self.disks = disks
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._cycle_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.log_meta: dict[int, EntryLogMeta] = {}
+        self.stats = {
+            "cycles": 0, "cycle_errors": 0, "aborted_scans": 0, "ledgers_deleted": 0,
+            "entry_logs_deleted": 0, "entry_log_bytes_deleted": 0, "recounts": 0,
+            "compactions": 0, "compacted_logs": 0, "compacted_entries": 0, "compacted_bytes": 0,
+            "reclaimed_bytes": 0, "major_compactions": 0, "minor_compactions": 0,
+            "compactions_skipped_for_disk": 0, "compaction_errors": 0,
+        }
+        self.last_scan: dict = {}
+        self.compaction_enabled = True     # an operator's (or a benchmark's) switch
+        now = time.monotonic()
+        self.last_minor = now
+        self.last_major = now
+        self.compactor = Compactor(self.storage, bookie.ledgers, self.config, disks, self._stop,
+                                   self.stats)
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.config.gc_wait_time_ms <= 0:
+            return
+        self._thread = threading.Thread(target=self._loop, name="embedlog-gc", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        wait_s = self.config.gc_wait_time_ms / 1000.0
+        while not self._stop.is_set():
+            self._wake.wait(wait_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+            except Exception:
+                self.stats["cycle_errors"] += 1
+                log.exception("garbage collection cycle failed")
+
+    def trigger(self) -> None:
+        """Run a cycle in the GC thread now (BookKeeper's forceGC)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            self._thread = None
+        # wait for a cycle run by another thread (run_once) to notice the stop
+        with self._cycle_lock:
+            pass
+
+    # -- one cycle ---------------------------------------------------------------------------
+
+    def run_once(self, force_major: bool = False, force_minor: bool = False) -> dict:
+        """One GC cycle in the calling thread; returns what it did."""
+        with self._cycle_lock:
+            if self._stop.is_set():
+                return {"stopped": True}
+            report = {"ledgers": self.gc_ledgers()}
+            report["entry_logs"] = self.gc_entry_logs()
+            report["compaction"] = self.maybe_compact(force_major, force_minor)
+            self.stats["cycles"] += 1
+            return report
+
+    # -- 1. ledgers ------------------------------------------------------------------------------
+
+    def gc_ledgers(self) -> dict:
+        report = {"candidates": 0, "deleted": 0, "aborted": None}
+        self.last_scan = report
+        if self.metadata is None:
+            report["aborted"] = "no metadata store"
+            return report
+        b = self.bookie
+        with b.cv:
+            # iterating a SortedDict is in key order, so this builds without sorting
+            snapshot = SortedDict(b.ledgers.items())
+        if not snapshot:
+            return report
+        try:
+            candidates = self._scan(snapshot)
+            report["candidates"] = len(candidates)
+            if not candidates:
+                return report
+            self._confirm(candidates)
+        except _Abort as exc:
+            report["aborted"] = str(exc)
+            self.stats["aborted_scans"] += 1
+            log.warning("garbage collection of ledgers skipped this cycle: %s", exc)
+            return report
+        for i in range(0, len(candidates), _DELETE_CHUNK):
+            if self._stop.is_set():
+                break
+            chunk = [(k, snapshot[k]) for k in candidates[i:i + _DELETE_CHUNK]]
+            failpoints.hit("gc.before_delete_ledger")
+            n = b.delete_ledgers_if(chunk)
+            failpoints.hit("gc.after_delete_ledger")
+            report["deleted"] += n
+            self.stats["ledgers_deleted"] += n
+        return report
+
+    def _scan(self, snapshot: SortedDict) -> list:
+        """Keys of the snapshot the metadata store does not list, partition by partition."""
+        lm = self.metadata.ledger_manager
+        candidates = []
+        prev = None
+        try:
+            for _part, ids in lm.ledger_partitions(None):
+                if self._stop.is_set():
+                    raise _Abort("the bookie is closing")
+                if not ids:
+                    continue
+                keys = sorted((i.scope_id, i.ledger_id) for i in ids)
+                if prev is not None and keys[0] <= prev:
+                    raise _Abort(f"the metadata store listed partitions out of order "
+                                 f"({LedgerId(*keys[0])!r} after {LedgerId(*prev)!r})")
+                hi = keys[-1]
+                listed = set(keys)
+                local = snapshot.irange(minimum=prev, maximum=hi, inclusive=(False, True)) \
+                    if prev is not None else snapshot.irange(maximum=hi)
+                candidates.extend(k for k in local if k not in listed)
+                prev = hi
+        except MetadataError as exc:
+            raise _Abort(f"metadata store error while listing ledgers: {exc}") from exc
+        tail = snapshot.irange(minimum=prev, inclusive=(False, True)) if prev is not None \
+            else iter(snapshot.keys())
+        candidates.extend(tail)
+        return candidates
+
+    def _confirm(self, candidates: list) -> None:
+        """Every candidate must be absent on a point read too; one that reads back was
+        created during the scan, and the cycle stops."""
+        lm = self.metadata.ledger_manager
+        limiter = RateLimiter(self.config.gc_metadata_op_rate_limit, self._stop)
+        for key in candidates:
+            if self._stop.is_set():
+                raise _Abort("the bookie is closing")
+            limiter.acquire(1)
+            try:
+                lm.read_ledger_metadata(LedgerId(*key))
+            except NoSuchLedgerError:
+                continue
+            except MetadataError as exc:
+                raise _Abort(f"metadata store error while confirming {LedgerId(*key)!r}: {exc}") \
+                    from exc
+            raise _Abort(f"ledger {LedgerId(*key)!r} exists in the metadata store though the "
+                         f"listing missed it (created during the scan)")
+
+    # -- 2. entry logs ---------------------------------------------------------------------------------
+
+    def refresh_log_meta(self) -> dict[int, EntryLogMeta]:
+        """Load the ledgers map of every sealed log not seen yet; forget deleted ones."""
+        el = self.storage.entry_logger
+        with self.storage.lock:
+            ids = el.log_ids()
+            current = el.current.log_id if el.current is not None else None
+            stale = [i for i in el.mapped_ids() if i not in ids]
+            for i in stale:                  # mapped by a reader after GC deleted it
+                el.forget(i)
+        present = set(ids)
+        for log_id in list(self.log_meta):
+            if log_id not in present:
+                del self.log_meta[log_id]
+        for log_id in ids:
+            if log_id == current or log_id in self.log_meta:
+                continue
+            try:
+                m = nel.MappedLog.open_existing(el.path_of(log_id), log_id)
+            except FileNotFoundError:
+                continue
+            try:
+                # not current, so finished: sealed by its roll (with a map unless it had no room)
+                ledgers = m.ledgers_map()
+                recount = ledgers is None
+                if recount:
+                    ledgers = m.scanned_ledgers()
+                self.log_meta[log_id] = EntryLogMeta(log_id, ledgers, recount, m.mapped)
+            finally:
+                m.close()
+        return self.log_meta
+
+    def _recount(self, meta: EntryLogMeta) -> None:
+        """Exact live bytes per ledger: entries whose index still points at them."""
+        el = self.storage.entry_logger
+        try:
+            m = nel.MappedLog.open_existing(el.path_of(meta.log_id), meta.log_id)
+        except FileNotFoundError:
+            return
+        try:
+            locs, sizes, scopes, lids, eids = m.entry_table()
+        finally:
+            m.close()
+        mask = live_mask(self.storage, self.bookie.ledgers, scopes, lids, eids, locs)
+        exact = {k: 0 for k in meta.ledgers}
+        for s, l, n in zip(scopes[mask].tolist(), lids[mask].tolist(), sizes[mask].tolist()):
+            exact[(s, l)] = exact.get((s, l), 0) + n + 4
+        meta.exact = exact
+        meta.recount = False
+        self.stats["recounts"] += 1
+
+    def usages(self) -> dict[int, float]:
+        """Usage (live fraction) of every sealed entry log, recounting where needed."""
+        metas = self.refresh_log_meta()
+        st = self.storage
+        with self.bookie.cv:
+            erased, st.erased = st.erased, set()
+            live = set(self.bookie.ledgers.keys())
+        for meta in list(metas.values()):
+            if meta.recount or (erased and not erased.isdisjoint(meta.ledgers)):
+                self._recount(meta)
+        return {i: m.usage(live) for i, m in metas.items()}
+
+    def gc_entry_logs(self) -> dict:
+        usages = self.usages()
+        deleted = []
+        el = self.storage.entry_logger
+        for log_id, usage in sorted(usages.items()):
+            if usage > 0 or self._stop.is_set():
+                continue
+            failpoints.hit("gc.before_delete_log")
+            with self.storage.lock:
+                if el.current is not None and el.current.log_id == log_id:
+                    continue
+                path = el.path_of(log_id)
+                el.unregister(log_id)
+            try:
+                size = os.path.getsize(path)
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            fsync_dir(os.path.dirname(path))
+            self.log_meta.pop(log_id, None)
+            deleted.append(log_id)
+            self.stats["entry_logs_deleted"] += 1
+            self.stats["entry_log_bytes_deleted"] += size
+        return {"deleted": deleted}
+
+    # -- 3. compaction ----------------------------------------------------------------------------------
+
+    def maybe_compact(self, force_major: bool = False, force_minor: bool = False) -> dict:
+        cfg = self.config
+        now = time.monotonic()
+        pressure = self.disks.pressure() if self.disks is not None else "ok"
+        kind = None
+        if cfg.major_compaction_threshold > 0 and (
+                force_major or (cfg.major_compaction_interval_s
+                                and now - self.last_major >= cfg.major_compaction_interval_s)):
+            if pressure == "ok" or force_major and pressure == "warn":
+                kind, threshold = "major", cfg.major_compaction_threshold
+            else:
+                self.stats["compactions_skipped_for_disk"] += 1
+        if kind is None and cfg.minor_compaction_threshold > 0 and (
+                force_minor or (cfg.minor_compaction_interval_s
+                                and now - self.last_minor >= cfg.minor_compaction_interval_s)):
+            if pressure != "full" or cfg.is_force_gc_allow_when_no_space:
+                kind, threshold = "minor", cfg.minor_compaction_threshold
+            else:
+                self.stats["compactions_skipped_for_disk"] += 1
+        if kind is None or not self.compaction_enabled and not (force_major or force_minor):
+            return {"kind": None}
+        usages = self.usages()
+        candidates = sorted((u, i) for i, u in usages.items() if 0 < u < threshold)
+        allowed = ("ok", "warn") if kind == "minor" else ("ok",)
+
+        def may_continue():
+            if self._stop.is_set():
+                return False
+            if self.disks is None or cfg.is_force_gc_allow_when_no_space and kind == "minor":
+                return True
+            return self.disks.pressure() in allowed or (force_major and kind == "major")
+
+        freed = self.compactor.compact([i for _u, i in candidates], may_continue)
+        with self.storage.lock:
+            present = set(self.storage.entry_logger.log_ids())
+        for _u, i in candidates:
+            if i not in present:
+                self.log_meta.pop(i, None)
+        if kind == "major":
+            self.last_major = self.last_minor = now
+            self.stats["major_compactions"] += 1
+        else:
+            self.last_minor = now
+            self.stats["minor_compactions"] += 1
+        return {"kind": kind, "candidates": len(candidates), "freed_bytes": freed}
+
+    def recover(self) -> dict:
+        return self.compactor.recover()
+
+
+class _Abort(EmbedlogError):
+    """This cycle cannot prove its candidates dead: delete nothing."""

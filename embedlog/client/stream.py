@@ -1,0 +1,597 @@
+"""Streams: unbounded ledgers whose writers take over in turn, fenced by terms.
+
+Seed 001 ("Tweaking the BookKeeper Protocol - Unbounded Ledgers"), as verified in TLA+:
+
+- A stream is one ledger that never closes. Its metadata holds a term; every bookie of
+  the current fragment stores the term too. Adds, recovery adds, recovery LAC reads and
+  recovery reads carry the writer's term: a bookie adopts a higher term and refuses a
+  lower one with InvalidTerm. Normal reads ignore terms.
+- ``take_over()``: increment the term by CAS in metadata, then recover the last fragment
+  under the new term: read the LAC from enough bookies ((Qw - Qa) + 1 of each write
+  quorum), read forward with recovery reads, write every entry found back to its whole
+  write quorum (guaranteed write quorum: all Qw must acknowledge), then write a no-op
+  entry with the truncate flag to every bookie of the last fragment's ensemble (changing
+  the ensemble first if one is down). A bookie that stores it forgets every entry above
+  it, so no dirty entry of the old term survives: this prevents the seed's
+  log-divergence counterexample. Only then does the new leader write.
+- Stream positions are entry ids. Each entry's payload starts with a kind byte
+  (0 = data, 1 = no-op); readers skip no-ops, so positions have gaps where they stand.
+- Fragments roll over when they reach ``rollover_entries`` or ``rollover_bytes``, so a
+  stream spreads over the cluster. Retention (``truncate_before``, or the policy given
+  at creation: ``retention_ms``, ``retention_entries``) removes whole old fragments from
+  the metadata and trims their entries on the bookies, so the fragment list stays
+  bounded by retention / fragment size (docs/STREAMS.md).
+- Streams live in their own ledger scope (STREAM_SCOPE_ID); the ledger id is a hash of
+  the name (probing the next id on a collision), and the name is kept in the ledger's
+  custom metadata, so streams are listed by name or pattern from the metadata store.
+"""
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import hashlib
+import threading
+import time
+
+from embedlog._native.format import LedgerId, decode_entry, digest_code, master_key, parse_entry_header
+from embedlog.client.read import write_set
+from embedlog.client.recovery import _ABSENT, _quorum_covered
+from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
+                             LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
+                             NoSuchLedgerError, UnauthorizedAccessError)
+from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+from embedlog.net import protocol as P
+
+STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
+KIND_DATA, KIND_NOOP = b"\x00", b"\x01"
+NAME_KEY = "stream.name"
+_POLICY = ("rollover_entries", "rollover_bytes", "retention_ms", "retention_entries")
+_PROBES = 64
+
+
+class StreamEntry:
+    __slots__ = ("position", "data")
+
+    def __init__(self, position: int, data: bytes):
+        self.position, self.data = position, data
+
+    def __repr__(self):
+        return f"StreamEntry(position={self.position}, {len(self.data)} bytes)"
+
+
+def _base_id(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
+
+
+def _check_name(name) -> str:
+    if not isinstance(name, str) or not name or len(name) > 1024:
+        raise IllegalOpError(f"a stream name is a non-empty string (at most 1024 characters), got {name!r}")
+    return name
+
+
+def find_stream(metadata, name: str):
+    """The Versioned metadata of stream ``name``, or (None, first free id)."""
+    lm = metadata.ledger_manager
+    base = _base_id(name)
+    for k in range(_PROBES):
+        lid = LedgerId(STREAM_SCOPE_ID, (base + k) % (1 << 64))
+        try:
+            v = lm.read_ledger_metadata(lid)
+        except NoSuchLedgerError:
+            return None, lid
+        if v.value.custom_metadata.get(NAME_KEY) == name.encode():
+            return v, lid
+    raise EmbedlogError(f"no free stream id for {name!r} after {_PROBES} probes")
+
+
+def open_stream(ctx, name: str, *, create: bool = True, ensemble=(3, 3, 2), digest="crc32c",
+                password: bytes = b"", **policy) -> "Stream":
+    name = _check_name(name)
+    for key in policy:
+        if key not in _POLICY:
+            raise IllegalOpError(f"unknown stream option {key!r}; known: {', '.join(_POLICY)}")
+    lm = ctx.metadata.ledger_manager
+    for _ in range(8):
+        v, lid = find_stream(ctx.metadata, name)
+        if v is not None:
+            return Stream(ctx, name, v, password)
+        if not create:
+            raise NoSuchLedgerError(f"no stream named {name!r}")
+        e, qw, qa = ensemble
+        custom = {NAME_KEY: name.encode()}
+        custom.update({f"stream.{k}": str(int(v_)).encode() for k, v_ in policy.items() if v_ is not None})
+        md = LedgerMetadata(ledger_id=lid, ensemble_size=e, write_quorum=qw, ack_quorum=qa,
+                            digest_type=DigestType(digest_code(digest)), password=bytes(password),
+                            fragments=((0, tuple(ctx.choose_bookies(e))),), custom_metadata=custom,
+                            unbounded=True)
+        md = md.with_(fragment_ctimes_ms=(md.ctime_ms,))
+        try:
+            return Stream(ctx, name, lm.create_ledger_metadata(md), password)
+        except LedgerExistsError:
+            continue                      # created by someone else meanwhile: open theirs
+    raise EmbedlogError(f"could not open stream {name!r}: its id kept changing hands")
+
+
+def list_streams(metadata, pattern: str | None = None) -> list:
+    """Stream names (sorted), optionally those matching a glob pattern."""
+    lm = metadata.ledger_manager
+    names = []
+    for lid in lm.iterate_ledgers(STREAM_SCOPE_ID):
+        try:
+            md = lm.read_ledger_metadata(lid).value
+        except NoSuchLedgerError:
+            continue
+        name = md.custom_metadata.get(NAME_KEY, b"").decode()
+        if name and (pattern is None or fnmatch.fnmatchcase(name, pattern)):
+            names.append(name)
+    return sorted(names)
+
+
+def delete_stream(metadata, name: str) -> None:
+    v, _ = find_stream(metadata, _check_name(name))
+    if v is None:
+        raise NoSuchLedgerError(f"no stream named {name!r}")
+    metadata.ledger_manager.remove_ledger_metadata(v.value.ledger_id)
+
+
+class Stream:
+    """One stream: append as its leader, read and tail as anyone."""
+
+    def __init__(self, ctx, name: str, versioned, password: bytes):
+        self._ctx = ctx
+        self.name = name
+        self._md, self._version = versioned.value, versioned.version
+        self.ledger_id = self._md.ledger_id
+        self._password = bytes(password)
+        if master_key(self._password) != master_key(self._md.password):
+            raise UnauthorizedAccessError(f"wrong password for stream {name!r}")
+        self._writer = None                  # a WriteHandle while this client leads
+        self._lost: BaseException | None = None
+        self._lock = threading.Lock()
+        self._frag_entries = 0
+        self._frag_bytes = 0
+        self._lac = -1
+        policy = self._md.custom_metadata
+        self.rollover_entries = int(policy.get("stream.rollover_entries", b"0")) or None
+        self.rollover_bytes = int(policy.get("stream.rollover_bytes", b"0")) or None
+        self.retention_ms = int(policy.get("stream.retention_ms", b"0")) or None
+        self.retention_entries = int(policy.get("stream.retention_entries", b"0")) or None
+
+    # -- metadata -------------------------------------------------------------------------
+
+    def refresh(self):
+        v = self._ctx.metadata.ledger_manager.read_ledger_metadata(self.ledger_id)
+        self._md, self._version = v.value, v.version
+        return self._md
+
+    @property
+    def metadata(self):
+        return self._md
+
+    @property
+    def term(self) -> int:
+        return self._md.term
+
+    @property
+    def is_leader(self) -> bool:
+        return self._writer is not None and self._lost is None
+
+    # -- taking over ------------------------------------------------------------------------
+
+    def take_over(self) -> int:
+        """Become the writer: a new term by CAS, recovery under it, then the truncating
+        no-op. Returns the position the next append gets."""
+        with self._lock:
+            if self._writer is not None:
+                self._ctx.run(self._writer._drain())
+            lm = self._ctx.metadata.ledger_manager
+            for _ in range(64):
+                md = self.refresh()
+                try:
+                    v = lm.write_ledger_metadata(md.with_(term=md.term + 1), self._version)
+                    break
+                except BadVersionError:
+                    continue
+            else:
+                raise BadVersionError(f"could not raise the term of stream {self.name!r}")
+            self._md, self._version = v.value, v.version
+            try:
+                writer = self._ctx.run(_recover_stream(self._ctx, v, self._password))
+            except InvalidTermError as exc:
+                self._lost = exc          # a later term won: stay out until asked again
+                self._writer = None
+                raise
+            self._md, self._version = writer._md, writer._version
+            self._writer = writer
+            self._lost = None
+            self._lac = writer._lac
+            self._frag_entries = self._frag_bytes = 0
+            return writer._next
+
+    # -- appending ------------------------------------------------------------------------
+
+    def _leader(self):
+        if self._lost is not None:
+            raise InvalidTermError(f"stream {self.name!r}: this client lost the lead "
+                                   f"({self._lost}); call take_over() to lead again")
+        if self._writer is None:
+            self.take_over()
+        return self._writer
+
+    def append_async(self, data):
+        return self.append_many_async([data])[-1]
+
+    def append_many_async(self, items) -> list:
+        items = list(items)
+        for item in items:
+            if not isinstance(item, (bytes, bytearray, memoryview)):
+                raise IllegalOpError(f"stream entries are bytes-like, got {type(item).__name__}")
+        w = self._leader()
+        futs = w._append_many_async([KIND_DATA + bytes(d) for d in items])
+        for f in futs:
+            f.add_done_callback(self._watch)
+        self._frag_entries += len(items)
+        self._frag_bytes += sum(len(d) for d in items)
+        return futs
+
+    def _watch(self, fut) -> None:
+        exc = fut.exception()
+        if isinstance(exc, InvalidTermError):
+            self._lost = exc
+        elif fut.exception() is None:
+            self._lac = max(self._lac, fut.result())
+
+    def append(self, data) -> int:
+        """Append one entry; returns its position once durable on Qa bookies."""
+        pos = self._result(self.append_async(data))
+        self._maybe_roll()
+        return pos
+
+    def append_many(self, items) -> int:
+        """Append entries in order; returns the last position."""
+        items = list(items)
+        if not items:
+            raise IllegalOpError("append_many needs at least one entry")
+        last = None
+        step = self._ctx.config.max_entries_per_frame
+        for i in range(0, len(items), step):
+            for f in self.append_many_async(items[i:i + step]):
+                last = self._result(f)
+        self._maybe_roll()
+        return last
+
+    def _result(self, fut):
+        try:
+            return fut.result()
+        except InvalidTermError as exc:
+            self._lost = exc
+            raise
+
+    def _maybe_roll(self) -> None:
+        w = self._writer
+        if w is None or not (self.rollover_entries and self._frag_entries >= self.rollover_entries
+                             or self.rollover_bytes and self._frag_bytes >= self.rollover_bytes):
+            return
+        with self._lock:
+            self._ctx.run(w.roll())
+            self._md, self._version = w._md, w._version
+            self._frag_entries = self._frag_bytes = 0
+            self._apply_retention()
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def _apply_retention(self) -> None:
+        md = self._md
+        cut = None
+        now_ms = int(time.time() * 1000)
+        times = md.fragment_ctimes_ms
+        for k in range(1, len(md.fragments)):
+            # fragment k-1 ends where k begins; it may go when it is old or far enough back
+            end = md.fragments[k][0]
+            old = self.retention_ms and k < len(times) and now_ms - times[k] >= self.retention_ms
+            far = self.retention_entries and self._writer._next - end >= self.retention_entries
+            if old or far:
+                cut = end
+        if cut is not None:
+            self._truncate(cut)
+
+    def truncate_before(self, position: int) -> int:
+        """Retention: forget whole fragments that end before ``position``; returns the
+        first position still kept (fragments are never cut in the middle)."""
+        if not isinstance(position, int) or position < 0:
+            raise IllegalOpError(f"a stream position is a non-negative int, got {position!r}")
+        with self._lock:
+            return self._truncate(position)
+
+    def _truncate(self, position: int) -> int:
+        lm = self._ctx.metadata.ledger_manager
+        for _ in range(64):
+            md = self.refresh() if self._writer is None else self._md
+            frags = list(md.fragments)
+            times = list(md.fragment_ctimes_ms) or [md.ctime_ms] * len(frags)
+            k = 0
+            while k + 1 < len(frags) and frags[k + 1][0] <= position:
+                k += 1
+            if k == 0:
+                return md.first_entry_id
+            gone = frags[:k]
+            keep_from = frags[k][0]
+            new = md.with_(fragments=tuple(frags[k:]), fragment_ctimes_ms=tuple(times[k:]),
+                           first_entry_id=keep_from)
+            try:
+                v = lm.write_ledger_metadata(new, self._version)
+            except BadVersionError:
+                self.refresh()
+                continue
+            self._md, self._version = v.value, v.version
+            if self._writer is not None:
+                self._writer._md, self._writer._version = v.value, v.version
+            bookies = {b for _f, ens in gone for b in ens}
+            self._ctx.run(self._trim(bookies, keep_from))
+            return keep_from
+        raise BadVersionError(f"could not truncate stream {self.name!r}")
+
+    async def _trim(self, bookies, first_kept: int) -> None:
+        key = master_key(self._password)
+
+        async def one(b):
+            try:
+                await self._ctx.call(b, lambda rid: P.trim_request(
+                    rid, self.ledger_id.scope_id, self.ledger_id.ledger_id, key, first_kept,
+                    self._md.term), self._ctx.config.add_timeout_s)
+            except EmbedlogError:
+                pass          # a bookie that is down keeps the bytes until its GC or compaction
+
+        await asyncio.gather(*(one(b) for b in bookies))
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def last_position(self) -> int:
+        """The highest committed position (the stream's LAC), -1 if none."""
+        self._lac = max(self._lac, self._ctx.run(self._read_lac()))
+        return self._lac
+
+    async def _read_lac(self) -> int:
+        md = self._md
+        answers = []
+
+        async def one(b):
+            try:
+                resp = await self._ctx.call(b, lambda rid: P.read_lac_request(
+                    rid, md.ledger_id.scope_id, md.ledger_id.ledger_id), self._ctx.config.read_timeout_s)
+                answers.append(P.READ_LAC_RESP.unpack_from(resp.body)[0])
+            except _ABSENT:
+                answers.append(-1)
+            except EmbedlogError:
+                pass
+
+        await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
+        if not answers:
+            from embedlog.errors import TimeoutError
+            raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read")
+        return max(answers)
+
+    def read(self, from_position: int = 0, to_position: int | None = None, batch: int = 512):
+        """Data entries from ``from_position`` up to ``to_position`` (default: the LAC now)."""
+        md = self.refresh()
+        if from_position < md.first_entry_id:
+            raise NoSuchEntryError(f"stream {self.name!r}: position {from_position} is gone "
+                                   f"(retention); the stream starts at {md.first_entry_id}")
+        last = self.last_position() if to_position is None else min(to_position, self.last_position())
+        pos = from_position
+        while pos <= last:
+            end = min(last, pos + batch - 1)
+            for eid, data in zip(range(pos, end + 1), self._ctx.run(self._read_range(pos, end))):
+                if data[:1] == KIND_DATA:
+                    yield StreamEntry(eid, data[1:])
+            pos = end + 1
+
+    def tail(self, from_position: int = 0, poll_timeout_ms: int = 500, stop=None):
+        """Data entries from ``from_position`` on, waiting for new ones (until ``stop()``)."""
+        pos = from_position
+        while stop is None or not stop():
+            last = self.last_position()
+            if pos <= last:
+                for e in self.read(pos, last):
+                    yield e
+                pos = last + 1
+                continue
+            self._ctx.run(asyncio.sleep(0))
+            self._lac = max(self._lac, self._ctx.run(self._long_poll(pos - 1, poll_timeout_ms)))
+            if self._lac < pos:
+                self.refresh()          # the last fragment may have rolled over
+
+    async def _long_poll(self, previous_lac: int, timeout_ms: int) -> int:
+        md = self._md
+
+        async def one(b):
+            try:
+                resp = await self._ctx.call(b, lambda rid: P.read_request(
+                    rid, md.ledger_id.scope_id, md.ledger_id.ledger_id, previous_lac + 1,
+                    flags=P.FLAG_LONG_POLL, previous_lac=previous_lac, timeout_ms=timeout_ms),
+                    self._ctx.config.read_timeout_s + timeout_ms / 1000.0)
+                return P.parse_read_body(resp.body)[0]
+            except EmbedlogError:
+                return -1
+
+        results = await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
+        return max(results)
+
+    async def _read_range(self, first: int, last: int) -> list:
+        md = self._md
+        out = [None] * (last - first + 1)
+        sem = asyncio.Semaphore(256)
+
+        async def one(e):
+            async with sem:
+                out[e - first] = await _read_entry(self._ctx, md, self._password, e)
+
+        await asyncio.gather(*(one(e) for e in range(first, last + 1)))
+        return out
+
+    def close(self) -> None:
+        """Stop writing (pending appends finish); the stream itself never closes."""
+        if self._writer is not None and self._lost is None:
+            self._ctx.run(self._writer._drain())
+            self._ctx.run(self._writer.flush_lac())
+        self._writer = None
+
+
+async def _read_entry(ctx, md, password, eid, flags=0, term=0) -> bytes:
+    from embedlog._native.format import mac_key
+    mk = mac_key(password) if md.digest_type == DigestType.MAC else None
+    ws = write_set(md, eid)
+    error: BaseException = NoSuchEntryError(f"no entry {eid} in stream ledger {md.ledger_id!r}")
+    for k in range(len(ws)):
+        b = ws[(eid + k) % len(ws)]
+        try:
+            resp = await ctx.call(b, lambda rid: P.read_request(
+                rid, md.ledger_id.scope_id, md.ledger_id.ledger_id, eid, flags=flags,
+                master_key=master_key(password) if flags else P.NO_KEY, term=term),
+                ctx.config.read_timeout_s)
+            entries = P.parse_read_body(resp.body)[1]
+            if entries:
+                return decode_entry(entries[0][1], md.ledger_id.scope_id, md.ledger_id.ledger_id,
+                                    eid, int(md.digest_type), mk)
+        except EmbedlogError as exc:
+            error = exc
+    raise error
+
+
+async def _recover_stream(ctx, versioned, password: bytes):
+    """Recovery at the start of a term; returns the WriteHandle the new leader writes with."""
+    from embedlog.client.write import WriteHandle
+    md = versioned.value
+    term = md.term
+    lid = md.ledger_id
+    scope, ledger = lid.scope_id, lid.ledger_id
+    key = master_key(password)
+    first_of_last, ensemble = md.fragments[-1]
+    timeout = ctx.config.read_timeout_s
+
+    # 1. the recovery LAC read carries the new term: bookies adopt it, older writers bounce
+    answered, lacs = set(), []
+
+    async def lac_read(b):
+        try:
+            resp = await ctx.call(b, lambda rid: P.read_lac_request(
+                rid, scope, ledger, P.FLAG_RECOVERY_READ, key, term), timeout)
+            lacs.append(P.READ_LAC_RESP.unpack_from(resp.body)[0])
+            answered.add(b)
+        except _ABSENT:
+            answered.add(b)
+        except (InvalidTermError, UnauthorizedAccessError):
+            raise
+        except EmbedlogError as exc:
+            errors.append(f"{b}: {exc}")
+
+    errors = []
+    await asyncio.gather(*(lac_read(b) for b in set(ensemble)))
+    if not _quorum_covered(md, ensemble, answered):
+        raise LedgerRecoveryError(f"stream ledger {lid!r}: too few bookies of the last fragment "
+                                  f"answered the recovery LAC read ({sorted(answered)}; {errors})")
+    start = max(max(lacs, default=-1), first_of_last - 1)
+
+    # the writer of this term; recovery write-back needs every member of a write quorum
+    writer = WriteHandle(ctx, versioned, password, recovery=True, term=term)
+    writer._Qa = writer._Qw
+    writer._lac, writer._next = start, start + 1
+    need_absent = md.write_quorum - md.ack_quorum + 1
+
+    # 2. read forward with recovery reads (term), 3. write back to the whole write quorum
+    eid = start + 1
+    futures, waited = [], 0
+    while True:
+        ws = write_set(md, eid)
+        found, absent, failed = None, 0, []
+
+        async def rread(b, e=eid):
+            resp = await ctx.call(b, lambda rid: P.read_request(
+                rid, scope, ledger, e, flags=P.FLAG_RECOVERY_READ, master_key=key, term=term), timeout)
+            entries = P.parse_read_body(resp.body)[1]
+            if not entries:
+                raise NoSuchEntryError(f"no entry {e}")
+            return entries[0][1]
+
+        tasks = [asyncio.ensure_future(rread(b)) for b in ws]
+        try:
+            for fut in asyncio.as_completed(tasks):
+                try:
+                    data = await fut
+                    decode_entry(data, scope, ledger, eid, int(md.digest_type), writer._mac_key)
+                    found = data
+                    break
+                except InvalidTermError:
+                    raise
+                except _ABSENT:
+                    absent += 1
+                    if absent >= need_absent:
+                        break
+                except EmbedlogError as exc:
+                    failed.append(str(exc))
+        finally:
+            for t in tasks:
+                t.cancel()
+        if found is None:
+            if absent >= need_absent:
+                break
+            raise LedgerRecoveryError(
+                f"take-over of stream ledger {lid!r} cannot tell whether entry {eid} exists "
+                f"({absent} said no, {len(failed)} did not answer: {failed})")
+        futures.extend(writer.submit_recovered([(eid, found, parse_entry_header(found)[5])]))
+        while len(futures) - waited > 1000:       # bounded write-back in flight
+            await asyncio.wrap_future(futures[waited])
+            waited += 1
+        eid += 1
+    for f in futures:
+        await asyncio.wrap_future(f)
+    if writer._error is not None:
+        raise writer._error
+    last = eid - 1
+    length = writer._lac_length if futures else (
+        0 if last < 0 else parse_entry_header(await _read_raw(ctx, writer._md, last))[5])
+
+    # 4. the truncating no-op, on every bookie of the last fragment's ensemble
+    from embedlog._native.format import encode_entry
+    noop_id = last + 1
+    noop = encode_entry(scope, ledger, noop_id, last, length + 1, int(md.digest_type), KIND_NOOP,
+                        writer._mac_key)
+    for _ in range(ctx.config.ensemble_change_retries):
+        ens = list(writer._ensemble)
+        results = await asyncio.gather(*(ctx.call(b, lambda rid: P.add_request(
+            rid, scope, ledger, key, [noop], P.FLAG_RECOVERY_ADD | P.FLAG_TRUNCATE, term),
+            ctx.config.add_timeout_s) for b in ens), return_exceptions=True)
+        failed = [b for b, r in zip(ens, results) if isinstance(r, BaseException)]
+        for r in results:
+            if isinstance(r, (InvalidTermError, UnauthorizedAccessError)):
+                raise r
+        if not failed:
+            break
+        # a bookie is out: change the ensemble from the no-op on, then write it there
+        writer._lac = last
+        for b in failed:
+            writer._failed.add(b)
+            ctx.quarantine(b)
+        await writer._change_ensemble()
+        if writer._error is not None:
+            raise writer._error
+    else:
+        raise LedgerRecoveryError(f"could not write the truncating no-op of stream ledger {lid!r}")
+    writer._recovery = False
+    writer._Qa = md.ack_quorum
+    writer._lac, writer._next = noop_id, noop_id + 1
+    writer._lac_length = writer._length = length + 1
+    return writer
+
+
+async def _read_raw(ctx, md, eid) -> bytes:
+    for b in write_set(md, eid):
+        try:
+            resp = await ctx.call(b, lambda rid: P.read_request(
+                rid, md.ledger_id.scope_id, md.ledger_id.ledger_id, eid), ctx.config.read_timeout_s)
+            entries = P.parse_read_body(resp.body)[1]
+            if entries:
+                return entries[0][1]
+        except EmbedlogError:
+            continue
+    raise LedgerRecoveryError(f"cannot read entry {eid} of {md.ledger_id!r}")

@@ -1,0 +1,655 @@
+"""`embedlog shell`: look inside a bookie's files (BookKeeper's bookie shell).
+
+Every command reads files only (journal, entry logs, index files, lastMark, cookies), so
+it works on a stopped bookie and on a running one without taking its lock; on a
+running bookie the index files show the last checkpoint. Output is for people by
+default and JSON with ``--json``. A ledger is named by its id, with
+``--ledger-scope-id`` for scope != 0, or by ``--ledger-qualified-name`` (32 hex digits).
+
+Directories: ``--dir`` is the bookie's directory; its ledger and journal directories
+come from its cookie (``current/VERSION`` or ``journal/VERSION``), or from
+``--ledger-dir`` / ``--journal-dir``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from embedlog.errors import EmbedlogError
+
+
+# -- where things are -----------------------------------------------------------------------
+
+
+class Layout:
+    def __init__(self, home: str, ledger_dirs: list[str], journal_dir: str, metadata_uri: str | None):
+        self.home = home
+        self.ledger_dirs = ledger_dirs
+        self.journal_dir = journal_dir
+        self.metadata_uri = metadata_uri
+
+    @property
+    def currents(self) -> list[str]:
+        return [os.path.join(d, "current") for d in self.ledger_dirs]
+
+
+def _layout(directory, ledger_dirs, journal_dir, metadata_uri) -> Layout:
+    from embedlog.bookie.cookies import read_dir_cookie
+    home = os.path.abspath(directory)
+    if not os.path.isdir(home):
+        raise click.ClickException(f"{home} is not a directory")
+    cookie = None
+    if not ledger_dirs or not journal_dir:
+        for where, journal in ((home, False), (os.path.join(home, "journal"), True),
+                               (journal_dir, True)):
+            if where and cookie is None:
+                try:
+                    cookie = read_dir_cookie(where, journal)
+                except EmbedlogError:
+                    cookie = None
+
+    def resolve(p):
+        return p if os.path.isabs(p) else os.path.normpath(os.path.join(home, p))
+
+    lds = [os.path.abspath(p) for p in ledger_dirs] or (
+        [resolve(p) for p in cookie.ledger_dirs] if cookie else [home])
+    jd = os.path.abspath(journal_dir) if journal_dir else (
+        resolve(cookie.journal_dir) if cookie else os.path.join(home, "journal"))
+    uri = metadata_uri or (cookie.metadata_uri if cookie else None)
+    if not uri and os.path.exists(os.path.join(home, "meta.db")):
+        uri = "sqlite://" + os.path.join(home, "meta.db")
+    return Layout(home, lds, jd, uri)
+
+
+def _ledger_key(ledger_id, scope_id, qualified_name):
+    from embedlog._native.format import LedgerId
+    if qualified_name:
+        if ledger_id is not None or scope_id:
+            raise click.UsageError("give a ledger id or --ledger-qualified-name, not both")
+        try:
+            lid = LedgerId.parse(qualified_name)
+        except (ValueError, EmbedlogError) as exc:
+            raise click.UsageError(f"bad --ledger-qualified-name {qualified_name!r}: {exc}")
+        return lid.scope_id, lid.ledger_id
+    if ledger_id is None:
+        return None
+    if ledger_id < 0 or ledger_id >= 1 << 64 or scope_id < 0 or scope_id >= 1 << 64:
+        raise click.UsageError("ledger and scope ids are unsigned 64-bit numbers")
+    return scope_id, ledger_id
+
+
+def _name(key) -> dict:
+    from embedlog._native.format import LedgerId
+    return {"ledger_scope_id": key[0], "ledger_id": key[1],
+            "qualified_name": LedgerId(*key).qualified_name}
+
+
+def _short(key) -> str:
+    return str(key[1]) if key[0] == 0 else f"{key[0]}:{key[1]}"
+
+
+def _index_file(layout: Layout, key):
+    from embedlog._native import index as nix
+    for current in layout.currents:
+        path = nix.index_path(current, key[0], key[1])
+        if os.path.exists(path):
+            return current, path
+    return None, None
+
+
+def _open_index(layout: Layout, key):
+    from embedlog._native import index as nix
+    current, _ = _index_file(layout, key)
+    if current is None:
+        return None
+    return nix.IndexCache(current, 1 << 20).open(key[0], key[1], True, current)
+
+
+def _log_paths(layout: Layout) -> dict:
+    out = {}
+    for current in layout.currents:
+        try:
+            names = os.listdir(current)
+        except FileNotFoundError:
+            continue
+        for n in names:
+            if n.endswith(".log"):
+                try:
+                    out[int(n[:-4], 16)] = os.path.join(current, n)
+                except ValueError:
+                    pass
+    return out
+
+
+def _open_log(layout: Layout, which: str):
+    from embedlog._native import entrylog as nel
+    if os.path.sep in which or which.endswith(".log"):
+        path = os.path.abspath(which)
+        log_id = int(os.path.basename(path).split(".")[0], 16)
+    else:
+        try:
+            log_id = int(which, 16)
+        except ValueError:
+            raise click.UsageError(f"an entry log is named by its hex id or its path, got {which!r}")
+        path = _log_paths(layout).get(log_id)
+        if path is None:
+            raise click.ClickException(f"no entry log {which} in {', '.join(layout.currents)}")
+    return nel.MappedLog.open_existing(path, log_id)
+
+
+def _journal_paths(layout: Layout) -> dict:
+    from embedlog.bookie.journal import journal_ids
+    try:
+        return {i: os.path.join(layout.journal_dir, "%x.txn" % i) for i in journal_ids(layout.journal_dir)}
+    except FileNotFoundError:
+        return {}
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def _emit(as_json: bool, obj, human) -> None:
+    if as_json:
+        click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+    else:
+        for line in human(obj):
+            click.echo(line)
+
+
+def _table(rows: list[list], header: list[str]) -> list[str]:
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in cells]
+
+
+def _common(f):
+    f = click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")(f)
+    f = click.option("--metadata", "metadata_uri", default=None,
+                     help="Metadata service URI (default: the cookie's, or DIR/meta.db).")(f)
+    f = click.option("--journal-dir", default=None, type=click.Path(file_okay=False),
+                     help="The journal directory (default: from the cookie).")(f)
+    f = click.option("--ledger-dir", "ledger_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="A ledger directory (repeat; default: from the cookie).")(f)
+    f = click.option("--dir", "directory", default=".", show_default=True,
+                     type=click.Path(file_okay=False), help="The bookie's directory.")(f)
+    return f
+
+
+def _ledger_options(required: bool):
+    def deco(f):
+        f = click.option("--ledger-qualified-name", "qualified_name", default=None,
+                         help="The ledger's 128-bit id as 32 hex digits.")(f)
+        f = click.option("--ledger-scope-id", "scope_id", type=int, default=0, show_default=True,
+                         help="The ledger's scope id (the high 64 bits).")(f)
+        f = click.argument("ledger_id", type=int, required=False)(f)
+        return f
+    return deco
+
+
+def _run(fn):
+    """Turn embedlog errors into a clean message and exit code 2."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except EmbedlogError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+    return wrapper
+
+
+@click.group()
+def shell():
+    """Inspect a stopped or running bookie's files (journal, entry logs, index, metadata)."""
+
+
+# -- lastmark --------------------------------------------------------------------------------
+
+
+@shell.command()
+@_common
+@_run
+def lastmark(directory, ledger_dirs, journal_dir, metadata_uri, as_json):
+    """The LastLogMark of each ledger directory: where journal replay starts."""
+    import struct
+    from embedlog._native.format import crc32c
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    out = []
+    for current in layout.currents:
+        path = os.path.join(current, "lastMark")
+        row = {"path": path}
+        try:
+            data = open(path, "rb").read()
+        except FileNotFoundError:
+            row["error"] = "missing"
+        else:
+            if len(data) != 20 or crc32c(data[:16]) != struct.unpack(">I", data[16:])[0]:
+                row["error"] = "damaged (bad length or checksum)"
+            else:
+                jid, off = struct.unpack(">QQ", data[:16])
+                row.update(journal_id="%x" % jid, offset=off,
+                           journal_file=os.path.join(layout.journal_dir, "%x.txn" % jid))
+        out.append(row)
+
+    def human(rows):
+        for r in rows:
+            if "error" in r:
+                yield f"{r['path']}: {r['error']}"
+            else:
+                yield f"{r['path']}: journal {r['journal_id']} offset {r['offset']}"
+    _emit(as_json, out, human)
+
+
+# -- listfilesondisc -------------------------------------------------------------------------
+
+
+@shell.command()
+@_common
+@click.option("--journal/--no-journal", "show_journal", default=True, help="List journal files.")
+@click.option("--entrylog/--no-entrylog", "show_logs", default=True, help="List entry logs.")
+@click.option("--index/--no-index", "show_index", default=True, help="List index files.")
+@_run
+def listfilesondisc(directory, ledger_dirs, journal_dir, metadata_uri, as_json, show_journal,
+                    show_logs, show_index):
+    """Journal files, entry logs and index files, with their sizes."""
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    out = []
+
+    def add(kind, path):
+        st = os.stat(path)
+        out.append({"kind": kind, "path": path, "bytes": st.st_size,
+                    "allocated_bytes": st.st_blocks * 512})
+    if show_journal:
+        for _i, p in sorted(_journal_paths(layout).items()):
+            add("journal", p)
+    if show_logs:
+        for current in layout.currents:
+            if os.path.isdir(current):
+                for n in sorted(os.listdir(current)):
+                    if n.endswith((".log", ".log.compacting", ".compaction")):
+                        add("entrylog" if n.endswith(".log") else "compaction", os.path.join(current, n))
+    if show_index:
+        for current in layout.currents:
+            for root in ("ledgers", "ledgers-scoped"):
+                for dirpath, _d, files in sorted(os.walk(os.path.join(current, root))):
+                    for n in sorted(files):
+                        if n.endswith(".idx"):
+                            add("index", os.path.join(dirpath, n))
+
+    def human(rows):
+        yield from _table([[r["kind"], r["path"], r["bytes"], r["allocated_bytes"]] for r in rows],
+                          ["kind", "path", "bytes", "on disk"])
+        yield f"{len(rows)} files, {sum(r['allocated_bytes'] for r in rows)} bytes on disk"
+    _emit(as_json, out, human)
+
+
+# -- readjournal ------------------------------------------------------------------------------
+
+
+@shell.command()
+@_common
+@click.argument("journal", required=False)
+@click.option("--ledger", "ledger_filter", type=int, default=None, help="Only records of this ledger id.")
+@click.option("--limit", type=int, default=None, help="At most this many records.")
+@_run
+def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, journal, ledger_filter,
+                limit):
+    """The records of a journal file (hex id or path; default: the newest)."""
+    import mmap
+    import struct
+    from embedlog._native import journal as nj
+    from embedlog._native.format import parse_entry_header
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    paths = _journal_paths(layout)
+    if journal is None:
+        if not paths:
+            raise click.ClickException(f"no journal files in {layout.journal_dir}")
+        path = paths[max(paths)]
+    elif os.path.sep in journal or journal.endswith(".txn"):
+        path = os.path.abspath(journal)
+    else:
+        try:
+            path = paths[int(journal, 16)]
+        except (ValueError, KeyError):
+            raise click.ClickException(f"no journal {journal} in {layout.journal_dir}")
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < nj.HEADER_SIZE:
+            raise click.ClickException(f"{path} is shorter than a journal header")
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            try:
+                file_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
+            except ValueError as exc:
+                raise click.ClickException(f"{path}: {exc}")
+            records, end, status, _ = nj.scan(mm, nj.HEADER_SIZE)
+            rows = []
+            for off, rtype, start, n in records:
+                body = mm[start:start + n]
+                row = {"offset": off, "type": nj.RECORD_TYPES.get(rtype, f"unknown({rtype})"),
+                       "bytes": n}
+                if rtype == nj.ENTRY:
+                    v, s, l, e, lac, length, _d = parse_entry_header(body)
+                    row.update(_name((s, l)), entry_id=e, lac=lac, length=length, format=f"V{v}")
+                elif n >= 16:
+                    s, l = struct.unpack_from(">QQ", body)
+                    row.update(_name((s, l)))
+                    if n >= 24 and rtype in (nj.EXPLICIT_LAC, nj.TRUNCATE, nj.TRIM):
+                        row["value"] = struct.unpack_from(">q", body, 16)[0]
+                    elif n >= 24 and rtype == nj.TERM:
+                        row["value"] = struct.unpack_from(">Q", body, 16)[0]
+                if ledger_filter is not None and row.get("ledger_id") != ledger_filter:
+                    continue
+                rows.append(row)
+                if limit is not None and len(rows) >= limit:
+                    break
+        finally:
+            mm.close()
+    out = {"path": path, "journal_id": "%x" % file_id, "end": end, "status": status, "records": rows}
+
+    def human(o):
+        yield f"journal {o['journal_id']} ({o['path']}): {len(o['records'])} records shown, " \
+              f"ends at {o['end']} ({o['status']})"
+        yield from _table([[r["offset"], r["type"], _short((r["ledger_scope_id"], r["ledger_id"]))
+                            if "ledger_id" in r else "-", r.get("entry_id", r.get("value", "-")),
+                            r["bytes"]] for r in o["records"]],
+                          ["offset", "type", "ledger", "entry/value", "bytes"])
+    _emit(as_json, out, human)
+
+
+# -- readlog ------------------------------------------------------------------------------------
+
+
+@shell.command()
+@_common
+@click.argument("log")
+@click.option("--map", "show_map", is_flag=True, help="Show the ledgers map instead of the entries.")
+@click.option("--ledger", "ledger_filter", type=int, default=None, help="Only entries of this ledger id.")
+@click.option("--ledger-scope-id", "scope_filter", type=int, default=None, help="... of this scope.")
+@click.option("--entry-id", type=int, default=None, help="Only this entry id.")
+@click.option("--limit", type=int, default=None, help="At most this many entries.")
+@_run
+def readlog(directory, ledger_dirs, journal_dir, metadata_uri, as_json, log, show_map, ledger_filter,
+            scope_filter, entry_id, limit):
+    """The entries of an entry log (hex id or path), or its ledgers map (--map)."""
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    m = _open_log(layout, log)
+    try:
+        info = {"path": m.path, "log_id": "%x" % m.log_id, "bytes": m.mapped, "sealed": m.sealed}
+        if show_map:
+            mp = m.ledgers_map()
+            info["map_source"] = "ledgers map" if mp is not None else "scan (no ledgers map)"
+            if mp is None:
+                mp = m.scanned_ledgers()
+            info["ledgers"] = [{**_name(k), "bytes": n} for k, n in sorted(mp.items())]
+        else:
+            locs, sizes, scopes, lids, eids = m.entry_table()
+            rows = []
+            for loc, n, s, l, e in zip(locs.tolist(), sizes.tolist(), scopes.tolist(), lids.tolist(),
+                                       eids.tolist()):
+                if ledger_filter is not None and l != ledger_filter:
+                    continue
+                if scope_filter is not None and s != scope_filter:
+                    continue
+                if entry_id is not None and e != entry_id:
+                    continue
+                rows.append({**_name((s, l)), "entry_id": e, "offset": loc & 0xFFFFFFFF,
+                             "location": loc, "bytes": n})
+                if limit is not None and len(rows) >= limit:
+                    break
+            info["entries"] = rows
+    finally:
+        m.close()
+
+    def human(o):
+        yield f"entry log {o['log_id']} ({o['path']}), {o['bytes']} bytes, " \
+              f"{'sealed' if o['sealed'] else 'not sealed'}"
+        if "ledgers" in o:
+            yield f"ledgers map ({o['map_source']}):"
+            yield from _table([[_short((r["ledger_scope_id"], r["ledger_id"])), r["qualified_name"],
+                                r["bytes"]] for r in o["ledgers"]], ["ledger", "qualified name", "bytes"])
+        else:
+            yield from _table([[r["offset"], _short((r["ledger_scope_id"], r["ledger_id"])),
+                                r["entry_id"], r["bytes"]] for r in o["entries"]],
+                              ["offset", "ledger", "entry", "bytes"])
+    _emit(as_json, info, human)
+
+
+# -- readledger -----------------------------------------------------------------------------------
+
+
+@shell.command()
+@_common
+@_ledger_options(True)
+@click.option("--limit", type=int, default=None, help="At most this many entries.")
+@_run
+def readledger(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id, scope_id,
+               qualified_name, limit):
+    """A ledger's index file: its state and where each entry is."""
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    key = _ledger_key(ledger_id, scope_id, qualified_name)
+    if key is None:
+        raise click.UsageError("name a ledger: LEDGER_ID [--ledger-scope-id S] or --ledger-qualified-name")
+    idx = _open_index(layout, key)
+    if idx is None:
+        raise click.ClickException(f"no index file for ledger {_short(key)} in {', '.join(layout.currents)}")
+    entries = []
+    for e in idx.entry_ids():
+        loc = idx.get_location(e)
+        entries.append({"entry_id": e, "log_id": "%x" % (loc >> 32), "offset": loc & 0xFFFFFFFF})
+        if limit is not None and len(entries) >= limit:
+            break
+    out = {**_name(key), "path": idx.path, "fenced": bool(idx.fenced), "term": idx.term,
+           "explicit_lac": idx.explicit_lac,
+           "master_key": idx.master_key.hex() if idx.master_key is not None else None,
+           "last_entry_id": idx.last_entry_id(), "entries": entries}
+
+    def human(o):
+        yield f"ledger {_short(key)} ({o['qualified_name']}), index {o['path']}"
+        yield f"  fenced {o['fenced']}, term {o['term']}, explicit LAC {o['explicit_lac']}, " \
+              f"last entry {o['last_entry_id']}, master key {o['master_key'] or '-'}"
+        yield from _table([[r["entry_id"], r["log_id"], r["offset"]] for r in o["entries"]],
+                          ["entry", "entry log", "offset"])
+    _emit(as_json, out, human)
+
+
+# -- listledgers / ledgermetadata --------------------------------------------------------------------
+
+
+def _local_ledgers(layout: Layout) -> list:
+    from embedlog._native import index as nix
+    keys = []
+    for current in layout.currents:
+        for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
+            for _dp, _d, files in os.walk(os.path.join(current, root)):
+                for n in files:
+                    key = nix.parse_index_name(n, scoped)
+                    if key is not None:
+                        keys.append(key)
+    return sorted(keys)
+
+
+def _open_store(layout: Layout):
+    from embedlog.meta import open_metadata_store
+    if not layout.metadata_uri:
+        raise click.ClickException("no metadata store: pass --metadata URI")
+    return open_metadata_store(layout.metadata_uri)
+
+
+@shell.command()
+@_common
+@click.option("--from-metadata", is_flag=True, help="List the metadata store's ledgers instead.")
+@click.option("--ledger-scope-id", "scope_id", type=int, default=None, help="Only this scope.")
+@_run
+def listledgers(directory, ledger_dirs, journal_dir, metadata_uri, as_json, from_metadata, scope_id):
+    """The ledgers this bookie holds an index for (or, --from-metadata, the store's)."""
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    if from_metadata:
+        with _open_store(layout) as store:
+            keys = [(i.scope_id, i.ledger_id) for i in store.ledger_manager.iterate_ledgers(scope_id)]
+    else:
+        keys = [k for k in _local_ledgers(layout) if scope_id is None or k[0] == scope_id]
+    out = [_name(k) for k in keys]
+
+    def human(rows):
+        for r in rows:
+            yield f"{_short((r['ledger_scope_id'], r['ledger_id']))}\t{r['qualified_name']}"
+        yield f"{len(rows)} ledgers"
+    _emit(as_json, out, human)
+
+
+@shell.command()
+@_common
+@_ledger_options(True)
+@_run
+def ledgermetadata(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id, scope_id,
+                   qualified_name):
+    """A ledger's metadata from the metadata store."""
+    from embedlog._native.format import LedgerId
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    key = _ledger_key(ledger_id, scope_id, qualified_name)
+    if key is None:
+        raise click.UsageError("name a ledger: LEDGER_ID [--ledger-scope-id S] or --ledger-qualified-name")
+    with _open_store(layout) as store:
+        v = store.ledger_manager.read_ledger_metadata(LedgerId(*key))
+    md = v.value
+    out = {**_name(key), "version": v.version, "state": md.state.name,
+           "ensemble_size": md.ensemble_size, "write_quorum": md.write_quorum,
+           "ack_quorum": md.ack_quorum, "digest_type": md.digest_type.name,
+           "last_entry_id": md.last_entry_id, "length": md.length,
+           "fragments": [{"first_entry_id": f, "ensemble": list(b)} for f, b in md.fragments],
+           "ctime_ms": md.ctime_ms, "term": md.term, "unbounded": md.unbounded,
+           "custom_metadata": {k: v.hex() for k, v in md.custom_metadata.items()}}
+
+    def human(o):
+        yield f"ledger {_short(key)} ({o['qualified_name']}), metadata version {o['version']}"
+        for k in ("state", "ensemble_size", "write_quorum", "ack_quorum", "digest_type",
+                  "last_entry_id", "length", "term", "unbounded", "ctime_ms"):
+            yield f"  {k}: {o[k]}"
+        for f in o["fragments"]:
+            yield f"  fragment from entry {f['first_entry_id']}: {', '.join(f['ensemble'])}"
+    _emit(as_json, out, human)
+
+
+# -- localconsistencycheck ----------------------------------------------------------------------------
+
+
+def check_ledger(layout: Layout, key, logs: dict, digest=None, mac_key=None) -> dict:
+    """Every location in the ledger's index points at a readable entry of that ledger
+    with a good digest. ``digest``: the ledger's digest code if known (from metadata);
+    otherwise V2 entries name theirs and V1 entries are tried against CRC32C, CRC32 and
+    DUMMY (a MAC ledger cannot be checked without its password)."""
+    from embedlog._native import entrylog as nel
+    from embedlog._native.format import decode_entry, parse_entry_header
+    idx = _open_index(layout, key)
+    report = {**_name(key), "entries": 0, "good": 0, "unchecked_digest": 0, "errors": []}
+    if idx is None:
+        report["errors"].append({"entry_id": None, "error": "no index file"})
+        return report
+    for e in idx.entry_ids():
+        loc = idx.get_location(e)
+        report["entries"] += 1
+        log_id = loc >> 32
+        m = logs.get(log_id)
+        if m is None:
+            path = _log_paths(layout).get(log_id)
+            if path is not None:
+                m = logs[log_id] = nel.MappedLog.open_existing(path, log_id)
+        if m is None:
+            report["errors"].append({"entry_id": e, "location": loc,
+                                     "error": f"entry log {log_id:x} is missing"})
+            continue
+        try:
+            data = m.read_at(loc)
+        except EmbedlogError as exc:
+            report["errors"].append({"entry_id": e, "location": loc, "error": str(exc)})
+            continue
+        try:
+            v, s, l, eid, _lac, _len, code = parse_entry_header(data)
+            if (s, l, eid) != (key[0], key[1], e):
+                raise EmbedlogError(f"holds entry {eid} of ledger {_short((s, l))}")
+            codes = [digest] if digest is not None else ([code] if code is not None else [3, 1, 4])
+            if codes == [2] and mac_key is None:
+                report["unchecked_digest"] += 1
+                report["good"] += 1
+                continue
+            last = None
+            for c in codes:
+                try:
+                    decode_entry(data, s, l, eid, c, mac_key if c == 2 else None)
+                    break
+                except EmbedlogError as exc:
+                    last = exc
+            else:
+                if digest is None and v == 1:
+                    report["unchecked_digest"] += 1      # V1 of unknown type: a MAC ledger?
+                    report["good"] += 1
+                    continue
+                raise last
+            report["good"] += 1
+        except EmbedlogError as exc:
+            report["errors"].append({"entry_id": e, "location": loc, "error": str(exc)})
+    return report
+
+
+@shell.command()
+@_common
+@_ledger_options(False)
+@_run
+def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id,
+                          scope_id, qualified_name):
+    """Check that every index location points at a readable entry with a good digest
+    (every ledger, or one). Exit status 1 if anything is wrong."""
+    from embedlog._native.format import LedgerId, mac_key
+    layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
+    key = _ledger_key(ledger_id, scope_id, qualified_name)
+    keys = [key] if key is not None else _local_ledgers(layout)
+    store = None
+    if layout.metadata_uri:
+        try:
+            store = _open_store(layout)
+        except (EmbedlogError, click.ClickException):
+            store = None
+    logs: dict = {}
+    reports = []
+    try:
+        for k in keys:
+            digest = mk = None
+            if store is not None:
+                try:
+                    md = store.ledger_manager.read_ledger_metadata(LedgerId(*k)).value
+                    digest = int(md.digest_type)
+                    mk = mac_key(md.password) if digest == 2 else None
+                except EmbedlogError:
+                    pass
+            reports.append(check_ledger(layout, k, logs, digest, mk))
+    finally:
+        for m in logs.values():
+            m.close()
+        if store is not None:
+            store.close()
+    bad = [r for r in reports if r["errors"]]
+    out = {"ledgers": len(reports), "entries": sum(r["entries"] for r in reports),
+           "good": sum(r["good"] for r in reports),
+           "unchecked_digest": sum(r["unchecked_digest"] for r in reports),
+           "errors": [{**{k: r[k] for k in ("ledger_scope_id", "ledger_id", "qualified_name")}, **err}
+                      for r in bad for err in r["errors"]],
+           "ok": not bad}
+
+    def human(o):
+        for err in o["errors"]:
+            where = f"entry {err['entry_id']}" if err.get("entry_id") is not None else "ledger"
+            yield f"ledger {_short((err['ledger_scope_id'], err['ledger_id']))} {where}: {err['error']}"
+        yield f"{o['ledgers']} ledgers, {o['entries']} entries: {o['good']} good, " \
+              f"{len(o['errors'])} bad" + (f" ({o['unchecked_digest']} digests not checked: MAC "
+                                          f"ledgers without metadata)" if o["unchecked_digest"] else "")
+        yield "OK" if o["ok"] else "INCONSISTENT"
+    _emit(as_json, out, human)
+    if bad:
+        sys.exit(1)

@@ -1,0 +1,267 @@
+"""Disks: several ledger directories, a separate journal directory, disk-usage checks and
+read-only mode at disk_usage_threshold (writable again below the low-water mark)."""
+import hashlib
+import os
+import subprocess
+import time
+
+import pytest
+
+import embedlog
+from embedlog import LedgerId
+from embedlog.bookie.disks import DiskMonitor, resolve_dirs
+from embedlog.config import BookieConfig
+from embedlog.errors import ConfigError, ReadOnlyBookieError
+
+from crash_child import payload
+
+
+def big_payload(q: str, e: int, n: int = 16 << 10) -> bytes:
+    seed = hashlib.sha256(f"{q}/{e}".encode()).digest()
+    return (seed * (n // 32 + 1))[:n]
+
+
+# -- the monitor, with a usage source the test controls -----------------------------------
+
+
+def test_monitor_thresholds_hysteresis_and_listeners():
+    usage = {"/a": 0.5, "/b": 0.5, "/j": 0.1}
+    cfg = BookieConfig.from_dict(dict(disk_usage_threshold=0.95, disk_usage_warn_threshold=0.9,
+                                      disk_usage_lwm_threshold=0.85))
+    mon = DiskMonitor(["/a", "/b"], "/j", cfg, usage_fn=lambda p: (usage[p], int((1 - usage[p]) * 1e9)))
+    flips = []
+    mon.listeners.append(flips.append)
+    assert mon.check() is False and mon.pressure() == "ok"
+    usage["/a"] = 0.92
+    assert mon.check() is False and mon.pressure() == "warn"
+    usage["/a"] = 0.95
+    assert mon.check() is True and flips == [True] and mon.pressure() == "full"
+    assert mon.choose_dir() == "/b"                   # new files avoid the full disk
+    usage["/a"] = 0.90                                # below the threshold, above the low-water mark
+    assert mon.check() is True and flips == [True]
+    usage["/a"] = 0.84
+    assert mon.check() is False and flips == [True, False]
+    usage["/j"] = 0.99                                # a full journal disk counts too
+    assert mon.check() is True and flips == [True, False, True]
+    usage["/j"] = 0.1
+    mon.check()
+    # only when every ledger directory is full, if so configured
+    cfg2 = cfg.replace(read_only_mode_on_any_disk_full_enabled=False)
+    mon2 = DiskMonitor(["/a", "/b"], "/j", cfg2, usage_fn=mon.usage_fn)
+    usage["/a"] = 0.97
+    assert mon2.check() is False
+    usage["/b"] = 0.97
+    assert mon2.check() is True
+    assert mon.stats["read_only_flips"] == 2 and mon.stats["writable_flips"] == 2
+
+
+def test_disk_full_flips_the_bookie_read_only_and_back(tmp_path):
+    """The same with a bookie: adds fail read-only, reads go on, then writable again."""
+    usage = {"value": 0.5}
+    with embedlog.open(tmp_path, disk_check_interval_ms=0, disk_usage_lwm_threshold=0.8) as log:
+        mon = log.bookie.disks
+        mon.usage_fn = lambda p: (usage["value"], 1 << 30)
+        w = log.create_ledger()
+        w.append(b"before")
+        w.append(b"before 2")
+        usage["value"] = 0.96
+        mon.check()
+        with pytest.raises(ReadOnlyBookieError):
+            w.append(b"refused")
+        assert log.open_ledger(w.ledger_id, recovery=False).read_entry(0) == b"before"
+        usage["value"] = 0.85                         # hysteresis: still read-only
+        mon.check()
+        assert log.bookie.read_only
+        usage["value"] = 0.79
+        mon.check()
+        assert not log.bookie.read_only
+        assert w.append(b"after") == 2
+        assert log.statistics()["disks"]["writable_flips"] == 1
+
+
+def test_operator_read_only_survives_the_disks(tmp_path):
+    usage = {"value": 0.5}
+    with embedlog.open(tmp_path, disk_check_interval_ms=0) as log:
+        mon = log.bookie.disks
+        mon.usage_fn = lambda p: (usage["value"], 1 << 30)
+        log.bookie.read_only = True                   # the operator's choice
+        usage["value"] = 0.99
+        mon.check()
+        usage["value"] = 0.1
+        mon.check()
+        assert log.bookie.read_only
+
+
+# -- several directories --------------------------------------------------------------------
+
+
+def test_several_ledger_dirs_and_a_separate_journal_dir(tmp_path):
+    d1, d2, j = tmp_path / "disk1", tmp_path / "disk2", tmp_path / "jdisk"
+    cfg = dict(ledger_directories=f"{d1},{d2}", journal_directory=str(j),
+               skip_list_size_limit=128 << 10, entry_log_size_limit=256 << 10,
+               flush_interval_ms=100, gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000)
+    home = tmp_path / "home"
+    expected = {}
+    with embedlog.open(home, **cfg) as log:
+        handles = [log.create_ledger(scope_id=s) for s in (0, 0, 3, 0, 3, 0)]
+        for e in range(200):
+            for h in handles:
+                h.append(payload(h.ledger_id.qualified_name, e))
+        for h in handles:
+            h.close()
+            expected[h.ledger_id.qualified_name] = 200
+        log.bookie.checkpoint()
+        assert log.bookie.ledger_dirs == [str(d1), str(d2)]
+        logs = {d: [n for n in os.listdir(d / "current") if n.endswith(".log")] for d in (d1, d2)}
+        assert logs[d1] and logs[d2], logs                 # entry logs spread over both
+        idx = {d: list(os.walk(d / "current" / "ledgers")) for d in (d1, d2)}
+        assert any(f for _p, _d, f in idx[d1]) and any(f for _p, _d, f in idx[d2])
+        assert [n for n in os.listdir(j) if n.endswith(".txn")]
+        assert not (home / "journal").exists() or not os.listdir(home / "journal")
+        assert os.path.exists(d1 / "current" / "lastMark") and os.path.exists(d2 / "current" / "lastMark")
+        # GC and compaction across the directories
+        for h in handles[:4]:
+            log.delete_ledger(h.ledger_id)
+            del expected[h.ledger_id.qualified_name]
+        log.bookie.gc.run_once(force_major=True)
+    with embedlog.open(home, **cfg) as log:
+        for q, n in expected.items():
+            assert log.open_ledger(LedgerId.parse(q)).read_batch(0, n - 1) == \
+                [payload(q, e) for e in range(n)]
+
+
+def test_directory_configuration_errors(tmp_path):
+    cfg = BookieConfig.from_dict(dict(ledger_directories=f"{tmp_path}/a, {tmp_path}/a"))
+    with pytest.raises(ConfigError):
+        resolve_dirs(str(tmp_path), cfg)
+    lds, jd = resolve_dirs(str(tmp_path), BookieConfig())
+    assert lds == [str(tmp_path)] and jd == str(tmp_path / "journal")
+
+
+# -- a real full filesystem ------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 64 MiB tmpfs mounted by the test (root only), unmounted afterwards."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}); "
+                    "test_disk_full_flips_the_bookie_read_only_and_back covers the logic")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_filling_a_small_filesystem_turns_read_only_and_freeing_it_writable(small_fs):
+    ballast = small_fs / "ballast"
+    with open(ballast, "wb") as f:                    # most of the disk is taken already
+        f.write(bytes(36 << 20))
+    cfg = dict(skip_list_size_limit=256 << 10, entry_log_size_limit=1 << 20,
+               journal_max_size_mb=1, journal_pre_alloc_size_mb=1, journal_max_backups=0,
+               flush_interval_ms=50, disk_check_interval_ms=20, disk_usage_lwm_threshold=0.85,
+               gc_wait_time_ms=0)
+    acked = {}
+    path = small_fs / "log"
+    with embedlog.open(path, **cfg) as log:
+        mon = log.bookie.disks
+        w = None
+        turned = False
+        for i in range(4000):                         # 64 MiB of 16 KiB entries: a bound
+            if w is None or i % 100 == 0:
+                if w is not None:
+                    w.close()
+                w = log.create_ledger()
+                acked[w.ledger_id.qualified_name] = 0
+            q = w.ledger_id.qualified_name
+            try:
+                w.append(big_payload(q, acked[q]))
+            except ReadOnlyBookieError:
+                turned = True
+                break
+            acked[q] += 1
+            if i % 16 == 15:                          # let the checker see each 256 KiB
+                assert mon.wait_checked(mon.checks, 5)
+        assert turned, f"never turned read-only; usage {mon.usage}"
+        assert log.bookie.read_only and mon.full
+        used_at_flip = max(mon.usage.values())
+        assert used_at_flip >= 0.95
+        assert w.append_async is not None
+        with pytest.raises(ReadOnlyBookieError):
+            w.append(b"still full")
+        # reads go on
+        first = next(iter(acked))
+        assert log.open_ledger(LedgerId.parse(first), recovery=False).read_entry(0) == big_payload(first, 0)
+        # free space: delete half the ledgers; GC gives their entry logs back
+        names = list(acked)
+        for q in names[: len(names) // 2]:
+            log.delete_ledger(LedgerId.parse(q))
+            del acked[q]
+        log.bookie.gc.run_once()
+        deadline = time.monotonic() + 10
+        while log.bookie.read_only:
+            assert time.monotonic() < deadline, f"still read-only at {mon.usage}"
+            mon.wait_checked(mon.checks, 1)
+        assert max(mon.usage.values()) < 0.85
+        w2 = log.create_ledger()
+        assert w2.append(b"writable again") == 0
+        w2.close()
+        for q, n in acked.items():
+            if n:
+                got = log.open_ledger(LedgerId.parse(q), recovery=True).read_batch(0, n - 1)
+                assert got == [big_payload(q, e) for e in range(n)], q
+    with embedlog.open(path, **cfg) as log:           # and after a restart
+        for q, n in acked.items():
+            if n:
+                assert log.open_ledger(LedgerId.parse(q)).read_batch(0, n - 1)[-1] == big_payload(q, n - 1)
+
+
+def test_a_served_bookie_reregisters_read_only_when_its_disk_fills(small_fs, tmp_path):
+    """`embedlog bookie serve` on a small filesystem: filling it moves the bookie's
+    registration to read-only; freeing it moves it back."""
+    import sys
+    from embedlog.meta import open_metadata_store
+    here = os.path.dirname(os.path.abspath(__file__))
+    meta_uri = "sqlite://" + str(tmp_path / "meta.db")
+    ready = tmp_path / "ready"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(here), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "embedlog.cli", "bookie", "serve", "--dir", str(small_fs / "b"),
+         "--listen", "127.0.0.1:0", "--metadata", meta_uri, "--ready-file", str(ready),
+         "--set", "disk_check_interval_ms=50", "--set", "journal_pre_alloc_size_mb=1",
+         "--set", "journal_max_size_mb=1", "--set", "disk_usage_lwm_threshold=0.9"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    store = open_metadata_store(meta_uri)
+
+    def wait_for(pred, what):
+        deadline = time.monotonic() + 20
+        while not pred():
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, what
+            time.sleep(0.05)
+
+    try:
+        wait_for(ready.exists, "the bookie never became ready")
+        bookie_id = ready.read_text().split()[0]
+        rc = store.registration_client
+
+        def registered(read_only):
+            regs = rc.get_readonly_bookies() if read_only else rc.get_writable_bookies()
+            return bookie_id in [r.bookie_id for r in regs]
+        wait_for(lambda: registered(False), "not registered writable")
+        st = os.statvfs(small_fs)
+        ballast = small_fs / "ballast"
+        fill = st.f_bavail * st.f_frsize - int(0.02 * st.f_blocks * st.f_frsize)
+        with open(ballast, "wb") as f:                # 98% used
+            f.write(bytes(fill))
+        wait_for(lambda: registered(True) and not registered(False), "never re-registered read-only")
+        os.unlink(ballast)
+        wait_for(lambda: registered(False) and not registered(True), "never writable again")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        store.close()

@@ -1,0 +1,243 @@
+"""Soak: write and delete ledgers for a while with garbage collection and compaction running;
+print disk usage, live data and throughput over time.
+
+    python tools/gc_soak.py --duration-s 720 [--dir D] [--alternate-s 60]
+
+Writers append ``--entry-bytes`` entries in batches (append_many) to ledgers of
+``--ledger-entries`` entries, then close them; a deleter keeps about ``--retain-mb`` of
+live data by deleting closed ledgers at random (random deletes leave entry logs partly
+live, which is what compaction is for). GC runs every ``--gc-wait-ms`` with minor and
+major compaction on short intervals.
+
+With ``--alternate-s N`` compaction is switched off and on every N seconds (a window each),
+so write throughput with and without compaction is measured in the same run, on the same
+disk state; the summary compares windows in which compaction rewrote data with windows in
+which it was off (leaving out the first window, the warm-up of an empty bookie). Every ``--report-s`` a line shows: elapsed time, MB written and MB/s in
+the interval, live ledgers and MB, MB the bookie takes on disk (entry logs, index, journal),
+entry logs, whether compaction is on, and MB compacted / given back by GC since the start.
+At the end, every live ledger is read back and checked.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import embedlog  # noqa: E402
+from embedlog import LedgerId  # noqa: E402
+
+
+def entry(q: str, e: int, n: int) -> bytes:
+    seed = hashlib.blake2b(f"{q}/{e}".encode(), digest_size=32).digest()
+    return (seed * (n // 32 + 1))[:n]
+
+
+def disk_bytes(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+class Soak:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.Lock()
+        self.closed: list[tuple[str, int]] = []        # (qualified name, entries)
+        self.live_bytes = 0
+        self.live_ledgers = 0
+        self.written_bytes = 0
+        self.written_entries = 0
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def writer(self, log, seed: int) -> None:
+        a = self.args
+        rnd = random.Random(seed)
+        try:
+            while not self.stop.is_set():
+                w = log.create_ledger()
+                q = w.ledger_id.qualified_name
+                with self.lock:
+                    self.live_ledgers += 1
+                e = 0
+                while e < a.ledger_entries and not self.stop.is_set():
+                    n = min(a.batch, a.ledger_entries - e)
+                    w.append_many([entry(q, e + i, a.entry_bytes) for i in range(n)])
+                    e += n
+                    with self.lock:
+                        self.written_bytes += n * a.entry_bytes
+                        self.written_entries += n
+                        self.live_bytes += n * a.entry_bytes
+                w.close()
+                with self.lock:
+                    self.closed.append((q, e))
+                rnd.random()
+        except BaseException as exc:          # reported at the end
+            self.errors.append(exc)
+            self.stop.set()
+
+    def deleter(self, log, seed: int) -> None:
+        rnd = random.Random(seed)
+        retain = self.args.retain_mb << 20
+        try:
+            while not self.stop.wait(0.05):
+                while True:
+                    with self.lock:
+                        if self.live_bytes <= retain or not self.closed:
+                            break
+                        q, n = self.closed.pop(rnd.randrange(len(self.closed)))
+                        self.live_bytes -= n * self.args.entry_bytes
+                        self.live_ledgers -= 1
+                    log.delete_ledger(LedgerId.parse(q))
+        except BaseException as exc:
+            self.errors.append(exc)
+            self.stop.set()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dir", default=None, help="bookie directory (default: a new temporary one)")
+    p.add_argument("--duration-s", type=float, default=600)
+    p.add_argument("--report-s", type=float, default=30)
+    p.add_argument("--alternate-s", type=float, default=60,
+                   help="switch compaction off/on every N s (0: always on)")
+    p.add_argument("--no-compaction", action="store_true", help="compaction off all the time")
+    p.add_argument("--writers", type=int, default=2)
+    p.add_argument("--entry-bytes", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=64, help="entries per append_many")
+    p.add_argument("--ledger-entries", type=int, default=1024)
+    p.add_argument("--retain-mb", type=int, default=512, help="live data kept (MiB)")
+    p.add_argument("--entry-log-mb", type=int, default=64)
+    p.add_argument("--gc-wait-ms", type=int, default=2000)
+    p.add_argument("--minor-interval-s", type=int, default=10)
+    p.add_argument("--major-interval-s", type=int, default=30)
+    p.add_argument("--compaction-rate-mb", type=float, default=16,
+                   help="compaction_rate_by_bytes in MiB/s (is_throttle_by_bytes)")
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+
+    own = a.dir is None
+    path = a.dir or tempfile.mkdtemp(prefix="embedlog-gc-soak-")
+    config = dict(entry_log_size_limit=a.entry_log_mb << 20, skip_list_size_limit=16 << 20,
+                  journal_max_size_mb=64, journal_max_backups=1, flush_interval_ms=2000,
+                  gc_wait_time_ms=a.gc_wait_ms, minor_compaction_interval_s=a.minor_interval_s,
+                  major_compaction_interval_s=a.major_interval_s, is_throttle_by_bytes=True,
+                  compaction_rate_by_bytes=int(a.compaction_rate_mb * (1 << 20)),
+                  disk_check_interval_ms=1000)
+    print(f"# gc soak: {a.duration_s:.0f} s in {path}; {a.writers} writers, {a.entry_bytes}-byte "
+          f"entries in batches of {a.batch}, ledgers of {a.ledger_entries} entries, "
+          f"~{a.retain_mb} MiB kept live (random deletes), entry logs {a.entry_log_mb} MiB, "
+          f"GC every {a.gc_wait_ms} ms, minor/major compaction every {a.minor_interval_s}/"
+          f"{a.major_interval_s} s at 0.2/0.8, rate {a.compaction_rate_mb} MiB/s, "
+          f"compaction {'off' if a.no_compaction else ('alternating every %g s' % a.alternate_s if a.alternate_s else 'on')}",
+          flush=True)
+    soak = Soak(a)
+    windows = []           # (compaction on?, seconds, bytes written, bytes compacted)
+    try:
+        with embedlog.open(path, **config) as log:
+            gc = log.bookie.gc
+            gc.compaction_enabled = not a.no_compaction
+            threads = [threading.Thread(target=soak.writer, args=(log, a.seed + i), daemon=True)
+                       for i in range(a.writers)]
+            threads.append(threading.Thread(target=soak.deleter, args=(log, a.seed + 1000), daemon=True))
+            for t in threads:
+                t.start()
+            t0 = time.monotonic()
+            header = ("  t_s  MB_written  MB/s  live_ledgers  live_MB  disk_MB  logs  compaction  "
+                      "compacted_MB  gc_freed_MB")
+            print(header, flush=True)
+            last_t, last_w = t0, 0
+            win_start, win_w, win_c = t0, 0, 0
+            next_report = t0 + a.report_s
+            next_switch = t0 + a.alternate_s if a.alternate_s and not a.no_compaction else None
+            while not soak.stop.is_set():
+                now = time.monotonic()
+                if now - t0 >= a.duration_s:
+                    break
+                soak.stop.wait(min(next_report, next_switch or next_report, t0 + a.duration_s) - now)
+                now = time.monotonic()
+                st = gc.stats
+                with soak.lock:
+                    written = soak.written_bytes
+                if next_switch is not None and now >= next_switch:
+                    windows.append((gc.compaction_enabled, now - win_start, written - win_w,
+                                    st["compacted_bytes"] - win_c))
+                    gc.compaction_enabled = not gc.compaction_enabled
+                    win_start, win_w, win_c = now, written, st["compacted_bytes"]
+                    next_switch += a.alternate_s
+                if now >= next_report:
+                    with soak.lock:
+                        live_mb = soak.live_bytes / 2**20
+                        live_n = soak.live_ledgers
+                    logs = len(log.bookie.storage.entry_logger.log_ids())
+                    freed = st["reclaimed_bytes"] + st["entry_log_bytes_deleted"]
+                    print(f"{now - t0:5.0f}  {written / 2**20:10.0f}  "
+                          f"{(written - last_w) / 2**20 / (now - last_t):4.1f}  {live_n:12d}  "
+                          f"{live_mn(live_mb):>7}  {disk_bytes(path) / 2**20:7.0f}  {logs:4d}  "
+                          f"{'on' if gc.compaction_enabled else 'off':>10}  "
+                          f"{st['compacted_bytes'] / 2**20:12.0f}  {freed / 2**20:11.0f}", flush=True)
+                    last_t, last_w = now, written
+                    next_report += a.report_s
+            soak.stop.set()
+            for t in threads:
+                t.join(timeout=60)
+            if soak.errors:
+                raise soak.errors[0]
+            with soak.lock:
+                windows.append((gc.compaction_enabled, time.monotonic() - win_start,
+                                soak.written_bytes - win_w, gc.stats["compacted_bytes"] - win_c))
+            elapsed = time.monotonic() - t0
+            st = dict(gc.stats)
+            # every live ledger reads back whole
+            checked = 0
+            for q, n in soak.closed:
+                r = log.open_ledger(LedgerId.parse(q))
+                for first in range(0, n, 4096):
+                    last = min(n, first + 4096) - 1
+                    got = r.read_batch(first, last)
+                    if got != [entry(q, e, a.entry_bytes) for e in range(first, last + 1)]:
+                        raise SystemExit(f"ledger {q} entries {first}..{last} read back wrong")
+                checked += n
+        print(f"# {elapsed:.0f} s, {soak.written_bytes / 2**20:.0f} MiB written "
+              f"({soak.written_bytes / 2**20 / elapsed:.1f} MiB/s, {soak.written_entries / elapsed:,.0f} "
+              f"entries/s); GC: {st['ledgers_deleted']} ledgers deleted by GC, "
+              f"{st['entry_logs_deleted']} entry logs deleted whole "
+              f"({st['entry_log_bytes_deleted'] / 2**20:.0f} MiB), {st['compactions']} compactions of "
+              f"{st['compacted_logs']} logs ({st['compacted_bytes'] / 2**20:.0f} MiB rewritten, "
+              f"{st['reclaimed_bytes'] / 2**20:.0f} MiB given back); {checked:,} live entries read "
+              f"back and checked", flush=True)
+        steady = windows[1:]           # the first window is the warm-up (empty bookie)
+        on = [w for w in steady if w[0] and w[3] > 0]
+        off = [w for w in steady if not w[0]]
+        if on and off:
+            rate_on = sum(w[2] for w in on) / sum(w[1] for w in on) / 2**20
+            rate_off = sum(w[2] for w in off) / sum(w[1] for w in off) / 2**20
+            print(f"# write throughput: {rate_on:.1f} MiB/s in {len(on)} windows with compaction "
+                  f"rewriting ({sum(w[3] for w in on) / 2**20:.0f} MiB), {rate_off:.1f} MiB/s in "
+                  f"{len(off)} windows with compaction off: {100 * (rate_on / rate_off - 1):+.1f}%",
+                  flush=True)
+        return 0
+    finally:
+        if own:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def live_mn(mb: float) -> str:
+    return f"{mb:.0f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
