@@ -146,6 +146,12 @@ class ClientContext:
             await asyncio.gather(*(w.flush_lac() for w in list(self.writers)), return_exceptions=True)
             for c in self._conns.values():
                 c.close()
+            # what is still in flight (an abandoned writer's sends) ends here, quietly
+            me = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not me]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
         try:
             self.run(shutdown(), timeout=5)
         finally:

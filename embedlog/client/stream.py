@@ -252,11 +252,13 @@ class Stream:
         items = list(items)
         if not items:
             raise IllegalOpError("append_many needs at least one entry")
-        last = None
         step = self._ctx.config.max_entries_per_frame
-        for i in range(0, len(items), step):
-            for f in self.append_many_async(items[i:i + step]):
-                last = self._result(f)
+        futures = []
+        for i in range(0, len(items), step):       # every frame goes out before we wait
+            futures.extend(self.append_many_async(items[i:i + step]))
+        last = None
+        for f in futures:
+            last = self._result(f)
         self._maybe_roll()
         return last
 
@@ -418,16 +420,12 @@ class Stream:
         return max(results)
 
     async def _read_range(self, first: int, last: int) -> list:
+        from embedlog._native.format import mac_key
+        from embedlog.client.read import read_range
         md = self._md
-        out = [None] * (last - first + 1)
-        sem = asyncio.Semaphore(256)
-
-        async def one(e):
-            async with sem:
-                out[e - first] = await _read_entry(self._ctx, md, self._password, e)
-
-        await asyncio.gather(*(one(e) for e in range(first, last + 1)))
-        return out
+        mk = mac_key(self._password) if md.digest_type == DigestType.MAC else None
+        return await read_range(self._ctx, md, mk, first, last,
+                                lambda e: _read_entry(self._ctx, md, self._password, e))
 
     def close(self) -> None:
         """Stop writing (pending appends finish); the stream itself never closes."""

@@ -189,14 +189,18 @@ class BookieServer:
     def _read_now(self, req, writer) -> None:
         first, count, _prev, _t = P.READ_REQ.unpack(req.body)
         lid = _lid(req)
-        out = []
+        out, size = [], 0
         for eid in range(first, first + count):
             try:
-                out.append((eid, self.bookie.read_entry(lid, eid)))
+                data = self.bookie.read_entry(lid, eid)
             except NoSuchEntryError:
                 if not out:
                     raise
                 break
+            size += len(data) + 12
+            if out and size > self.max_frame_bytes // 2:
+                break               # the reader asks again for the rest: frames stay bounded
+            out.append((eid, data))
         lac, _last = self.bookie.last_add_confirmed(lid)
         self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, req.scope,
                                        req.ledger, P.read_response_body(lac, out)))
