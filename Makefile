@@ -3,7 +3,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS := test,bench,zk,etcd
+EXTRAS := test,bench,zk,etcd,spark
 
 .PHONY: run test build venv servers bench soak clean
 
@@ -26,6 +26,10 @@ servers:
 	@if ! dpkg -s zookeeper etcd-server etcd-client chromium >/dev/null 2>&1; then \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
 	    zookeeper etcd-server etcd-client chromium; fi
+	@# Java 17 for the Spark tests (tests/spark), only when no java is on the PATH
+	@if ! command -v java >/dev/null 2>&1; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
+	    openjdk-17-jre-headless; fi
 
 test: servers build
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

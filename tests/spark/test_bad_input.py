@@ -1,0 +1,88 @@
+"""Bad input fails while Spark plans, with embedlog's message, before any task runs."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from pyspark.sql import functions as F
+
+
+def load(spark, uri, **opts):
+    r = spark.read.format("embedlog")
+    if uri is not None:
+        r = r.option("metadataServiceUri", uri)
+    for k, v in opts.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+
+@pytest.mark.parametrize("opts, message", [
+    (dict(ledgers="424242"), "no ledger 00000000000000000000000000067932"),
+    (dict(ledgers="not-a-ledger"), "is not a ledger id"),
+    (dict(streams="no-such-stream"), "no stream named 'no-such-stream'"),
+    (dict(ledgers="1", streams="x"), "exactly one of the options"),
+    (dict(streams="x", colour="blue"), "unknown option 'colour'"),
+    (dict(streams="x", entriesPerPartition="many"), "entriesPerPartition must be an integer"),
+    (dict(streams="x", entriesPerPartition="0"), "entriesPerPartition must be in 1.."),
+    (dict(streams="x", startingOffsets="{bad json"), "option startingOffsets is"),
+])
+def test_bad_read_options(spark, uri, opts, message):
+    with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load(spark, uri, **opts).collect()
+
+
+def test_missing_uri(spark):
+    with pytest.raises(Exception, match="metadataServiceUri is required"):
+        load(spark, None, streams="x").collect()
+
+
+def test_bad_write_options(spark, uri, tmp_path):
+    df = spark.range(3).select(F.col("id").cast("string").alias("payload"))
+    with pytest.raises(Exception, match="option stream .*is required"):
+        df.write.format("embedlog").option("metadataServiceUri", uri).mode("append").save()
+    with pytest.raises(Exception, match="needs a binary or string column named 'payload'"):
+        (spark.range(3).write.format("embedlog").option("metadataServiceUri", uri)
+         .option("stream", "x").mode("append").save())
+    # a streaming sink is created when the query starts: it fails before its first batch
+    q = (spark.readStream.format("rate").load().select(F.col("value").cast("string").alias("payload"))
+         .writeStream.format("embedlog").option("metadataServiceUri", uri).option("stream", "x")
+         .option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        with pytest.raises(Exception, match="needs option sinkId"):
+            q.awaitTermination(60)
+        assert q.lastProgress is None                 # no batch ran
+    finally:
+        q.stop()
+
+
+def test_malformed_checkpoint_offset(spark, uri, client, name, tmp_path):
+    s = client.open_stream(name)
+    s.append_many([b"1", b"2", b"3"])
+    s.close()
+    ckpt = str(tmp_path / "ckpt")
+
+    def run():
+        q = (spark.readStream.format("embedlog").option("metadataServiceUri", uri)
+             .option("streams", name).load().writeStream.format("noop")
+             .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        try:
+            q.awaitTermination(60)
+        except Exception:
+            pass                       # q.exception() has it
+        return q
+
+    assert run().exception() is None
+    offsets = os.path.join(ckpt, "offsets")
+    last = max(int(f) for f in os.listdir(offsets) if f.isdigit())
+    path = os.path.join(offsets, str(last))
+    lines = open(path).read().splitlines()
+    lines[-1] = json.dumps({name: "three"})          # a position that is not a number
+    open(path, "w").write("\n".join(lines))
+    crc = os.path.join(offsets, f".{last}.crc")
+    if os.path.exists(crc):
+        os.unlink(crc)
+    q = run()
+    assert q.exception() is not None
+    assert "malformed" in str(q.exception()) and "next position" in str(q.exception())

@@ -1,0 +1,128 @@
+"""Batch read and write through Spark against a real LocalCluster."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pyspark.sql import functions as F
+
+from embedlog.spark.commit import TASK_SCOPE_ID
+
+
+def read(spark, uri, **opts):
+    r = spark.read.format("embedlog").option("metadataServiceUri", uri)
+    for k, v in opts.items():
+        r = r.option(k, str(v))
+    return r.load()
+
+
+def write(df, uri, stream, **opts):
+    w = df.write.format("embedlog").option("metadataServiceUri", uri).option("stream", stream)
+    for k, v in opts.items():
+        w = w.option(k, str(v))
+    w.mode("append").save()
+
+
+def test_million_rows_round_trip(spark, uri, client, name):
+    # two copies (E = Qw = Qa = 2) of every entry keep this inside the suite's time budget
+    client.open_stream(name, ensemble_size=2, write_quorum=2, ack_quorum=2).close()
+    n = 1_000_000
+    df = spark.range(0, n, 1, 4).select(F.col("id").cast("string").alias("payload"))
+    write(df, uri, name, ensembleSize=2, writeQuorum=2, ackQuorum=2)
+    assert client.list_ledgers(TASK_SCOPE_ID) == []           # task ledgers gone after the commit
+    back = read(spark, uri, streams=name, entriesPerPartition=200_000)
+    assert back.rdd.getNumPartitions() >= 5
+    got = back.select(F.col("payload").cast("string").cast("long").alias("v"), "position")
+    row = got.agg(F.count("*").alias("n"), F.countDistinct("v").alias("d"),
+                  F.sum("v").alias("s"), F.min("v").alias("lo"), F.max("v").alias("hi"),
+                  # task order: each value sits at (its value + a constant) position, the
+                  # constant being the no-op the commit's take-over left before the batch
+                  F.countDistinct(F.col("position") - F.col("v")).alias("shifts")).first()
+    assert (row.n, row.d, row.s, row.lo, row.hi, row.shifts) == (n, n, n * (n - 1) // 2, 0, n - 1, 1)
+
+
+def test_ledgers_by_id_name_and_scope(spark, uri, client):
+    handles = [client.create_ledger(3, 3, 2, scope_id=77) for _ in range(2)]
+    for k, h in enumerate(handles):
+        h.append_many([b"%d-%d" % (k, i) for i in range(250)])
+        h.close()
+    qnames = ",".join(h.ledger_id.qualified_name for h in handles)
+    by_name = read(spark, uri, ledgers=qnames, entriesPerPartition=100)
+    assert by_name.rdd.getNumPartitions() == 6
+    rows = by_name.orderBy("ledger_id", "entry_id").collect()
+    assert [bytes(r.payload) for r in rows] == [b"%d-%d" % (k, i) for k in range(2) for i in range(250)]
+    assert {r.scope_id for r in rows} == {77} and rows[0].stream is None and rows[0].position is None
+    assert rows[0].qualified_name == handles[0].ledger_id.qualified_name
+    assert read(spark, uri, scope=77).count() == 500
+    # start inclusive, end exclusive, per ledger
+    q0 = handles[0].ledger_id.qualified_name
+    part = read(spark, uri, ledgers=q0, startingOffsets=f'{{"{q0}": 10}}',
+                endingOffsets=f'{{"{q0}": 20}}').collect()
+    assert [r.entry_id for r in part] == list(range(10, 20))
+
+
+def test_unsigned_halves_are_twos_complement(spark, uri, client):
+    from embedlog import LedgerId
+    lid = LedgerId((1 << 64) - 2, (1 << 63) + 5)
+    h = client.create_ledger(3, 3, 2, ledger_id=lid, scope_id=lid.scope_id)
+    h.append(b"x")
+    h.close()
+    r = read(spark, uri, ledgers=lid.qualified_name).first()
+    assert (r.scope_id, r.ledger_id) == (-2, (1 << 63) + 5 - (1 << 64))
+    assert LedgerId.parse(r.qualified_name) == lid
+    assert ((r.scope_id & (2**64 - 1)), (r.ledger_id & (2**64 - 1))) == (lid.scope_id, lid.ledger_id)
+
+
+def test_task_order_and_killed_job_leaves_nothing(spark, uri, client, name):
+    df = spark.range(0, 300, 1, 3).select(F.format_string("r%d", "id").alias("payload"))
+    write(df, uri, name)
+    rows = read(spark, uri, streams=name).orderBy("position").collect()
+    assert [bytes(r.payload) for r in rows] == [b"r%d" % i for i in range(300)]
+
+    @F.udf("string")
+    def explode_at_250(i):
+        if i == 250:
+            raise RuntimeError("task killed in the middle")
+        return "k%d" % i
+
+    bad = spark.range(0, 300, 1, 3).select(explode_at_250("id").alias("payload"))
+    with pytest.raises(Exception, match="task killed in the middle"):
+        write(bad, uri, name)
+    assert read(spark, uri, streams=name).count() == 300          # nothing of the failed job
+    assert client.list_ledgers(TASK_SCOPE_ID) == []                # and nothing left behind
+
+
+def test_read_while_a_writer_appends(spark, uri, client):
+    h = client.create_ledger(3, 3, 2)
+    h.append_many([b"e%d" % i for i in range(100)])
+    stop = threading.Event()
+
+    def keep_appending():
+        i = 100
+        while not stop.is_set() and i < 5000:
+            h.append(b"e%d" % i)
+            i += 1
+
+    t = threading.Thread(target=keep_appending)
+    t.start()
+    try:
+        before = client.open_ledger(h.ledger_id, recovery=False).last_add_confirmed
+        rows = read(spark, uri, ledgers=str(h.ledger_id.ledger_id)).orderBy("entry_id").collect()
+        after = client.open_ledger(h.ledger_id, recovery=False).last_add_confirmed
+    finally:
+        stop.set()
+        t.join(30)
+    assert before + 1 <= len(rows) <= after + 1
+    assert [bytes(r.payload) for r in rows] == [b"e%d" % i for i in range(len(rows))]
+    assert len(rows) <= h.last_add_confirmed + 1          # never past what the writer had confirmed
+    h.close()
+
+
+def test_stream_pattern_skips_commit_logs(spark, uri, client, name):
+    write(spark.range(0, 10, 1, 2).select(F.col("id").cast("string").alias("payload")), uri, name + "-a")
+    s = client.open_stream(name + "-b")
+    s.append_many([b"b%d" % i for i in range(5)])
+    s.close()
+    assert any(n.startswith("__spark_commits__/") for n in client.list_streams(f"*{name}-*"))
+    rows = read(spark, uri, streamPattern=f"*{name}-*").groupBy("stream").count().collect()
+    assert {r.stream: r["count"] for r in rows} == {name + "-a": 10, name + "-b": 5}
