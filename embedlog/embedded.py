@@ -119,7 +119,10 @@ class EmbeddedLog:
         lid = LedgerId.coerce(ledger_id)
         self.metadata.ledger_manager.remove_ledger_metadata(lid)
         if self.bookie.has_ledger(lid):
-            self.bookie.delete_ledger(lid)
+            try:
+                self.bookie.delete_ledger(lid)
+            except NoSuchLedgerError:
+                pass                # garbage collection found it gone first
 
     def list_ledgers(self, scope_id: int = 0) -> list:
         self._check_open()

@@ -419,10 +419,15 @@ class Compactor:
                 fsync_dir(current)
         for log_id in el.log_ids():
             path = el.path_of(log_id)
+            m = nel.MappedLog.open_existing(path, log_id)
+            try:
+                sealed = m.sealed
+            finally:
+                m.close()
+            if sealed:
+                continue
             m = nel.MappedLog.open_writable(path, log_id)
             try:
-                if m.sealed:
-                    continue
                 m.seal(m.scanned_ledgers())
                 report["sealed"].append(log_id)
             finally:
