@@ -21,6 +21,7 @@ class ClientConfig:
     connect_timeout_s: float = 2.0
     max_pending_adds: int = 20_000        # back-pressure on append_async
     max_entries_per_frame: int = 1000
+    max_frame_payload_bytes: int = 4 * 1024 * 1024   # under the bookie's 5 MiB frame limit
     ensemble_change_retries: int = 16
     quarantine_s: float = 30.0            # a bookie that failed is avoided this long in placement
     explicit_lac_interval_ms: float = 100.0   # after this quiet time the writer sends its LAC

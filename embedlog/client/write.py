@@ -64,6 +64,9 @@ class WriteHandle:
         self._idle.set()
         self._lac_sent = -1                # the last LAC sent with WRITE_LAC
         self._lac_timer = None
+        self._inbox: collections.deque = collections.deque()
+        self._inbox_lock = threading.Lock()
+        self._inbox_scheduled = False
         ctx.writers.add(self)
 
     # -- caller threads --------------------------------------------------------------------
@@ -98,8 +101,22 @@ class WriteHandle:
         for _ in items:
             self._slots.acquire()          # back-pressure: bounded adds in flight
             futures.append(concurrent.futures.Future())
-        self._ctx.loop.call_soon_threadsafe(self._submit, [bytes(i) for i in items], futures)
+        # adds queue up here and the loop takes them all at once, so a burst of
+        # append_async calls travels as a few frames, not one frame (and task) per add
+        with self._inbox_lock:
+            self._inbox.extend(zip([bytes(i) for i in items], futures))
+            wake = not self._inbox_scheduled
+            self._inbox_scheduled = True
+        if wake:
+            self._ctx.loop.call_soon_threadsafe(self._take_inbox)
         return futures
+
+    def _take_inbox(self) -> None:
+        with self._inbox_lock:
+            batch = list(self._inbox)
+            self._inbox.clear()
+            self._inbox_scheduled = False
+        self._submit([d for d, _f in batch], [f for _d, f in batch])
 
     def append(self, data) -> int:
         return self.append_async(data).result()
@@ -208,8 +225,15 @@ class WriteHandle:
             for b in self._write_set(op.entry_id):
                 if (only is None or b in only) and b not in op.acked:
                     per_bookie.setdefault(b, []).append(op)
+        limit = self._ctx.config.max_frame_payload_bytes
         for b, bops in per_bookie.items():
-            self._ctx.loop.create_task(self._send(b, bops))
+            start, size = 0, 0
+            for i, op in enumerate(bops):          # frames stay under the bookie's limit
+                size += len(op.data) + 4
+                if size > limit and i > start:
+                    self._ctx.loop.create_task(self._send(b, bops[start:i]))
+                    start, size = i, len(op.data) + 4
+            self._ctx.loop.create_task(self._send(b, bops[start:]))
 
     async def _send(self, bookie: str, ops: list) -> None:
         flags = P.FLAG_RECOVERY_ADD if self._recovery else 0
