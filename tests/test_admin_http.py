@@ -249,7 +249,7 @@ def test_metrics_move_with_traffic(admin, client):
     assert total(after, "embedlog_bookie_read_entries_total") - total(before, "embedlog_bookie_read_entries_total") >= 200
     lat = "embedlog_bookie_request_latency_seconds_count"
     assert total(after, lat, op="add") - total(before, lat, op="add") >= 3 * 20
-    assert total(after, lat, op="read") - total(before, lat, op="read") >= 200
+    assert total(after, lat, op="read") - total(before, lat, op="read") >= 1    # ranged reads: 1 request can carry 200
     assert total(after, "embedlog_bookie_requests_total", op="add", status="0") > \
         total(before, "embedlog_bookie_requests_total", op="add", status="0")
     fsyncs = "embedlog_journal_fsync_latency_seconds_count"
