@@ -19,6 +19,7 @@ from embedlog.config import BookieConfig
 from embedlog.errors import (BadVersionError, ClientClosedError, IllegalOpError,
                              LedgerClosedError, LedgerFencedError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)
+from embedlog.client.client import _password
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 
@@ -194,13 +195,6 @@ class EmbeddedLog:
     def __exit__(self, *exc):
         self.close()
 
-
-def _password(password) -> bytes:
-    if isinstance(password, str):
-        return password.encode()
-    if not isinstance(password, (bytes, bytearray, memoryview)):
-        raise IllegalOpError("a ledger password is bytes")
-    return bytes(password)
 
 
 class WriteHandle:
