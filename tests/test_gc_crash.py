@@ -79,3 +79,20 @@ def test_sigkill_in_gc_and_compaction_loses_and_leaks_nothing(tmp_path, point):
             lid = LedgerId.parse(q)
             r = check_ledger(layout, (lid.scope_id, lid.ledger_id), {})
             assert r["errors"] == [] and r["good"] == live[q], r
+
+
+def test_an_entry_log_killed_before_its_header_is_discarded(tmp_path):
+    """A crash between creating an entry log file and writing its header leaves zeros;
+    start-up drops that file instead of refusing to start (seen in the SIGKILL test)."""
+    import embedlog
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger()
+        w.append_many([b"x" * 100] * 100)
+        w.close()
+        lid = w.ledger_id
+    empty = tmp_path / "current" / "ff0.log"
+    with open(empty, "wb") as f:
+        f.truncate(1 << 20)                     # what ftruncate left before the header
+    with embedlog.open(tmp_path) as log:
+        assert log.open_ledger(lid).read_batch(0, 99)[99] == b"x" * 100
+    assert not empty.exists()

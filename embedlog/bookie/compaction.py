@@ -419,6 +419,16 @@ class Compactor:
                 fsync_dir(current)
         for log_id in el.log_ids():
             path = el.path_of(log_id)
+            with open(path, "rb") as f:
+                head = f.read(nel.HEADER_SIZE)
+            if not head.strip(b"\0"):
+                # created, then killed before its header reached the page cache: appends
+                # only follow a written header, so it never held an entry
+                _unlink(path)
+                el.forget(log_id)
+                report["discarded"].append(os.path.basename(path))
+                fsync_dir(os.path.dirname(path))
+                continue
             m = nel.MappedLog.open_existing(path, log_id)
             try:
                 sealed = m.sealed
