@@ -65,8 +65,17 @@ def bookie():
 @click.option("--lost-bookie-grace", type=float, default=10.0, show_default=True,
               help="Seconds a bookie may be unregistered before its ledgers are re-replicated.")
 @click.option("--ready-file", default=None, hidden=True)
+@click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None,
+              help="Serve TLS with this certificate (PEM; may hold the key too).")
+@click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None,
+              help="The certificate's private key (PEM), if not in --tls-cert-file.")
+@click.option("--tls-ca-file", type=click.Path(dir_okay=False), default=None,
+              help="Require client certificates signed by this CA (needs --tls-cert-file).")
+@click.option("--auth-token-file", type=click.Path(dir_okay=False), default=None,
+              help="Require every connection to begin with AUTH carrying this file's token.")
 def bookie_serve(directory, conf_path, settings, listen, advertised_address, metadata_uri, http_port,
-                 autorecovery, read_only, autorecovery_interval, lost_bookie_grace, ready_file):
+                 autorecovery, read_only, autorecovery_interval, lost_bookie_grace, ready_file,
+                 tls_cert_file, tls_key_file, tls_ca_file, auth_token_file):
     """Serve one bookie over the wire protocol until SIGTERM or Ctrl-C (exit 0).
 
     Configuration: defaults < --conf TOML file < EMBEDLOG_* environment < options
@@ -82,7 +91,8 @@ def bookie_serve(directory, conf_path, settings, listen, advertised_address, met
               if v["auto_recovery_daemon_enabled"] else None)
         serve(directory, f"{v['listening_interface']}:{v['bookie_port']}",
               v["advertised_address"] or None, v["metadata_service_uri"] or None, read_only,
-              v, ready_file, ar)
+              v, ready_file, ar, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+              tls_ca_file=tls_ca_file, auth_token_file=auth_token_file)
     except EmbedlogError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -25,10 +25,24 @@ class ClientConfig:
     ensemble_change_retries: int = 16
     quarantine_s: float = 30.0            # a bookie that failed is avoided this long in placement
     explicit_lac_interval_ms: float = 100.0   # after this quiet time the writer sends its LAC
+    # security (docs/SECURITY.md), all off by default: TLS when tls_ca_file is set (the bookies'
+    # certificates are verified against it), a client certificate for bookies that require one,
+    # and a shared token sent as AUTH first on every connection
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_check_hostname: bool = True       # turn off only for certificates without the bookie's address
+    auth_token_file: str | None = None
 
 
 class ClientContext:
     def __init__(self, metadata, config: ClientConfig):
+        # TLS and token first: a bad file fails here, before the loop thread starts
+        from embedlog.net import security
+        self._ssl = (security.client_context(config.tls_ca_file, config.tls_cert_file,
+                                             config.tls_key_file, config.tls_check_hostname)
+                     if config.tls_ca_file or config.tls_cert_file else None)
+        self._token = security.read_token(config.auth_token_file) if config.auth_token_file else None
         self.metadata = metadata
         self.config = config
         self.loop = asyncio.new_event_loop()
@@ -98,7 +112,8 @@ class ClientContext:
         addr = await self.address_of_async(bookie_id)
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
-            conn = BookieConnection(addr, connect_timeout_s=self.config.connect_timeout_s)
+            conn = BookieConnection(addr, connect_timeout_s=self.config.connect_timeout_s,
+                                    ssl_context=self._ssl, auth_token=self._token)
             self._conns[addr] = conn
         return conn
 

@@ -4,6 +4,9 @@ Each bookie is a fresh interpreter (`python -m embedlog.cli bookie serve`), neve
 fork, with its own directory under ``base_dir``. With ``proxies=True`` (the default)
 each bookie advertises the address of a FaultProxy in this process, so a test can
 delay, drop or cut one bookie's traffic; the proxy keeps its port across restarts.
+With ``tls=True`` the cluster makes a throwaway CA and certificates (trustme) under
+``base_dir/tls``; with ``tls_client_auth=True`` bookies also require client certificates;
+with ``auth_token`` bookies require that token. ``client()`` gets the matching options.
 """
 from __future__ import annotations
 
@@ -45,7 +48,8 @@ class LocalCluster:
 
     def __init__(self, bookies: int = 3, metadata: str = "sqlite", base_dir: str | None = None, *,
                  proxies: bool = True, bookie_config: dict | None = None, start: bool = True,
-                 autorecovery: bool = True, lost_bookie_grace_s: float = 3.0):
+                 autorecovery: bool = True, lost_bookie_grace_s: float = 3.0,
+                 tls: bool = False, tls_client_auth: bool = False, auth_token: str | bytes | None = None):
         if metadata not in ("sqlite", "zk", "etcd"):
             raise IllegalOpError(f"metadata is 'sqlite', 'zk' or 'etcd', got {metadata!r}")
         self._own_dir = base_dir is None
@@ -59,6 +63,9 @@ class LocalCluster:
         self._bookies: list[_Bookie] = []
         self._server = None
         self._clients: list = []
+        self.serve_options: list[str] = []      # security options for every bookie
+        self.client_config: dict = {}           # and the matching ClientConfig options
+        self._make_security(tls, tls_client_auth, auth_token)
         self.metadata_uri = self._start_metadata()
         if start:
             try:
@@ -67,6 +74,37 @@ class LocalCluster:
             except BaseException:
                 self.close()
                 raise
+
+    def _make_security(self, tls: bool, client_auth: bool, token) -> None:
+        if client_auth and not tls:
+            raise IllegalOpError("tls_client_auth=True needs tls=True")
+        if tls:
+            import trustme
+            d = os.path.join(self.base_dir, "tls")
+            os.makedirs(d, exist_ok=True)
+            ca = trustme.CA()
+            paths = {n: os.path.join(d, n) for n in ("ca.pem", "bookie.pem", "client.pem")}
+            ca.cert_pem.write_to_path(paths["ca.pem"])
+            # the bookies listen (and proxies advertise) on 127.0.0.1: an IP address SAN, so
+            # the client's hostname check stays on
+            ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+                paths["bookie.pem"])
+            ca.issue_cert("embedlog-client.invalid").private_key_and_cert_chain_pem.write_to_path(
+                paths["client.pem"])
+            self.tls_files = paths
+            self.serve_options += ["--tls-cert-file", paths["bookie.pem"]]
+            self.client_config["tls_ca_file"] = paths["ca.pem"]
+            if client_auth:
+                self.serve_options += ["--tls-ca-file", paths["ca.pem"]]
+                self.client_config["tls_cert_file"] = paths["client.pem"]
+        if token is not None:
+            path = os.path.join(self.base_dir, "auth-token")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(token.encode() if isinstance(token, str) else bytes(token))
+            self.auth_token_file = path
+            self.serve_options += ["--auth-token-file", path]
+            self.client_config["auth_token_file"] = path
 
     # -- metadata ---------------------------------------------------------------------
 
@@ -116,6 +154,7 @@ class LocalCluster:
             cmd += ["--autorecovery", "--lost-bookie-grace", str(self.lost_bookie_grace_s)]
         for k, v in self.bookie_config.items():
             cmd += ["--set", f"{k}={v}"]
+        cmd += self.serve_options
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
@@ -220,7 +259,7 @@ class LocalCluster:
 
     def client(self, **config):
         from embedlog.client import Client
-        c = Client(self.metadata_uri, **config)
+        c = Client(self.metadata_uri, **{**self.client_config, **config})
         self._clients.append(c)
         return c
 

@@ -21,6 +21,8 @@ Grammar (big-endian)::
                   response json[...]
     TRIM(6)       request  first_kept_entry:i64             # stream retention
                   response (nothing)
+    AUTH(7)       request  token[...]                       # first frame when the bookie wants a token
+                  response (nothing): EOK, or EUA and the connection is closed
 
 Flags: FENCE (0x1) on READ and READ_LAC fences the ledger first (BookKeeper fences with
 a read, and since #2616 recovery reads fence too); RECOVERY_ADD (0x2) lets an add
@@ -39,9 +41,9 @@ import struct
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 VERSION = 1
-ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO, TRIM = 1, 2, 3, 4, 5, 6
+ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO, TRIM, AUTH = 1, 2, 3, 4, 5, 6, 7
 OPS = {ADD: "add", READ: "read", READ_LAC: "read_lac", WRITE_LAC: "write_lac",
-       BOOKIE_INFO: "bookie_info", TRIM: "trim"}
+       BOOKIE_INFO: "bookie_info", TRIM: "trim", AUTH: "auth"}
 FLAG_FENCE, FLAG_RECOVERY_ADD, FLAG_HIGH_PRIORITY, FLAG_TRUNCATE, FLAG_LONG_POLL = 0x1, 0x2, 0x4, 0x8, 0x10
 FLAG_RECOVERY_READ = 0x20
 RESPONSE_BIT = 0x80
@@ -128,6 +130,10 @@ def trim_request(request_id, scope, ledger, master_key, first_kept, term=0) -> b
 
 def bookie_info_request(request_id) -> bytes:
     return _frame([REQ_HEAD.pack(VERSION, BOOKIE_INFO, 0, request_id, 0, 0, NO_KEY, 0)])
+
+
+def auth_request(request_id, token: bytes) -> bytes:
+    return _frame([REQ_HEAD.pack(VERSION, AUTH, 0, request_id, 0, 0, NO_KEY, 0), bytes(token)])
 
 
 def parse_request(message) -> Request:

@@ -21,10 +21,31 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: str | None = None,
           metadata_uri: str | None = None, read_only: bool = False, config: dict | None = None,
-          ready_file: str | None = None, autorecovery: dict | None = None) -> None:
-    """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly."""
+          ready_file: str | None = None, autorecovery: dict | None = None, *,
+          tls_cert_file: str | None = None, tls_key_file: str | None = None,
+          tls_ca_file: str | None = None, auth_token_file: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly.
+
+    TLS with ``tls_cert_file`` (and ``tls_key_file``); with ``tls_ca_file`` too, clients must
+    present a certificate signed by that CA. With ``auth_token_file`` every connection must
+    begin with AUTH carrying that file's token (docs/SECURITY.md)."""
+    from embedlog.net import security
     directory = os.path.abspath(directory)
     host, port = parse_listen(listen)
+    security_opts = {}
+    if tls_ca_file and not tls_cert_file:
+        from embedlog.errors import ConfigError
+        raise ConfigError("--tls-ca-file (client certificates) needs --tls-cert-file")
+    if tls_cert_file:
+        security_opts["ssl_context"] = security.server_context(tls_cert_file, tls_key_file, tls_ca_file)
+    if auth_token_file:
+        security_opts["auth_token"] = security.read_token(auth_token_file)
+    if autorecovery is not None and (tls_cert_file or auth_token_file):
+        # the auditor talks to the other bookies as a client: with this bookie's certificate,
+        # trusting the same CA, with the same token
+        autorecovery = dict(autorecovery, client_config=dict(
+            tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+            auth_token_file=auth_token_file))
     # the store first: the bookie's cookie names it, and its GC lists ledgers in it
     meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
     try:
@@ -34,15 +55,16 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
         raise
     try:
         asyncio.run(_run(bookie, meta, host, port, advertised_address, read_only, ready_file,
-                         autorecovery))
+                         autorecovery, security_opts))
     finally:
         bookie.close()
         meta.close()
 
 
-async def _run(bookie, meta, host, port, advertised, read_only, ready_file, autorecovery) -> None:
+async def _run(bookie, meta, host, port, advertised, read_only, ready_file, autorecovery,
+               security_opts=None) -> None:
     from embedlog.admin.metrics import MeteredBookieServer
-    server = MeteredBookieServer(bookie, host, port)
+    server = MeteredBookieServer(bookie, host, port, **(security_opts or {}))
     await server.start()
     address = advertised or server.address
     admin = None
@@ -103,7 +125,9 @@ async def _run(bookie, meta, host, port, advertised, read_only, ready_file, auto
     if autorecovery is not None:
         from embedlog.client.autorecovery import AutoRecovery
         from embedlog.client.context import ClientConfig, ClientContext
-        recovery = AutoRecovery(ClientContext(meta, ClientConfig()), bookie.bookie_id,
+        autorecovery = dict(autorecovery)
+        client_config = ClientConfig(**autorecovery.pop("client_config", {}))
+        recovery = AutoRecovery(ClientContext(meta, client_config), bookie.bookie_id,
                                 **autorecovery).start()
     if admin is not None:
         admin.autorecovery = server.metrics.autorecovery = recovery

@@ -8,6 +8,7 @@ error reply and the connection is closed; other connections go on.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import os
@@ -23,8 +24,11 @@ MAX_READ_ENTRIES = 1024
 
 class BookieServer:
     def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, *,
-                 max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, max_long_poll_ms: int = 60_000):
+                 max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, max_long_poll_ms: int = 60_000,
+                 ssl_context=None, auth_token: bytes | None = None):
         self.bookie = bookie
+        self.ssl_context = ssl_context        # an ssl.SSLContext: TLS on every connection
+        self.auth_token = auth_token          # when set, each connection's first frame is AUTH
         self.host, self.port = host, port
         self.max_frame_bytes = max_frame_bytes
         self.max_long_poll_ms = max_long_poll_ms
@@ -32,12 +36,14 @@ class BookieServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pollers: dict = {}          # (scope, lid) -> list of (previous_lac, future)
         self._writers: set = set()
-        self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0}
+        self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
+                      "auth_failures": 0}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  limit=self.max_frame_bytes + 8)
+                                                  limit=self.max_frame_bytes + 8,
+                                                  ssl=self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     @property
@@ -56,6 +62,7 @@ class BookieServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats["connections"] += 1
         self._writers.add(writer)
+        authenticated = self.auth_token is None
         try:
             while True:
                 try:
@@ -83,6 +90,15 @@ class BookieServer:
                     await writer.drain()
                     return
                 self.stats["requests"] += 1
+                if not authenticated:
+                    # the first frame must be AUTH with the token; anything else ends the connection
+                    if req.op != P.AUTH or not hmac.compare_digest(bytes(req.body), self.auth_token):
+                        self.stats["auth_failures"] += 1
+                        writer.write(P.error_response(req.op, req.flags, req.request_id, P.EUA,
+                                                      req.scope, req.ledger, "not authenticated"))
+                        await writer.drain()
+                        return
+                    authenticated = True
                 self._dispatch(req, writer)
                 if writer.transport.get_write_buffer_size() > 4 * self.max_frame_bytes:
                     await writer.drain()      # a slow reader gets back-pressure, not memory
@@ -277,7 +293,17 @@ class BookieServer:
         self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0,
                                        json.dumps(info).encode()))
 
-    _handlers = {P.ADD: _add, P.READ: _read, P.READ_LAC: _read_lac, P.WRITE_LAC: _write_lac,
+    def _auth(self, req, writer) -> None:
+        # the first AUTH was checked in _serve; a later one (or one to a bookie without a
+        # token) is answered the same way and changes nothing
+        ok = self.auth_token is None or hmac.compare_digest(bytes(req.body), self.auth_token)
+        if ok:
+            self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0))
+        else:
+            self._reply(writer, P.error_response(req.op, req.flags, req.request_id, P.EUA, 0, 0,
+                                                 "wrong token"))
+
+    _handlers = {P.AUTH: _auth, P.ADD: _add, P.READ: _read, P.READ_LAC: _read_lac, P.WRITE_LAC: _write_lac,
                  P.BOOKIE_INFO: _bookie_info, P.TRIM: _trim}
 
 

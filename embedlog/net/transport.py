@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from embedlog.errors import CorruptedDataError, EmbedlogError, TimeoutError, from_wire_code
+from embedlog.errors import (CorruptedDataError, EmbedlogError, TimeoutError, from_wire_code,
+                             UnauthorizedAccessError)
 from embedlog.net import protocol as P
 
 
@@ -20,8 +21,11 @@ class BookieUnavailableError(EmbedlogError):
 
 class BookieConnection:
     def __init__(self, address: str, *, connect_timeout_s: float = 2.0,
-                 max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, ssl_context=None,
+                 auth_token: bytes | None = None):
         self.address = address
+        self.ssl_context = ssl_context      # TLS: verifies the bookie, may present our certificate
+        self.auth_token = auth_token        # sent as AUTH before any other request
         host, _, port = address.rpartition(":")
         self.host, self.port = host, int(port)
         self.connect_timeout_s = connect_timeout_s
@@ -46,14 +50,35 @@ class BookieConnection:
         try:
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, limit=self.max_frame_bytes + 8),
+                    asyncio.open_connection(self.host, self.port, limit=self.max_frame_bytes + 8,
+                                            ssl=self.ssl_context,
+                                            server_hostname=self.host if self.ssl_context else None),
                     self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError) as exc:
                 raise BookieUnavailableError(f"cannot connect to bookie {self.address}: {exc}") from None
+            if self.auth_token is not None:
+                try:
+                    await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout_s)
+                except BaseException:
+                    writer.close()
+                    raise
             self._writer = writer
             self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
         finally:
             self._connecting = None
+
+    async def _authenticate(self, reader, writer) -> None:
+        """AUTH with the token, before anything else on this connection."""
+        try:
+            writer.write(P.auth_request(0, self.auth_token))
+            (n,) = P.LENGTH.unpack(await reader.readexactly(4))
+            P.check_frame_length(n, self.max_frame_bytes)
+            resp = P.parse_response(await reader.readexactly(n))
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            raise BookieUnavailableError(f"bookie {self.address} closed the connection "
+                                         f"during authentication: {exc}") from None
+        if resp.status != P.EOK:
+            raise UnauthorizedAccessError(f"bookie {self.address} refused the token: {resp.message}")
 
     async def _read_loop(self, reader, writer) -> None:
         error: BaseException = BookieUnavailableError(f"connection to bookie {self.address} lost")

@@ -1,0 +1,110 @@
+"""TLS and the shared token on real bookie processes (docs/SECURITY.md): a client without
+the CA, the client certificate or the token cannot add, read or fence, and nothing changes."""
+import pytest
+
+from embedlog._native.format import digest_code, encode_entry, master_key
+from embedlog.errors import EmbedlogError, UnauthorizedAccessError
+from embedlog.harness import LocalCluster
+from embedlog.net import protocol as P
+from embedlog.net.transport import BookieUnavailableError
+
+PASSWORD = b"pw"
+
+
+def _cluster(tmp_path, **kw):
+    return LocalCluster(bookies=1, base_dir=str(tmp_path / "cluster"), proxies=False,
+                        autorecovery=False, **kw)
+
+
+def _write(cluster, n=10):
+    good = cluster.client()
+    w = good.create_ledger(1, 1, 1, password=PASSWORD)
+    last = w.append_many([b"entry-%d" % i for i in range(n)])
+    assert last == n - 1
+    return good, w
+
+
+def _attempts(lid, next_eid):
+    """Builders of an add (a well-formed next entry, right key), a read and a fencing read."""
+    key = master_key(PASSWORD)
+    entry = encode_entry(lid.scope_id, lid.ledger_id, next_eid, next_eid - 1, 0,
+                         digest_code("crc32c"), b"intruder")
+    return {
+        "add": lambda rid: P.add_request(rid, lid.scope_id, lid.ledger_id, key, [entry]),
+        "read": lambda rid: P.read_request(rid, lid.scope_id, lid.ledger_id, 0),
+        "fence": lambda rid: P.read_lac_request(rid, lid.scope_id, lid.ledger_id,
+                                               flags=P.FLAG_FENCE, master_key=key),
+    }
+
+
+def _refused(client, bookie_id, lid, next_eid, expect=EmbedlogError):
+    ctx = client._ctx
+    for name, build in _attempts(lid, next_eid).items():
+        with pytest.raises(expect):
+            ctx.run(ctx.call(bookie_id, build, 5), timeout=15)
+
+
+def _unchanged(good, w, n):
+    """The ledger is not fenced, holds exactly what the writer wrote, and takes more."""
+    assert w.append(b"after") == n
+    w.close()
+    r = good.open_ledger(w.ledger_id, password=PASSWORD, recovery=False)
+    got = [e.data for e in r.read(0, n)]
+    assert got == [b"entry-%d" % i for i in range(n)] + [b"after"]
+
+
+def test_tls_with_client_certificates(tmp_path):
+    import trustme
+    with _cluster(tmp_path, tls=True, tls_client_auth=True) as cluster:
+        good, w = _write(cluster)
+        bid = cluster.bookie_id(0)
+        other_ca = tmp_path / "other-ca.pem"
+        trustme.CA().cert_pem.write_to_path(str(other_ca))
+        files = cluster.tls_files
+        bad_clients = [
+            cluster.client(tls_ca_file=None, tls_cert_file=None),       # plain TCP to a TLS bookie
+            cluster.client(tls_ca_file=str(other_ca),                   # does not trust the bookie
+                           tls_cert_file=files["client.pem"]),
+            cluster.client(tls_cert_file=None),                         # no client certificate
+        ]
+        for bad in bad_clients:
+            _refused(bad, bid, w.ledger_id, 10, BookieUnavailableError)
+        _unchanged(good, w, 10)
+
+
+def test_tls_without_client_certificates(tmp_path):
+    with _cluster(tmp_path, tls=True) as cluster:
+        good, w = _write(cluster)
+        assert "tls_cert_file" not in cluster.client_config
+        _refused(cluster.client(tls_ca_file=None), cluster.bookie_id(0), w.ledger_id, 10,
+                 BookieUnavailableError)
+        _unchanged(good, w, 10)
+
+
+def test_shared_token(tmp_path):
+    with _cluster(tmp_path, auth_token="s3cret-token") as cluster:
+        good, w = _write(cluster)
+        bid = cluster.bookie_id(0)
+        wrong = tmp_path / "wrong-token"
+        wrong.write_bytes(b"s3cret-tokem")
+        _refused(cluster.client(auth_token_file=None), bid, w.ledger_id, 10, UnauthorizedAccessError)
+        _refused(cluster.client(auth_token_file=str(wrong)), bid, w.ledger_id, 10,
+                 UnauthorizedAccessError)
+        _unchanged(good, w, 10)
+        ctx = good._ctx
+        import json
+        info = json.loads(bytes(ctx.run(ctx.call(bid, P.bookie_info_request, 5)).body))
+        assert info["server"]["auth_failures"] >= 6
+
+
+def test_tls_and_token_together_and_plain_still_works(tmp_path):
+    with _cluster(tmp_path, tls=True, auth_token=b"t") as cluster:
+        good, w = _write(cluster, 3)
+        _refused(cluster.client(auth_token_file=None), cluster.bookie_id(0), w.ledger_id, 3,
+                 UnauthorizedAccessError)
+        _unchanged(good, w, 3)
+    with LocalCluster(bookies=1, base_dir=str(tmp_path / "plain"), proxies=False,
+                      autorecovery=False) as plain:
+        assert plain.client_config == {}
+        good, w = _write(plain, 3)
+        _unchanged(good, w, 3)
