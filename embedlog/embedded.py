@@ -164,9 +164,7 @@ class EmbeddedLog:
         return list_streams(self.metadata, pattern)
 
     def delete_stream(self, name: str) -> None:
-        from embedlog.client.stream import delete_stream
-        v = None
-        from embedlog.client.stream import find_stream
+        from embedlog.client.stream import delete_stream, find_stream
         v, _ = find_stream(self.metadata, name)
         delete_stream(self.metadata, name)
         if v is not None and self.bookie.has_ledger(v.value.ledger_id):

@@ -118,8 +118,11 @@ class Chaos:
 
     # -- run and check -----------------------------------------------------------------------
 
+    def _workers(self) -> list:
+        return [threading.Thread(target=t, daemon=True) for t in (self._writer, self._reader, self._faults)]
+
     def run(self) -> None:
-        threads = [threading.Thread(target=t, daemon=True) for t in (self._writer, self._reader, self._faults)]
+        threads = self._workers()
         for t in threads:
             t.start()
         time.sleep(self.duration_s)

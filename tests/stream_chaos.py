@@ -54,15 +54,9 @@ class StreamChaos(Chaos):
                 pass
             time.sleep(0.05)
 
-    def run(self) -> None:
+    def _workers(self) -> list:
         threads = [threading.Thread(target=self._writer, args=(w,), daemon=True) for w in range(self.writers)]
-        threads += [threading.Thread(target=t, daemon=True) for t in (self._reader, self._faults)]
-        for t in threads:
-            t.start()
-        time.sleep(self.duration_s)
-        self._stop.set()
-        for t in threads:
-            t.join(60)
+        return threads + [threading.Thread(target=t, daemon=True) for t in (self._reader, self._faults)]
 
     def check(self) -> list:
         client = self.cluster.client(read_timeout_s=5.0)

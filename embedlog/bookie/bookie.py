@@ -21,9 +21,7 @@ import fcntl
 import os
 import struct
 import threading
-import time
 
-from embedlog._native import index as nix
 from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
@@ -33,8 +31,9 @@ from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
-                             IllegalOpError, InvalidTermError, LedgerFencedError, NoSuchEntryError,
-                             NoSuchLedgerError, ReadOnlyBookieError, UnauthorizedAccessError)
+                             EntryTooLargeError, IllegalOpError, InvalidTermError,
+                             LedgerFencedError, NoSuchLedgerError,
+                             ReadOnlyBookieError, UnauthorizedAccessError)
 
 _IDS = struct.Struct(">QQ")
 _IDS_I64 = struct.Struct(">QQq")
@@ -283,21 +282,24 @@ class Bookie:
             self.journal.add_record(nj.TERM, _IDS_U64.pack(*key, term))
 
     def add_entries(self, entries: list, master_key: bytes, recovery: bool = False,
-                    term: int = 0, truncate: bool = False) -> int:
+                    term: int = 0, truncate: bool = False, ledger=None) -> int:
         """Journal and store encoded entries (wire path); returns the seq to wait for.
 
         ``term`` is checked and adopted (unbounded ledgers; 0 for bounded ones). With
         ``truncate`` the last entry is a stream's truncating no-op: every entry above it
-        is forgotten, durably (a TRUNCATE journal record follows it)."""
+        is forgotten, durably (a TRUNCATE journal record follows it). With ``ledger``
+        ((scope, ledger id)) every entry must belong to that ledger."""
         with self.cv:
             self._ensure_writable()
             checked = {}
-            for e in entries:
-                _v, scope, lid, eid = parse_entry_header(e)[:4]
+            headers = [parse_entry_header(e) for e in entries]     # parsed once, used twice
+            for e, (_v, scope, lid, eid, _lac, _len, _d) in zip(entries, headers):
+                if ledger is not None and (scope, lid) != ledger:
+                    raise IllegalOpError(f"entry of ledger ({scope}, {lid}) in an add for "
+                                         f"({ledger[0]}, {ledger[1]})")
                 if eid < 0:
                     raise IllegalOpError(f"entry ids are not negative, got {eid}")
                 if len(e) > self.config.max_entry_size_bytes + 128:
-                    from embedlog.errors import EntryTooLargeError
                     raise EntryTooLargeError(f"entry of {len(e)} bytes is over the limit")
                 key = (scope, lid)
                 if key not in checked:
@@ -313,9 +315,8 @@ class Bookie:
                 done += nmt.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
                 if done < len(entries):
                     self.storage.make_room(self.journal.note_appended())
-            for e in entries:
+            for e, (_v, scope, lid, eid, lac, _len, _d) in zip(entries, headers):
                 self.stats["add_bytes"] += len(e)
-                _v, scope, lid, eid, lac = parse_entry_header(e)[:5]
                 self._seen((scope, lid), eid)
                 if lac > self.lacs.get((scope, lid), -1):
                     self.lacs[(scope, lid)] = lac

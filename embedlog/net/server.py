@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 
+from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.errors import EmbedlogError, IllegalOpError, NoSuchEntryError
 from embedlog.net import protocol as P
 
@@ -148,18 +149,13 @@ class BookieServer:
             self._fail(writer, req, exc)
 
     def _add(self, req, writer) -> None:
-        from embedlog._native.format import parse_entry_header
         entries = P.parse_add_body(req.body)
-        first = None
-        for e in entries:
-            _v, scope, lid, eid = parse_entry_header(e)[:4]
-            if (scope, lid) != (req.scope, req.ledger):
-                raise IllegalOpError(f"entry of ledger ({scope}, {lid}) in an add for "
-                                     f"({req.scope}, {req.ledger})")
-            first = eid if first is None else first
+        # the bookie checks every entry belongs to the request's ledger
         seq = self.bookie.add_entries(entries, req.master_key,
                                       recovery=bool(req.flags & P.FLAG_RECOVERY_ADD),
-                                      term=req.term, truncate=bool(req.flags & P.FLAG_TRUNCATE))
+                                      term=req.term, truncate=bool(req.flags & P.FLAG_TRUNCATE),
+                                      ledger=(req.scope, req.ledger))
+        first = parse_entry_header(entries[0])[3]
         ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger,
                         P.ADD_RESP.pack(first, len(entries)))
         self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
@@ -308,5 +304,4 @@ class BookieServer:
 
 
 def _lid(req):
-    from embedlog._native.format import LedgerId
     return LedgerId(req.scope, req.ledger)
