@@ -46,6 +46,11 @@ class BookieConfig:
     journal_pre_alloc_size_mb: int = _key(
         16, "MiB of zeros written ahead of the journal tail, so the common fdatasync only "
         "flushes data (journalPreAllocSizeMB).", 1, 1024)
+    journal_max_memory_size_mb: int = _key(
+        128, "MiB of journal records framed but not yet taken by a group commit; an add "
+        "that finds more waits for the group in flight to finish, so a writer faster than "
+        "the disk is pushed back instead of growing memory (journalMaxMemorySizeMb). One "
+        "batch larger than this is still taken whole.", 1, 1 << 20)
     journal_skip_corrupt_records: bool = _key(
         False, "SAFETY: on replay, step over a corrupt journal record in the middle (and "
         "report it) instead of refusing to start. A torn tail is always repaired.")
@@ -138,6 +143,35 @@ class BookieConfig:
                             0, 65535)
     advertised_address: str = _key(
         "", "HOST:PORT clients should use (advertisedAddress); empty: the listening address.")
+    # -- connections and resource limits (docs/SECURITY.md) -------------------------
+    max_frame_size_bytes: int = _key(
+        5 * 1024 * 1024 + 4096, "largest frame a bookie reads; a longer one gets EBADREQ and "
+        "the connection is closed (nettyMaxFrameSizeBytes, plus room for headers).",
+        1 << 16, 1 << 30)
+    max_connections: int = _key(
+        1024, "connections a bookie serves at once; one more is answered ETOOMANYREQUESTS "
+        "and closed.", 1, 1 << 20)
+    max_in_flight_requests_per_connection: int = _key(
+        1000, "requests of one connection read but not yet answered (adds waiting for the "
+        "journal, long polls); at the limit the bookie stops reading that connection "
+        "(back-pressure) for up to max_throttle_time_ms, then answers ETOOMANYREQUESTS.",
+        1, 1 << 24)
+    max_in_flight_bytes_per_connection: int = _key(
+        64 * 1024 * 1024, "bytes of request frames of one connection not yet answered; "
+        "the same back-pressure, then ETOOMANYREQUESTS.", 1 << 16, 1 << 40)
+    max_in_flight_requests: int = _key(
+        10_000, "requests not yet answered across all connections (maxAddsInProgressLimit "
+        "and maxReadsInProgressLimit in one).", 1, 1 << 24)
+    max_in_flight_bytes: int = _key(
+        256 * 1024 * 1024, "bytes of request frames not yet answered across all "
+        "connections.", 1 << 16, 1 << 40)
+    max_throttle_time_ms: int = _key(
+        10_000, "ms a connection is held back at an in-flight limit before its requests are "
+        "refused with ETOOMANYREQUESTS (dbStorage_maxThrottleTimeMs).", 0, 3_600_000)
+    connection_idle_timeout_ms: int = _key(
+        600_000, "ms after which a connection with nothing in flight and no request is told "
+        "to go away (GOAWAY) and closed; clients reconnect on their next request. 0 = never.",
+        0, 86_400_000)
     http_server_enabled: bool = _key(
         False, "run the admin HTTP server (health, bookie info, ledgers, autorecovery, "
         "Prometheus metrics, status page) in the bookie process (httpServerEnabled). It has "

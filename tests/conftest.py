@@ -3,6 +3,12 @@ import os
 import sys
 
 import pytest
+# Imported now, in the main thread, rather than by hypothesis's plugin at the end of the
+# session: pytest rewrites plugin packages with ast.parse, and CPython 3.11.7's AST
+# bookkeeping is shared between threads, so a late import while other threads live has
+# failed the whole run with "SystemError: AST constructor recursion depth mismatch".
+import hypothesis  # noqa: F401,E402
+import hypothesis.internal.observability  # noqa: F401,E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 

@@ -108,3 +108,42 @@ def test_tls_and_token_together_and_plain_still_works(tmp_path):
         assert plain.client_config == {}
         good, w = _write(plain, 3)
         _unchanged(good, w, 3)
+
+
+def test_wrong_password_changes_nothing_on_any_bookie(tmp_path):
+    """Every operation that needs the master key, sent with a wrong one to every bookie of
+    the ensemble, is UnauthorizedAccess; then no bookie is fenced, at a higher term, trimmed
+    or holding an extra entry: the writer (E=Qw=Qa=3, so every bookie must take its adds)
+    goes on, and each bookie returns exactly what it was given."""
+    with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), proxies=False,
+                      autorecovery=False) as cluster:
+        good = cluster.client()
+        w = good.create_ledger(3, 3, 3, password=PASSWORD)
+        w.append_many([b"entry-%d" % i for i in range(5)])
+        lid, ctx = w.ledger_id, good._ctx
+        wrong = master_key(b"not the password")
+        intruder = encode_entry(lid.scope_id, lid.ledger_id, 5, 4, 0, digest_code("crc32c"), b"intruder")
+        s, l = lid.scope_id, lid.ledger_id
+        attempts = {
+            "add": lambda rid: P.add_request(rid, s, l, wrong, [intruder]),
+            "recovery add": lambda rid: P.add_request(rid, s, l, wrong, [intruder], P.FLAG_RECOVERY_ADD),
+            "fence (read_lac)": lambda rid: P.read_lac_request(rid, s, l, P.FLAG_FENCE, wrong),
+            "fence (read)": lambda rid: P.read_request(rid, s, l, 0, flags=P.FLAG_FENCE, master_key=wrong),
+            "recovery read at term 99": lambda rid: P.read_request(
+                rid, s, l, 0, flags=P.FLAG_RECOVERY_READ, master_key=wrong, term=99),
+            "add at term 99": lambda rid: P.add_request(rid, s, l, wrong, [intruder], term=99),
+            "write_lac": lambda rid: P.write_lac_request(rid, s, l, wrong, 4),
+            "trim": lambda rid: P.trim_request(rid, s, l, wrong, 3),
+        }
+        bookies = [cluster.bookie_id(i) for i in range(3)]
+        for b in bookies:
+            for name, build in attempts.items():
+                with pytest.raises(UnauthorizedAccessError):
+                    ctx.run(ctx.call(b, build, 5), timeout=15)
+        assert w.append(b"entry-5") == 5            # not fenced, term 0 still accepted, everywhere
+        w.close()
+        for b in bookies:
+            resp = ctx.run(ctx.call(b, lambda rid: P.read_request(rid, s, l, 0, 10), 5), timeout=15)
+            _lac, entries = P.parse_read_body(resp.body)
+            assert [e for e, _ in entries] == list(range(6))      # nothing trimmed, nothing added
+            assert b"intruder" not in b"".join(data for _, data in entries)

@@ -24,6 +24,8 @@ Figures BookKeeper operators watch, with BookKeeper's stat beside each (docs/OPE
     embedlog_disk_total_bytes, _free_bytes, _usage_ratio, embedlog_journal_dir_bytes,
     embedlog_entry_log_bytes, embedlog_index_bytes
     embedlog_underreplicated_ledgers               ledgers marked under-replicated in metadata
+    embedlog_server_throttled_total, _rejected_requests_total, _refused_connections_total,
+    embedlog_server_in_flight_requests / _bytes    the resource limits (docs/SECURITY.md)
     embedlog_autorecovery_*                        audits, fragments re-replicated, auditor
     embedlog_bookie_statistic{key}                 every other figure of Bookie.statistics()
                                                    (so new ones appear without a change here)
@@ -214,6 +216,8 @@ class _Snapshot:
             groups.add_metric([t], j.get(t, 0))
         yield groups
         yield counter("embedlog_journal_fsyncs", "Journal fdatasyncs", j.get("fsyncs", 0))
+        yield counter("embedlog_journal_memory_throttled", "Adds that waited for a group commit at "
+                      "journal_max_memory_size_mb", j.get("memory_throttled", 0))
         yield counter("embedlog_journal_fsync_seconds", "Time spent in journal fdatasync",
                       j.get("fsync_time_s", 0.0))
         yield counter("embedlog_journal_bytes_written", "Journal bytes written", j.get("bytes_written", 0))
@@ -260,6 +264,20 @@ class _Snapshot:
             yield counter("embedlog_server_connections", "Connections accepted", st.get("connections", 0))
             yield counter("embedlog_server_bad_frames", "Malformed frames", st.get("bad_frames", 0))
             yield counter("embedlog_server_errors", "Requests answered with an error", st.get("errors", 0))
+            yield counter("embedlog_server_auth_failures", "Requests refused before authentication",
+                          st.get("auth_failures", 0))
+            yield counter("embedlog_server_refused_connections", "Connections refused at max_connections",
+                          st.get("refused_connections", 0))
+            yield counter("embedlog_server_throttled", "Times a connection was held back at an in-flight limit",
+                          st.get("throttled", 0))
+            yield counter("embedlog_server_rejected_requests", "Requests refused with ETOOMANYREQUESTS",
+                          st.get("rejected_requests", 0))
+            yield counter("embedlog_server_idle_closed", "Idle connections sent GOAWAY", st.get("idle_closed", 0))
+            yield gauge("embedlog_server_in_flight_requests", "Requests read and not yet answered",
+                        m.server.in_flight_requests)
+            yield gauge("embedlog_server_in_flight_bytes", "Bytes of requests read and not yet answered",
+                        m.server.in_flight_bytes)
+            yield gauge("embedlog_server_open_connections", "Connections open", len(m.server._conns))
         if m.underreplicated is not None:
             count = m.underreplicated()
             if count is not None:

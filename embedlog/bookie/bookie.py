@@ -253,6 +253,7 @@ class Bookie:
             idx = self._check_key(key, master_key, True)
             if idx.fenced:
                 raise LedgerFencedError(f"ledger {lid!r} is fenced")
+            self.journal.make_room()
             done = 0
             total = len(payloads)
             start_length = length
@@ -310,6 +311,7 @@ class Bookie:
                     checked[key] = idx
             if truncate and len(checked) != 1:
                 raise IllegalOpError("a truncating add carries entries of one ledger")
+            self.journal.make_room()
             done = 0
             while done < len(entries):
                 done += nmt.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)

@@ -129,7 +129,7 @@ class Journal:
         self._async: collections.deque = collections.deque()   # (seq, callback)
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
-                          records_written=0, fsync_time_s=0.0)
+                          records_written=0, fsync_time_s=0.0, memory_throttled=0)
         # called after each group (lock held; must be quick): (trigger, records, bytes,
         # fsync seconds or None) -- the admin server's histograms
         self.group_observer = None
@@ -142,6 +142,7 @@ class Journal:
         self._rolling = False
         self._reserved_end = 0            # file offset the write in progress will reach
         self._max_bytes = config.journal_max_size_mb * 1024 * 1024
+        self._max_memory = config.journal_max_memory_size_mb * 1024 * 1024
         self._prealloc = config.journal_pre_alloc_size_mb * 1024 * 1024
         self._threads: list[threading.Thread] = []
 
@@ -193,6 +194,20 @@ class Journal:
         if self._oldest_pending is None and self.buffer.nbytes:
             self._oldest_pending = time.monotonic()
         return self.appended_seq
+
+    def make_room(self) -> None:
+        """Push back on a writer faster than the disk: while journal_max_memory_size_mb of
+        records wait for a group commit, the caller waits for (or leads) one."""
+        if self.buffer.nbytes < self._max_memory:
+            return
+        self.stats["memory_throttled"] += 1
+        while self.buffer.nbytes >= self._max_memory:
+            if self._error is not None:
+                raise EmbedlogError(f"journal failed: {self._error}") from self._error
+            if self._syncing:
+                self.cv.wait()
+            else:
+                self._lead("bytes")
 
     def add_record(self, rtype: int, body: bytes) -> int:
         self.buffer.add_record(rtype, body)

@@ -21,9 +21,11 @@ import threading
 from embedlog._native.format import encode_entry, mac_key, master_key
 from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
                              LedgerClosedError, LedgerFencedError, NotEnoughBookiesError,
-                             UnauthorizedAccessError)
+                             TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.net import protocol as P
+
+TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUESTS, 50 ms .. 0.8 s apart
 
 
 class PendingAdd:
@@ -238,17 +240,26 @@ class WriteHandle:
     async def _send(self, bookie: str, ops: list) -> None:
         flags = P.FLAG_RECOVERY_ADD if self._recovery else 0
         entries = [op.data for op in ops]
-        try:
-            await self._ctx.call(
-                bookie, lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
-                                                  entries, flags, self._term),
-                self._ctx.config.add_timeout_s)
-        except (LedgerFencedError, UnauthorizedAccessError, InvalidTermError) as exc:
-            self._fail_all(exc)
-            return
-        except EmbedlogError:
-            self._bookie_failed(bookie)
-            return
+        for attempt in range(TOO_MANY_REQUESTS_RETRIES + 1):
+            try:
+                await self._ctx.call(
+                    bookie, lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
+                                                      entries, flags, self._term),
+                    self._ctx.config.add_timeout_s)
+                break
+            except TooManyRequestsError:
+                # an overloaded bookie pushed back past its throttle time: wait and send again
+                # before replacing it (the entries are the same, the bookie stores them once)
+                if attempt == TOO_MANY_REQUESTS_RETRIES:
+                    self._bookie_failed(bookie)
+                    return
+                await asyncio.sleep(0.05 * 2 ** attempt)
+            except (LedgerFencedError, UnauthorizedAccessError, InvalidTermError) as exc:
+                self._fail_all(exc)
+                return
+            except EmbedlogError:
+                self._bookie_failed(bookie)
+                return
         for op in ops:
             if self._pending.get(op.entry_id) is op:
                 op.acked.add(bookie)

@@ -22,7 +22,15 @@ Grammar (big-endian)::
     TRIM(6)       request  first_kept_entry:i64             # stream retention
                   response (nothing)
     AUTH(7)       request  token[...]                       # first frame when the bookie wants a token
-                  response (nothing): EOK, or EUA and the connection is closed
+                  response (nothing): EOK, or EUA (the connection stays open until AUTH
+                  succeeds, MAX_AUTH_FAILURES refusals or the AUTH timeout)
+    GOAWAY(8)     response only, request id 0: the bookie will close this idle connection
+                  after a grace period; the client sends new requests on a new connection
+
+Limits: a frame over max_frame_size_bytes gets EBADREQ and the connection is closed; over
+max_connections a new connection gets ETOOMANYREQUESTS (request id 0) and is closed; at an
+in-flight limit the bookie stops reading the connection for up to max_throttle_time_ms, then
+answers its requests ETOOMANYREQUESTS until the load falls (docs/SECURITY.md).
 
 Flags: FENCE (0x1) on READ and READ_LAC fences the ledger first (BookKeeper fences with
 a read, and since #2616 recovery reads fence too); RECOVERY_ADD (0x2) lets an add
@@ -42,6 +50,7 @@ from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpErr
 
 VERSION = 1
 ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO, TRIM, AUTH = 1, 2, 3, 4, 5, 6, 7
+GOAWAY = 8                                        # server to client only
 OPS = {ADD: "add", READ: "read", READ_LAC: "read_lac", WRITE_LAC: "write_lac",
        BOOKIE_INFO: "bookie_info", TRIM: "trim", AUTH: "auth"}
 FLAG_FENCE, FLAG_RECOVERY_ADD, FLAG_HIGH_PRIORITY, FLAG_TRUNCATE, FLAG_LONG_POLL = 0x1, 0x2, 0x4, 0x8, 0x10
@@ -174,6 +183,10 @@ def parse_add_body(body) -> list:
 def response(req_op, flags, request_id, status, scope, ledger, body=b"") -> bytes:
     head = RESP_HEAD.pack(VERSION, req_op | RESPONSE_BIT, flags, request_id, status, scope, ledger)
     return LENGTH.pack(len(head) + len(body)) + head + body
+
+
+def goaway() -> bytes:
+    return response(GOAWAY, 0, 0, EOK, 0, 0)
 
 
 def error_response(req_op, flags, request_id, status, scope, ledger, message: str) -> bytes:

@@ -4,6 +4,11 @@ Adds are framed and journalled on the event loop (the bookie's lock is held only
 frame them); the reply is sent from the journal's durability callback, so the loop
 never waits for an fdatasync. A malformed, oversized or truncated frame gets an
 error reply and the connection is closed; other connections go on.
+
+Resource limits (docs/SECURITY.md): each request read holds a share of the connection's
+and the bookie's in-flight limits until it is answered; at a limit the connection is not
+read (back-pressure) for up to max_throttle_time_ms, then its requests get
+ETOOMANYREQUESTS. Connections past max_connections are refused, idle ones get GOAWAY.
 """
 from __future__ import annotations
 
@@ -23,38 +28,95 @@ log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = 1024
 
 
+AUTH_TIMEOUT_S = 10.0       # a connection to a bookie with a token must AUTH within this
+MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connection is closed
+GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
+
+
+class _Connection:
+    """One client connection: what it has in flight, when it last sent a frame."""
+    __slots__ = ("writer", "requests", "bytes", "opened", "last_active", "authenticated",
+                 "auth_failures", "goaway_at", "closed", "refusing")
+
+    def __init__(self, writer, now: float, authenticated: bool):
+        self.writer = writer
+        self.requests = self.bytes = self.auth_failures = 0
+        self.opened = self.last_active = now
+        self.authenticated = authenticated
+        self.goaway_at = None
+        self.closed = False
+        self.refusing = False      # a throttle ran out: refuse at once until there is room
+
+
+class _Exchange:
+    """Where one request's reply goes (the handlers' ``writer``): the first reply releases
+    the request's share of the in-flight limits, even when the connection is gone."""
+    __slots__ = ("server", "conn", "nbytes", "answered")
+
+    def __init__(self, server, conn, nbytes: int):
+        self.server, self.conn, self.nbytes, self.answered = server, conn, nbytes, False
+
+    def is_closing(self) -> bool:
+        return self.answered
+
+    def write(self, data) -> None:
+        self.answered = True
+        self.server._release(self.conn, self.nbytes)
+        if not self.conn.writer.is_closing():
+            self.conn.writer.write(data)
+
+
 class BookieServer:
     def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, *,
-                 max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, max_long_poll_ms: int = 60_000,
+                 max_frame_bytes: int | None = None, max_long_poll_ms: int = 60_000,
                  ssl_context=None, auth_token: bytes | None = None):
         self.bookie = bookie
         self.ssl_context = ssl_context        # an ssl.SSLContext: TLS on every connection
-        self.auth_token = auth_token          # when set, each connection's first frame is AUTH
+        self.auth_token = auth_token          # when set, each connection must AUTH first
         self.host, self.port = host, port
-        self.max_frame_bytes = max_frame_bytes
+        cfg = bookie.config
+        self.max_frame_bytes = max_frame_bytes or cfg.max_frame_size_bytes
         self.max_long_poll_ms = max_long_poll_ms
+        self.max_connections = cfg.max_connections
+        self.max_requests_per_conn = cfg.max_in_flight_requests_per_connection
+        self.max_bytes_per_conn = cfg.max_in_flight_bytes_per_connection
+        self.max_requests = cfg.max_in_flight_requests
+        self.max_bytes = cfg.max_in_flight_bytes
+        self.max_throttle_s = cfg.max_throttle_time_ms / 1000.0
+        self.idle_timeout_s = cfg.connection_idle_timeout_ms / 1000.0
+        self.in_flight_requests = 0           # read, not yet answered, all connections
+        self.in_flight_bytes = 0
+        self._throttled = 0                   # connections waiting for room
+        self._room_freed: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pollers: dict = {}          # (scope, lid) -> list of (previous_lac, future)
-        self._writers: set = set()
+        self._conns: dict = {}            # writer -> _Connection
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
-                      "auth_failures": 0}
+                      "auth_failures": 0, "refused_connections": 0, "throttled": 0,
+                      "rejected_requests": 0, "idle_closed": 0}
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._room_freed = asyncio.Event()
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
                                                   limit=self.max_frame_bytes + 8,
                                                   ssl=self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.idle_timeout_s or self.auth_token is not None:
+            self._sweeper = self._loop.create_task(self._sweep())
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
-            for w in list(self._writers):
+            for w in list(self._conns):
                 w.close()
             await self._server.wait_closed()
 
@@ -62,8 +124,18 @@ class BookieServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats["connections"] += 1
-        self._writers.add(writer)
-        authenticated = self.auth_token is None
+        if len(self._conns) >= self.max_connections:
+            self.stats["refused_connections"] += 1
+            writer.write(P.error_response(0, 0, 0, P.ETOOMANYREQUESTS, 0, 0,
+                                          f"too many connections (max_connections={self.max_connections})"))
+            try:
+                await writer.drain()
+            except ConnectionError:
+                pass
+            writer.close()
+            return
+        conn = _Connection(writer, self._loop.time(), self.auth_token is None)
+        self._conns[writer] = conn
         try:
             while True:
                 try:
@@ -73,16 +145,25 @@ class BookieServer:
                 (n,) = P.LENGTH.unpack(head)
                 if n > self.max_frame_bytes or n < P.REQ_HEAD.size:
                     self.stats["bad_frames"] += 1
-                    status = P.EBADREQ
-                    writer.write(P.error_response(0, 0, 0, status, 0, 0,
+                    writer.write(P.error_response(0, 0, 0, P.EBADREQ, 0, 0,
                                                   f"frame of {n} bytes is outside 64..{self.max_frame_bytes}"))
                     await writer.drain()
                     return
+                # back-pressure: while a limit is reached, the rest of the frame stays in the
+                # socket (and TCP pushes back on the client); past the throttle time, refuse
+                if self._has_room(conn, n):
+                    admitted, conn.refusing = True, False
+                elif conn.refusing:
+                    admitted = False
+                else:
+                    admitted = await self._throttle(conn, n)
+                    conn.refusing = not admitted
                 try:
                     message = await reader.readexactly(n)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     self.stats["bad_frames"] += 1
                     return
+                conn.last_active = self._loop.time()
                 try:
                     req = P.parse_request(message)
                 except EmbedlogError as exc:
@@ -91,21 +172,105 @@ class BookieServer:
                     await writer.drain()
                     return
                 self.stats["requests"] += 1
-                if not authenticated:
-                    # the first frame must be AUTH with the token; anything else ends the connection
-                    if req.op != P.AUTH or not hmac.compare_digest(bytes(req.body), self.auth_token):
-                        self.stats["auth_failures"] += 1
-                        writer.write(P.error_response(req.op, req.flags, req.request_id, P.EUA,
-                                                      req.scope, req.ledger, "not authenticated"))
-                        await writer.drain()
-                        return
-                    authenticated = True
-                self._dispatch(req, writer)
-                if writer.transport.get_write_buffer_size() > 4 * self.max_frame_bytes:
+                if not admitted:
+                    self.stats["rejected_requests"] += 1
+                    writer.write(P.error_response(req.op, req.flags, req.request_id, P.ETOOMANYREQUESTS,
+                                                  req.scope, req.ledger, "too many requests in flight"))
+                elif conn.authenticated or self._authenticate(conn, req):
+                    conn.requests += 1
+                    conn.bytes += n
+                    self.in_flight_requests += 1
+                    self.in_flight_bytes += n
+                    self._dispatch(req, _Exchange(self, conn, n))
+                elif conn.auth_failures >= MAX_AUTH_FAILURES:
+                    await writer.drain()
+                    return
+                if writer.transport.get_write_buffer_size() > self.max_frame_bytes:
                     await writer.drain()      # a slow reader gets back-pressure, not memory
         finally:
-            self._writers.discard(writer)
+            self._drop(conn)
             writer.close()
+
+    def _authenticate(self, conn, req) -> bool:
+        """The first request of a connection to a bookie with a token: AUTH with the right
+        token lets it through (the AUTH handler answers EOK); anything else gets EUA."""
+        if req.op == P.AUTH and hmac.compare_digest(bytes(req.body), self.auth_token):
+            conn.authenticated = True
+            return True
+        self.stats["auth_failures"] += 1
+        conn.auth_failures += 1
+        conn.writer.write(P.error_response(req.op, req.flags, req.request_id, P.EUA,
+                                           req.scope, req.ledger, "not authenticated"))
+        return False
+
+    def _has_room(self, conn, n: int) -> bool:
+        # a frame is always let in when nothing else is in flight, so one larger than a
+        # byte limit is not refused for ever
+        return (conn.requests < self.max_requests_per_conn
+                and (conn.bytes == 0 or conn.bytes + n <= self.max_bytes_per_conn)
+                and self.in_flight_requests < self.max_requests
+                and (self.in_flight_bytes == 0 or self.in_flight_bytes + n <= self.max_bytes))
+
+    async def _throttle(self, conn, n: int) -> bool:
+        """Wait (not reading this connection) until there is room for ``n`` more bytes;
+        False after max_throttle_time_ms."""
+        self.stats["throttled"] += 1
+        deadline = self._loop.time() + self.max_throttle_s
+        self._throttled += 1
+        try:
+            while not self._has_room(conn, n):
+                left = deadline - self._loop.time()
+                if left <= 0:
+                    return False
+                self._room_freed.clear()
+                try:
+                    await asyncio.wait_for(self._room_freed.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+            return True
+        finally:
+            self._throttled -= 1
+
+    def _release(self, conn, nbytes: int) -> None:
+        if conn.closed:
+            return
+        conn.requests -= 1
+        conn.bytes -= nbytes
+        self.in_flight_requests -= 1
+        self.in_flight_bytes -= nbytes
+        if self._throttled:
+            self._room_freed.set()
+
+    def _drop(self, conn) -> None:
+        """A connection ended: what it still had in flight no longer counts against the bookie
+        (those requests finish; their replies go nowhere)."""
+        self._conns.pop(conn.writer, None)
+        conn.closed = True
+        self.in_flight_requests -= conn.requests
+        self.in_flight_bytes -= conn.bytes
+        if self._throttled:
+            self._room_freed.set()
+
+    async def _sweep(self) -> None:
+        """Close connections that did not authenticate in time, and tell idle ones to go away
+        (GOAWAY), closing them once the grace period is over and nothing is in flight."""
+        period = min(1.0, max(0.05, (self.idle_timeout_s or 1.0) / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = self._loop.time()
+            for conn in list(self._conns.values()):
+                if not conn.authenticated:
+                    if now - conn.opened > AUTH_TIMEOUT_S:
+                        conn.writer.close()
+                elif conn.goaway_at is not None:
+                    waited = now - conn.goaway_at
+                    if waited > GOAWAY_GRACE_S and (conn.requests == 0 or waited > 10 * GOAWAY_GRACE_S):
+                        conn.writer.close()
+                elif (self.idle_timeout_s and conn.requests == 0
+                      and now - conn.last_active > self.idle_timeout_s):
+                    self.stats["idle_closed"] += 1
+                    conn.goaway_at = now
+                    conn.writer.write(P.goaway())
 
     def _reply(self, writer, data: bytes) -> None:
         if not writer.is_closing():
@@ -290,8 +455,8 @@ class BookieServer:
                                        json.dumps(info).encode()))
 
     def _auth(self, req, writer) -> None:
-        # the first AUTH was checked in _serve; a later one (or one to a bookie without a
-        # token) is answered the same way and changes nothing
+        # the first AUTH was checked in _authenticate; a later one (or one to a bookie
+        # without a token) is answered the same way and changes nothing
         ok = self.auth_token is None or hmac.compare_digest(bytes(req.body), self.auth_token)
         if ok:
             self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0))

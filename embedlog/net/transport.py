@@ -62,8 +62,12 @@ class BookieConnection:
                 except BaseException:
                     writer.close()
                     raise
+            # each connection has its own pending requests: after a GOAWAY the old one
+            # still answers what was sent on it while new requests use the next
+            self._pending = {}
             self._writer = writer
-            self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
+            self._reader_task = asyncio.get_running_loop().create_task(
+                self._read_loop(reader, writer, self._pending))
         finally:
             self._connecting = None
 
@@ -80,7 +84,7 @@ class BookieConnection:
         if resp.status != P.EOK:
             raise UnauthorizedAccessError(f"bookie {self.address} refused the token: {resp.message}")
 
-    async def _read_loop(self, reader, writer) -> None:
+    async def _read_loop(self, reader, writer, pending: dict) -> None:
         error: BaseException = BookieUnavailableError(f"connection to bookie {self.address} lost")
         try:
             while True:
@@ -88,9 +92,14 @@ class BookieConnection:
                 (n,) = P.LENGTH.unpack(head)
                 P.check_frame_length(n, self.max_frame_bytes)
                 resp = P.parse_response(await reader.readexactly(n))
-                fut = self._pending.pop(resp.request_id, None)
+                fut = pending.pop(resp.request_id, None)
                 if fut is not None and not fut.done():
                     fut.set_result(resp)
+                elif resp.request_id == 0 and resp.op == P.GOAWAY:
+                    # the bookie closes this idle connection soon: new requests go on a new
+                    # one, the answers to those already sent still come here
+                    if self._writer is writer:
+                        self._writer = None
                 elif resp.request_id == 0 and resp.status:
                     error = from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -101,10 +110,10 @@ class BookieConnection:
             if self._writer is writer:
                 self._writer = None
             writer.close()
-            pending, self._pending = self._pending, {}
-            for fut in pending.values():
+            for fut in list(pending.values()):
                 if not fut.done():
                     fut.set_exception(error)
+            pending.clear()
 
     async def call(self, build, timeout_s: float) -> P.Response:
         """Send the frame ``build(request_id)`` and wait for its response (status checked)."""
@@ -113,18 +122,19 @@ class BookieConnection:
         await self._connect()
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
+        pending = self._pending
+        pending[rid] = fut
         try:
             self._writer.write(build(rid))
         except (AttributeError, ConnectionError) as exc:
-            self._pending.pop(rid, None)
+            pending.pop(rid, None)
             raise BookieUnavailableError(f"bookie {self.address}: {exc}") from None
         try:
             resp = await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:
             raise TimeoutError(f"bookie {self.address} did not answer in {timeout_s} s") from None
         finally:
-            self._pending.pop(rid, None)       # answered, timed out or cancelled
+            pending.pop(rid, None)             # answered, timed out or cancelled
         if resp.status != P.EOK:
             raise from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
         return resp

@@ -1,0 +1,127 @@
+"""Hostile clients for the harness: a reader that never reads its answers and a flood of
+requests, to show a bookie's back-pressure and bounded memory (docs/SECURITY.md;
+tests/test_limits.py and benchmarks/backpressure.py use them)."""
+from __future__ import annotations
+
+import collections
+import socket
+import time
+
+from embedlog.errors import CorruptedDataError
+from embedlog.net import protocol as P
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise CorruptedDataError(f"no VmRSS for process {pid}")
+
+
+class RawConnection:
+    """A bare socket speaking the wire protocol, with none of the client's manners."""
+
+    def __init__(self, address: str, *, rcvbuf: int | None = None, timeout_s: float = 10.0):
+        host, _, port = address.rpartition(":")
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout_s)
+        self.sock.connect((host, int(port)))
+        self.backlog = bytearray()          # bytes try_send could not hand to the socket yet
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def try_send(self, data: bytes, timeout_s: float) -> bool:
+        """Queue ``data`` and send what the socket takes within ``timeout_s``; False when
+        the bookie stopped taking bytes (back-pressure) and some are still queued."""
+        self.backlog += data
+        self.sock.settimeout(timeout_s)
+        try:
+            while self.backlog:
+                del self.backlog[:self.sock.send(self.backlog)]
+        except (socket.timeout, BlockingIOError):
+            pass
+        return not self.backlog
+
+    def recv_response(self, timeout_s: float = 10.0) -> P.Response | None:
+        """The next response, or None when the bookie closed the connection."""
+        self.sock.settimeout(timeout_s)
+        head = self._recv_exactly(4)
+        if head is None:
+            return None
+        (n,) = P.LENGTH.unpack(head)
+        body = self._recv_exactly(n)
+        if body is None:
+            return None
+        return P.parse_response(body)
+
+    def _recv_exactly(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def flood(address: str, frames: list, timeout_s: float = 30.0) -> dict:
+    """Send every frame at once, then read every answer: statuses counted, and how long the
+    first refusal and the last answer took."""
+    conn = RawConnection(address, timeout_s=timeout_s)
+    try:
+        t0 = time.monotonic()
+        conn.send(b"".join(frames))
+        statuses: collections.Counter = collections.Counter()
+        first_refusal = None
+        for _ in frames:
+            resp = conn.recv_response(timeout_s)
+            if resp is None:
+                break
+            statuses[resp.status] += 1
+            if resp.status == P.ETOOMANYREQUESTS and first_refusal is None:
+                first_refusal = time.monotonic() - t0
+        return {"statuses": dict(statuses), "first_refusal_s": first_refusal,
+                "seconds": time.monotonic() - t0}
+    finally:
+        conn.close()
+
+
+def slow_reader(address: str, build, seconds: float, reply_bytes: int, sample=None,
+                sample_every_s: float = 0.5) -> dict:
+    """Send requests built by ``build(request_id)`` for ``seconds`` and never read an answer.
+
+    The bookie stops reading once its send buffer for this connection is full, so the
+    socket stops taking requests: ``requests_sent`` times ``reply_bytes`` is what an
+    unbounded bookie would have had to hold. ``sample()`` runs every ``sample_every_s``
+    (for example: the bookie's RSS, a well-behaved client's latency)."""
+    conn = RawConnection(address, rcvbuf=64 * 1024)
+    samples, stalls, rid = [], 0, 0
+    try:
+        deadline = time.monotonic() + seconds
+        next_sample = time.monotonic()
+        while time.monotonic() < deadline:
+            data = b""
+            if not conn.backlog:            # whole frames only: the stream stays parseable
+                rid += 1
+                data = build(rid)
+            if not conn.try_send(data, 0.05):
+                stalls += 1
+            if sample is not None and time.monotonic() >= next_sample:
+                samples.append(sample())
+                next_sample += sample_every_s
+        sent = rid - (1 if conn.backlog else 0)
+        return {"requests_sent": sent, "stalled_sends": stalls,
+                "reply_bytes_owed": sent * reply_bytes, "samples": samples}
+    finally:
+        conn.close()
