@@ -23,6 +23,16 @@ from embedlog.net import protocol as P
 _ABSENT = (NoSuchEntryError, NoSuchLedgerError)
 
 
+def _settle(tasks) -> None:
+    """Cancel the reads still running once the answer is known; those that already failed
+    are looked at, so asyncio does not report them as unhandled."""
+    for t in tasks:
+        if not t.done():
+            t.cancel()
+        elif not t.cancelled():
+            t.exception()
+
+
 def _quorum_covered(md, ensemble, answered: set) -> bool:
     """Every write quorum of the ensemble has (Qw - Qa) + 1 members in ``answered``."""
     need = md.write_quorum - md.ack_quorum + 1
@@ -115,8 +125,7 @@ async def recover(ctx, versioned, password: bytes):
                     break
             except EmbedlogError:
                 failed += 1
-        for t in tasks:
-            t.cancel()
+        _settle(tasks)
         if found is None:
             if absent >= need_absent:
                 break

@@ -35,7 +35,7 @@ import time
 
 from embedlog._native.format import LedgerId, decode_entry, digest_code, master_key, parse_entry_header
 from embedlog.client.read import write_set
-from embedlog.client.recovery import _ABSENT, _quorum_covered
+from embedlog.client.recovery import _ABSENT, _quorum_covered, _settle
 from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
                              LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)
@@ -528,8 +528,7 @@ async def _recover_stream(ctx, versioned, password: bytes):
                 except EmbedlogError as exc:
                     failed.append(str(exc))
         finally:
-            for t in tasks:
-                t.cancel()
+            _settle(tasks)
         if found is None:
             if absent >= need_absent:
                 break

@@ -403,6 +403,7 @@ class WriteHandle:
                            EmbedlogError(f"ensemble change failed: {exc}"))
         finally:
             self._changing = False
-            if self._error is None and any(b in self._ensemble for b in self._failed):
+            if (self._error is None and not self._ctx.loop.is_closed()
+                    and any(b in self._ensemble for b in self._failed)):
                 self._changing = True
                 self._ctx.loop.create_task(self._change_ensemble())
