@@ -208,7 +208,7 @@ cdef class MappedLog:
         for i in range(total):
             if <uint64_t>(locs[i] >> 32) != src.log_id:
                 raise CorruptedDataError(f"location {locs[i]:#x} is not in log {src.log_id:x}")
-            p = src.entry_at(<uint32_t>(locs[i] & 0xFFFFFFFF), &n)
+            p = src.entry_at(<uint32_t>locs[i], &n)
             if p == NULL:
                 raise CorruptedDataError(f"no entry at {locs[i]:#x} in {src.path}")
             if self.position + 4 + n + reserve > self.mapped:
@@ -266,7 +266,7 @@ cdef class MappedLog:
         cdef const uint8_t *p
         if <uint64_t>(location >> 32) != self.log_id:
             raise CorruptedDataError(f"location {location:#x} is not in entry log {self.log_id:x}")
-        p = self.entry_at(<uint32_t>(location & 0xFFFFFFFF), &n)
+        p = self.entry_at(<uint32_t>location, &n)
         if p == NULL:
             raise CorruptedDataError(f"no entry at offset {location & 0xFFFFFFFF} of {self.path}")
         return PyBytes_FromStringAndSize(<const char *>p, n)
@@ -482,7 +482,7 @@ cdef class EntryLogger:
         cdef MappedLog m = self._log(location >> 32)
         if m is None:
             return NULL
-        return m.entry_at(<uint32_t>(location & 0xFFFFFFFF), n)
+        return m.entry_at(<uint32_t>location, n)
 
     def read_encoded(self, uint64_t location):
         cdef Py_ssize_t n = 0

@@ -104,7 +104,7 @@ cdef class LedgerReader:
                 self.last_log = m
             p = NULL
             if m is not None:
-                p = m.entry_at(<uint32_t>(loc & 0xFFFFFFFF), &n)
+                p = m.entry_at(<uint32_t>loc, &n)
             if p != NULL:
                 return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
             # compaction may have moved the entry and deleted its old log since this page
