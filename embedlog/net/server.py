@@ -28,7 +28,7 @@ log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = 1024
 
 
-AUTH_TIMEOUT_S = 10.0       # a connection to a bookie with a token must AUTH within this
+AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set
 MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connection is closed
 GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
 
@@ -100,9 +100,10 @@ class BookieServer:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._room_freed = asyncio.Event()
+        tls = {} if self.ssl_context is None else {
+            "ssl": self.ssl_context, "ssl_handshake_timeout": AUTH_TIMEOUT_S}
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  limit=self.max_frame_bytes + 8,
-                                                  ssl=self.ssl_context)
+                                                  limit=self.max_frame_bytes + 8, **tls)
         self.port = self._server.sockets[0].getsockname()[1]
         if self.idle_timeout_s or self.auth_token is not None:
             self._sweeper = self._loop.create_task(self._sweep())
