@@ -24,13 +24,18 @@ _ABSENT = (NoSuchEntryError, NoSuchLedgerError)
 
 
 def _settle(tasks) -> None:
-    """Cancel the reads still running once the answer is known; those that already failed
-    are looked at, so asyncio does not report them as unhandled."""
+    """Cancel the reads still running once the answer is known. Their errors are looked at,
+    so asyncio does not report them as unhandled: one that already failed, and one whose
+    answer arrives as it is cancelled (wait_for then returns the answer, not CancelledError)."""
     for t in tasks:
         if not t.done():
             t.cancel()
-        elif not t.cancelled():
-            t.exception()
+        t.add_done_callback(_retrieve)
+
+
+def _retrieve(task) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _quorum_covered(md, ensemble, answered: set) -> bool:

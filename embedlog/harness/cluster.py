@@ -31,6 +31,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class _PortTaken(Exception):
+    pass
+
+
 class _Bookie:
     def __init__(self, index: int, directory: str):
         self.index = index
@@ -140,6 +144,17 @@ class LocalCluster:
         return i
 
     def _start(self, b: _Bookie) -> None:
+        for _ in range(3):
+            try:
+                return self._launch(b)
+            except _PortTaken:
+                # another process bound the port between free_port() and the bookie's bind
+                b.port = free_port()
+                if b.proxy is not None:
+                    b.proxy.retarget(b.port)
+        self._launch(b)
+
+    def _launch(self, b: _Bookie) -> None:
         ready = os.path.join(b.directory, "ready")
         if os.path.exists(ready):
             os.unlink(ready)
@@ -165,6 +180,8 @@ class LocalCluster:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(ready):
             if b.process.poll() is not None:
+                if "address already in use" in _tail(b.log_path):
+                    raise _PortTaken()
                 raise EmbedlogError(f"bookie {b.index} exited with {b.process.returncode}; "
                                     f"see {b.log_path}:\n{_tail(b.log_path)}")
             if time.monotonic() > deadline:

@@ -32,7 +32,7 @@ from embedlog._native.format import LedgerId
 from embedlog.errors import IllegalOpError, NoSuchLedgerError
 
 TASK_SCOPE_ID = 0x535041524B000001          # b"SPARK" + 1: the scope of task ledgers
-JOB_KEY, TARGET_KEY = "spark.job", "spark.target"
+JOB_KEY, TARGET_KEY, SINK_KEY = "spark.job", "spark.target", "spark.sink"
 COMMIT_LOG_PREFIX = "__spark_commits__/"
 APPEND_CHUNK_ENTRIES = 8192
 LOOKBACK_POSITIONS = 64
@@ -100,9 +100,13 @@ def delete_ledgers(client, qnames) -> None:
             pass
 
 
-def sweep_job(client, job_id: str, keep=()) -> int:
-    """Delete the task ledgers of ``job_id`` (failed or speculative attempts too) but ``keep``."""
+def sweep_job(client, job_id: str, keep=(), sink_id: str | None = None) -> int:
+    """Delete the task ledgers of ``job_id`` (failed or speculative attempts too) but ``keep``;
+    with ``sink_id``, also those of earlier runs of that streaming sink (a task killed when its
+    query stopped may have made its ledger after that run's last sweep). Only after a commit:
+    an earlier run's interrupted intent must have been rolled forward from its ledgers first."""
     keep = set(keep)
+    sink = sink_id.encode() if sink_id is not None else None
     n = 0
     for lid in client.list_ledgers(TASK_SCOPE_ID):
         lid = LedgerId.coerce(lid)
@@ -110,7 +114,9 @@ def sweep_job(client, job_id: str, keep=()) -> int:
             md = client.ledger_metadata(lid)
         except NoSuchLedgerError:
             continue
-        if md.custom_metadata.get(JOB_KEY) == job_id.encode() and lid.qualified_name not in keep:
+        tags = md.custom_metadata
+        mine = tags.get(JOB_KEY) == job_id.encode() or (sink is not None and tags.get(SINK_KEY) == sink)
+        if mine and lid.qualified_name not in keep:
             delete_ledgers(client, [lid.qualified_name])
             n += 1
     return n

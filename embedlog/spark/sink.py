@@ -9,8 +9,8 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
                                     WriterCommitMessage)
 
 from embedlog.errors import IllegalOpError
-from embedlog.spark.commit import (JOB_KEY, TARGET_KEY, TASK_SCOPE_ID, commit_job, delete_ledgers,
-                                   sweep_job)
+from embedlog.spark.commit import (JOB_KEY, SINK_KEY, TARGET_KEY, TASK_SCOPE_ID, commit_job,
+                                   delete_ledgers, sweep_job)
 
 APPEND_CHUNK_ENTRIES = 8192
 
@@ -54,8 +54,11 @@ def write_task(opts, job_id: str, column: str, batches) -> TaskLedger:
                 continue
             if handle is None:
                 e, qw, qa = opts.ensemble
+                tags = {JOB_KEY: job_id, TARGET_KEY: opts.stream}
+                if opts.sink_id is not None:
+                    tags[SINK_KEY] = opts.sink_id
                 handle = client.create_ledger(e, qw, qa, password=opts.password, scope_id=TASK_SCOPE_ID,
-                                              custom_metadata={JOB_KEY: job_id, TARGET_KEY: opts.stream})
+                                              custom_metadata=tags)
             for i in range(0, len(rows), APPEND_CHUNK_ENTRIES):
                 handle.append_many(rows[i:i + APPEND_CHUNK_ENTRIES])
             count += len(rows)
@@ -85,7 +88,8 @@ def _commit(opts, job_id, messages, sink_id, batch_id) -> bool:
     try:
         ledgers = _ledgers(messages)
         done = commit_job(client, opts.stream, sink_id, batch_id, ledgers, opts.password)
-        sweep_job(client, job_id)      # failed or speculative task attempts
+        # failed or speculative task attempts, and what earlier runs of this sink left
+        sweep_job(client, job_id, sink_id=opts.sink_id)
         return done
     finally:
         client.close()
