@@ -212,7 +212,8 @@ class BookieConfig:
             if not isinstance(value, want) or isinstance(value, bool):
                 raise ConfigError(f"{name} must be {want.__name__}, got {value!r}")
             lo, hi = f.metadata["min"], f.metadata["max"]
-            if lo is not None and value < lo or hi is not None and value > hi:
+            # "not >=": NaN compares false both ways and must not pass as in range
+            if lo is not None and not value >= lo or hi is not None and not value <= hi:
                 raise ConfigError(f"{name}={value!r} is outside [{lo}, {hi}]")
 
     def as_dict(self):

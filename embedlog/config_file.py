@@ -91,7 +91,9 @@ def load_toml(path: str) -> dict:
         raise ConfigError(f"configuration file {path} is larger than {MAX_CONF_BYTES} bytes")
     try:
         doc = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # TOMLDecodeError and UnicodeDecodeError are ValueErrors, as is an integer of more
+        # digits than int() takes; deep nesting exhausts tomllib's recursion
         raise ConfigError(f"configuration file {path} is not valid TOML: {exc}") from None
     for key, value in doc.items():
         if isinstance(value, dict):

@@ -114,6 +114,30 @@ def test_corruption_in_the_middle_stops_with_file_and_offset(tmp_path):
     assert present.count(None) >= 1 and all(p in (True, None) for p in present)
 
 
+@pytest.mark.parametrize("rtype,body", [
+    ("EXPLICIT_LAC", bytes(16)),                  # 16 bytes where 24 belong
+    ("TERM", bytes(30)),
+    ("LEDGER_KEY", bytes(16) + b"k" * 100),       # a key longer than any master key
+])
+def test_record_with_a_good_checksum_and_a_bad_body_stops_with_file_and_offset(tmp_path, rtype, body):
+    """A record whose checksum is right but whose body does not fit its type (a bug, or a
+    file made by hand) is refused with the file and offset, not a struct.error."""
+    from embedlog._native import journal as nj
+    write_and_crash(tmp_path, [b"x" * 10] * 5)
+    jpath = newest_journal(tmp_path)
+    _records, end, _status = journal_records(jpath)
+    buf = nj.JournalBuffer()
+    buf.add_record(getattr(nj, rtype), body)
+    fd = os.open(jpath, os.O_RDWR)
+    try:
+        buf.write_to(fd, end)
+    finally:
+        os.close(fd)
+    with pytest.raises(JournalCorruptedError) as exc:
+        embedlog.open(tmp_path, **CFG)
+    assert os.path.basename(jpath) in str(exc.value) and f"offset {end}" in str(exc.value)
+
+
 def test_power_loss_drops_unsynced_data(tmp_path):
     log = embedlog.open(tmp_path, **CFG)
     w = log.create_ledger()

@@ -30,9 +30,9 @@ from embedlog.bookie import cookies, disks, failpoints, gc
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
-from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
+from embedlog.errors import (DirectoryLockedError, EmbedlogError,
                              EntryTooLargeError, IllegalOpError, InvalidTermError,
-                             LedgerFencedError, NoSuchLedgerError,
+                             JournalCorruptedError, LedgerFencedError, NoSuchLedgerError,
                              ReadOnlyBookieError, UnauthorizedAccessError)
 
 _IDS = struct.Struct(">QQ")
@@ -155,7 +155,7 @@ class Bookie:
             try:
                 self._apply_record(rtype, body)
             except EmbedlogError as exc:
-                raise CorruptedDataError(f"journal {path} offset {off}: {exc}") from exc
+                raise JournalCorruptedError(f"journal {path} offset {off}: {exc}") from exc
 
         report = replay(self.journal_dir, mark, apply,
                         skip_corrupt=self.config.journal_skip_corrupt_records,
@@ -165,21 +165,22 @@ class Bookie:
 
     def _apply_record(self, rtype: int, body: bytes) -> None:
         """Re-apply one journal record (replay): what add/fence/... did before the crash."""
+        # a body that does not fit its type is JournalCorruptedError, even with a good checksum
+        fields = nj.decode_record(rtype, body)
+        if fields is None:
+            return          # an unknown type with a good checksum: newer records stay readable
         if rtype == nj.ENTRY:
             if not self.storage.active.add_encoded(body):
                 with self.cv:
                     self.storage.make_room(self.journal.appended_seq)
                 self.storage.active.add_encoded(body)
-            _v, scope, lid, eid = parse_entry_header(body)[:4]
+            _v, scope, lid, eid = fields[:4]
             self._known((scope, lid))
             self._seen((scope, lid), eid)
             return
-        if len(body) < 16:
-            raise CorruptedDataError(f"journal record of type {rtype} is too short")
-        scope, lid = _IDS.unpack_from(body)
-        key = (scope, lid)
+        key = (fields[0], fields[1])
         if rtype == nj.LEDGER_KEY:
-            self._known(key).master_key = bytes(body[16:])
+            self._known(key).master_key = fields[2]
             self._known(key).header_dirty = True
         elif rtype == nj.FENCE:
             idx = self._known(key)
@@ -187,19 +188,18 @@ class Bookie:
             idx.header_dirty = True
         elif rtype == nj.EXPLICIT_LAC:
             idx = self._known(key)
-            idx.explicit_lac = max(idx.explicit_lac, _IDS_I64.unpack_from(body)[2])
+            idx.explicit_lac = max(idx.explicit_lac, fields[2])
             idx.header_dirty = True
         elif rtype == nj.TERM:
             idx = self._known(key)
-            idx.term = max(idx.term, _IDS_U64.unpack_from(body)[2])
+            idx.term = max(idx.term, fields[2])
             idx.header_dirty = True
         elif rtype == nj.TRUNCATE:
-            self._truncate_locked(key, _IDS_I64.unpack_from(body)[2])
+            self._truncate_locked(key, fields[2])
         elif rtype == nj.DELETE_LEDGER:
             self._delete_locked(key)
         elif rtype == nj.TRIM:
-            self.storage.erase(key, 0, _IDS_I64.unpack_from(body)[2] - 1)
-        # unknown types with a good checksum are skipped: newer records stay readable
+            self.storage.erase(key, 0, fields[2] - 1)
 
     # -- helpers (cv held) ------------------------------------------------------------
 

@@ -65,9 +65,11 @@ class Cookie:
             raise CorruptedDataError(f"{where}: unknown cookie version {version}")
         try:
             d = json.loads(body)
+            if not all(v is None or isinstance(v, str) for v in (d["instance_id"], d.get("metadata_uri"))):
+                raise TypeError("instance_id and metadata_uri are strings or null")
             return cls(str(d["bookie_id"]), d["instance_id"], str(d["journal_dir"]),
                        tuple(str(p) for p in d["ledger_dirs"]), d.get("metadata_uri"))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise CorruptedDataError(f"{where}: damaged cookie ({exc})") from None
 
     def same_dirs(self, other: "Cookie") -> bool:

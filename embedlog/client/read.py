@@ -119,7 +119,7 @@ class ReadHandle:
             try:
                 resp = await self._ctx.call(b, lambda rid: P.read_lac_request(rid, self._scope, self._lid),
                                             self._ctx.config.read_timeout_s)
-                return P.READ_LAC_RESP.unpack_from(resp.body)[0]
+                return P.parse_read_lac_body(resp.body)[0]
             except (NoSuchLedgerError, NoSuchEntryError):
                 return -1
             except EmbedlogError:

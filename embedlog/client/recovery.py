@@ -81,7 +81,7 @@ async def recover(ctx, versioned, password: bytes):
         try:
             resp = await ctx.call(b, lambda rid: P.read_lac_request(rid, scope, ledger, P.FLAG_FENCE, key),
                                   timeout)
-            lacs.append(P.READ_LAC_RESP.unpack_from(resp.body)[0])
+            lacs.append(P.parse_read_lac_body(resp.body)[0])
             answered.add(b)
         except _ABSENT:
             answered.add(b)          # never saw the ledger: fenced by creating it empty

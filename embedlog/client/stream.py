@@ -361,7 +361,7 @@ class Stream:
             try:
                 resp = await self._ctx.call(b, lambda rid: P.read_lac_request(
                     rid, md.ledger_id.scope_id, md.ledger_id.ledger_id), self._ctx.config.read_timeout_s)
-                answers.append(P.READ_LAC_RESP.unpack_from(resp.body)[0])
+                answers.append(P.parse_read_lac_body(resp.body)[0])
             except _ABSENT:
                 answers.append(-1)
             except EmbedlogError:
@@ -474,7 +474,7 @@ async def _recover_stream(ctx, versioned, password: bytes):
         try:
             resp = await ctx.call(b, lambda rid: P.read_lac_request(
                 rid, scope, ledger, P.FLAG_RECOVERY_READ, key, term), timeout)
-            lacs.append(P.READ_LAC_RESP.unpack_from(resp.body)[0])
+            lacs.append(P.parse_read_lac_body(resp.body)[0])
             answered.add(b)
         except _ABSENT:
             answered.add(b)

@@ -110,9 +110,23 @@ def decode_bookie(bookie_id: str, read_only: bool, data: bytes | str | None) -> 
         info = json.loads(data) if data else {}
         if not isinstance(info, dict):
             info = {}
-    except ValueError:
+    except (ValueError, RecursionError):
         info = {}
     return BookieRegistration(bookie_id=bookie_id, read_only=read_only, info=info)
+
+
+def decode_underreplicated(data: bytes | str, where: str, bare_list: bool = False) -> list[str]:
+    """The missing bookies of an under-replication record: JSON {"missing": [...], ...}
+    (ZooKeeper, etcd), or a bare JSON list (``bare_list``: SQLite's column)."""
+    try:
+        record = json.loads(data)
+        missing = record if bare_list else record["missing"]
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise MetadataError(f"corrupted under-replication record {where}: {exc}") from None
+    if not isinstance(missing, list) or not all(isinstance(b, str) for b in missing):
+        raise MetadataError(f"corrupted under-replication record {where}: "
+                            f"missing bookies are not a list of names: {missing!r:.80}")
+    return missing
 
 
 def check_bookie_id(bookie_id: str) -> str:

@@ -117,18 +117,27 @@ class LedgerMetadata:
             if version != METADATA_FORMAT_VERSION:
                 raise MetadataError(f"unknown ledger metadata format version {version}")
             d = json.loads(body)
+
+            def num(value):
+                # JSON numbers may be floats (or bools, in Python): only integers are ids
+                if type(value) is not int:
+                    raise MetadataError(f"corrupted ledger metadata: {value!r:.40} is not an integer")
+                return value
+
+            if type(d.get("unbounded", False)) is not bool:
+                raise MetadataError("corrupted ledger metadata: unbounded is not a boolean")
             return cls(
-                ledger_id=LedgerId(d["scope_id"], d["ledger_id"]),
-                ensemble_size=d["ensemble_size"], write_quorum=d["write_quorum"],
-                ack_quorum=d["ack_quorum"], digest_type=DigestType(d["digest_type"]),
+                ledger_id=LedgerId(num(d["scope_id"]), num(d["ledger_id"])),
+                ensemble_size=num(d["ensemble_size"]), write_quorum=num(d["write_quorum"]),
+                ack_quorum=num(d["ack_quorum"]), digest_type=DigestType(num(d["digest_type"])),
                 password=bytes.fromhex(d["password"]), state=LedgerState[d["state"]],
-                last_entry_id=d["last_entry_id"], length=d["length"],
-                fragments=tuple((int(f), tuple(str(b) for b in bs)) for f, bs in d["fragments"]),
-                ctime_ms=d["ctime_ms"],
+                last_entry_id=num(d["last_entry_id"]), length=num(d["length"]),
+                fragments=tuple((num(f), tuple(str(b) for b in bs)) for f, bs in d["fragments"]),
+                ctime_ms=num(d["ctime_ms"]),
                 custom_metadata={k: bytes.fromhex(v) for k, v in d["custom_metadata"].items()},
-                term=d["term"], unbounded=d.get("unbounded", False),
-                fragment_ctimes_ms=tuple(d.get("fragment_ctimes_ms", ())),
-                first_entry_id=d.get("first_entry_id", 0),
+                term=num(d["term"]), unbounded=d.get("unbounded", False),
+                fragment_ctimes_ms=tuple(num(t) for t in d.get("fragment_ctimes_ms", ())),
+                first_entry_id=num(d.get("first_entry_id", 0)),
             )
         except MetadataError:
             raise

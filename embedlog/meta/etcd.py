@@ -38,7 +38,8 @@ from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, check_layout,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
-                                   decode_bookie, encode_bookie_info, layout_record, log,
+                                   decode_bookie, decode_underreplicated, encode_bookie_info,
+                                   layout_record, log,
                                    merge_missing)
 from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
@@ -429,8 +430,9 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
                 if self._create(key, json.dumps(record).encode())[0]:
                     return
                 continue
+            missing = decode_underreplicated(value, key)       # MetadataError if damaged
             record = json.loads(value)
-            record["missing"] = merge_missing(record.get("missing", []), list(missing_bookies))
+            record["missing"] = merge_missing(missing, list(missing_bookies))
             try:
                 self._cas(key, json.dumps(record).encode(), meta.mod_revision, f"mark {lid}")
                 return
@@ -447,8 +449,8 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         with self._errors("list under-replicated"):
             items = list(self._etcd.get_prefix(prefix, sort_order="ascend", sort_target="key"))
         try:
-            return {LedgerId.parse(meta.key.decode()[len(prefix):]): list(json.loads(value)["missing"])
-                    for value, meta in items}
+            return {LedgerId.parse(meta.key.decode()[len(prefix):]):
+                    decode_underreplicated(value, meta.key.decode()) for value, meta in items}
         except (ValueError, KeyError, TypeError) as exc:
             raise MetadataError(f"corrupted under-replication record: {exc}") from exc
 

@@ -38,7 +38,7 @@ from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_bookie_id,
                                    check_layout, check_scope, coerce_ledger_id,
-                                   decentralised_ledger_id, decode_bookie,
+                                   decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
                                    owner_is_dead_local_process, owner_token)
 from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
@@ -447,7 +447,8 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         with self._write(f"mark {lid} under-replicated") as c:
             row = c.execute("SELECT missing FROM underreplicated WHERE name=?",
                             (lid.qualified_name,)).fetchone()
-            missing = merge_missing(json.loads(row[0]) if row else [], list(missing_bookies))
+            old = decode_underreplicated(row[0], lid.qualified_name, bare_list=True) if row else []
+            missing = merge_missing(old, list(missing_bookies))
             c.execute("INSERT OR REPLACE INTO underreplicated VALUES (?, ?, ?)",
                       (lid.qualified_name, json.dumps(missing), int(time.time() * 1000)))
 
@@ -460,7 +461,8 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         rows = self._query("list under-replicated",
                            "SELECT name, missing FROM underreplicated ORDER BY name")
         try:
-            return {LedgerId.parse(n): list(json.loads(m)) for n, m in rows}
+            return {LedgerId.parse(n): decode_underreplicated(m, n, bare_list=True)
+                    for n, m in rows}
         except ValueError as exc:
             raise MetadataError(f"corrupted under-replication record: {exc}") from exc
 

@@ -43,7 +43,8 @@ from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, check_layout,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
-                                   decode_bookie, encode_bookie_info, layout_record, log,
+                                   decode_bookie, decode_underreplicated, encode_bookie_info,
+                                   layout_record, log,
                                    merge_missing)
 from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
@@ -575,8 +576,9 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                     return
                 except NodeExistsError:
                     continue
+            missing = decode_underreplicated(data, path)       # MetadataError if damaged
             record = json.loads(data)
-            record["missing"] = merge_missing(record.get("missing", []), list(missing_bookies))
+            record["missing"] = merge_missing(missing, list(missing_bookies))
             try:
                 self._set(path, json.dumps(record).encode(), stat.version)
                 return
@@ -598,7 +600,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                 continue
             try:
                 data, _ = self._get(f"{base}/{name}")
-                out[LedgerId.parse(name[3:])] = list(json.loads(data)["missing"])
+                out[LedgerId.parse(name[3:])] = decode_underreplicated(data, name)
             except NoNodeError:
                 continue
             except (ValueError, KeyError, TypeError) as exc:

@@ -178,6 +178,22 @@ def parse_add_body(body) -> list:
     return out
 
 
+def _exact(st: struct.Struct, body, what: str) -> tuple:
+    if len(body) != st.size:          # a malformed request: EBADREQ, as the server answers
+        raise IllegalOpError(f"{what} body of {len(body)} bytes, expected {st.size}")
+    return st.unpack(body)
+
+
+def parse_read_request(body) -> tuple:
+    """(first_entry, count, previous_lac, timeout_ms) of a READ request."""
+    return _exact(READ_REQ, body, "read request")
+
+
+def parse_i64_body(body) -> int:
+    """The one i64 of a WRITE_LAC (lac) or TRIM (first kept entry) request."""
+    return _exact(I64, body, "request")[0]
+
+
 # -- responses -----------------------------------------------------------------------------
 
 def response(req_op, flags, request_id, status, scope, ledger, body=b"") -> bytes:
@@ -213,9 +229,13 @@ def parse_response(message) -> Response:
 
 
 def parse_read_body(body) -> tuple[int, list]:
+    if len(body) < READ_RESP.size:
+        raise CorruptedDataError(f"read response of {len(body)} bytes is shorter than its header")
     lac, count = READ_RESP.unpack_from(body)
     pos, out = READ_RESP.size, []
     for _ in range(count):
+        if pos + ENTRY_HEAD.size > len(body):
+            raise CorruptedDataError("read response truncated in an entry header")
         eid, n = ENTRY_HEAD.unpack_from(body, pos)
         pos += ENTRY_HEAD.size
         if pos + n > len(body):
@@ -223,6 +243,16 @@ def parse_read_body(body) -> tuple[int, list]:
         out.append((eid, bytes(body[pos:pos + n])))
         pos += n
     return lac, out
+
+
+def parse_read_lac_body(body) -> tuple:
+    """(lac, last_entry_id, last entry or b"") of a READ_LAC response."""
+    if len(body) < READ_LAC_RESP.size:
+        raise CorruptedDataError(f"read-LAC response of {len(body)} bytes is shorter than its header")
+    lac, last, n = READ_LAC_RESP.unpack_from(body)
+    if READ_LAC_RESP.size + n > len(body):
+        raise CorruptedDataError("read-LAC response truncated")
+    return lac, last, bytes(body[READ_LAC_RESP.size:READ_LAC_RESP.size + n])
 
 
 def check_frame_length(n: int, max_frame_bytes: int) -> None:

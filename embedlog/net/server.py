@@ -349,9 +349,7 @@ class BookieServer:
             self._fail(writer, req, exc)
 
     def _read(self, req, writer) -> None:
-        if len(req.body) != P.READ_REQ.size:
-            raise IllegalOpError("read request body has the wrong size")
-        first, count, previous_lac, timeout_ms = P.READ_REQ.unpack(req.body)
+        first, count, previous_lac, timeout_ms = P.parse_read_request(req.body)
         if first < 0 or count < 1 or count > MAX_READ_ENTRIES:
             raise IllegalOpError(f"bad read range: first {first}, count {count}")
         if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
@@ -365,7 +363,7 @@ class BookieServer:
         self._read_now(req, writer)
 
     def _read_now(self, req, writer) -> None:
-        first, count, _prev, _t = P.READ_REQ.unpack(req.body)
+        first, count, _prev, _t = P.parse_read_request(req.body)
         lid = _lid(req)
         out, size = [], 0
         for eid in range(first, first + count):
@@ -431,17 +429,13 @@ class BookieServer:
                                        P.READ_LAC_RESP.pack(lac, last, len(data)) + data))
 
     def _write_lac(self, req, writer) -> None:
-        if len(req.body) != 8:
-            raise IllegalOpError("write_lac request body has the wrong size")
-        (lac,) = P.I64.unpack(req.body)
+        lac = P.parse_i64_body(req.body)
         seq = self.bookie.set_explicit_lac(_lid(req), lac, req.master_key)
         ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger)
         self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
 
     def _trim(self, req, writer) -> None:
-        if len(req.body) != 8:
-            raise IllegalOpError("trim request body has the wrong size")
-        (first_kept,) = P.I64.unpack(req.body)
+        first_kept = P.parse_i64_body(req.body)
         seq = self.bookie.trim(_lid(req), req.master_key, req.term, first_kept)
         self._when_durable(seq, writer, req, P.response(req.op, req.flags, req.request_id, P.EOK,
                                                          req.scope, req.ledger))

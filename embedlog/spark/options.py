@@ -101,7 +101,7 @@ def parse_positions(raw, what: str, words: tuple) -> str | dict:
         return text
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):          # RecursionError: nesting too deep
         value = None
     if not isinstance(value, dict) or not all(
             isinstance(k, str) and type(v) is int and v >= 0 for k, v in value.items()):

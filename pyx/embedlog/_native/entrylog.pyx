@@ -231,6 +231,10 @@ cdef class MappedLog:
     cdef Py_ssize_t _scan_end(self):
         cdef uint64_t map_off = el_get64(self.base + 8)
         if map_off:
+            # the seal writes the offset of a map it has written: one outside the file is damage
+            if map_off < HEADER_SIZE or map_off > <uint64_t>self.mapped:
+                raise CorruptedDataError(
+                    f"entry log {self.path}: ledgers map offset {map_off} is outside the file")
             return <Py_ssize_t>map_off
         cdef Py_ssize_t pos = HEADER_SIZE
         cdef uint32_t n
@@ -255,7 +259,7 @@ cdef class MappedLog:
         if self.base == NULL or offset < LOG_HEADER_SIZE + 4 or offset > self.position:
             return NULL
         cdef uint32_t size = el_get32(self.base + offset - 4)
-        if size == 0 or offset + size > self.position:
+        if size == 0 or <Py_ssize_t>offset + size > self.position:     # 64-bit: no wrap
             return NULL
         n[0] = size
         return self.base + offset

@@ -29,9 +29,13 @@ from posix.unistd cimport pwrite, fdatasync, fsync
 
 from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
 
+from embedlog._native.format import parse_entry_header
+from embedlog.errors import JournalCorruptedError
+
 el_crc_init()
 
 HEADER_SIZE = 512
+MAX_MASTER_KEY = 64            # what an index file can hold (index.pyx MAX_KEY)
 MAGIC = b"ELJN"
 FORMAT_VERSION = 1
 RECORD_TYPES = {REC_ENTRY: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
@@ -53,16 +57,48 @@ def file_header(unsigned long long log_id):
     return bytes(h)
 
 
+class JournalHeaderError(JournalCorruptedError, ValueError):
+    """A journal file whose header does not parse (a ValueError too, as callers expect)."""
+
+
 def check_file_header(data):
-    """The log id of a journal header; ValueError if it is not one."""
+    """The log id of a journal header; JournalHeaderError if it is not one."""
     cdef const uint8_t[::1] v = data
     if v.shape[0] < 512 or bytes(data[:4]) != MAGIC:
-        raise ValueError("not an embedlog journal (bad magic)")
+        raise JournalHeaderError("not an embedlog journal (bad magic)")
     if el_get32(&v[16]) != el_crc32c(0, &v[0], 16):
-        raise ValueError("journal header checksum mismatch")
+        raise JournalHeaderError("journal header checksum mismatch")
     if el_get32(&v[4]) != FORMAT_VERSION:
-        raise ValueError(f"unknown journal format version {el_get32(&v[4])}")
+        raise JournalHeaderError(f"unknown journal format version {el_get32(&v[4])}")
     return el_get64(&v[8])
+
+
+def decode_record(int rtype, body):
+    """The fields of one record's body, as replay applies them: ENTRY -> the entry's header
+    (format.parse_entry_header); LEDGER_KEY -> (scope, ledger, master_key); FENCE and
+    DELETE_LEDGER -> (scope, ledger); EXPLICIT_LAC, TRUNCATE, TRIM -> (scope, ledger, i64);
+    TERM -> (scope, ledger, u64); an unknown type -> None (skipped: newer types may be added).
+    JournalCorruptedError when the body does not fit its type."""
+    cdef const uint8_t[::1] v = body
+    cdef Py_ssize_t n = v.shape[0]
+    if rtype == REC_ENTRY:
+        return parse_entry_header(body)
+    if rtype not in RECORD_TYPES:
+        return None
+    if rtype == REC_LEDGER_KEY:
+        if not 16 <= n <= 16 + MAX_MASTER_KEY:
+            raise JournalCorruptedError(f"ledger key record of {n} bytes (16 + a key of at most "
+                                        f"{MAX_MASTER_KEY})")
+        return el_get64(&v[0]), el_get64(&v[8]), bytes(body[16:])
+    if rtype == REC_FENCE or rtype == REC_DELETE_LEDGER:
+        if n != 16:
+            raise JournalCorruptedError(f"{RECORD_TYPES[rtype]} record of {n} bytes, expected 16")
+        return el_get64(&v[0]), el_get64(&v[8])
+    if n != 24:
+        raise JournalCorruptedError(f"{RECORD_TYPES[rtype]} record of {n} bytes, expected 24")
+    if rtype == REC_TERM:
+        return el_get64(&v[0]), el_get64(&v[8]), el_get64(&v[16])
+    return el_get64(&v[0]), el_get64(&v[8]), <int64_t>el_get64(&v[16])
 
 
 cdef class JournalBuffer:
