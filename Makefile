@@ -9,7 +9,7 @@ EXTRAS := test,bench,zk,etcd,spark
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --upgrade pip 'setuptools>=69' wheel 'cython>=3.0' 'numpy>=2.0'
+	$(BIN)/pip install --upgrade pip 'setuptools>=77' wheel 'cython>=3.0' 'numpy>=2.0'
 
 venv: $(BIN)/python
 	$(BIN)/pip install --no-build-isolation -e '.[$(EXTRAS)]'
