@@ -233,3 +233,40 @@ def data_dict(data: bytes) -> dict:
     except UnicodeDecodeError:
         out["data"] = None
     return out
+
+
+def format_option(f):
+    return click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]),
+                        default="text", show_default=True,
+                        help="How entry data is printed (ignored with --json).")(f)
+
+
+def print_entry(key: str, number: int, data: bytes, fmt: str, as_json: bool) -> None:
+    """One entry: "NUMBER<TAB>DATA", or a JSON line naming the number ``key``."""
+    if as_json:
+        click.echo(json.dumps({key: number, **data_dict(data)}))
+    else:
+        click.echo(f"{number}\t{format_data(data, fmt)}")
+
+
+def follow(entries, stop, count, show) -> None:
+    """Show what a tail yields as it comes; return after ``count`` entries, exit 130 when
+    Ctrl-C (``stop``) ended it."""
+    printed = 0
+    for e in entries:
+        show(e)
+        sys.stdout.flush()
+        printed += 1
+        if count is not None and printed >= count:
+            return
+    if stop():
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def confirm_delete(what: str, yes: bool, as_json: bool) -> None:
+    """Ask before deleting ``what`` unless --yes; without a terminal, --yes is required."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail("deleting needs --yes when there is no terminal to ask", 2, as_json)
+    click.confirm(f"delete {what}?", abort=True)

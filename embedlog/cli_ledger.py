@@ -5,15 +5,14 @@ Every command that names a ledger takes LEDGER_ID with --ledger-scope-id (defaul
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, U64_MAX, data_dict,
-                                 emit, fail, format_data, handle_errors, json_option,
-                                 ledger_dict, ledger_id_options, metadata_option, open_client,
-                                 progress_option, resolve_ledger_id)
+from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, U64_MAX,
+                                 confirm_delete, emit, follow, format_option, handle_errors,
+                                 json_option, ledger_dict, ledger_id_options, metadata_option,
+                                 open_client, print_entry, progress_option, resolve_ledger_id)
 
 DIGESTS = ["crc32", "crc32c", "mac", "dummy"]
 BATCH_ENTRIES = 1000      # entries per append_many while --entries runs: the Ctrl-C granularity
@@ -208,19 +207,6 @@ def ledger_metadata(metadata_uri, ledger_id, scope_id, qualified_name, as_json):
             click.echo(f"{key}: {value}")
 
 
-def _format_option(f):
-    return click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]),
-                        default="text", show_default=True,
-                        help="How entry data is printed (ignored with --json).")(f)
-
-
-def _print_entry(entry_id: int, data: bytes, fmt: str, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps({"entry_id": entry_id, **data_dict(data)}))
-    else:
-        click.echo(f"{entry_id}\t{format_data(data, fmt)}")
-
-
 @ledger.command("read")
 @metadata_option
 @ledger_id_options
@@ -230,7 +216,7 @@ def _print_entry(entry_id: int, data: bytes, fmt: str, as_json: bool) -> None:
               help="Last entry to read (default: the LAC).")
 @click.option("--recovery", is_flag=True,
               help="Fence and close an OPEN ledger first (stops its writer), as BookKeeper's open does.")
-@_format_option
+@format_option
 @json_option
 @handle_errors
 def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, first, last,
@@ -246,7 +232,7 @@ def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, fir
             return
         with StopOnInterrupt("stopping after the batch under way") as stop:
             for e in r.read(first, end, batch_size=256):
-                _print_entry(e.entry_id, e.data, fmt, as_json)
+                print_entry("entry_id", e.entry_id, e.data, fmt, as_json)
                 if stop():
                     sys.exit(EXIT_INTERRUPTED)
 
@@ -259,7 +245,7 @@ def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, fir
               help="First entry to print.")
 @click.option("--count", type=click.IntRange(min=1), default=None,
               help="Stop after this many entries.")
-@_format_option
+@format_option
 @json_option
 @handle_errors
 def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, start, count, fmt,
@@ -269,18 +255,11 @@ def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, sta
     Ends (exit 0) when the ledger is closed and read to its end, or after --count entries;
     Ctrl-C ends it with exit code 130."""
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
-    printed = 0
     with open_client(metadata_uri) as client:
         r = client.open_ledger(lid, password, recovery=False)
         with StopOnInterrupt("stopping") as stop:
-            for e in r.tail(start, poll_timeout_ms=500, stop=stop):
-                _print_entry(e.entry_id, e.data, fmt, as_json)
-                sys.stdout.flush()
-                printed += 1
-                if count is not None and printed >= count:
-                    return
-            if stop():
-                sys.exit(EXIT_INTERRUPTED)
+            follow(r.tail(start, poll_timeout_ms=500, stop=stop), stop, count,
+                   lambda e: print_entry("entry_id", e.entry_id, e.data, fmt, as_json))
 
 
 @ledger.command("delete")
@@ -292,10 +271,7 @@ def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, sta
 def ledger_delete(metadata_uri, ledger_id, scope_id, qualified_name, yes, as_json):
     """Delete a ledger's metadata; its bookies then collect its data (garbage collection)."""
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
-    if not yes:
-        if not sys.stdin.isatty():
-            fail("deleting needs --yes when there is no terminal to ask", 2, as_json)
-        click.confirm(f"delete ledger {lid.qualified_name}?", abort=True)
+    confirm_delete(f"ledger {lid.qualified_name}", yes, as_json)
     with open_client(metadata_uri) as client:
         client.delete_ledger(lid)
     emit(as_json, {**ledger_dict(lid), "deleted": True}, f"deleted ledger {lid.qualified_name}")

@@ -6,24 +6,14 @@ Written against the client's stream API (embedlog.client.stream): ``client.open_
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, data_dict, emit,
-                                 fail, format_data, handle_errors, json_option, metadata_option,
-                                 open_client, progress_option)
+from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, confirm_delete, emit,
+                                 follow, format_option, handle_errors, json_option,
+                                 metadata_option, open_client, print_entry, progress_option)
 from embedlog.cli_ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
-
-
-def _client(metadata_uri):
-    client = open_client(metadata_uri)
-    if not hasattr(client, "open_stream"):
-        client.close()
-        from embedlog.errors import EmbedlogError
-        raise EmbedlogError("streams are not available in this build (Client.open_stream is missing)")
-    return client
 
 
 def _stream_dict(s) -> dict:
@@ -65,7 +55,7 @@ def stream_create(metadata_uri, name, ensemble_size, write_quorum, ack_quorum, d
     policy = {k: v for k, v in (("rollover_entries", rollover_entries), ("rollover_bytes", rollover_bytes),
                                 ("retention_ms", retention_ms), ("retention_entries", retention_entries))
               if v is not None}
-    with _client(metadata_uri) as client:
+    with open_client(metadata_uri) as client:
         try:
             client.open_stream(name, create=False, password=password)
             raise LedgerExistsError(f"stream {name!r} exists")
@@ -86,7 +76,7 @@ def stream_create(metadata_uri, name, ensemble_size, write_quorum, ack_quorum, d
 @handle_errors
 def stream_list(metadata_uri, pattern, details, as_json):
     """List stream names, or those matching a glob PATTERN."""
-    with _client(metadata_uri) as client:
+    with open_client(metadata_uri) as client:
         names = client.list_streams(pattern)
         rows = []
         for n in names:
@@ -121,11 +111,8 @@ def stream_list(metadata_uri, pattern, details, as_json):
 @handle_errors
 def stream_delete(metadata_uri, name, yes, as_json):
     """Delete the stream NAME (its bookies collect the data)."""
-    if not yes:
-        if not sys.stdin.isatty():
-            fail("deleting needs --yes when there is no terminal to ask", 2, as_json)
-        click.confirm(f"delete stream {name!r}?", abort=True)
-    with _client(metadata_uri) as client:
+    confirm_delete(f"stream {name!r}", yes, as_json)
+    with open_client(metadata_uri) as client:
         client.delete_stream(name)
     emit(as_json, {"name": name, "deleted": True}, f"deleted stream {name!r}")
 
@@ -156,7 +143,7 @@ def stream_append(metadata_uri, name, data, password, input_file, entries, entry
         raise click.UsageError("give DATA..., --input or --entries (exactly one)")
     first = last = None
     count = 0
-    with _client(metadata_uri) as client:
+    with open_client(metadata_uri) as client:
         s = client.open_stream(name, create=create, password=password)
         try:
             with StopOnInterrupt("stopping after the batch under way") as stop:
@@ -197,18 +184,6 @@ def stream_append(metadata_uri, name, data, password, input_file, entries, entry
         sys.exit(EXIT_INTERRUPTED)
 
 
-def _format_option(f):
-    return click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]),
-                        default="text", show_default=True)(f)
-
-
-def _print(pos, data, fmt, as_json):
-    if as_json:
-        click.echo(json.dumps({"position": pos, **data_dict(data)}))
-    else:
-        click.echo(f"{pos}\t{format_data(data, fmt)}")
-
-
 @stream.command("read")
 @metadata_option
 @click.argument("name")
@@ -217,18 +192,18 @@ def _print(pos, data, fmt, as_json):
               help="First position (default: the stream's first kept position).")
 @click.option("--to", "end", type=click.IntRange(min=0), default=None,
               help="Last position (default: the last committed one).")
-@_format_option
+@format_option
 @json_option
 @handle_errors
 def stream_read(metadata_uri, name, password, start, end, fmt, as_json):
     """Print the entries of stream NAME ("POSITION<TAB>DATA"; JSON lines with --json)."""
-    with _client(metadata_uri) as client:
+    with open_client(metadata_uri) as client:
         s = client.open_stream(name, create=False, password=password)
         if start is None:
             start = getattr(s.metadata, "first_entry_id", 0)
         with StopOnInterrupt("stopping") as stop:
             for e in s.read(start, end):
-                _print(e.position, e.data, fmt, as_json)
+                print_entry("position", e.position, e.data, fmt, as_json)
                 if stop():
                     sys.exit(EXIT_INTERRUPTED)
 
@@ -240,26 +215,19 @@ def stream_read(metadata_uri, name, password, start, end, fmt, as_json):
 @click.option("--from", "start", type=click.IntRange(min=0), default=None,
               help="First position (default: after the last committed one).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after this many entries.")
-@_format_option
+@format_option
 @json_option
 @handle_errors
 def stream_tail(metadata_uri, name, password, start, count, fmt, as_json):
     """Follow stream NAME, printing entries as they are committed, until Ctrl-C (exit 130)
     or --count entries (exit 0)."""
-    printed = 0
-    with _client(metadata_uri) as client:
+    with open_client(metadata_uri) as client:
         s = client.open_stream(name, create=False, password=password)
         if start is None:
             start = s.last_position() + 1
         with StopOnInterrupt("stopping") as stop:
-            for e in s.tail(start, poll_timeout_ms=500, stop=stop):
-                _print(e.position, e.data, fmt, as_json)
-                sys.stdout.flush()
-                printed += 1
-                if count is not None and printed >= count:
-                    return
-            if stop():
-                sys.exit(EXIT_INTERRUPTED)
+            follow(s.tail(start, poll_timeout_ms=500, stop=stop), stop, count,
+                   lambda e: print_entry("position", e.position, e.data, fmt, as_json))
 
 
 @stream.command("take-over")
@@ -271,7 +239,7 @@ def stream_tail(metadata_uri, name, password, start, count, fmt, as_json):
 def stream_take_over(metadata_uri, name, password, as_json):
     """Become the writer of stream NAME: raise its term and recover its tail, so the
     previous writer can add no more. Prints the new term and the next position."""
-    with _client(metadata_uri) as client:
+    with open_client(metadata_uri) as client:
         s = client.open_stream(name, create=False, password=password)
         try:
             before = s.term

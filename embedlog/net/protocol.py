@@ -246,13 +246,14 @@ def parse_read_body(body) -> tuple[int, list]:
 
 
 def parse_read_lac_body(body) -> tuple:
-    """(lac, last_entry_id, last entry or b"") of a READ_LAC response."""
+    """(lac, last_entry_id, last entry or an empty view) of a READ_LAC response; the entry
+    is a view of the body, not a copy (most callers want only the LAC)."""
     if len(body) < READ_LAC_RESP.size:
         raise CorruptedDataError(f"read-LAC response of {len(body)} bytes is shorter than its header")
     lac, last, n = READ_LAC_RESP.unpack_from(body)
     if READ_LAC_RESP.size + n > len(body):
         raise CorruptedDataError("read-LAC response truncated")
-    return lac, last, bytes(body[READ_LAC_RESP.size:READ_LAC_RESP.size + n])
+    return lac, last, memoryview(body)[READ_LAC_RESP.size:READ_LAC_RESP.size + n]
 
 
 def check_frame_length(n: int, max_frame_bytes: int) -> None:

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from embedlog.harness.servers import in_ci
+from servers import in_ci, skip_unless_ci
 
 
 def _missing() -> str | None:
@@ -38,9 +38,7 @@ def pytest_report_header(config):
 def spark():
     why = _missing()
     if why is not None:
-        if in_ci():
-            pytest.fail(f"CI is set and Spark cannot run: {why}")
-        pytest.skip(why)
+        skip_unless_ci(why)
     import embedlog.spark
     session = embedlog.spark.local_session("local[2]", "embedlog-tests",
                                            **{"spark.task.maxFailures": "1"})
