@@ -10,6 +10,8 @@ def abandon(log):
     """Drop an open EmbeddedLog without closing it cleanly, like a SIGKILL would:
     the journal writer stops, nothing more is written, the directory lock is released."""
     b = log.bookie
+    b.gc.stop()          # a SIGKILL stops these too; left running they poll a deleted directory
+    b.disks.stop()
     with b.cv:
         b._closed = True
         b.journal._closed = True

@@ -45,13 +45,21 @@ def test_torn_tail_at_every_byte_of_the_last_record(tmp_path):
             d = tmp_path / f"cut{cut}{'g' if garbage else 'z'}"
             copy_dir(base, d)
             with open(d / rel, "r+b") as f:
-                f.seek(cut)
                 n = body_start + body_len - cut
-                f.write(os.urandom(n) if garbage else bytes(n))
+                f.seek(cut)
+                old = f.read(n)
+                # garbage differs from the record at every byte: a random byte equal to the
+                # one it replaced would leave the record whole (1 in 256 at the last byte)
+                junk = bytes(b ^ (1 + r % 255) for b, r in zip(old, os.urandom(n)))
+                new = junk if garbage else bytes(n)
+                f.seek(cut)
+                f.write(new)
             got, report = read_all(d, lid)
             # the torn record was the last add: every earlier one survives, byte for byte
             assert got in (payloads[:-1], payloads), cut
-            if cut >= last_off + 4:          # past the length field: a torn record, kept aside
+            if new == old:                   # zeros over bytes that were zero: still whole
+                assert got == payloads and not report["torn"], cut
+            elif cut >= last_off + 4:        # past the length field: a torn record, kept aside
                 assert report["torn"] and os.listdir(d / "journal" / "torn"), cut
     # every offset with zeros (the common torn shape), checked one by one
     for cut in range(last_off, body_start + body_len):
