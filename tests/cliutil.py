@@ -116,12 +116,13 @@ def wait_until(predicate, timeout_s: float = 20.0, what: str = "condition", inte
         time.sleep(interval_s)
 
 
-def http(address: str, path: str, method: str = "GET", timeout_s: float = 10.0):
+def http(address: str, path: str, method: str = "GET", timeout_s: float = 10.0,
+         headers: dict | None = None):
     """(status, headers dict, body bytes) of one request to HOST:PORT."""
     host, _, port = address.rpartition(":")
     conn = httpclient.HTTPConnection(host, int(port), timeout=timeout_s)
     try:
-        conn.request(method, path)
+        conn.request(method, path, headers=headers or {})
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:

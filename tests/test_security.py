@@ -97,6 +97,27 @@ def test_shared_token(tmp_path):
         assert info["server"]["auth_failures"] >= 6
 
 
+def test_token_guards_admin_http_changes(tmp_path):
+    from cliutil import admin_addresses, http
+    with _cluster(tmp_path, auth_token="s3cret-token",
+                  bookie_config={"http_server_enabled": True, "http_server_port": 0}) as cluster:
+        good, w = _write(cluster)
+        w.close()
+        admin = next(iter(admin_addresses(good).values()))
+        path = f"/api/v1/ledger/delete?ledger_qualified_name={w.ledger_id.qualified_name}"
+        for headers in ({}, {"Authorization": "Bearer s3cret-tokem"},
+                        {"Authorization": "Basic s3cret-token"}):
+            code, got, body = http(admin, path, "DELETE", headers=headers)
+            assert code == 401 and got["www-authenticate"].startswith("Bearer"), body
+        assert good.ledger_metadata(w.ledger_id).last_entry_id == 9      # nothing changed
+        code, _, body = http(admin, f"/api/v1/ledger/metadata?ledger_id={w.ledger_id.ledger_id}")
+        assert code == 200, body                                          # reads stay open
+        code, _, body = http(admin, path, "DELETE",
+                             headers={"Authorization": "Bearer s3cret-token"})
+        assert code == 200, body
+        assert w.ledger_id not in good.list_ledgers(0)
+
+
 def test_tls_and_token_together_and_plain_still_works(tmp_path):
     with _cluster(tmp_path, tls=True, auth_token=b"t") as cluster:
         good, w = _write(cluster, 3)

@@ -23,6 +23,10 @@ is a 400 (a misspelt ``ledger_scope_id`` must not silently mean scope 0)::
     GET    /metrics                                      Prometheus text format
     GET    /status                                       the status page (HTML); / redirects there
 
+When the bookie requires the shared token (``--auth-token-file``), requests that change
+something (every method but GET) must carry ``Authorization: Bearer <token>``, or get 401;
+reads stay open, as the status page is viewed in a browser (docs/SECURITY.md).
+
 Requests are served by a fixed pool of worker threads behind a bounded queue (a full queue
 answers 503 at once): the metadata drivers keep a connection per thread, so a thread per
 request would open connections without bound.
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hmac
 import http.server
 import json
 import logging
@@ -246,6 +251,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if method not in methods:
                 raise HttpError(405, f"{path} takes {', '.join(methods)}, not {method}",
                                 {"Allow": ", ".join(methods)})
+            if method != "GET":
+                admin.check_token(self.headers.get("Authorization"))
             result = handler(Params(parts.query, accepted))
         except HttpError as exc:
             self._send_json(exc.status, {"error": exc.message, "status": exc.status}, exc.headers)
@@ -299,6 +306,8 @@ class AdminServer:
         self.metrics.underreplicated = self._underreplicated_count
         self.host, self.port = host, port
         self.advertised_address = advertised_address
+        # the wire's shared token, when the bookie has one, also guards what changes things here
+        self.auth_token: bytes | None = getattr(server, "auth_token", None)
         self.autorecovery = None
         self.ready = False
         self.shutting_down = False
@@ -329,6 +338,16 @@ class AdminServer:
             "/status": (("GET",), self.status_page, ()),
             "/": (("GET",), self.root, ()),
         }
+
+    def check_token(self, authorization: str | None) -> None:
+        if self.auth_token is None:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"),
+                                                                 self.auth_token):
+            raise HttpError(401, "this bookie requires its token: send "
+                                 "'Authorization: Bearer <token>'",
+                            {"WWW-Authenticate": 'Bearer realm="embedlog"'})
 
     # -- lifetime ------------------------------------------------------------------------------
 
