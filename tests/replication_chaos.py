@@ -22,8 +22,7 @@ def payload(ledger_key: str, entry_id: int) -> bytes:
 class Chaos:
     def __init__(self, cluster, seed: int, *, duration_s: float, ensemble=(3, 2, 2)):
         self.cluster = cluster
-        self.rnd = random.Random(seed)
-        self.seed = seed
+        self.seed = seed       # each thread draws from its own Random: a seed replays its choices
         self.duration_s = duration_s
         self.ensemble = ensemble
         self.acked: dict = {}          # ledger id -> set of acknowledged entry ids
@@ -35,6 +34,7 @@ class Chaos:
     # -- workload -------------------------------------------------------------------------
 
     def _writer(self) -> None:
+        rnd = random.Random(self.seed * 3 + 0)
         client = self.cluster.client(add_timeout_s=2.0, read_timeout_s=2.0)
         w = None
         while not self._stop.is_set():
@@ -44,14 +44,14 @@ class Chaos:
                     self.acked[w.ledger_id] = set()
                 key = w.ledger_id.qualified_name
                 eid = w.last_add_confirmed + 1
-                if self.rnd.random() < 0.5:
+                if rnd.random() < 0.5:
                     got = w.append(payload(key, eid))
                     self.acked[w.ledger_id].add(got)
                 else:
-                    n = self.rnd.randint(2, 20)
+                    n = rnd.randint(2, 20)
                     last = w.append_many([payload(key, eid + k) for k in range(n)])
                     self.acked[w.ledger_id].update(range(last - n + 1, last + 1))
-                if self.rnd.random() < 0.02:
+                if rnd.random() < 0.02:
                     w.close()
                     w = None
             except EmbedlogError:
@@ -59,13 +59,14 @@ class Chaos:
                 time.sleep(0.05)
 
     def _reader(self) -> None:
+        rnd = random.Random(self.seed * 3 + 1)
         client = self.cluster.client(read_timeout_s=2.0)
         while not self._stop.is_set():
             ledgers = list(self.acked)
             if not ledgers:
                 time.sleep(0.05)
                 continue
-            lid = self.rnd.choice(ledgers)
+            lid = rnd.choice(ledgers)
             try:
                 r = client.open_ledger(lid, recovery=False)
                 lac = r.last_add_confirmed
@@ -87,10 +88,11 @@ class Chaos:
     # -- faults --------------------------------------------------------------------------------
 
     def _faults(self) -> None:
+        rnd = random.Random(self.seed * 3 + 2)
         down: dict = {}          # index -> "killed" | "suspended" | "stopped"
         n = len(self.cluster)
-        while not self._stop.wait(self.rnd.uniform(0.2, 0.6)):
-            if down and self.rnd.random() < 0.6:
+        while not self._stop.wait(rnd.uniform(0.2, 0.6)):
+            if down and rnd.random() < 0.6:
                 i, how = down.popitem()
                 if how == "suspended":
                     self.cluster.resume_bookie(i)
@@ -100,8 +102,8 @@ class Chaos:
                 continue
             if len(down) >= 1:           # at most one bookie out at a time: spares exist
                 continue
-            i = self.rnd.randrange(n)
-            how = self.rnd.choice(["killed", "suspended", "stopped"])
+            i = rnd.randrange(n)
+            how = rnd.choice(["killed", "suspended", "stopped"])
             if how == "killed":
                 self.cluster.kill_bookie(i)
             elif how == "suspended":

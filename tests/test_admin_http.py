@@ -235,7 +235,9 @@ def test_metrics_move_with_traffic(admin, client):
         assert (name, frozenset()) in before[0], name
     assert ("embedlog_journal_group_entries_count", frozenset({("trigger", "queue_empty")})) in before[0]
     assert ("embedlog_compactions_total", frozenset({("kind", "major")})) in before[0]
-    w = client.create_ledger(3, 3, 2, scope_id=3)
+    # Qa = 3: every bookie has synced batch k before k + 1 is sent, so each does >= 20 fsyncs
+    # and has counted every add when the scrape comes (with Qa = 2 one may lag behind)
+    w = client.create_ledger(3, 3, 3, scope_id=3)
     for i in range(20):
         w.append_many([b"m" * 100] * 10)
     w.close()

@@ -344,6 +344,7 @@ def test_atheris_runs_each_target_briefly(tmp_path):
     import atheris  # noqa: F401  (in the test extra: its absence fails, never skips)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "fuzz.py"), "--seconds", "2",
                           "--jobs", "2", "--plain",   # the regular build, as CI has
+                          "--seed", "1",              # the same inputs each run: no lottery
                           "--workdir", str(tmp_path / "work"),
                           "--crash-dir", str(tmp_path / "crashes")],
                          capture_output=True, text=True, timeout=300)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import embedlog
+from cliutil import wait_until
 from embedlog.bookie import failpoints
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection, flood, rss_bytes, slow_reader
@@ -35,6 +36,9 @@ def ledger(cluster):
     client = cluster.client()
     w = client.create_ledger(1, 1, 1, password=PASSWORD)
     w.append_many([bytes([i]) * MiB for i in range(4)])
+    # readers without recovery see entry 3 once the writer's explicit LAC reaches the bookie
+    wait_until(lambda: client.open_ledger(w.ledger_id, password=PASSWORD,
+                                          recovery=False).last_add_confirmed == 3, what="LAC 3")
     return client, w
 
 
@@ -88,7 +92,9 @@ def test_bookie_wide_limit_spans_connections(cluster, ledger):
     threads = [threading.Thread(target=lambda i=i: results[i].update(
         flood(address, _long_polls(w, 20)))) for i in range(2)]
     threads[0].start()
-    time.sleep(0.3)                           # the first connection takes 20 of the bookie's 30
+    # the first connection takes 20 of the bookie's 30 (21 counts this stats request itself)
+    wait_until(lambda: _server_stats(client, cluster.bookie_id(0))["in_flight_requests"] >= 21,
+               what="20 long polls in flight")
     threads[1].start()
     for t in threads:
         t.join(30)
@@ -141,13 +147,17 @@ def test_connections_past_the_limit_are_refused(cluster, ledger):
         for c in conns:
             c.close()
     assert refused_at is not None and refused_at <= LIMITS["max_connections"]
-    time.sleep(0.2)
-    c = RawConnection(address)                                # room again once they left
-    try:
-        c.send(P.bookie_info_request(1))
-        assert c.recv_response(5).status == P.EOK
-    finally:
-        c.close()
+
+    def room_again():                                         # once the bookie saw them leave
+        c = RawConnection(address)
+        try:
+            c.send(P.bookie_info_request(1))
+            status = c.recv_response(5).status
+            assert status in (P.EOK, P.ETOOMANYREQUESTS), status
+            return status == P.EOK
+        finally:
+            c.close()
+    wait_until(room_again, 10, "a connection accepted again")
 
 
 def test_idle_connection_gets_goaway_and_the_client_reconnects(cluster):

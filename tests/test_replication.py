@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from cliutil import wait_until
 from embedlog import LedgerId
 from embedlog.client.read import write_set
 from embedlog.errors import (LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
@@ -83,7 +84,11 @@ def test_killed_bookie_loses_nothing_and_makes_a_new_fragment(cluster):
         acked[w.append(b"a%d" % i)] = b"a%d" % i
     victim = cluster.index_of(w.metadata.fragments[0][1][0])
     cluster.kill_bookie(victim)
-    for i in range(50, 120):
+    acked[w.append(b"a50")] = b"a50"
+    # the ensemble change runs beside the adds (Qa=2 still acks): let it land before adding
+    # more, so where the new fragment starts depends on the protocol, not on timing
+    wait_until(lambda: len(c.ledger_metadata(w.ledger_id).fragments) == 2, what="ensemble change")
+    for i in range(51, 120):
         acked[w.append(b"a%d" % i)] = b"a%d" % i
     w.close()
     md = c.ledger_metadata(w.ledger_id)
@@ -165,7 +170,8 @@ def test_recovery_reads_the_last_fragment(cluster):
     cluster.kill_bookie(cluster.index_of(w.metadata.fragments[0][1][0]))
     for i in range(20, 30):
         w.append(b"f%d" % i)
-    assert len(c1.ledger_metadata(w.ledger_id).fragments) == 2
+    # the ensemble change is asynchronous to the adds (Qa=2 acks without the dead bookie)
+    wait_until(lambda: len(c1.ledger_metadata(w.ledger_id).fragments) == 2, what="ensemble change")
     r = c2.open_ledger(w.ledger_id)                 # the writer is abandoned, not closed
     assert r.last_add_confirmed == 29
     assert r.read_batch(0, 29) == [b"f%d" % i for i in range(30)]

@@ -180,7 +180,7 @@ def run_target(target: str, args, native: str | None) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), corpus,
            f"-max_total_time={args.seconds}", f"-timeout={args.timeout}",
            f"-rss_limit_mb={args.rss_limit_mb}", f"-max_len={max_len}",
-           f"-artifact_prefix={crashes}{os.sep}", "-print_final_stats=1"]
+           f"-artifact_prefix={crashes}{os.sep}", "-print_final_stats=1", f"-seed={args.seed}"]
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "EMBEDLOG_FUZZ_TARGET": target}          # makes tools/fuzz.py the child
     if native:
@@ -232,6 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
     ap.add_argument("--rss-limit-mb", type=int, default=1024)
     ap.add_argument("--max-len", type=int, default=0, help="largest input (default: per target)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="libFuzzer's random seed (0: a new one each run; tests fix it to repeat)")
     ap.add_argument("--workdir", default=os.path.join(ROOT, "build", "fuzz"))
     ap.add_argument("--crash-dir", default=CRASHES)
     ap.add_argument("--plain", action="store_true", help="ignore the instrumented build")

@@ -445,7 +445,8 @@ class BookieServer:
         info = {"bookie_id": self.bookie.bookie_id, "address": self.address,
                 "free_bytes": usage.free, "total_bytes": usage.total,
                 "ledgers": len(self.bookie.ledgers), "time": time.time(), "pid": os.getpid(),
-                "server": self.stats}
+                "server": {**self.stats, "in_flight_requests": self.in_flight_requests,
+                           "in_flight_bytes": self.in_flight_bytes}}
         self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0,
                                        json.dumps(info).encode()))
 
