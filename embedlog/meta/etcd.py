@@ -358,6 +358,23 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         return [decode_bookie(meta.key.decode()[len(prefix):], read_only, value)
                 for value, meta in items]
 
+    def _all_bookies(self) -> list[BookieRegistration]:
+        # One range read over available/ is one revision: a move between readwrite/ and
+        # readonly/ (one transaction) is seen whole or not at all, where two reads could
+        # straddle it and show the bookie in both states. Only keys of the form
+        # <state>/<bookie id> count; anything else under the prefix (a parent key such as
+        # BookKeeper's, a deeper path) is not a registration.
+        prefix = self._k("available", "")
+        with self._errors("list bookies"):
+            items = list(self._etcd.get_prefix(prefix, sort_order="ascend", sort_target="key"))
+        regs: dict[bool, list[BookieRegistration]] = {False: [], True: []}
+        for value, meta in items:
+            state, _, bookie_id = meta.key.decode()[len(prefix):].partition("/")
+            if state in ("readwrite", "readonly") and bookie_id and "/" not in bookie_id:
+                read_only = state == "readonly"
+                regs[read_only].append(decode_bookie(bookie_id, read_only, value))
+        return regs[False] + regs[True]
+
     def get_writable_bookies(self) -> list[BookieRegistration]:
         return self._bookies(False)
 
@@ -367,7 +384,7 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """An etcd prefix watch on available/ wakes a listing thread; a slow poll covers
         a broken watch stream."""
-        watch = PollingWatch(lambda: self._bookies(False) + self._bookies(True), callback,
+        watch = PollingWatch(self._all_bookies, callback,
                              self._poll_interval_s, name="embedlog-etcd-watch")
         with self._errors("watch bookies"):
             watch_id = self._etcd.add_watch_prefix_callback(self._k("available", ""),

@@ -351,14 +351,24 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
 
     def _refresh_registrations(self) -> None:
         with self._reg_lock:
-            mine = dict(self._registered)
-        if not mine:
-            return
+            if not self._registered:
+                return
         with self._write("refresh registrations") as c:
+            # what we hold, read under the write lock: an unregister_bookie that got the
+            # lock first has already forgotten its id (it does so before deleting the row)
+            with self._reg_lock:
+                mine = dict(self._registered)
             now = time.time()
             for (bookie_id, read_only), data in mine.items():
                 row = c.execute("SELECT owner FROM bookies WHERE bookie_id=? AND read_only=?",
                                 (bookie_id, int(read_only))).fetchone()
+                if row is None and c.execute(
+                        "SELECT 1 FROM bookies WHERE bookie_id=? AND read_only=? AND owner=?",
+                        (bookie_id, int(not read_only), self._owner)).fetchone():
+                    # our register_bookie moved it to the other state and has committed,
+                    # but not yet updated _registered: re-creating the old row would list
+                    # the bookie in both states until that row expired
+                    continue
                 if row is None:
                     # lost (e.g. this process stalled past the expiry and the row was
                     # cleaned): re-create it, as a bookie re-registers on a new session
@@ -383,6 +393,16 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                            "ORDER BY bookie_id", (int(read_only), time.time()))
         return [decode_bookie(b, read_only, bytes(info)) for b, info in rows]
 
+    def _all_bookies(self) -> list[BookieRegistration]:
+        # Both states in one SELECT, split here: a move between writable and read-only
+        # is one transaction, and one statement sees it all or not at all. Two queries
+        # could straddle it and show the bookie in both states (or in neither).
+        rows = self._query("list bookies",
+                           "SELECT bookie_id, read_only, info FROM bookies WHERE expires_at > ? "
+                           "ORDER BY bookie_id", (time.time(),))
+        regs = [decode_bookie(b, bool(ro), bytes(info)) for b, ro, info in rows]
+        return [r for r in regs if not r.read_only] + [r for r in regs if r.read_only]
+
     def get_writable_bookies(self) -> list[BookieRegistration]:
         return self._bookies(False)
 
@@ -391,8 +411,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
 
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """Polls every ``poll_interval_s``: SQLite has no change notification across processes."""
-        watch = PollingWatch(lambda: self._bookies(False) + self._bookies(True), callback,
-                             self._poll_interval_s)
+        watch = PollingWatch(self._all_bookies, callback, self._poll_interval_s)
         self._watches.append(watch)
         return watch.cancel
 

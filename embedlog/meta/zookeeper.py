@@ -54,6 +54,7 @@ from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsErro
 LAYOUTS = ("flat", "hierarchical", "longhierarchical")
 SHORT_ID_LIMIT = (1 << 31) - 1          # Integer.MAX_VALUE: the hierarchical switch point
 _RETRIES = 50                            # bound on optimistic retry loops
+_SNAPSHOT_RETRIES = 10                   # bound on re-listing the bookies (_all_bookies)
 
 # (level widths, leaf width) of each hierarchical tree
 _LEGACY = ((2, 4), 4)
@@ -464,18 +465,52 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     # ---- RegistrationClient --------------------------------------------------------
 
-    def _bookies(self, read_only: bool, watch=None) -> list[BookieRegistration]:
-        parent = self._p("available", "readonly") if read_only else self._p("available")
+    def _parent(self, read_only: bool) -> str:
+        return self._p("available", "readonly") if read_only else self._p("available")
+
+    def _send_reads(self, read_only: bool, names: list[str]) -> list:
+        # every read is sent before any answer is awaited: one round trip, not one per bookie
+        parent = self._parent(read_only)
+        return [(read_only, name, self._zk.get_async(f"{parent}/{name}")) for name in sorted(names)
+                if read_only or name != "readonly"]
+
+    def _collect(self, pending: list) -> list[BookieRegistration]:
         out = []
-        for name in sorted(self._children(parent, watch=watch)):
-            if not read_only and name == "readonly":
-                continue
+        for read_only, name, result in pending:
             try:
-                data, _ = self._get(f"{parent}/{name}")
+                data, _ = self._wait(result, f"get {self._parent(read_only)}/{name}")
             except NoNodeError:          # went away between the listing and the read
                 continue
             out.append(decode_bookie(name, read_only, data))
         return out
+
+    def _bookies(self, read_only: bool) -> list[BookieRegistration]:
+        return self._collect(self._send_reads(read_only, self._children(self._parent(read_only))))
+
+    def _all_bookies(self, watch=None) -> list[BookieRegistration]:
+        """Writable and read-only bookies as of one moment. ZooKeeper reads one znode at
+        a time, so a move between the two states (one transaction) that commits between
+        the two listings would show the bookie in both, or in neither. A parent's
+        cversion counts the creates and deletes of its children: if neither parent's
+        changed from its listing until after both listings and all reads (one session's
+        requests are answered in order), nothing was created or deleted in between and
+        the lists are those of one moment. Otherwise list again, a bounded number of times."""
+        parents = (self._parent(False), self._parent(True))
+        for _ in range(_SNAPSHOT_RETRIES):
+            listings = [self._zk.get_children_async(p, watch=watch, include_data=True)
+                        for p in parents]
+            (wnames, wstat), (rnames, rstat) = [self._wait(r, f"list {p}")
+                                                for r, p in zip(listings, parents)]
+            reads = self._send_reads(False, wnames) + self._send_reads(True, rnames)
+            checks = [self._zk.exists_async(p) for p in parents]      # answered after the reads
+            bookies = self._collect(reads)
+            after = [self._wait(r, f"exists {p}") for r, p in zip(checks, parents)]
+            if None not in after and (after[0].cversion, after[1].cversion) == \
+                    (wstat.cversion, rstat.cversion):
+                return bookies
+        raise MetadataError(f"zookeeper {self.hosts}: bookie registrations under "
+                            f"{parents[0]} kept changing; no consistent listing in "
+                            f"{_SNAPSHOT_RETRIES} tries")
 
     def get_writable_bookies(self) -> list[BookieRegistration]:
         with self._errors("list bookies"):
@@ -500,10 +535,8 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             if watch is not None:
                 watch.kick()
 
-        def fetch():
-            return (self._bookies(False, watch=fired) + self._bookies(True, watch=fired))
-
-        watch = PollingWatch(fetch, callback, self._poll_interval_s, name="embedlog-zk-watch")
+        watch = PollingWatch(lambda: self._all_bookies(watch=fired), callback,
+                             self._poll_interval_s, name="embedlog-zk-watch")
         self._watches.append(watch)
         return watch.cancel
 

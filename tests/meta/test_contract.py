@@ -386,6 +386,43 @@ def test_watch_fires_on_changes(backend):
     assert events.empty()
 
 
+def test_watch_listing_sees_a_moving_bookie_in_exactly_one_state(backend):
+    """A move between writable and read-only is one transaction; the watch's listing of
+    both states (``_all_bookies``) must come from one moment, never showing the bookie in
+    both states or in neither. Two separate reads did, within a fraction of a second."""
+    observer, bookie = backend.open(), backend.open()
+    bookie.register_bookie("127.0.0.1:5100", False)
+    stop = threading.Event()
+
+    def flip():
+        read_only = False
+        while not stop.is_set():
+            read_only = not read_only
+            bookie.register_bookie("127.0.0.1:5100", read_only)
+            time.sleep(0.002)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    listings, states = [], set()
+    try:
+        # list for 0.6 s, and on until both states were seen (bounded)
+        started = time.monotonic()
+        while flipper.is_alive() and time.monotonic() - started < 15 and (
+                time.monotonic() - started < 0.6 or len(states) < 2):
+            try:
+                listing = [(b.bookie_id, b.read_only) for b in observer._all_bookies()]
+            except MetadataError:   # ZooKeeper: still changing after its bounded re-listings
+                continue
+            listings.append(listing)
+            states.update(read_only for _, read_only in listing)
+    finally:
+        stop.set()
+        flipper.join(timeout=30)
+    assert not flipper.is_alive()
+    assert [x for x in listings if len(x) != 1] == []
+    assert len(listings) >= 10 and states == {False, True}, (len(listings), states)
+
+
 # ---- layout, cookies, under-replication ---------------------------------------------
 
 def test_layout_manager(backend):
