@@ -22,14 +22,24 @@ from embedlog.meta import open_metadata_store  # noqa: E402
 
 DRIVERS = ["sqlite", "zk+flat", "zk+hierarchical", "zk+longhierarchical", "etcd"]
 
-# Liveness settings short enough that "a dead bookie disappears" is seconds, not minutes.
+# Liveness settings short enough that "a dead bookie disappears" is seconds, not minutes,
+# yet long enough that a live one survives a stall of a loaded 2-core machine: a
+# registration is lost when its refresh (SQLite heartbeat commit, ZooKeeper ping, etcd
+# lease keep-alive at a third of the TTL) is late by about the expiry, and stalls of
+# over a second were seen with a 1.5-2 s expiry. SQLite commits without fsync
+# (synchronous=NORMAL: WAL stays consistent after a process crash, which is all these
+# tests kill), so a heartbeat does not wait on the disk. The driver defaults are
+# unchanged. The longer expiries cost about 25 s over the whole of tests/meta.
 FAST_OPTIONS = {
-    "sqlite": dict(heartbeat_interval_s=0.2, expiry_s=1.5, poll_interval_s=0.1),
-    "zk": dict(session_timeout_s=2.0, poll_interval_s=0.5),
-    "etcd": dict(lease_ttl_s=2, poll_interval_s=0.5),
+    "sqlite": dict(heartbeat_interval_s=0.2, expiry_s=3.0, poll_interval_s=0.1,
+                   synchronous="NORMAL"),
+    "zk": dict(session_timeout_s=4.0, poll_interval_s=0.5),
+    "etcd": dict(lease_ttl_s=4, poll_interval_s=0.5),
 }
-# how long after a SIGKILL a registration may stay listed, per driver family
-LIVENESS_BOUND_S = {"sqlite": 1.5 + 1.0, "zk": 2.0 + 2.5, "etcd": 2.0 + 2.5}
+# how long after a SIGKILL a registration may stay listed, per driver family: the
+# expiry plus the server's expiry granularity (ZooKeeper ticks, etcd's lease checks) and
+# the listing
+LIVENESS_BOUND_S = {"sqlite": 3.0 + 1.0, "zk": 4.0 + 2.5, "etcd": 4.0 + 2.5}
 
 
 def _start(cls):
