@@ -1,10 +1,12 @@
 """Real ZooKeeper 3.8 and etcd 3.4 as child processes of the test run.
 
-Each server listens on a free loopback port, keeps its data in a throwaway directory,
-is declared ready only when it answers its own protocol (ZooKeeper ``ruok`` -> ``imok``,
-etcd ``GET /health``), and is stopped by its PID (SIGTERM, then SIGKILL). The commands
-are those of ../shared/reference/RECIPES.md. A missing binary raises ServerMissing; the
-fixtures turn that into a failure when the CI variable is set and a skip otherwise.
+Each server listens on a free loopback port (started again on new ports if another
+process took one first), keeps its data in a throwaway directory, is declared ready
+only when it answers its own protocol (ZooKeeper ``ruok`` -> ``imok``, etcd
+``GET /health``), and is stopped by its PID (SIGTERM, then
+SIGKILL). The commands are those of ../shared/reference/RECIPES.md. A missing binary
+raises ServerMissing; the fixtures turn that into a failure when the CI variable is set
+and a skip otherwise.
 """
 
 from __future__ import annotations
@@ -22,16 +24,34 @@ import urllib.request
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/zookeeper-jute.jar",
            "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-simple.jar")
 READY_TIMEOUT_S = 30.0
+PORT_ATTEMPTS = 4               # spawns with fresh ports when another process took one
 
 
 class ServerMissing(RuntimeError):
     """The server's binary or jars are not installed."""
 
 
+class _PortTaken(RuntimeError):
+    """The server could not bind its port: another process took it after free_ports()."""
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free right now. Every probe socket stays bound until all are
+    chosen, so the kernel cannot hand out one port twice (closing each probe first
+    could). Another process may still bind one before the server does: see _Child._start."""
+    socks = []
+    try:
+        for _ in range(n):
+            socks.append(socket.socket())
+            socks[-1].bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def in_ci() -> bool:
@@ -56,11 +76,30 @@ class _Child:
         finally:
             log.close()
 
+    def _start(self, launch) -> None:
+        """``launch()`` chooses ports, spawns and waits until ready. A port from
+        free_ports() is only free when probed; if another process binds it before the
+        server does, the server exits: start again on new ports, a few times."""
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return launch()
+            except _PortTaken:
+                pass
+        try:
+            launch()
+        except _PortTaken as exc:
+            raise RuntimeError(f"{self.name}: ports taken on {PORT_ATTEMPTS} attempts: {exc}") from None
+
     def _wait_ready(self, probe) -> None:
+        """Until ``probe()`` answers; _PortTaken if the server exited because a port was
+        in use."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {self.log_tail()}")
+                tail = self.log_tail()
+                if "address already in use" in tail.lower():
+                    raise _PortTaken(tail)
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
             if probe():
                 return
             time.sleep(0.05)
@@ -105,7 +144,11 @@ class ZooKeeperServer(_Child):
             raise ServerMissing("ZooKeeper needs java and the Debian package 'zookeeper' "
                                 f"(missing: {'java' if java is None else ', '.join(missing)})")
         super().__init__()
+        self._start(lambda: self._launch(java, heap_mb))
+
+    def _launch(self, java: str, heap_mb: int) -> None:
         self.port = free_port()
+        shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)   # a failed try's
         cfg = os.path.join(self.dir, "zoo.cfg")
         with open(cfg, "w") as f:
             f.write("\n".join([
@@ -143,7 +186,11 @@ class EtcdServer(_Child):
         if binary is None:
             raise ServerMissing("etcd is not installed (Debian package 'etcd-server')")
         super().__init__()
-        self.port, peer = free_port(), free_port()
+        self._start(lambda: self._launch(binary))
+
+    def _launch(self, binary: str) -> None:
+        self.port, peer = free_ports(2)
+        shutil.rmtree(os.path.join(self.dir, "data"), ignore_errors=True)   # a failed try's
         client_url, peer_url = f"http://127.0.0.1:{self.port}", f"http://127.0.0.1:{peer}"
         # an ETCD_* variable repeating a flag makes etcd exit at once
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
