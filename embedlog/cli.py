@@ -129,7 +129,7 @@ def cluster_up(bookies, metadata, base_dir, http, as_json):
             with lc.client() as c:
                 rc = c.metadata.registration_client
                 admin = {r.bookie_id: (r.info or {}).get("http")
-                         for r in rc.get_writable_bookies() + rc.get_readonly_bookies()}
+                         for r in rc.get_all_bookies()}
         rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.proxy(i).address,
                  "dir": lc.bookie_dir(i), "http": admin.get(lc.bookie_id(i))} for i in range(len(lc))]
         if as_json:

@@ -140,4 +140,4 @@ def admin_addresses(client) -> dict:
     """bookie id -> admin HTTP address, from the bookies' registrations."""
     rc = client.metadata.registration_client
     return {r.bookie_id: (r.info or {}).get("http")
-            for r in rc.get_writable_bookies() + rc.get_readonly_bookies()}
+            for r in rc.get_all_bookies()}

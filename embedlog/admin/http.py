@@ -454,11 +454,12 @@ class AdminServer:
             raise HttpError(400, f"type must be rw, ro or all, got {kind!r}")
         p.bool("print_hostnames")
         rc = self.meta.registration_client
+        regs = rc.get_all_bookies()
         out = {}
         if kind in ("rw", "all"):
-            out["writable"] = [_reg(r) for r in rc.get_writable_bookies()]
+            out["writable"] = [_reg(r) for r in regs if not r.read_only]
         if kind in ("ro", "all"):
-            out["read_only"] = [_reg(r) for r in rc.get_readonly_bookies()]
+            out["read_only"] = [_reg(r) for r in regs if r.read_only]
         return _json(out)
 
     def local_ledgers(self, p):
@@ -548,8 +549,7 @@ class AdminServer:
     def cluster_bookies(self) -> list:
         """Every registered bookie with its state and, asked over the wire, its counts."""
         rc = self.meta.registration_client
-        regs = [(r, "writable") for r in rc.get_writable_bookies()] + \
-               [(r, "read_only") for r in rc.get_readonly_bookies()]
+        regs = [(r, "read_only" if r.read_only else "writable") for r in rc.get_all_bookies()]
         infos = asyncio.run(_bookie_infos([(r.info or {}).get("address") for r, _ in regs]))
         out = []
         for (r, state), info in zip(regs, infos):

@@ -73,11 +73,11 @@ class ClientContext:
 
     def refresh_bookies(self) -> tuple[list[str], list[str]]:
         """(writable, read-only) bookie ids, refreshing the address map."""
-        rc = self.metadata.registration_client
-        writable = rc.get_writable_bookies()
-        readonly = rc.get_readonly_bookies()
+        regs = self.metadata.registration_client.get_all_bookies()
+        writable = [r for r in regs if not r.read_only]
+        readonly = [r for r in regs if r.read_only]
         with self._lock:
-            for reg in writable + readonly:
+            for reg in regs:
                 addr = (reg.info or {}).get("address")
                 if addr:
                     self._addresses[reg.bookie_id] = addr

@@ -225,6 +225,11 @@ class RegistrationClient(ABC):
     def get_readonly_bookies(self) -> list[BookieRegistration]:
         ...
 
+    @abstractmethod
+    def get_all_bookies(self) -> list[BookieRegistration]:
+        """Writable, then read-only bookies, from one consistent read: a bookie moving
+        between the states is listed once (the two calls above could straddle the move)."""
+
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """Call ``callback`` with all bookies whenever the set changes; returns a cancel function."""
         raise NotImplementedError

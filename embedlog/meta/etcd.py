@@ -358,7 +358,7 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         return [decode_bookie(meta.key.decode()[len(prefix):], read_only, value)
                 for value, meta in items]
 
-    def _all_bookies(self) -> list[BookieRegistration]:
+    def get_all_bookies(self) -> list[BookieRegistration]:
         # One range read over available/ is one revision: a move between readwrite/ and
         # readonly/ (one transaction) is seen whole or not at all, where two reads could
         # straddle it and show the bookie in both states. Only keys of the form
@@ -384,7 +384,7 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """An etcd prefix watch on available/ wakes a listing thread; a slow poll covers
         a broken watch stream."""
-        watch = PollingWatch(self._all_bookies, callback,
+        watch = PollingWatch(self.get_all_bookies, callback,
                              self._poll_interval_s, name="embedlog-etcd-watch")
         with self._errors("watch bookies"):
             watch_id = self._etcd.add_watch_prefix_callback(self._k("available", ""),

@@ -393,7 +393,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                            "ORDER BY bookie_id", (int(read_only), time.time()))
         return [decode_bookie(b, read_only, bytes(info)) for b, info in rows]
 
-    def _all_bookies(self) -> list[BookieRegistration]:
+    def get_all_bookies(self) -> list[BookieRegistration]:
         # Both states in one SELECT, split here: a move between writable and read-only
         # is one transaction, and one statement sees it all or not at all. Two queries
         # could straddle it and show the bookie in both states (or in neither).
@@ -411,7 +411,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
 
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """Polls every ``poll_interval_s``: SQLite has no change notification across processes."""
-        watch = PollingWatch(self._all_bookies, callback, self._poll_interval_s)
+        watch = PollingWatch(self.get_all_bookies, callback, self._poll_interval_s)
         self._watches.append(watch)
         return watch.cancel
 

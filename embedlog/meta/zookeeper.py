@@ -512,6 +512,13 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                             f"{parents[0]} kept changing; no consistent listing in "
                             f"{_SNAPSHOT_RETRIES} tries")
 
+    def get_all_bookies(self) -> list[BookieRegistration]:
+        with self._errors("list bookies"):
+            try:
+                return self._all_bookies()
+            except NoNodeError as exc:
+                raise MetadataError(f"zookeeper: {self.root}/available is missing") from exc
+
     def get_writable_bookies(self) -> list[BookieRegistration]:
         with self._errors("list bookies"):
             try:

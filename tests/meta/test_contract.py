@@ -388,7 +388,7 @@ def test_watch_fires_on_changes(backend):
 
 def test_watch_listing_sees_a_moving_bookie_in_exactly_one_state(backend):
     """A move between writable and read-only is one transaction; the watch's listing of
-    both states (``_all_bookies``) must come from one moment, never showing the bookie in
+    both states (``get_all_bookies``) must come from one moment, never showing the bookie in
     both states or in neither. Two separate reads did, within a fraction of a second."""
     observer, bookie = backend.open(), backend.open()
     bookie.register_bookie("127.0.0.1:5100", False)
@@ -410,7 +410,7 @@ def test_watch_listing_sees_a_moving_bookie_in_exactly_one_state(backend):
         while flipper.is_alive() and time.monotonic() - started < 15 and (
                 time.monotonic() - started < 0.6 or len(states) < 2):
             try:
-                listing = [(b.bookie_id, b.read_only) for b in observer._all_bookies()]
+                listing = [(b.bookie_id, b.read_only) for b in observer.get_all_bookies()]
             except MetadataError:   # ZooKeeper: still changing after its bounded re-listings
                 continue
             listings.append(listing)
