@@ -3,10 +3,9 @@
 Each server listens on a free loopback port (started again on new ports if another
 process took one first), keeps its data in a throwaway directory, is declared ready
 only when it answers its own protocol (ZooKeeper ``ruok`` -> ``imok``, etcd
-``GET /health``), and is stopped by its PID (SIGTERM, then
-SIGKILL). The commands are those of ../shared/reference/RECIPES.md. A missing binary
-raises ServerMissing; the fixtures turn that into a failure when the CI variable is set
-and a skip otherwise.
+``GET /health``), and is stopped by its PID (SIGTERM, then SIGKILL). The commands are
+those of ../shared/reference/RECIPES.md. A missing binary raises ServerMissing; the
+fixtures turn that into a failure when the CI variable is set and a skip otherwise.
 """
 
 from __future__ import annotations
@@ -80,15 +79,12 @@ class _Child:
         """``launch()`` chooses ports, spawns and waits until ready. A port from
         free_ports() is only free when probed; if another process binds it before the
         server does, the server exits: start again on new ports, a few times."""
-        for _ in range(PORT_ATTEMPTS - 1):
+        for _ in range(PORT_ATTEMPTS):
             try:
                 return launch()
-            except _PortTaken:
-                pass
-        try:
-            launch()
-        except _PortTaken as exc:
-            raise RuntimeError(f"{self.name}: ports taken on {PORT_ATTEMPTS} attempts: {exc}") from None
+            except _PortTaken as exc:
+                taken = exc
+        raise RuntimeError(f"{self.name}: ports taken on {PORT_ATTEMPTS} attempts: {taken}")
 
     def _wait_ready(self, probe) -> None:
         """Until ``probe()`` answers; _PortTaken if the server exited because a port was

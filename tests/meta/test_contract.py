@@ -405,10 +405,10 @@ def test_watch_listing_sees_a_moving_bookie_in_exactly_one_state(backend):
     flipper.start()
     listings, states = [], set()
     try:
-        # list for 0.6 s, and on until both states were seen (bounded)
+        # list for 0.6 s, and on until 10 listings saw both states (bounded)
         started = time.monotonic()
         while flipper.is_alive() and time.monotonic() - started < 15 and (
-                time.monotonic() - started < 0.6 or len(states) < 2):
+                time.monotonic() - started < 0.6 or len(states) < 2 or len(listings) < 10):
             try:
                 listing = [(b.bookie_id, b.read_only) for b in observer.get_all_bookies()]
             except MetadataError:   # ZooKeeper: still changing after its bounded re-listings
