@@ -20,19 +20,9 @@ import time
 
 from embedlog.errors import EmbedlogError, IllegalOpError
 from embedlog.harness.proxy import FaultProxy
+from embedlog.harness.servers import PortTaken, free_port, port_taken, start_retrying
 
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _PortTaken(Exception):
-    pass
 
 
 class _Bookie:
@@ -144,15 +134,11 @@ class LocalCluster:
         return i
 
     def _start(self, b: _Bookie) -> None:
-        for _ in range(3):
-            try:
-                return self._launch(b)
-            except _PortTaken:
-                # another process bound the port between free_port() and the bookie's bind
-                b.port = free_port()
-                if b.proxy is not None:
-                    b.proxy.retarget(b.port)
-        self._launch(b)
+        def new_port():
+            b.port = free_port()
+            if b.proxy is not None:
+                b.proxy.retarget(b.port)
+        start_retrying(lambda: self._launch(b), f"bookie {b.index}", new_port)
 
     def _launch(self, b: _Bookie) -> None:
         ready = os.path.join(b.directory, "ready")
@@ -180,8 +166,8 @@ class LocalCluster:
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(ready):
             if b.process.poll() is not None:
-                if "address already in use" in _tail(b.log_path):
-                    raise _PortTaken()
+                if port_taken(_tail(b.log_path)):
+                    raise PortTaken(_tail(b.log_path))
                 raise EmbedlogError(f"bookie {b.index} exited with {b.process.returncode}; "
                                     f"see {b.log_path}:\n{_tail(b.log_path)}")
             if time.monotonic() > deadline:

@@ -30,14 +30,32 @@ class ServerMissing(RuntimeError):
     """The server's binary or jars are not installed."""
 
 
-class _PortTaken(RuntimeError):
-    """The server could not bind its port: another process took it after free_ports()."""
+class PortTaken(RuntimeError):
+    """A child server could not bind its port: another process took it after free_ports()."""
+
+
+def port_taken(log_tail: str) -> bool:
+    return "address already in use" in log_tail.lower()
+
+
+def start_retrying(launch, what: str, before_retry=None):
+    """``launch()`` spawns a server on ports from free_ports() and waits until it is ready.
+    A port is only free when probed: if another process binds it first (PortTaken), call
+    ``before_retry()`` (new ports) and launch again, a few times."""
+    for _ in range(PORT_ATTEMPTS):
+        try:
+            return launch()
+        except PortTaken as exc:
+            taken = exc
+            if before_retry is not None:
+                before_retry()
+    raise RuntimeError(f"{what}: ports taken on {PORT_ATTEMPTS} attempts: {taken}")
 
 
 def free_ports(n: int) -> list[int]:
     """``n`` distinct ports free right now. Every probe socket stays bound until all are
     chosen, so the kernel cannot hand out one port twice (closing each probe first
-    could). Another process may still bind one before the server does: see _Child._start."""
+    could). Another process may still bind one before the server does: see start_retrying."""
     socks = []
     try:
         for _ in range(n):
@@ -75,26 +93,15 @@ class _Child:
         finally:
             log.close()
 
-    def _start(self, launch) -> None:
-        """``launch()`` chooses ports, spawns and waits until ready. A port from
-        free_ports() is only free when probed; if another process binds it before the
-        server does, the server exits: start again on new ports, a few times."""
-        for _ in range(PORT_ATTEMPTS):
-            try:
-                return launch()
-            except _PortTaken as exc:
-                taken = exc
-        raise RuntimeError(f"{self.name}: ports taken on {PORT_ATTEMPTS} attempts: {taken}")
-
     def _wait_ready(self, probe) -> None:
-        """Until ``probe()`` answers; _PortTaken if the server exited because a port was
+        """Until ``probe()`` answers; PortTaken if the server exited because a port was
         in use."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 tail = self.log_tail()
-                if "address already in use" in tail.lower():
-                    raise _PortTaken(tail)
+                if port_taken(tail):
+                    raise PortTaken(tail)
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
             if probe():
                 return
@@ -140,7 +147,7 @@ class ZooKeeperServer(_Child):
             raise ServerMissing("ZooKeeper needs java and the Debian package 'zookeeper' "
                                 f"(missing: {'java' if java is None else ', '.join(missing)})")
         super().__init__()
-        self._start(lambda: self._launch(java, heap_mb))
+        start_retrying(lambda: self._launch(java, heap_mb), self.name)
 
     def _launch(self, java: str, heap_mb: int) -> None:
         self.port = free_port()
@@ -182,7 +189,7 @@ class EtcdServer(_Child):
         if binary is None:
             raise ServerMissing("etcd is not installed (Debian package 'etcd-server')")
         super().__init__()
-        self._start(lambda: self._launch(binary))
+        start_retrying(lambda: self._launch(binary), self.name)
 
     def _launch(self, binary: str) -> None:
         self.port, peer = free_ports(2)

@@ -218,17 +218,15 @@ class RegistrationClient(ABC):
     """The client's side: list and watch the registered bookies."""
 
     @abstractmethod
-    def get_writable_bookies(self) -> list[BookieRegistration]:
-        ...
-
-    @abstractmethod
-    def get_readonly_bookies(self) -> list[BookieRegistration]:
-        ...
-
-    @abstractmethod
     def get_all_bookies(self) -> list[BookieRegistration]:
         """Writable, then read-only bookies, from one consistent read: a bookie moving
-        between the states is listed once (the two calls above could straddle the move)."""
+        between the states is listed once (two reads could straddle the move)."""
+
+    def get_writable_bookies(self) -> list[BookieRegistration]:
+        return [r for r in self.get_all_bookies() if not r.read_only]
+
+    def get_readonly_bookies(self) -> list[BookieRegistration]:
+        return [r for r in self.get_all_bookies() if r.read_only]
 
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """Call ``callback`` with all bookies whenever the set changes; returns a cancel function."""

@@ -351,13 +351,6 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     # ---- RegistrationClient --------------------------------------------------------
 
-    def _bookies(self, read_only: bool) -> list[BookieRegistration]:
-        prefix = self._k("available", "readonly" if read_only else "readwrite", "")
-        with self._errors("list bookies"):
-            items = list(self._etcd.get_prefix(prefix, sort_order="ascend", sort_target="key"))
-        return [decode_bookie(meta.key.decode()[len(prefix):], read_only, value)
-                for value, meta in items]
-
     def get_all_bookies(self) -> list[BookieRegistration]:
         # One range read over available/ is one revision: a move between readwrite/ and
         # readonly/ (one transaction) is seen whole or not at all, where two reads could
@@ -374,12 +367,6 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
                 read_only = state == "readonly"
                 regs[read_only].append(decode_bookie(bookie_id, read_only, value))
         return regs[False] + regs[True]
-
-    def get_writable_bookies(self) -> list[BookieRegistration]:
-        return self._bookies(False)
-
-    def get_readonly_bookies(self) -> list[BookieRegistration]:
-        return self._bookies(True)
 
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """An etcd prefix watch on available/ wakes a listing thread; a slow poll covers

@@ -387,12 +387,6 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
 
     # ---- RegistrationClient --------------------------------------------------------
 
-    def _bookies(self, read_only: bool) -> list[BookieRegistration]:
-        rows = self._query("list bookies",
-                           "SELECT bookie_id, info FROM bookies WHERE read_only=? AND expires_at > ? "
-                           "ORDER BY bookie_id", (int(read_only), time.time()))
-        return [decode_bookie(b, read_only, bytes(info)) for b, info in rows]
-
     def get_all_bookies(self) -> list[BookieRegistration]:
         # Both states in one SELECT, split here: a move between writable and read-only
         # is one transaction, and one statement sees it all or not at all. Two queries
@@ -402,12 +396,6 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                            "ORDER BY bookie_id", (time.time(),))
         regs = [decode_bookie(b, bool(ro), bytes(info)) for b, ro, info in rows]
         return [r for r in regs if not r.read_only] + [r for r in regs if r.read_only]
-
-    def get_writable_bookies(self) -> list[BookieRegistration]:
-        return self._bookies(False)
-
-    def get_readonly_bookies(self) -> list[BookieRegistration]:
-        return self._bookies(True)
 
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """Polls every ``poll_interval_s``: SQLite has no change notification across processes."""

@@ -484,9 +484,6 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             out.append(decode_bookie(name, read_only, data))
         return out
 
-    def _bookies(self, read_only: bool) -> list[BookieRegistration]:
-        return self._collect(self._send_reads(read_only, self._children(self._parent(read_only))))
-
     def _all_bookies(self, watch=None) -> list[BookieRegistration]:
         """Writable and read-only bookies as of one moment. ZooKeeper reads one znode at
         a time, so a move between the two states (one transaction) that commits between
@@ -517,21 +514,8 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             try:
                 return self._all_bookies()
             except NoNodeError as exc:
-                raise MetadataError(f"zookeeper: {self.root}/available is missing") from exc
-
-    def get_writable_bookies(self) -> list[BookieRegistration]:
-        with self._errors("list bookies"):
-            try:
-                return self._bookies(False)
-            except NoNodeError as exc:
-                raise MetadataError(f"zookeeper: {self.root}/available is missing") from exc
-
-    def get_readonly_bookies(self) -> list[BookieRegistration]:
-        with self._errors("list bookies"):
-            try:
-                return self._bookies(True)
-            except NoNodeError as exc:
-                raise MetadataError(f"zookeeper: {self.root}/available/readonly is missing") from exc
+                raise MetadataError(f"zookeeper: {self.root}/available or "
+                                    "available/readonly is missing") from exc
 
     def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
         """Child watches on available/ and available/readonly/ wake a listing thread; a

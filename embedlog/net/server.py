@@ -352,18 +352,19 @@ class BookieServer:
         first, count, previous_lac, timeout_ms = P.parse_read_request(req.body)
         if first < 0 or count < 1 or count > MAX_READ_ENTRIES:
             raise IllegalOpError(f"bad read range: first {first}, count {count}")
+        # the body is parsed once, here; what reads later is handed first and count
         if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
-            self._fence_then(req, writer, self._read_now)
+            self._fence_then(req, writer, lambda r, w: self._read_now(r, w, first, count))
             return
         if req.flags & P.FLAG_LONG_POLL:
             lac, _last = self.bookie.last_add_confirmed(_lid(req))
             if lac <= previous_lac:
-                self._long_poll(req, writer, previous_lac, min(timeout_ms, self.max_long_poll_ms))
+                self._long_poll(req, writer, first, count, previous_lac,
+                                min(timeout_ms, self.max_long_poll_ms))
                 return
-        self._read_now(req, writer)
+        self._read_now(req, writer, first, count)
 
-    def _read_now(self, req, writer) -> None:
-        first, count, _prev, _t = P.parse_read_request(req.body)
+    def _read_now(self, req, writer, first: int, count: int) -> None:
         lid = _lid(req)
         out, size = [], 0
         for eid in range(first, first + count):
@@ -381,7 +382,8 @@ class BookieServer:
         self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, req.scope,
                                        req.ledger, P.read_response_body(lac, out)))
 
-    def _long_poll(self, req, writer, previous_lac: int, timeout_ms: int) -> None:
+    def _long_poll(self, req, writer, first: int, count: int, previous_lac: int,
+                   timeout_ms: int) -> None:
         fut = self._loop.create_future()
         key = (req.scope, req.ledger)
         self._pollers.setdefault(key, []).append((previous_lac, fut))
@@ -393,7 +395,7 @@ class BookieServer:
             try:
                 lac, _last = self.bookie.last_add_confirmed(_lid(req))
                 if lac > previous_lac:
-                    self._read_now(req, writer)
+                    self._read_now(req, writer, first, count)
                 else:   # timed out: answer with the LAC and no entry
                     self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK,
                                                    req.scope, req.ledger, P.read_response_body(lac, [])))
