@@ -7,7 +7,7 @@ import time
 import pytest
 
 import embedlog
-from embedlog.bookie import failpoints
+from embedlog import failpoints
 from embedlog.errors import JournalCorruptedError
 from crashutil import abandon, copy_dir, journal_records, newest_journal
 

@@ -11,7 +11,7 @@ import pytest
 
 import embedlog
 from cliutil import wait_until
-from embedlog.bookie import failpoints
+from embedlog import failpoints
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection, flood, rss_bytes, slow_reader
 from embedlog.net import protocol as P

@@ -26,7 +26,8 @@ from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
 from embedlog._native.format import LedgerId, parse_entry_header
-from embedlog.bookie import cookies, disks, failpoints, gc
+from embedlog import failpoints
+from embedlog.bookie import cookies, disks, gc
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig

@@ -42,7 +42,7 @@ import numpy as np
 
 from embedlog._native import entrylog as nel
 from embedlog._native.format import crc32c
-from embedlog.bookie import failpoints
+from embedlog import failpoints
 from embedlog.bookie.journal import fsync_dir
 from embedlog.errors import CorruptedDataError
 

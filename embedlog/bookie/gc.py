@@ -40,7 +40,7 @@ from sortedcontainers import SortedDict
 
 from embedlog._native import entrylog as nel
 from embedlog._native.format import LedgerId
-from embedlog.bookie import failpoints
+from embedlog import failpoints
 from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
 from embedlog.bookie.journal import fsync_dir
 from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError

@@ -24,7 +24,7 @@ import threading
 import time
 
 from embedlog._native import journal as nj
-from embedlog.bookie import failpoints
+from embedlog import failpoints
 from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
 
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")

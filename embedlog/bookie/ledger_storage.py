@@ -24,7 +24,7 @@ from embedlog._native import entrylog as nel
 from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
-from embedlog.bookie import failpoints
+from embedlog import failpoints
 from embedlog.errors import CorruptedDataError, NoSuchEntryError, NoSuchLedgerError
 
 

@@ -1,4 +1,4 @@
-"""Named failure points on the durable path.
+"""Named failure points on the durable path (bookie) and in the client protocol.
 
 Production code calls ``hit("journal.before_sync")`` at each point; nothing
 happens unless a test armed it. An armed point runs an action: a callable
@@ -6,6 +6,10 @@ happens unless a test armed it. An armed point runs an action: a callable
 "crash" (the process dies at once, as with SIGKILL). Child processes arm
 points through EMBEDLOG_FAILPOINTS="name=crash,name2=crash:3" (crash on the
 third hit).
+
+Client points sit where a client that dies leaves work half done: a metadata
+write made (or not) with the messages around it unsent. They are hit from the
+client's worker threads, never from its event loop, so a callable may block.
 """
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ POINTS = (
     "gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
     "compaction.during_copy", "compaction.after_write", "compaction.after_manifest",
     "compaction.after_rename", "compaction.after_index_flush", "compaction.after_delete_sources",
+    # the client (embedlog/client/): around its metadata writes
+    "client.ensemble_change.after_metadata",     # new fragment written, replacements not yet sent to
+    "client.close.before_metadata",              # handle closed, CLOSED not yet written
+    "client.recovery.before_close",              # entries written back, CLOSED not yet written
+    "client.take_over.before_commit",            # no-op written, the term's fragments not yet written
 )
 
 _armed: dict[str, object] = {}
