@@ -120,6 +120,8 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._closed = False
+        self._in_use = 0                     # calls inside a connection right now
+        self._in_use_cv = threading.Condition()
         self._owner = owner_token()
         self._registered: dict[tuple[str, bool], bytes] = {}
         self._reg_lock = threading.Lock()
@@ -149,21 +151,37 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         return conn
 
     @contextmanager
+    def _using(self):
+        """Count a call inside a connection: close() waits for them, as closing a
+        connection another thread is using crashes the sqlite3 module."""
+        with self._in_use_cv:
+            if self._closed:
+                raise MetadataError(f"metadata store {self.uri} is closed")
+            self._in_use += 1
+        try:
+            yield
+        finally:
+            with self._in_use_cv:
+                self._in_use -= 1
+                self._in_use_cv.notify_all()
+
+    @contextmanager
     def _write(self, what: str):
         """BEGIN IMMEDIATE ... COMMIT: takes the write lock first, so what we read inside is
         what we overwrite. An exception rolls back."""
-        conn = self._conn()
-        with _wrapped(what):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+        with self._using():
+            conn = self._conn()
+            with _wrapped(what):
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
 
     def _query(self, what: str, sql: str, args: tuple = ()) -> list:
-        with _wrapped(what):
+        with self._using(), _wrapped(what):
             return self._conn().execute(sql, args).fetchall()
 
     def _set_wal(self) -> None:
@@ -211,7 +229,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         name = metadata.ledger_id.qualified_name
         data = metadata.to_bytes()
         try:
-            with _wrapped(f"create ledger {name}"):
+            with self._using(), _wrapped(f"create ledger {name}"):
                 self._conn().execute("INSERT INTO ledgers VALUES (?, ?, 0)", (name, data))
         except MetadataError as exc:
             if isinstance(exc.__cause__, sqlite3.IntegrityError):
@@ -493,7 +511,9 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                     c.execute("DELETE FROM bookies WHERE owner=?", (self._owner,))
             except Exception as exc:       # the rows expire on their own
                 log.warning("sqlite metadata: could not unregister on close: %s", exc)
-        self._closed = True
+        with self._in_use_cv:
+            self._closed = True
+            self._in_use_cv.wait_for(lambda: self._in_use == 0, 5 + self._timeout_s)
         with self._conns_lock:
             conns, self._conns = self._conns, []
         for conn in conns:
