@@ -14,11 +14,14 @@ from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 class Client:
     """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
 
-    def __init__(self, metadata_uri: str, **config):
+    def __init__(self, metadata_uri: str, *, faults=None, **config):
+        """``config``: ClientConfig's options (timeouts, TLS, ``client_name``...). ``faults``:
+        a fault injector that sees every message and metadata write of this client
+        (embedlog.harness.faults; LocalCluster.client() passes its own)."""
         self.metadata_uri = metadata_uri
         self.metadata = open_metadata_store(metadata_uri)
         try:
-            self._ctx = ClientContext(self.metadata, ClientConfig(**config))
+            self._ctx = ClientContext(self.metadata, ClientConfig(**config), faults)
         except BaseException:
             self.metadata.close()
             raise

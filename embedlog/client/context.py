@@ -3,13 +3,23 @@ bookie connections and the bookie id -> address map (from registrations).
 
 Operations are small state machines (write.py, read.py, recovery.py) that take
 this context, so tests can drive them with the collaborators they need.
+
+Every message to a bookie goes through ``call`` and every ledger metadata write of the
+protocol through ``write_metadata``: the two seams where a fault injector (``faults``,
+embedlog.harness.faults) may drop, delay, hold or fail a message, or pause a metadata
+write, so a race is reproduced on purpose. Without one they cost an attribute test.
 """
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import random
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 
+from embedlog import failpoints
 from embedlog.errors import NotEnoughBookiesError
 from embedlog.net.transport import BookieConnection, BookieUnavailableError
 
@@ -20,6 +30,7 @@ class ClientConfig:
     read_timeout_s: float = 10.0          # BookKeeper readEntryTimeout
     connect_timeout_s: float = 2.0
     max_pending_adds: int = 20_000        # back-pressure on append_async
+    max_entry_size_bytes: int = 5 * 1024 * 1024   # the bookies' default: larger adds are refused here
     max_entries_per_frame: int = 1000
     max_frame_payload_bytes: int = 4 * 1024 * 1024   # under the bookie's 5 MiB frame limit
     ensemble_change_retries: int = 16
@@ -33,10 +44,19 @@ class ClientConfig:
     tls_key_file: str | None = None
     tls_check_hostname: bool = True       # turn off only for certificates without the bookie's address
     auth_token_file: str | None = None
+    client_name: str = ""                 # names this client in logs and in fault rules
+
+
+# kinds of ledger metadata writes the protocol makes (a fault injector gates them by kind)
+METADATA_WRITES = ("recovery", "ensemble_change", "close", "term", "term_commit", "truncate",
+                   "rereplicate")
+SHUTDOWN_FLUSH_S = 1.0     # a client's close waits this long for its writers' last WRITE_LAC
+# threads for blocking work (metadata store calls): a gated write holds one for its pause
+_WORKERS = 16
 
 
 class ClientContext:
-    def __init__(self, metadata, config: ClientConfig):
+    def __init__(self, metadata, config: ClientConfig, faults=None):
         # TLS and token first: a bad file fails here, before the loop thread starts
         from embedlog.net import security
         self._ssl = (security.client_context(config.tls_ca_file, config.tls_cert_file,
@@ -45,6 +65,9 @@ class ClientContext:
         self._token = security.read_token(config.auth_token_file) if config.auth_token_file else None
         self.metadata = metadata
         self.config = config
+        self.name = config.client_name
+        self.faults = faults                          # a fault injector (testing), or None
+        self._workers = concurrent.futures.ThreadPoolExecutor(_WORKERS, "embedlog-client-io")
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="embedlog-client", daemon=True)
         self._thread.start()
@@ -52,7 +75,6 @@ class ClientContext:
         self._addresses: dict[str, str] = {}
         self._quarantine: dict[str, float] = {}      # bookie id -> when it last failed
         self._local: dict = {}                        # bookie id -> in-process connection
-        import weakref
         self.writers = weakref.WeakSet()              # open writers: their LAC is sent at close
         self._lock = threading.Lock()
 
@@ -68,6 +90,31 @@ class ClientContext:
 
     def submit(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def offload(self, fn, *args):
+        """Run blocking ``fn(*args)`` (a metadata store call) off the loop, on the client's
+        own threads (a paused metadata write must not starve the default executor)."""
+        return await asyncio.get_running_loop().run_in_executor(self._workers, fn, *args)
+
+    # -- metadata writes ----------------------------------------------------------------
+
+    def write_metadata_sync(self, kind: str, md, version):
+        """CAS ``md`` at ``version`` (BadVersionError if it moved); ``kind`` is one of
+        METADATA_WRITES. Never call it on the loop: stores block, and a gate may pause it."""
+        if self.faults is not None:
+            return self.faults.metadata_write(self, kind, md, version,
+                                              self.metadata.ledger_manager.write_ledger_metadata)
+        return self.metadata.ledger_manager.write_ledger_metadata(md, version)
+
+    async def write_metadata(self, kind: str, md, version):
+        return await self.offload(self.write_metadata_sync, kind, md, version)
+
+    async def read_metadata(self, ledger_id):
+        return await self.offload(self.metadata.ledger_manager.read_ledger_metadata, ledger_id)
+
+    @staticmethod
+    def failpoint(name: str) -> None:
+        failpoints.hit(name)
 
     # -- bookies -----------------------------------------------------------------------
 
@@ -99,7 +146,7 @@ class ClientContext:
             addr = self._addresses.get(bookie_id)
         if addr is not None:
             return addr
-        return await asyncio.get_running_loop().run_in_executor(None, self.address_of, bookie_id)
+        return await self.offload(self.address_of, bookie_id)
 
     def add_local_bookie(self, bookie_id: str, connection) -> None:
         """Serve ``bookie_id`` in this process (the embedded log), without a socket."""
@@ -118,6 +165,12 @@ class ClientContext:
         return conn
 
     async def call(self, bookie_id: str, build, timeout_s: float):
+        """Send ``build(request_id)`` to a bookie and wait for its answer (status checked)."""
+        if self.faults is not None:
+            return await self.faults.message(self, bookie_id, build, timeout_s, self._call)
+        return await self._call(bookie_id, build, timeout_s)
+
+    async def _call(self, bookie_id: str, build, timeout_s: float):
         conn = await self.connection(bookie_id)
         try:
             return await conn.call(build, timeout_s)
@@ -130,7 +183,6 @@ class ClientContext:
 
     def quarantine(self, bookie_id: str) -> None:
         """Avoid a failed bookie in placement for a while: its registration may outlive it."""
-        import time
         with self._lock:
             self._quarantine[bookie_id] = time.monotonic()
 
@@ -140,8 +192,6 @@ class ClientContext:
 
     def choose_bookies(self, count: int, exclude=()) -> list[str]:
         """``count`` distinct writable bookies, avoiding ``exclude`` (random placement)."""
-        import random
-        import time
         writable, _ = self.refresh_bookies() if not self._local else (list(self._local), [])
         exclude = set(exclude)
         candidates = [b for b in writable if b not in exclude]
@@ -159,7 +209,16 @@ class ClientContext:
 
     def close(self) -> None:
         async def shutdown():
-            await asyncio.gather(*(w.flush_lac() for w in list(self.writers)), return_exceptions=True)
+            writers = [w for w in list(self.writers) if not w.is_closed]
+            for w in writers:
+                w.stop_lac_timer()
+            # best effort: a reader of an abandoned writer's ledger sees its last LAC
+            # sooner; a bookie that does not answer must not hold the close up
+            flushes = asyncio.gather(*(w.flush_lac() for w in writers), return_exceptions=True)
+            try:
+                await asyncio.wait_for(flushes, SHUTDOWN_FLUSH_S)
+            except asyncio.TimeoutError:
+                pass
             for c in self._conns.values():
                 c.close()
             # what is still in flight (an abandoned writer's sends) ends here, quietly
@@ -169,7 +228,9 @@ class ClientContext:
                 t.cancel()
             await asyncio.gather(*rest, return_exceptions=True)
         try:
-            self.run(shutdown(), timeout=5)
+            self.run(shutdown(), timeout=10)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
+            # a metadata call still running finishes before the caller closes the store
+            self._workers.shutdown(wait=True, cancel_futures=True)

@@ -1,36 +1,51 @@
 """Ledger recovery as a reader: fence, find the last entry, write it back, close.
 
-Seed 004 plus what BookKeeper learned later (BOOKKEEPER.md sections 2.4 and 6):
+Seed 004 plus what BookKeeper learned later (BOOKKEEPER.md sections 2.4 and 6;
+docs/PROTOCOL.md, "Recovery"):
+
 - the metadata goes to IN_RECOVERY first, then the last fragment's bookies are fenced;
-  fencing is done once (Qw - Qa) + 1 bookies of every write quorum have answered;
+  fencing is done, and recovery goes on, as soon as (Qw - Qa) + 1 bookies of every write
+  quorum have answered (a hung bookie does not hold it up: #1067/#1077);
 - recovery reads fence too (#2614), and the read forward starts no lower than the last
-  fragment's first entry - 1 (#2615), on the ensemble recovery started with;
+  fragment's first entry - 1 (#2615), on the ensembles committed before recovery began;
 - an entry is absent once (Qw - Qa) + 1 bookies of its write set say so; a read that
   can neither find nor rule out an entry (timeouts) aborts recovery instead of closing;
-- entries found are written back to their whole write quorum with the recovery flag,
-  then the ledger is CLOSED by CAS; concurrent recoveries converge on one last entry.
+- entries found are written back to their write quorum with the recovery flag. Ensemble
+  changes the write-back needs stay in memory and are written with the CLOSED state in
+  one CAS: a recovery that fails leaves the metadata as it found it (BOOKKEEPER-355);
+- concurrent recoveries converge on the one that closed first.
+
+Streams (stream.py) recover the same way at the start of every term, with the term in
+place of the fence flag.
 """
 from __future__ import annotations
 
 import asyncio
 
-from embedlog._native.format import decode_entry, master_key, parse_entry_header
-from embedlog.errors import (BadVersionError, EmbedlogError, LedgerRecoveryError,
+from embedlog._native.format import decode_entry, mac_key, master_key, parse_entry_header
+from embedlog.errors import (BadVersionError, EmbedlogError, InvalidTermError, LedgerRecoveryError,
                              NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
-from embedlog.meta.api import LedgerState
+from embedlog.meta.api import DigestType, LedgerState, Versioned
 from embedlog.net import protocol as P
 
-_ABSENT = (NoSuchEntryError, NoSuchLedgerError)
+ABSENT = (NoSuchEntryError, NoSuchLedgerError)
+FATAL = (UnauthorizedAccessError, InvalidTermError)    # recovery cannot go on at all
+READ_AHEAD = 8                 # entries read at once while looking for the end
+WRITE_BACK_IN_FLIGHT = 1000    # entries written back and not yet acknowledged
 
 
-def _settle(tasks) -> None:
-    """Cancel the reads still running once the answer is known. Their errors are looked at,
-    so asyncio does not report them as unhandled: one that already failed, and one whose
-    answer arrives as it is cancelled (wait_for then returns the answer, not CancelledError)."""
+def settle(tasks) -> None:
+    """Let tasks whose answer is no longer needed run out (a fence still reaching a bookie
+    is useful) and look at their errors, so asyncio does not report them as unhandled."""
+    for t in tasks:
+        t.add_done_callback(_retrieve)
+
+
+def cancel(tasks) -> None:
     for t in tasks:
         if not t.done():
             t.cancel()
-        t.add_done_callback(_retrieve)
+    settle(tasks)
 
 
 def _retrieve(task) -> None:
@@ -38,7 +53,7 @@ def _retrieve(task) -> None:
         task.exception()
 
 
-def _quorum_covered(md, ensemble, answered: set) -> bool:
+def quorum_covered(md, ensemble, answered: set) -> bool:
     """Every write quorum of the ensemble has (Qw - Qa) + 1 members in ``answered``."""
     need = md.write_quorum - md.ack_quorum + 1
     e = md.ensemble_size
@@ -49,11 +64,115 @@ def _quorum_covered(md, ensemble, answered: set) -> bool:
     return True
 
 
+async def fence(ctx, md, build) -> list:
+    """Send ``build`` (a fencing or term-carrying LAC read) to every bookie of the last
+    fragment; return the LACs answered once the answers cover every write quorum. A bookie
+    that never saw the ledger counts as fenced (it has nothing; its LAC is -1)."""
+    ensemble = md.fragments[-1][1]
+    timeout = ctx.config.read_timeout_s
+
+    async def one(b):
+        try:
+            resp = await ctx.call(b, build, timeout)
+            return b, P.parse_read_lac_body(resp.body)[0]
+        except ABSENT:
+            return b, -1
+
+    tasks = {asyncio.ensure_future(one(b)) for b in set(ensemble)}
+    answered, lacs, errors = set(), [], []
+    waiting = set(tasks)
+    try:
+        while waiting and not quorum_covered(md, ensemble, answered):
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                exc = t.exception()
+                if isinstance(exc, FATAL):
+                    raise exc
+                if exc is not None:
+                    errors.append(str(exc))
+                    continue
+                b, lac = t.result()
+                answered.add(b)
+                lacs.append(lac)
+    finally:
+        settle(tasks)              # the rest go on fencing their bookies
+    if not quorum_covered(md, ensemble, answered):
+        raise LedgerRecoveryError(
+            f"could not fence ledger {md.ledger_id!r}: too few bookies of the last fragment "
+            f"answered ({sorted(answered)} of {list(ensemble)}; {errors})")
+    return lacs
+
+
+async def read_for_recovery(ctx, md, eid: int, build, mac) -> bytes | None:
+    """Entry ``eid`` as recovery sees it, on the write set the committed metadata gives:
+    an intact copy from any bookie, or None once (Qw - Qa) + 1 of them say they have none."""
+    from embedlog.client.read import write_set
+    ws = write_set(md, eid)
+    need_absent = md.write_quorum - md.ack_quorum + 1
+    scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
+
+    async def one(b):
+        resp = await ctx.call(b, lambda rid: build(rid, eid), ctx.config.read_timeout_s)
+        entries = P.parse_read_body(resp.body)[1]
+        if not entries or entries[0][0] != eid:
+            raise NoSuchEntryError(f"no entry {eid}")
+        data = entries[0][1]
+        decode_entry(data, scope, ledger, eid, int(md.digest_type), mac)   # only an intact copy counts
+        return data
+
+    tasks = [asyncio.ensure_future(one(b)) for b in ws]
+    absent, failed = 0, []
+    try:
+        for fut in asyncio.as_completed(tasks):
+            try:
+                return await fut
+            except FATAL:
+                raise
+            except ABSENT:
+                absent += 1
+                if absent >= need_absent:
+                    return None
+            except EmbedlogError as exc:
+                failed.append(str(exc))
+    finally:
+        cancel(tasks)
+    raise LedgerRecoveryError(
+        f"recovery of ledger {md.ledger_id!r} cannot tell whether entry {eid} exists "
+        f"({absent} bookies said no, {len(failed)} failed: {failed})")
+
+
+async def read_forward(ctx, md, writer, start: int, build, mac) -> tuple[int, int | None]:
+    """Read entries after ``start`` until one is absent, writing each back through
+    ``writer`` (a recovery WriteHandle); returns (last entry, its length or None when
+    nothing was found) once every write-back is acknowledged."""
+    futures, waited = [], 0
+    last, last_length = start, None
+    eid = start + 1
+    reads: dict = {}
+    try:
+        while True:
+            for e in range(eid, eid + READ_AHEAD):
+                if e not in reads:
+                    reads[e] = asyncio.ensure_future(read_for_recovery(ctx, md, e, build, mac))
+            data = await reads.pop(eid)
+            if data is None:
+                break
+            last, last_length = eid, parse_entry_header(data)[5]
+            futures.extend(writer.submit_recovered([(eid, data, last_length)]))
+            while len(futures) - waited > WRITE_BACK_IN_FLIGHT:
+                await asyncio.wrap_future(futures[waited])
+                waited += 1
+            eid += 1
+    finally:
+        cancel(reads.values())
+    for f in futures[waited:]:
+        await asyncio.wrap_future(f)
+    return last, last_length
+
+
 async def recover(ctx, versioned, password: bytes):
     """Recover an OPEN or IN_RECOVERY ledger and return its CLOSED metadata."""
-    from embedlog.client.write import WriteHandle
-    loop = asyncio.get_running_loop()
-    lm = ctx.metadata.ledger_manager
+    from embedlog.client.write import WriteHandle, merge_local_fragments
     md, version = versioned.value, versioned.version
     lid = md.ledger_id
     for _ in range(64):
@@ -61,120 +180,72 @@ async def recover(ctx, versioned, password: bytes):
             return md
         if md.state == LedgerState.OPEN:
             try:
-                v = await loop.run_in_executor(None, lm.write_ledger_metadata,
-                                               md.with_(state=LedgerState.IN_RECOVERY), version)
-                md, version = v.value, v.version
+                v = await ctx.write_metadata("recovery", md.with_(state=LedgerState.IN_RECOVERY), version)
             except BadVersionError:
-                v = await loop.run_in_executor(None, lm.read_ledger_metadata, lid)
+                v = await ctx.read_metadata(lid)
                 md, version = v.value, v.version
                 continue
-        break
-    key = master_key(password)
-    scope, ledger = lid.scope_id, lid.ledger_id
-    first_of_last, ensemble = md.fragments[-1]
-    timeout = ctx.config.read_timeout_s
-
-    # 1. fence the last fragment and learn the LAC (a fencing LAC read)
-    answered, lacs = set(), []
-
-    async def fence(b):
-        try:
-            resp = await ctx.call(b, lambda rid: P.read_lac_request(rid, scope, ledger, P.FLAG_FENCE, key),
-                                  timeout)
-            lacs.append(P.parse_read_lac_body(resp.body)[0])
-            answered.add(b)
-        except _ABSENT:
-            answered.add(b)          # never saw the ledger: fenced by creating it empty
-        except UnauthorizedAccessError:
-            raise
-        except EmbedlogError:
-            pass
-
-    await asyncio.gather(*(fence(b) for b in set(ensemble)))
-    if not _quorum_covered(md, ensemble, answered):
-        raise LedgerRecoveryError(
-            f"could not fence ledger {lid!r}: too few bookies of the last fragment answered "
-            f"({sorted(answered)} of {list(ensemble)})")
-    start = max(max(lacs, default=-1), first_of_last - 1)
-
-    # 2. read forward with fencing recovery reads; 3. write back what is found
-    writer = WriteHandle(ctx, type(versioned)(md, version), password, recovery=True)
-    writer._lac, writer._next = start, start + 1
-    need_absent = md.write_quorum - md.ack_quorum + 1
-    eid = start + 1
-    last, last_length = start, None
-    futures, waited = [], 0
-    while True:
-        ws = [ensemble[(eid + k) % md.ensemble_size] for k in range(md.write_quorum)]
-        found, absent, failed = None, 0, 0
-
-        async def rread(b, e=eid):
-            resp = await ctx.call(b, lambda rid: P.read_request(rid, scope, ledger, e, flags=P.FLAG_FENCE,
-                                                                 master_key=key), timeout)
-            _lac, entries = P.parse_read_body(resp.body)
-            if not entries:
-                raise NoSuchEntryError(f"no entry {e}")
-            return entries[0][1]
-
-        tasks = [asyncio.ensure_future(rread(b)) for b in ws]
-        for fut in asyncio.as_completed(tasks):
-            try:
-                data = await fut
-                decode_entry(data, scope, ledger, eid, int(md.digest_type),
-                             writer._mac_key)          # only an intact copy counts
-                found = data
-                break
-            except _ABSENT:
-                absent += 1
-                if absent >= need_absent:
-                    break
-            except EmbedlogError:
-                failed += 1
-        _settle(tasks)
-        if found is None:
-            if absent >= need_absent:
-                break
-            raise LedgerRecoveryError(
-                f"recovery of ledger {lid!r} cannot tell whether entry {eid} exists "
-                f"({absent} bookies said no, {failed} did not answer); not closing it")
-        length = parse_entry_header(found)[5]
-        futures.extend(writer.submit_recovered([(eid, found, length)]))
-        while len(futures) - waited > 1000:       # bounded write-back in flight
-            await asyncio.wrap_future(futures[waited])
-            waited += 1
-        last, last_length = eid, length
-        eid += 1
-    for f in futures:
-        await asyncio.wrap_future(f)
-    if last_length is None:
-        last_length = 0 if last < 0 else await _length_of(ctx, md, scope, ledger, last)
-    md, version = writer._md, writer._version
-
-    # 4. close by CAS; another recovery may have won: converge on its result
-    for _ in range(64):
-        if md.state == LedgerState.CLOSED:
-            return md            # closed by a concurrent recovery: its last entry is the answer
-        try:
-            v = await loop.run_in_executor(None, lm.write_ledger_metadata,
-                                           md.with_(state=LedgerState.CLOSED, last_entry_id=last,
-                                                    length=last_length), version)
-            return v.value
-        except BadVersionError:
-            v = await loop.run_in_executor(None, lm.read_ledger_metadata, lid)
             md, version = v.value, v.version
-    raise BadVersionError(f"could not close ledger {lid!r} after recovery")
+        break
+    base = md                    # the fragments committed before recovery began
+    key = master_key(password)
+    mac = mac_key(password) if md.digest_type == DigestType.MAC else None
+    scope, ledger = lid.scope_id, lid.ledger_id
+
+    # 1. fence the last fragment and learn the LAC (fencing LAC reads)
+    lacs = await fence(ctx, md, lambda rid: P.read_lac_request(rid, scope, ledger, P.FLAG_FENCE, key))
+    start = max(max(lacs, default=-1), md.fragments[-1][0] - 1)
+
+    # 2. read forward with fencing reads, 3. write back what is found
+    writer = WriteHandle(ctx, Versioned(md, version), password, recovery=True)
+    writer.start_recovered_range(start, 0)
+    try:
+        last, last_length = await read_forward(
+            ctx, md, writer, start,
+            lambda rid, e: P.read_request(rid, scope, ledger, e, flags=P.FLAG_FENCE, master_key=key),
+            mac)
+        if last_length is None:
+            last_length = 0 if last < 0 else await _length_of(ctx, md, last)
+        await ctx.offload(ctx.failpoint, "client.recovery.before_close")
+
+        # 4. close by CAS, with the write-back's ensemble changes; converge on a winner
+        local = writer.local_metadata
+        target = local
+        for _ in range(64):
+            try:
+                v = await ctx.write_metadata("close", target.with_(
+                    state=LedgerState.CLOSED, last_entry_id=last, length=last_length), version)
+                return v.value
+            except BadVersionError:
+                v = await ctx.read_metadata(lid)
+            if v.value.state == LedgerState.CLOSED:
+                return v.value        # closed by a concurrent recovery: its last entry is the answer
+            target = merge_local_fragments(base, local, v.value)
+            if v.value.state != LedgerState.IN_RECOVERY or target is None:
+                raise LedgerRecoveryError(f"ledger {lid!r} changed while it was recovered "
+                                          f"({v.value.state.name}); recover it again")
+            version = v.version
+        raise BadVersionError(f"could not close ledger {lid!r} after recovery")
+    finally:
+        writer.abandon(LedgerRecoveryError(f"recovery of ledger {lid!r} is over"))
 
 
-async def _length_of(ctx, md, scope, ledger, entry_id) -> int:
+async def _length_of(ctx, md, entry_id: int) -> int:
     """The cumulative length carried by an entry (when recovery wrote nothing back)."""
+    return parse_entry_header(await read_raw(ctx, md, entry_id))[5]
+
+
+async def read_raw(ctx, md, entry_id: int) -> bytes:
+    """One stored copy of an entry, as the bookie holds it (header included)."""
     from embedlog.client.read import write_set
+    scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
     for b in write_set(md, entry_id):
         try:
             resp = await ctx.call(b, lambda rid: P.read_request(rid, scope, ledger, entry_id),
                                   ctx.config.read_timeout_s)
-            _lac, entries = P.parse_read_body(resp.body)
+            entries = P.parse_read_body(resp.body)[1]
             if entries:
-                return parse_entry_header(entries[0][1])[5]
+                return entries[0][1]
         except EmbedlogError:
             continue
-    raise LedgerRecoveryError(f"cannot read entry {entry_id} to learn the ledger length")
+    raise LedgerRecoveryError(f"cannot read entry {entry_id} of {md.ledger_id!r}")

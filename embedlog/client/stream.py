@@ -13,7 +13,10 @@ Seed 001 ("Tweaking the BookKeeper Protocol - Unbounded Ledgers"), as verified i
   entry with the truncate flag to every bookie of the last fragment's ensemble (changing
   the ensemble first if one is down). A bookie that stores it forgets every entry above
   it, so no dirty entry of the old term survives: this prevents the seed's
-  log-divergence counterexample. Only then does the new leader write.
+  log-divergence counterexample. Ensemble changes made during that recovery stay in
+  memory until it is done, then are written in one CAS with the term unchanged (the
+  term's commit); a take-over that fails leaves the fragments as they were. Only then
+  does the new leader write.
 - Stream positions are entry ids. Each entry's payload starts with a kind byte
   (0 = data, 1 = no-op); readers skip no-ops, so positions have gaps where they stand.
 - Fragments roll over when they reach ``rollover_entries`` or ``rollover_bytes``, so a
@@ -33,13 +36,15 @@ import hashlib
 import threading
 import time
 
-from embedlog._native.format import LedgerId, decode_entry, digest_code, master_key, parse_entry_header
-from embedlog.client.read import write_set
-from embedlog.client.recovery import _ABSENT, _quorum_covered, _settle
+from embedlog._native.format import (LedgerId, decode_entry, digest_code, encode_entry, mac_key,
+                                     master_key, parse_entry_header)
+from embedlog.client.read import read_range, write_set
+from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
+from embedlog.client.write import WriteHandle, merge_local_fragments
 from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
                              LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)
-from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+from embedlog.meta.api import DigestType, LedgerMetadata, Versioned
 from embedlog.net import protocol as P
 
 STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
@@ -182,31 +187,32 @@ class Stream:
         """Become the writer: a new term by CAS, recovery under it, then the truncating
         no-op. Returns the position the next append gets."""
         with self._lock:
-            if self._writer is not None:
-                self._ctx.run(self._writer._drain())
-            lm = self._ctx.metadata.ledger_manager
+            old, self._writer = self._writer, None
+            if old is not None:
+                self._ctx.run(old.drain())
             for _ in range(64):
                 md = self.refresh()
                 try:
-                    v = lm.write_ledger_metadata(md.with_(term=md.term + 1), self._version)
+                    v = self._ctx.write_metadata_sync("term", md.with_(term=md.term + 1), self._version)
                     break
                 except BadVersionError:
                     continue
             else:
                 raise BadVersionError(f"could not raise the term of stream {self.name!r}")
+            if old is not None:
+                old.abandon(InvalidTermError(f"stream {self.name!r} moved to term {v.value.term}"))
             self._md, self._version = v.value, v.version
             try:
                 writer = self._ctx.run(_recover_stream(self._ctx, v, self._password))
             except InvalidTermError as exc:
                 self._lost = exc          # a later term won: stay out until asked again
-                self._writer = None
                 raise
-            self._md, self._version = writer._md, writer._version
+            self._md, self._version = writer.metadata, writer.version
             self._writer = writer
             self._lost = None
-            self._lac = writer._lac
+            self._lac = writer.last_add_confirmed
             self._frag_entries = self._frag_bytes = 0
-            return writer._next
+            return self._lac + 1
 
     # -- appending ------------------------------------------------------------------------
 
@@ -227,7 +233,7 @@ class Stream:
             if not isinstance(item, (bytes, bytearray, memoryview)):
                 raise IllegalOpError(f"stream entries are bytes-like, got {type(item).__name__}")
         w = self._leader()
-        futs = w._append_many_async([KIND_DATA + bytes(d) for d in items])
+        futs = w.append_many_async([KIND_DATA + bytes(d) for d in items])
         for f in futs:
             f.add_done_callback(self._watch)
         self._frag_entries += len(items)
@@ -276,7 +282,7 @@ class Stream:
             return
         with self._lock:
             self._ctx.run(w.roll())
-            self._md, self._version = w._md, w._version
+            self._md, self._version = w.metadata, w.version
             self._frag_entries = self._frag_bytes = 0
             self._apply_retention()
 
@@ -291,7 +297,7 @@ class Stream:
             # fragment k-1 ends where k begins; it may go when it is old or far enough back
             end = md.fragments[k][0]
             old = self.retention_ms and k < len(times) and now_ms - times[k] >= self.retention_ms
-            far = self.retention_entries and self._writer._next - end >= self.retention_entries
+            far = self.retention_entries and self._writer.next_entry_id - end >= self.retention_entries
             if old or far:
                 cut = end
         if cut is not None:
@@ -306,9 +312,9 @@ class Stream:
             return self._truncate(position)
 
     def _truncate(self, position: int) -> int:
-        lm = self._ctx.metadata.ledger_manager
         for _ in range(64):
-            md = self.refresh() if self._writer is None else self._md
+            md = self.refresh() if self._writer is None else self._writer.metadata
+            version = self._version if self._writer is None else self._writer.version
             frags = list(md.fragments)
             times = list(md.fragment_ctimes_ms) or [md.ctime_ms] * len(frags)
             k = 0
@@ -321,17 +327,21 @@ class Stream:
             new = md.with_(fragments=tuple(frags[k:]), fragment_ctimes_ms=tuple(times[k:]),
                            first_entry_id=keep_from)
             try:
-                v = lm.write_ledger_metadata(new, self._version)
+                v = self._ctx.run(self._write_truncation(new, version))
             except BadVersionError:
                 self.refresh()
                 continue
             self._md, self._version = v.value, v.version
-            if self._writer is not None:
-                self._writer._md, self._writer._version = v.value, v.version
             bookies = {b for _f, ens in gone for b in ens}
             self._ctx.run(self._trim(bookies, keep_from))
             return keep_from
         raise BadVersionError(f"could not truncate stream {self.name!r}")
+
+    async def _write_truncation(self, md, version):
+        v = await self._ctx.write_metadata("truncate", md, version)
+        if self._writer is not None:
+            self._writer.adopt_metadata(v)
+        return v
 
     async def _trim(self, bookies, first_kept: int) -> None:
         key = master_key(self._password)
@@ -362,7 +372,7 @@ class Stream:
                 resp = await self._ctx.call(b, lambda rid: P.read_lac_request(
                     rid, md.ledger_id.scope_id, md.ledger_id.ledger_id), self._ctx.config.read_timeout_s)
                 answers.append(P.parse_read_lac_body(resp.body)[0])
-            except _ABSENT:
+            except ABSENT:
                 answers.append(-1)
             except EmbedlogError:
                 pass
@@ -383,10 +393,23 @@ class Stream:
         pos = from_position
         while pos <= last:
             end = min(last, pos + batch - 1)
-            for eid, data in zip(range(pos, end + 1), self._ctx.run(self._read_range(pos, end))):
+            for eid, data in zip(range(pos, end + 1), self._read_checked(pos, end)):
                 if data[:1] == KIND_DATA:
                     yield StreamEntry(eid, data[1:])
             pos = end + 1
+
+    def _read_checked(self, first: int, last: int) -> list:
+        """Entries first..last, read on the fragments the store still holds once the read is
+        done. A take-over may have committed a fragment meanwhile that replaced a bookie
+        holding an older term's dirty copy of these positions; such copies are never served."""
+        for _ in range(16):
+            md = self._md
+            got = self._ctx.run(self._read_range(md, first, last))
+            fresh = self.refresh()
+            if fresh.fragments == md.fragments or all(
+                    write_set(md, e) == write_set(fresh, e) for e in range(first, last + 1)):
+                return got
+        raise EmbedlogError(f"stream {self.name!r}: its fragments kept changing during a read")
 
     def tail(self, from_position: int = 0, poll_timeout_ms: int = 500, stop=None):
         """Data entries from ``from_position`` on, waiting for new ones (until ``stop()``)."""
@@ -419,24 +442,22 @@ class Stream:
         results = await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
         return max(results)
 
-    async def _read_range(self, first: int, last: int) -> list:
-        from embedlog._native.format import mac_key
-        from embedlog.client.read import read_range
-        md = self._md
+    async def _read_range(self, md, first: int, last: int) -> list:
         mk = mac_key(self._password) if md.digest_type == DigestType.MAC else None
         return await read_range(self._ctx, md, mk, first, last,
                                 lambda e: _read_entry(self._ctx, md, self._password, e))
 
     def close(self) -> None:
         """Stop writing (pending appends finish); the stream itself never closes."""
-        if self._writer is not None and self._lost is None:
-            self._ctx.run(self._writer._drain())
-            self._ctx.run(self._writer.flush_lac())
-        self._writer = None
+        w, self._writer = self._writer, None
+        if w is not None and self._lost is None:
+            self._ctx.run(w.drain())
+            self._ctx.run(w.flush_lac())
+        if w is not None:
+            w.abandon(IllegalOpError(f"stream {self.name!r} was closed by this client"))
 
 
 async def _read_entry(ctx, md, password, eid, flags=0, term=0) -> bytes:
-    from embedlog._native.format import mac_key
     mk = mac_key(password) if md.digest_type == DigestType.MAC else None
     ws = write_set(md, eid)
     error: BaseException = NoSuchEntryError(f"no entry {eid} in stream ledger {md.ledger_id!r}")
@@ -456,139 +477,72 @@ async def _read_entry(ctx, md, password, eid, flags=0, term=0) -> bytes:
     raise error
 
 
-async def _recover_stream(ctx, versioned, password: bytes):
+async def _recover_stream(ctx, versioned, password: bytes) -> WriteHandle:
     """Recovery at the start of a term; returns the WriteHandle the new leader writes with."""
-    from embedlog.client.write import WriteHandle
-    md = versioned.value
+    md, version = versioned.value, versioned.version
     term = md.term
     lid = md.ledger_id
     scope, ledger = lid.scope_id, lid.ledger_id
     key = master_key(password)
-    first_of_last, ensemble = md.fragments[-1]
-    timeout = ctx.config.read_timeout_s
+    mac = mac_key(password) if md.digest_type == DigestType.MAC else None
 
     # 1. the recovery LAC read carries the new term: bookies adopt it, older writers bounce
-    answered, lacs = set(), []
-
-    async def lac_read(b):
-        try:
-            resp = await ctx.call(b, lambda rid: P.read_lac_request(
-                rid, scope, ledger, P.FLAG_RECOVERY_READ, key, term), timeout)
-            lacs.append(P.parse_read_lac_body(resp.body)[0])
-            answered.add(b)
-        except _ABSENT:
-            answered.add(b)
-        except (InvalidTermError, UnauthorizedAccessError):
-            raise
-        except EmbedlogError as exc:
-            errors.append(f"{b}: {exc}")
-
-    errors = []
-    await asyncio.gather(*(lac_read(b) for b in set(ensemble)))
-    if not _quorum_covered(md, ensemble, answered):
-        raise LedgerRecoveryError(f"stream ledger {lid!r}: too few bookies of the last fragment "
-                                  f"answered the recovery LAC read ({sorted(answered)}; {errors})")
-    start = max(max(lacs, default=-1), first_of_last - 1)
-
-    # the writer of this term; recovery write-back needs every member of a write quorum
-    writer = WriteHandle(ctx, versioned, password, recovery=True, term=term)
-    writer._Qa = writer._Qw
-    writer._lac, writer._next = start, start + 1
-    need_absent = md.write_quorum - md.ack_quorum + 1
+    lacs = await fence(ctx, md, lambda rid: P.read_lac_request(
+        rid, scope, ledger, P.FLAG_RECOVERY_READ, key, term))
+    start = max(max(lacs, default=-1), md.fragments[-1][0] - 1)
 
     # 2. read forward with recovery reads (term), 3. write back to the whole write quorum
-    eid = start + 1
-    futures, waited = [], 0
-    while True:
-        ws = write_set(md, eid)
-        found, absent, failed = None, 0, []
+    writer = WriteHandle(ctx, versioned, password, recovery=True, term=term)
+    writer.require_write_quorum()
+    writer.start_recovered_range(start, 0)
+    try:
+        last, length = await read_forward(ctx, md, writer, start, lambda rid, e: P.read_request(
+            rid, scope, ledger, e, flags=P.FLAG_RECOVERY_READ, master_key=key, term=term), mac)
+        if length is None:
+            length = 0 if last < 0 else parse_entry_header(await read_raw(ctx, md, last))[5]
 
-        async def rread(b, e=eid):
-            resp = await ctx.call(b, lambda rid: P.read_request(
-                rid, scope, ledger, e, flags=P.FLAG_RECOVERY_READ, master_key=key, term=term), timeout)
-            entries = P.parse_read_body(resp.body)[1]
-            if not entries:
-                raise NoSuchEntryError(f"no entry {e}")
-            return entries[0][1]
-
-        tasks = [asyncio.ensure_future(rread(b)) for b in ws]
-        try:
-            for fut in asyncio.as_completed(tasks):
-                try:
-                    data = await fut
-                    decode_entry(data, scope, ledger, eid, int(md.digest_type), writer._mac_key)
-                    found = data
-                    break
-                except InvalidTermError:
-                    raise
-                except _ABSENT:
-                    absent += 1
-                    if absent >= need_absent:
-                        break
-                except EmbedlogError as exc:
-                    failed.append(str(exc))
-        finally:
-            _settle(tasks)
-        if found is None:
-            if absent >= need_absent:
+        # 4. the truncating no-op, on every bookie of the last fragment's ensemble
+        writer.start_recovered_range(last, length)
+        noop_id = last + 1
+        noop = encode_entry(scope, ledger, noop_id, last, length + 1, int(md.digest_type), KIND_NOOP, mac)
+        for _ in range(ctx.config.ensemble_change_retries):
+            ens = list(writer.metadata.fragments[-1][1])
+            results = await asyncio.gather(*(ctx.call(b, lambda rid: P.add_request(
+                rid, scope, ledger, key, [noop], P.FLAG_RECOVERY_ADD | P.FLAG_TRUNCATE, term),
+                ctx.config.add_timeout_s) for b in ens), return_exceptions=True)
+            for r in results:
+                if isinstance(r, (InvalidTermError, UnauthorizedAccessError)):
+                    raise r
+            failed = [b for b, r in zip(ens, results) if isinstance(r, BaseException)]
+            if not failed:
                 break
-            raise LedgerRecoveryError(
-                f"take-over of stream ledger {lid!r} cannot tell whether entry {eid} exists "
-                f"({absent} said no, {len(failed)} did not answer: {failed})")
-        futures.extend(writer.submit_recovered([(eid, found, parse_entry_header(found)[5])]))
-        while len(futures) - waited > 1000:       # bounded write-back in flight
-            await asyncio.wrap_future(futures[waited])
-            waited += 1
-        eid += 1
-    for f in futures:
-        await asyncio.wrap_future(f)
-    if writer._error is not None:
-        raise writer._error
-    last = eid - 1
-    length = writer._lac_length if futures else (
-        0 if last < 0 else parse_entry_header(await _read_raw(ctx, writer._md, last))[5])
+            await writer.replace_bookies(failed)       # in memory, from the no-op on
+        else:
+            raise LedgerRecoveryError(f"could not write the truncating no-op of stream ledger {lid!r}")
+        await ctx.offload(ctx.failpoint, "client.take_over.before_commit")
 
-    # 4. the truncating no-op, on every bookie of the last fragment's ensemble
-    from embedlog._native.format import encode_entry
-    noop_id = last + 1
-    noop = encode_entry(scope, ledger, noop_id, last, length + 1, int(md.digest_type), KIND_NOOP,
-                        writer._mac_key)
-    for _ in range(ctx.config.ensemble_change_retries):
-        ens = list(writer._ensemble)
-        results = await asyncio.gather(*(ctx.call(b, lambda rid: P.add_request(
-            rid, scope, ledger, key, [noop], P.FLAG_RECOVERY_ADD | P.FLAG_TRUNCATE, term),
-            ctx.config.add_timeout_s) for b in ens), return_exceptions=True)
-        failed = [b for b, r in zip(ens, results) if isinstance(r, BaseException)]
-        for r in results:
-            if isinstance(r, (InvalidTermError, UnauthorizedAccessError)):
-                raise r
-        if not failed:
-            break
-        # a bookie is out: change the ensemble from the no-op on, then write it there
-        writer._lac = last
-        for b in failed:
-            writer._failed.add(b)
-            ctx.quarantine(b)
-        await writer._change_ensemble()
-        if writer._error is not None:
-            raise writer._error
-    else:
-        raise LedgerRecoveryError(f"could not write the truncating no-op of stream ledger {lid!r}")
-    writer._recovery = False
-    writer._Qa = md.ack_quorum
-    writer._lac, writer._next = noop_id, noop_id + 1
-    writer._lac_length = writer._length = length + 1
+        # 5. the term's commit: the recovery's ensemble changes, with the term unchanged
+        committed = Versioned(md, version)
+        local = writer.local_metadata
+        for _ in range(64):
+            if local.fragments == md.fragments:
+                break                              # nothing changed: nothing to commit
+            target = merge_local_fragments(md, local, committed.value)
+            if target is None:
+                raise LedgerRecoveryError(f"stream ledger {lid!r} changed during its take-over; "
+                                          "take over again")
+            try:
+                committed = await ctx.write_metadata("term_commit", target, committed.version)
+                break
+            except BadVersionError:
+                committed = await ctx.read_metadata(lid)
+                if committed.value.term != term:
+                    raise InvalidTermError(f"stream ledger {lid!r} moved to term "
+                                           f"{committed.value.term} during this take-over (term {term})")
+        else:
+            raise BadVersionError(f"could not commit the take-over of stream ledger {lid!r}")
+    except BaseException as exc:
+        writer.abandon(exc if isinstance(exc, EmbedlogError) else LedgerRecoveryError(str(exc)))
+        raise
+    writer.promote(committed, noop_id, length + 1)
     return writer
-
-
-async def _read_raw(ctx, md, eid) -> bytes:
-    for b in write_set(md, eid):
-        try:
-            resp = await ctx.call(b, lambda rid: P.read_request(
-                rid, md.ledger_id.scope_id, md.ledger_id.ledger_id, eid), ctx.config.read_timeout_s)
-            entries = P.parse_read_body(resp.body)[1]
-            if entries:
-                return entries[0][1]
-        except EmbedlogError:
-            continue
-    raise LedgerRecoveryError(f"cannot read entry {eid} of {md.ledger_id!r}")

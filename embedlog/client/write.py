@@ -1,31 +1,49 @@
 """The writer of one ledger: pending adds, quorum acks in order, ensemble changes, close.
 
-Seed 004's rules: entry e goes to the Qw bookies starting at index e % E of the
-current ensemble; it is acknowledged once Qa of them have acknowledged it *and*
-every lower entry is acknowledged; the LAC each entry carries is the last entry
-acknowledged when it was sent. A failed bookie is replaced by a new fragment
-starting at the first unacknowledged entry, written by CAS on the metadata
-(reread and retry, or fail if the ledger is no longer OPEN), and the pending
-entries are re-sent to the replacement.
+Seed 004's rules, with what BookKeeper learned since (docs/PROTOCOL.md, "Writing"):
+
+- Entry e goes to the Qw bookies from index e % E of the current ensemble. It is
+  acknowledged once Qa bookies *of its current write set* have acknowledged it and every
+  lower entry is acknowledged; the LAC each entry carries is the last entry acknowledged
+  when it was sent.
+- A failed bookie is replaced by a new fragment starting at LAC + 1. While the change is
+  being written no acknowledgement is given (the LAC stays where the fragment starts);
+  afterwards every pending entry, that is every entry from the fragment's first on, is
+  sent to the replacement, and the replaced bookie's acknowledgements no longer count.
+- ``close()`` marks the handle closed first: adds not yet acknowledged fail with
+  LedgerClosedError and nothing more is sent, so the LAC frozen at that moment covers
+  every acknowledgement ever given; then CLOSED is written at that LAC by CAS.
+- An unrecoverable add error (no replacement bookie, metadata gone, fencing) fails every
+  pending add and closes the handle at its LAC, as BookKeeper does; a stream's writer
+  (unbounded ledger) only fails, as a stream never closes.
+- A recovery writer (``recovery=True``: write-back of bounded-ledger recovery and of a
+  stream's take-over) keeps its ensemble changes in memory (``local_metadata``); the
+  recovery commits them with its close, so a recovery that fails leaves the metadata as
+  it found it (BOOKKEEPER-355).
 
 All state lives on the client's event loop; callers in other threads hand work in
-with call_soon_threadsafe and wait on concurrent futures.
+through an inbox and wait on concurrent futures.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import concurrent.futures
+import logging
 import threading
+import time
 
 from embedlog._native.format import encode_entry, mac_key, master_key
-from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
-                             LedgerClosedError, LedgerFencedError, NotEnoughBookiesError,
-                             TooManyRequestsError, UnauthorizedAccessError)
+from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError, IllegalOpError,
+                             InvalidTermError,
+                             LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
+                             NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.net import protocol as P
 
+log = logging.getLogger("embedlog.client")
 TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUESTS, 50 ms .. 0.8 s apart
+_FATAL = (LedgerFencedError, UnauthorizedAccessError, InvalidTermError)   # from a bookie: stop writing
 
 
 class PendingAdd:
@@ -34,6 +52,49 @@ class PendingAdd:
     def __init__(self, entry_id, data, length, future):
         self.entry_id, self.data, self.length, self.future = entry_id, data, length, future
         self.acked: set = set()
+
+
+def with_fragment(md, first: int, ensemble) -> "object":
+    """``md`` with a fragment of ``ensemble`` from entry ``first`` (replacing one that starts
+    there already); an unbounded ledger also records when the fragment began."""
+    frags = list(md.fragments)
+    times = list(md.fragment_ctimes_ms) or [md.ctime_ms] * len(frags)
+    if frags[-1][0] == first:
+        frags[-1] = (first, tuple(ensemble))
+    elif frags[-1][0] < first:
+        frags.append((first, tuple(ensemble)))
+        times.append(int(time.time() * 1000))
+    else:
+        raise IllegalOpError(f"a fragment at entry {first} would start before the last one "
+                             f"({frags[-1][0]})")
+    extra = {"fragment_ctimes_ms": tuple(times)} if md.unbounded else {}
+    return md.with_(fragments=tuple(frags), **extra)
+
+
+def merge_local_fragments(base, local, current):
+    """``current`` (the store's metadata now) with the fragments a recovery commits: those
+    of ``local`` (the recovery writer's metadata, which started from ``base``). Fragments
+    before the first one the recovery added or replaced may have had members swapped
+    meanwhile (autorecovery) and are kept; from there on ``current`` must still be what
+    ``base`` was, or the result is None (a conflict: recover again)."""
+    ours = [f for f in local.fragments if f not in base.fragments]
+    if not ours:
+        return current
+    cut = ours[0][0]
+
+    def starts(md, below):
+        return [f[0] for f in md.fragments if (f[0] < cut) == below]
+
+    if (starts(current, True) != starts(base, True)
+            or [f for f in current.fragments if f[0] >= cut] != [f for f in base.fragments if f[0] >= cut]):
+        return None
+    keep = sum(1 for f in current.fragments if f[0] < cut)
+    mine = [k for k, f in enumerate(local.fragments) if f[0] >= cut]
+    times = ()
+    if current.unbounded:
+        times = tuple(current.fragment_ctimes_ms[:keep]) + tuple(local.fragment_ctimes_ms[k] for k in mine)
+    return current.with_(fragments=tuple(current.fragments[:keep]) + tuple(local.fragments[k] for k in mine),
+                         fragment_ctimes_ms=times)
 
 
 class WriteHandle:
@@ -49,7 +110,7 @@ class WriteHandle:
         self._digest = int(self._md.digest_type)
         self._mac_key = mac_key(password) if self._md.digest_type == DigestType.MAC else None
         self._master_key = master_key(password)
-        self._recovery = recovery
+        self._recovery = recovery          # recovery adds; ensemble changes stay in memory
         self._term = term                  # unbounded ledgers: every add carries it
         self._ensemble = list(self._md.fragments[-1][1])
         self._next = self._md.last_entry_id + 1 if recovery else 0
@@ -58,12 +119,15 @@ class WriteHandle:
         self._length = 0
         self._pending: collections.OrderedDict[int, PendingAdd] = collections.OrderedDict()
         self._failed: set = set()
-        self._changing = False
+        self._changing = False             # an ensemble change is under way: acks wait
         self._error: BaseException | None = None
-        self._closed = False
+        self._closed = False               # set first by close(): nothing is sent after it
+        self._close_task: asyncio.Task | None = None
         self._slots = threading.BoundedSemaphore(ctx.config.max_pending_adds)
-        self._idle = asyncio.Event()
+        self._idle = asyncio.Event()       # no add pending
         self._idle.set()
+        self._change_done = asyncio.Event()   # no ensemble change under way
+        self._change_done.set()
         self._lac_sent = -1                # the last LAC sent with WRITE_LAC
         self._lac_timer = None
         self._inbox: collections.deque = collections.deque()
@@ -85,6 +149,19 @@ class WriteHandle:
     def metadata(self):
         return self._md
 
+    @property
+    def version(self):
+        """The metadata version this writer's next CAS expects."""
+        return self._version
+
+    @property
+    def next_entry_id(self) -> int:
+        return self._next
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
     def _check(self):
         if self._error is not None:
             raise self._error
@@ -92,13 +169,18 @@ class WriteHandle:
             raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
 
     def append_async(self, data) -> concurrent.futures.Future:
-        return self._append_many_async([data])[-1]
+        return self.append_many_async([data])[-1]
 
-    def _append_many_async(self, items: list) -> list:
+    def append_many_async(self, items: list) -> list:
         self._check()
+        limit = self._ctx.config.max_entry_size_bytes
         for item in items:
             if not isinstance(item, (bytes, bytearray, memoryview)):
                 raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}")
+            if len(item) > limit:
+                # refused here, not by every bookie in turn (which would end the ledger)
+                raise EntryTooLargeError(f"entry of {len(item)} bytes is over max_entry_size_bytes "
+                                         f"({limit})")
         futures = []
         for _ in items:
             self._slots.acquire()          # back-pressure: bounded adds in flight
@@ -131,47 +213,31 @@ class WriteHandle:
         step = self._ctx.config.max_entries_per_frame
         futures = []
         for i in range(0, len(items), step):
-            futures.extend(self._append_many_async(items[i:i + step]))
+            futures.extend(self.append_many_async(items[i:i + step]))
         for f in futures:
             last = f.result()
         return last
 
     def close(self) -> None:
-        """Wait for pending adds, then CLOSE the ledger in metadata at the LAC (seed 004)."""
-        if self._closed:
-            return
-        self._ctx.run(self._drain())
-        self._closed = True
-        if self._error is not None:
-            raise self._error
-        lm = self._ctx.metadata.ledger_manager
-        md, version = self._md, self._version
-        for _ in range(64):
-            if md.state == LedgerState.CLOSED:
-                if md.last_entry_id == self._lac:
-                    return
-                raise LedgerClosedError(f"ledger {self.ledger_id!r} was closed by another client "
-                                        f"at entry {md.last_entry_id}, not {self._lac}")
-            if md.state == LedgerState.IN_RECOVERY and not self._recovery:
-                raise LedgerFencedError(f"ledger {self.ledger_id!r} is being recovered")
-            try:
-                v = lm.write_ledger_metadata(md.with_(state=LedgerState.CLOSED, last_entry_id=self._lac,
-                                                      length=self._lac_length), version)
-                self._md, self._version = v.value, v.version
-                return
-            except BadVersionError:
-                v = lm.read_ledger_metadata(self.ledger_id)
-                md, version = v.value, v.version
-        raise BadVersionError(f"could not close ledger {self.ledger_id!r}")
+        """Close the handle, then the ledger at the LAC (seed 004, BookKeeper's close).
 
-    async def _drain(self) -> None:
-        # every add answered, and no ensemble change still writing metadata
-        while (self._pending or self._changing) and self._error is None:
-            if self._pending:
-                self._idle.clear()
-                await self._idle.wait()
-            else:
-                await asyncio.sleep(0.005)
+        Adds not yet acknowledged when close() is called fail with LedgerClosedError (wait
+        for their futures first to keep them). Raises LedgerFencedError if another client is
+        recovering the ledger and LedgerClosedError if it closed it at another entry."""
+        self._ctx.run(self.close_async())
+
+    async def close_async(self) -> None:
+        if self._close_task is None:
+            self._close_task = asyncio.get_running_loop().create_task(
+                self._close(LedgerClosedError(f"ledger {self.ledger_id!r} was closed")))
+        await asyncio.shield(self._close_task)
+
+    async def drain(self) -> None:
+        """Wait until every add is answered and no ensemble change is under way (streams:
+        before a take-over or a rollover; a ledger's close does not wait)."""
+        while (not self._idle.is_set() or self._changing) and self._error is None and not self._closed:
+            await self._idle.wait()
+            await self._change_done.wait()
 
     def __enter__(self):
         return self
@@ -188,40 +254,47 @@ class WriteHandle:
     def _submit(self, items: list, futures: list) -> None:
         ops = []
         for data, fut in zip(items, futures):
-            if self._error is not None:
+            refused = self._error if self._error is not None else (
+                LedgerClosedError(f"ledger {self.ledger_id!r} is closed") if self._closed else None)
+            if refused is not None:
                 self._slots.release()
-                fut.set_exception(self._error)
+                fut.set_exception(refused)
                 continue
-            eid = self._next
-            self._next += 1
-            self._length += len(data)
+            eid, length = self._next, self._length + len(data)
             try:
-                encoded = encode_entry(self._scope, self._lid, eid, self._lac, self._length,
+                encoded = encode_entry(self._scope, self._lid, eid, self._lac, length,
                                        self._digest, data, self._mac_key)
-            except EmbedlogError as exc:
+            except EmbedlogError as exc:      # the id is not used: no hole in the ledger
                 self._slots.release()
                 fut.set_exception(exc)
                 continue
-            op = PendingAdd(eid, encoded, self._length, fut)
+            self._next, self._length = eid + 1, length
+            op = PendingAdd(eid, encoded, length, fut)
             self._pending[eid] = op
             ops.append(op)
+        if ops:
+            self._idle.clear()
         self._send_ops(ops)
 
     def submit_recovered(self, entries: list) -> list:
         """Recovery write-back (on the loop): (entry id, encoded entry, length) re-added with
-        the recovery flag, through a fenced ledger; returns their futures."""
+        the recovery flag; returns their futures."""
+        self._check()
         ops = []
         for eid, encoded, length in entries:
-            fut = concurrent.futures.Future()
             self._slots.acquire()
-            op = PendingAdd(eid, encoded, length, fut)
+            op = PendingAdd(eid, encoded, length, concurrent.futures.Future())
             self._pending[eid] = op
             self._next = max(self._next, eid + 1)
             ops.append(op)
+        if ops:
+            self._idle.clear()
         self._send_ops(ops)
         return [op.future for op in ops]
 
     def _send_ops(self, ops: list, only: set | None = None) -> None:
+        if self._closed or not ops:
+            return
         per_bookie: dict = {}
         for op in ops:
             for b in self._write_set(op.entry_id):
@@ -250,22 +323,27 @@ class WriteHandle:
             except TooManyRequestsError:
                 # an overloaded bookie pushed back past its throttle time: wait and send again
                 # before replacing it (the entries are the same, the bookie stores them once)
-                if attempt == TOO_MANY_REQUESTS_RETRIES:
+                if attempt == TOO_MANY_REQUESTS_RETRIES or self._closed:
                     self._bookie_failed(bookie)
                     return
                 await asyncio.sleep(0.05 * 2 ** attempt)
-            except (LedgerFencedError, UnauthorizedAccessError, InvalidTermError) as exc:
-                self._fail_all(exc)
+            except _FATAL as exc:
+                if bookie in self._ensemble:      # a replaced bookie's answer says nothing now
+                    self._unrecoverable(exc)
                 return
             except EmbedlogError:
                 self._bookie_failed(bookie)
                 return
         for op in ops:
-            if self._pending.get(op.entry_id) is op:
+            # an acknowledgement counts only from a bookie still in the entry's write set:
+            # once replaced, a bookie's late answer says nothing about the new fragment
+            if self._pending.get(op.entry_id) is op and bookie in self._write_set(op.entry_id):
                 op.acked.add(bookie)
         self._complete()
 
     def _complete(self) -> None:
+        if self._changing or self._closed:
+            return                             # acknowledgements wait for the new fragment
         pending = self._pending
         while pending:
             eid, op = next(iter(pending.items()))
@@ -287,7 +365,13 @@ class WriteHandle:
 
     def _send_lac(self) -> None:
         self._lac_timer = None
-        self._ctx.loop.create_task(self.flush_lac())
+        if not self._ctx.loop.is_closed():
+            self._ctx.loop.create_task(self.flush_lac())
+
+    def stop_lac_timer(self) -> None:
+        if self._lac_timer is not None:
+            self._lac_timer.cancel()
+            self._lac_timer = None
 
     async def flush_lac(self) -> None:
         """Send the LAC to the ensemble now (WRITE_LAC) and wait for the answers."""
@@ -305,105 +389,201 @@ class WriteHandle:
 
         await asyncio.gather(*(one(b) for b in set(self._ensemble)))
 
-    def _fail_all(self, exc: BaseException) -> None:
-        if self._error is None:
-            self._error = exc
+    def _fail_pending(self, exc: BaseException) -> None:
+        """Fail every add not yet acknowledged (and those still in the inbox) with ``exc``."""
         pending, self._pending = self._pending, collections.OrderedDict()
         for op in pending.values():
             self._slots.release()
             if not op.future.done():
-                op.future.set_exception(self._error)
+                op.future.set_exception(exc)
+        self._take_inbox()            # refused there: the handle is closed or failed
         self._idle.set()
+
+    def _fail_all(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        self._fail_pending(self._error)
+
+    def _unrecoverable(self, exc: BaseException) -> None:
+        """An add can never succeed: fail what is pending; a ledger writer also closes the
+        ledger at its LAC (BookKeeper's handleUnrecoverableErrorDuringAdd)."""
+        if self._error is not None or self._closed:
+            return
+        log.info("ledger %r: unrecoverable add error, closing at entry %d: %s",
+                    self.ledger_id, self._lac, exc)
+        self._fail_all(exc)
+        if not self._recovery and not self._md.unbounded and self._close_task is None:
+            self._close_task = self._ctx.loop.create_task(self._close(exc))
+            self._close_task.add_done_callback(_quiet)
+
+    async def _close(self, exc: BaseException) -> None:
+        self._closed = True                      # from here on nothing is sent or acknowledged
+        self.stop_lac_timer()
+        self._fail_pending(exc)
+        last, length = self._lac, self._lac_length
+        await self._change_done.wait()           # a fragment being written lands first
+        md, version = self._md, self._version
+        for _ in range(64):
+            if md.state == LedgerState.CLOSED:
+                if md.last_entry_id == last:
+                    self._md, self._version = md, version
+                    return
+                raise LedgerClosedError(f"ledger {self.ledger_id!r} was closed by another client "
+                                        f"at entry {md.last_entry_id}, not {last}")
+            if md.state == LedgerState.IN_RECOVERY:
+                raise LedgerFencedError(f"ledger {self.ledger_id!r} is being recovered by another client")
+            await self._ctx.offload(self._ctx.failpoint, "client.close.before_metadata")
+            try:
+                v = await self._ctx.write_metadata(
+                    "close", md.with_(state=LedgerState.CLOSED, last_entry_id=last, length=length),
+                    version)
+                self._md, self._version = v.value, v.version
+                return
+            except BadVersionError:
+                v = await self._ctx.read_metadata(self.ledger_id)
+                md, version = v.value, v.version
+        raise BadVersionError(f"could not close ledger {self.ledger_id!r}")
 
     # -- ensemble changes ---------------------------------------------------------------------
 
-    def _cas_fragment(self, first: int, ensemble: list):
-        """CAS a fragment starting at ``first`` onto the metadata (replacing one that starts
-        there already); streams also record when it began."""
-        import time
-        frags = list(self._md.fragments)
-        times = list(self._md.fragment_ctimes_ms) or [self._md.ctime_ms] * len(frags)
-        if frags[-1][0] == first:
-            frags[-1] = (first, tuple(ensemble))
-        else:
-            frags.append((first, tuple(ensemble)))
-            times.append(int(time.time() * 1000))
-        extra = {"fragment_ctimes_ms": tuple(times)} if self._md.unbounded else {}
-        return self._ctx.metadata.ledger_manager.write_ledger_metadata(
-            self._md.with_(fragments=tuple(frags), **extra), self._version)
+    @property
+    def local_metadata(self):
+        """The metadata with this writer's ensemble changes (a recovery writer's are not
+        in the store until the recovery commits them)."""
+        return self._md
 
     async def roll(self, ensemble: list | None = None) -> None:
         """Start a new fragment at the next entry on a new ensemble (stream rollover):
         pending adds finish on the old one first."""
-        await self._drain()
-        if self._error is not None:
-            raise self._error
-        loop = asyncio.get_running_loop()
+        await self.drain()
+        self._check()
         if ensemble is None:
-            ensemble = await loop.run_in_executor(None, self._ctx.choose_bookies, self._E)
-        v = await loop.run_in_executor(None, self._cas_fragment, self._next, ensemble)
+            ensemble = await self._ctx.offload(self._ctx.choose_bookies, self._E)
+        v = await self._ctx.write_metadata("ensemble_change",
+                                           with_fragment(self._md, self._next, ensemble), self._version)
         self._md, self._version = v.value, v.version
         self._ensemble = list(ensemble)
 
+    def adopt_metadata(self, versioned) -> None:
+        """Metadata another operation of this writer's owner wrote (stream retention), on the loop."""
+        self._md, self._version = versioned.value, versioned.version
+
     def _bookie_failed(self, bookie: str) -> None:
-        if bookie not in self._ensemble or self._error is not None:
+        if bookie not in self._ensemble or self._error is not None or self._closed:
             return
         self._ctx.quarantine(bookie)
         self._failed.add(bookie)
         if not self._changing:
             self._changing = True
+            self._change_done.clear()
             self._ctx.loop.create_task(self._change_ensemble())
 
+    async def replace_bookies(self, bookies) -> None:
+        """Replace ``bookies`` now (a recovery's no-op found them down) and wait until done."""
+        for b in bookies:
+            self._bookie_failed(b)
+        await self._change_done.wait()
+        self._check_usable()
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise self._error
+
     async def _change_ensemble(self) -> None:
-        loop = asyncio.get_running_loop()
-        lm = self._ctx.metadata.ledger_manager
         try:
             for _ in range(self._ctx.config.ensemble_change_retries):
                 failed = [b for b in self._failed if b in self._ensemble]
-                if not failed:
+                if not failed or self._closed or self._error is not None:
                     return
-                try:
-                    fresh = await loop.run_in_executor(
-                        None, self._ctx.choose_bookies, len(failed), set(self._ensemble) | self._failed)
-                except NotEnoughBookiesError as exc:
-                    self._fail_all(exc)
-                    return
+                fresh = await self._ctx.offload(
+                    self._ctx.choose_bookies, len(failed), set(self._ensemble) | self._failed)
                 new = list(self._ensemble)
                 for old, repl in zip(failed, fresh):
                     new[new.index(old)] = repl
-                try:
-                    v = await loop.run_in_executor(None, self._cas_fragment, self._lac + 1, new)
-                except BadVersionError:
-                    v = await loop.run_in_executor(None, lm.read_ledger_metadata, self.ledger_id)
-                    if v.value.unbounded and v.value.term != self._term:
-                        self._fail_all(InvalidTermError(
-                            f"stream ledger {self.ledger_id!r} moved to term {v.value.term}; "
-                            f"this writer had term {self._term}"))
-                        return
-                    allowed = ((LedgerState.IN_RECOVERY,) if self._recovery and not v.value.unbounded
-                               else (LedgerState.OPEN,))
-                    if v.value.state not in allowed:
-                        self._fail_all(LedgerFencedError(
-                            f"ledger {self.ledger_id!r} is {v.value.state.name}: another client "
-                            "recovered or closed it"))
-                        return
+                # acks are held, so the LAC is where the new fragment starts
+                changed = with_fragment(self._md, self._lac + 1, new)
+                if self._recovery:
+                    self._md = changed            # committed by the recovery, or never
+                else:
+                    try:
+                        v = await self._ctx.write_metadata("ensemble_change", changed, self._version)
+                    except BadVersionError:
+                        await self._reread_after_conflict()
+                        continue
+                    await self._ctx.offload(self._ctx.failpoint, "client.ensemble_change.after_metadata")
                     self._md, self._version = v.value, v.version
-                    self._ensemble = list(self._md.fragments[-1][1])
-                    continue
-                self._md, self._version = v.value, v.version
+                if self._closed:
+                    return
                 self._ensemble = new
                 self._failed.difference_update(failed)
-                # the replacements get every pending entry of their write sets
-                self._send_ops(list(self._pending.values()), only=set(fresh))
+                gone = set(failed)
+                pending = list(self._pending.values())
+                for op in pending:
+                    op.acked -= gone
+                # every entry from the fragment's first on goes to the replacements
+                self._send_ops(pending, only=set(fresh))
             if any(b in self._ensemble for b in self._failed):
-                self._fail_all(NotEnoughBookiesError(
+                self._unrecoverable(NotEnoughBookiesError(
                     f"could not replace failed bookies of ledger {self.ledger_id!r}"))
+        except (LedgerFencedError, InvalidTermError, NoSuchLedgerError) as exc:
+            self._fail_all(exc)
+        except NotEnoughBookiesError as exc:
+            self._unrecoverable(exc)
         except Exception as exc:  # metadata unreachable and the like: the handle is done
-            self._fail_all(exc if isinstance(exc, EmbedlogError) else
-                           EmbedlogError(f"ensemble change failed: {exc}"))
+            self._unrecoverable(exc if isinstance(exc, EmbedlogError) else
+                                EmbedlogError(f"ensemble change failed: {exc}"))
         finally:
             self._changing = False
-            if (self._error is None and not self._ctx.loop.is_closed()
+            if (self._error is None and not self._closed and not self._ctx.loop.is_closed()
                     and any(b in self._ensemble for b in self._failed)):
                 self._changing = True
                 self._ctx.loop.create_task(self._change_ensemble())
+            else:
+                self._change_done.set()
+                self._complete()
+
+    async def _reread_after_conflict(self) -> None:
+        """Our fragment lost a CAS: carry on only if we may still write (seed 004)."""
+        v = await self._ctx.read_metadata(self.ledger_id)
+        md = v.value
+        if md.unbounded and md.term != self._term:
+            raise InvalidTermError(f"stream ledger {self.ledger_id!r} moved to term {md.term}; "
+                                   f"this writer had term {self._term}")
+        if md.state != LedgerState.OPEN:
+            raise LedgerFencedError(f"ledger {self.ledger_id!r} is {md.state.name}: another client "
+                                    "recovered or closed it")
+        self._md, self._version = md, v.version
+        self._ensemble = list(md.fragments[-1][1])
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def start_recovered_range(self, lac: int, length: int) -> None:
+        """A recovery writer: entries up to ``lac`` are settled; write-back begins after it."""
+        self._lac, self._lac_length = lac, length
+        self._next = lac + 1
+        self._length = length
+
+    def require_write_quorum(self) -> None:
+        """Guaranteed write quorum (a stream's recovery): every add needs all Qw bookies."""
+        self._Qa = self._Qw
+
+    def promote(self, versioned, lac: int, length: int) -> None:
+        """A stream's recovery writer becomes the term's writer: committed metadata, normal
+        adds, ensemble changes by CAS."""
+        self._md, self._version = versioned.value, versioned.version
+        self._ensemble = list(self._md.fragments[-1][1])
+        self._recovery = False
+        self._Qa = self._md.ack_quorum
+        self._lac, self._lac_length = lac, length
+        self._next, self._length = lac + 1, length
+
+    def abandon(self, exc: BaseException) -> None:
+        """Stop this writer (a failed recovery, a lost term): fail what is pending, send nothing."""
+        self._fail_all(exc)
+        self._closed = True
+        self.stop_lac_timer()
+
+
+def _quiet(task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.info("automatic close failed: %s", task.exception())

@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
 from embedlog.harness.servers import PortTaken, free_port, port_taken, start_retrying
 
@@ -55,6 +56,7 @@ class LocalCluster:
         self.autorecovery = autorecovery
         self.lost_bookie_grace_s = lost_bookie_grace_s
         self._bookies: list[_Bookie] = []
+        self.faults = Faults(self)              # per-message rules and metadata gates (faults.py)
         self._server = None
         self._clients: list = []
         self.serve_options: list[str] = []      # security options for every bookie
@@ -260,13 +262,16 @@ class LocalCluster:
 
     # -- clients and lifetime ---------------------------------------------------------------
 
-    def client(self, **config):
+    def client(self, name: str = "", **config):
+        """A Client of this cluster; ``name`` identifies it in fault rules (``faults``)."""
         from embedlog.client import Client
-        c = Client(self.metadata_uri, **{**self.client_config, **config})
+        c = Client(self.metadata_uri, faults=self.faults, client_name=name,
+                   **{**self.client_config, **config})
         self._clients.append(c)
         return c
 
     def close(self) -> None:
+        self.faults.clear()              # nothing held keeps a client from closing
         for c in self._clients:
             try:
                 c.close()

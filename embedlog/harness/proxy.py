@@ -91,6 +91,8 @@ class FaultProxy:
                     await asyncio.sleep(self._delay_s)
                 if self._drop or self._cut:
                     continue
+                if writer.is_closing():
+                    break          # the other side is gone: writing more only makes asyncio log
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -99,9 +101,19 @@ class FaultProxy:
             writer.close()
 
     def close(self) -> None:
-        def stop():
+        async def stop():
             self._server.close()
             self._close_all()
+            me = asyncio.current_task()
+            rest = [t for t in asyncio.all_tasks() if t is not me]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
             self._loop.stop()
-        self._loop.call_soon_threadsafe(stop)
+
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.create_task, stop())
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()

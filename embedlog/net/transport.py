@@ -124,9 +124,13 @@ class BookieConnection:
         fut = asyncio.get_running_loop().create_future()
         pending = self._pending
         pending[rid] = fut
+        writer = self._writer
         try:
-            self._writer.write(build(rid))
-        except (AttributeError, ConnectionError) as exc:
+            if writer is None or writer.is_closing():
+                # lost under us: writing would only make asyncio log "socket.send() raised"
+                raise ConnectionError("connection lost")
+            writer.write(build(rid))
+        except ConnectionError as exc:
             pending.pop(rid, None)
             raise BookieUnavailableError(f"bookie {self.address}: {exc}") from None
         try:
