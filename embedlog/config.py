@@ -86,6 +86,14 @@ class BookieConfig:
         600_000, "ms between garbage-collection cycles (gcWaitTime; BookKeeper's code default, "
         "its conf file says 1000). 0: no background cycles (Bookie.gc.run_once() only).",
         0, 86_400_000)
+    deleted_ledger_retention_ms: int = _key(
+        7 * 86_400_000, "ms a deleted ledger is remembered (embedlog/bookie/tombstones.py): "
+        "adds, recovery adds and fences to it fail with LedgerFencedError instead of creating "
+        "it again (BookKeeper's recently fenced-and-deleted ledgers). A ledger id cannot be "
+        "reused this long after its deletion.", 0, 1 << 42)
+    deleted_ledgers_max: int = _key(
+        100_000, "deleted ledgers remembered at most (about 100 bytes each); the oldest are "
+        "forgotten first.", 0, 1 << 31)
     gc_metadata_op_rate_limit: int = _key(
         1000, "metadata reads per second GC makes to confirm that a ledger it is about to "
         "delete is gone (gcMetadataOpRateLimit).", 1, 1_000_000)

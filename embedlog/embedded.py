@@ -16,7 +16,7 @@ import threading
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
 from embedlog.config import BookieConfig
-from embedlog.errors import (BadVersionError, ClientClosedError, IllegalOpError,
+from embedlog.errors import (BadVersionError, ClientClosedError, EmbedlogError, IllegalOpError,
                              LedgerClosedError, LedgerFencedError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.client.client import _password
@@ -104,8 +104,7 @@ class EmbeddedLog:
                 last, length = -1, 0
                 if self.bookie.has_ledger(lid):
                     self.bookie.wait_durable(self.bookie.fence(lid, key))
-                    with self.bookie.cv:       # everything framed so far becomes durable
-                        self.bookie.journal.wait_durable(self.bookie.journal.appended_seq)
+                    self.bookie.wait_all_durable()     # everything framed so far
                     last = self.bookie.read_last_entry_id(lid)
                     if last >= 0:
                         length = parse_entry_header(self.bookie.read_entry(lid, last))[5]
@@ -196,7 +195,12 @@ class EmbeddedLog:
 
 
 class WriteHandle:
-    """The single writer of one ledger. Every add is durable when it returns (or its future completes)."""
+    """The single writer of one ledger. Every add is durable when it returns (or its future completes).
+
+    Framing takes the handle lock, so entry ids follow journal order; an add is
+    acknowledged (its id returned, its future completed) once its journal record is
+    durable, through ``_deliver``, which never acknowledges past the point a close fixed.
+    """
 
     def __init__(self, log: EmbeddedLog, md: LedgerMetadata, version):
         self._log = log
@@ -207,11 +211,13 @@ class WriteHandle:
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         self._master_key = master_key(md.password)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()          # framing, and close against framing
+        self._ack_lock = threading.Lock()      # acknowledgements against the close point
         self._next_entry_id = 0
         self._length = 0
         self._lac = -1
         self._closed = False
+        self._close_point: int | None = None   # the last entry id a close covers
 
     @property
     def last_add_confirmed(self) -> int:
@@ -227,9 +233,9 @@ class WriteHandle:
         A long list goes in chunks of at most _CHUNK_BYTES, each made durable before
         the next is framed, so the journal buffer stays bounded whatever the caller passes.
         """
-        if self._closed:
-            raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
         with self._lock:
+            if self._closed:
+                raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
             start, total = 0, len(payloads)
             try:
                 small = total < 2 or sum(map(len, payloads)) <= _CHUNK_BYTES   # C-speed check
@@ -260,20 +266,25 @@ class WriteHandle:
                 if end >= total:
                     return seq, self._next_entry_id - 1
                 self._bookie.wait_durable(seq)
-                self._confirm(self._next_entry_id - 1)
+                self._deliver(self._next_entry_id - 1)
                 start = end
 
-    def _confirm(self, last: int) -> None:
-        # durability comes in journal order, so every lower entry is durable too
-        if last > self._lac:
-            self._lac = last
+    def _deliver(self, last: int) -> int:
+        """Acknowledge entries up to ``last`` (durable; durability comes in journal order,
+        so every lower entry is durable too), unless a close fixed an earlier last entry."""
+        with self._ack_lock:
+            if self._close_point is not None and last > self._close_point:
+                raise LedgerClosedError(f"ledger {self.ledger_id!r} was closed at entry "
+                                        f"{self._close_point} before entry {last} was acknowledged")
+            if last > self._lac:
+                self._lac = last
+        return last
 
     def append(self, data) -> int:
         """Append one entry; returns its entry id once it is durable."""
         seq, last = self._add([data])
         self._bookie.wait_durable(seq)
-        self._confirm(last)
-        return last
+        return self._deliver(last)
 
     def append_many(self, items) -> int:
         """Append entries in order; returns the last entry id once all are durable."""
@@ -282,8 +293,7 @@ class WriteHandle:
             raise IllegalOpError("append_many needs at least one entry")
         seq, last = self._add(items)
         self._bookie.wait_durable(seq)
-        self._confirm(last)
-        return last
+        return self._deliver(last)
 
     def append_async(self, data) -> concurrent.futures.Future:
         """Append one entry; the future completes with its entry id once durable."""
@@ -291,45 +301,61 @@ class WriteHandle:
         seq, last = self._add([data])
 
         def done(error):
-            if error is not None:
-                fut.set_exception(error)
+            if error is None:
+                try:
+                    fut.set_result(self._deliver(last))
+                except LedgerClosedError as exc:
+                    fut.set_exception(exc)
             else:
-                self._confirm(last)
-                fut.set_result(last)
+                fut.set_exception(error)
 
         self._bookie.on_durable(seq, done)
         return fut
 
     def close(self) -> None:
-        """Wait for pending adds, then close the ledger in metadata at the LAC."""
-        if self._closed:
-            return
-        with self._lock:
-            last = self._next_entry_id - 1
-            with self._bookie.cv:
-                self._bookie.journal.wait_durable(self._bookie.journal.appended_seq)
-            self._confirm(last)
+        """Close the ledger in metadata at its last acknowledged entry.
+
+        Entries already framed are waited for (one group commit) and covered; if the journal
+        failed, the close covers what was acknowledged and the rest fail with LedgerClosedError."""
+        with self._lock:                       # nothing is framed from here on
+            if self._closed:
+                return
             self._closed = True
+            framed = self._next_entry_id - 1
+            try:
+                self._bookie.wait_all_durable()
+                durable = True
+            except EmbedlogError:
+                durable = False
+            with self._ack_lock:
+                if durable and framed > self._lac:
+                    self._lac = framed
+                last = self._close_point = self._lac
             lm = self._log.metadata.ledger_manager
             md, version = self._md, self._version
             for _ in range(_CAS_RETRIES):
                 if md.state == LedgerState.CLOSED:
-                    if md.last_entry_id == self._lac:
+                    if md.last_entry_id == last:
                         return
                     raise LedgerClosedError(
                         f"ledger {self.ledger_id!r} was closed by another client at entry "
-                        f"{md.last_entry_id}, not at {self._lac}")
+                        f"{md.last_entry_id}, not at {last}")
                 if md.state == LedgerState.IN_RECOVERY:
                     raise LedgerFencedError(f"ledger {self.ledger_id!r} is being recovered")
                 try:
-                    lm.write_ledger_metadata(md.with_(state=LedgerState.CLOSED,
-                                                      last_entry_id=self._lac,
-                                                      length=self._length), version)
+                    v = lm.write_ledger_metadata(md.with_(state=LedgerState.CLOSED, last_entry_id=last,
+                                                          length=self._length_at(last)), version)
+                    self._md, self._version = v.value, v.version
                     return
                 except BadVersionError:
                     v = lm.read_ledger_metadata(self.ledger_id)
                     md, version = v.value, v.version
             raise BadVersionError(f"could not close ledger {self.ledger_id!r}")
+
+    def _length_at(self, last: int) -> int:
+        if last == self._next_entry_id - 1:
+            return self._length
+        return parse_entry_header(self._bookie.read_entry(self.ledger_id, last))[5] if last >= 0 else 0
 
     def __enter__(self):
         return self

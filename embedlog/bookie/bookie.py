@@ -28,6 +28,7 @@ from embedlog._native.reader import LedgerReader
 from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog import failpoints
 from embedlog.bookie import cookies, disks, gc
+from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
@@ -91,6 +92,8 @@ class Bookie:
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
         self.mark = LastLogMark(self.ledger_currents)
+        self.deleted = DeletedLedgers(self.ledger_currents[0], self.config.deleted_ledger_retention_ms,
+                                      self.config.deleted_ledgers_max)
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
         self.read_only = False          # set by disk checks or an operator: adds are refused
@@ -219,6 +222,11 @@ class Bookie:
         if idx is None or idx.master_key is None:
             if not create:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            if key in self.deleted:
+                # a writer that missed the recovery and deletion of its ledger: never bring
+                # the ledger back (its entry would be acknowledged, then collected)
+                raise LedgerFencedError(f"ledger {LedgerId(*key)!r} was deleted from bookie "
+                                        f"{self.bookie_id}; it is not created again")
             idx = self._known(key)
             idx.master_key = bytes(master_key)
             idx.header_dirty = True
@@ -359,6 +367,11 @@ class Bookie:
         with self.cv:
             self.journal.wait_durable(seq, timeout)
 
+    def wait_all_durable(self, timeout: float | None = None) -> None:
+        """Wait until everything journalled so far is durable (raises if the journal failed)."""
+        with self.cv:
+            self.journal.wait_durable(self.journal.appended_seq, timeout)
+
     def on_durable(self, seq: int, callback) -> None:
         with self.cv:
             self.journal.on_durable(seq, callback)
@@ -478,6 +491,7 @@ class Bookie:
         return done
 
     def _delete_locked(self, key) -> None:
+        self.deleted.add(key)
         self.last_entry.pop(key, None)
         self.lacs.pop(key, None)
         self.storage.drop_ledger(key)
@@ -537,6 +551,7 @@ class Bookie:
             self.journal.wait_durable(seq)
             mark = self.journal.position_of(seq)
         self.storage.sync()
+        self.deleted.persist()          # deletes before the mark are replayed no more
         failpoints.hit("checkpoint.before_lastmark")
         moved = self.mark.persist(mark)
         failpoints.hit("checkpoint.after_lastmark")

@@ -25,18 +25,11 @@ import time
 
 from embedlog._native import journal as nj
 from embedlog import failpoints
+from embedlog.bookie.fileio import fsync_dir
 from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
 
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
 _MARK = struct.Struct(">QQ")
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def journal_ids(directory: str) -> list[int]:
