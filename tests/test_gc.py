@@ -56,7 +56,7 @@ def test_gc_collects_deleted_ledgers_of_every_scope_and_gives_space_back(tmp_pat
         for lid in dead:           # gone from the metadata store only: GC must find them
             log.metadata.ledger_manager.remove_ledger_metadata(lid)
         report = log.bookie.gc.run_once(force_major=True)
-        assert report["ledgers"] == {"candidates": 9, "deleted": 9, "aborted": None}
+        assert report["ledgers"] == {"candidates": 9, "deleted": 9, "missing": 0, "aborted": None}
         assert not any(log.bookie.has_ledger(l) for l in dead)
         assert all(log.bookie.has_ledger(l) for l in live)
         assert report["compaction"]["kind"] == "major" and report["compaction"]["freed_bytes"] > 0
@@ -117,6 +117,12 @@ class Listing(LedgerManager):
     def read_ledger_metadata(self, ledger_id):
         return self.real.read_ledger_metadata(ledger_id)
 
+    def ledger_deleted_at(self, ledger_id):
+        return self.real.ledger_deleted_at(ledger_id)
+
+    def purge_deletions(self, before_ms):
+        return self.real.purge_deletions(before_ms)
+
     create_ledger_metadata = write_ledger_metadata = remove_ledger_metadata = None
 
 
@@ -145,7 +151,7 @@ def test_gc_deletes_nothing_it_cannot_prove_dead(tmp_path, case):
         # the same store listed whole and in order: the three dead ledgers go, nothing else
         gc.metadata = Store(Listing(real))
         report = gc.run_once()
-        assert report["ledgers"] == {"candidates": 3, "deleted": 3, "aborted": None}
+        assert report["ledgers"] == {"candidates": 3, "deleted": 3, "missing": 0, "aborted": None}
         assert [log.bookie.has_ledger(l) for l in ledgers] == [i not in (3, 4, 5) for i in range(12)]
         check_live(log, ledgers[:3] + ledgers[6:], 5)
 
@@ -282,7 +288,7 @@ def test_gc_against_zookeeper_hierarchical_and_flat(tmp_path):
                     lm.remove_ledger_metadata(lid)
                 report = b.gc.run_once()
                 assert report["ledgers"] == {"candidates": len(dead), "deleted": len(dead),
-                                             "aborted": None}, layout
+                                             "missing": 0, "aborted": None}, layout
                 assert [b.has_ledger(l) for l in ids] == [l not in dead for l in ids], layout
     finally:
         zk.stop()
@@ -326,3 +332,68 @@ def test_reads_go_on_while_compaction_moves_entries(tmp_path):
         assert report["compaction"]["freed_bytes"] > 0 or report["entry_logs"]["deleted"]
         assert reads[0] > 0
         check_live(log, live, 300)
+
+
+def _backup(src, dst):
+    """A consistent copy of a live SQLite metadata store, as an operator's backup."""
+    import sqlite3
+    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        a.backup(b)
+        b.execute("PRAGMA journal_mode=DELETE")      # one self-contained file
+    finally:
+        a.close()
+        b.close()
+
+
+def _restore(backup, db):
+    import shutil
+    for suffix in ("-wal", "-shm"):
+        if os.path.exists(str(db) + suffix):
+            os.unlink(str(db) + suffix)
+    shutil.copyfile(backup, db)
+
+
+def test_gc_never_deletes_a_ledger_that_is_merely_missing(tmp_path):
+    """A restored older metadata backup (same instance, so the cookie passes) lacks the
+    rows of newer ledgers, with no deletion records: GC keeps their data and reports them;
+    once the newer metadata is back, every entry reads; an operator's confirmation deletes."""
+    path, db = tmp_path / "d", tmp_path / "d" / "meta.db"
+    with embedlog.open(path, **GC_CONFIG) as log:
+        fill(log, n_ledgers=2, entries=20)
+        _backup(db, tmp_path / "old.db")
+        newer = fill(log, n_ledgers=3, entries=20)
+        gone = fill(log, n_ledgers=1, entries=20)
+        log.delete_ledger(gone[0])
+    _backup(db, tmp_path / "new.db")
+    _restore(tmp_path / "old.db", db)
+    with embedlog.open(path, **GC_CONFIG) as log:
+        report = log.bookie.gc.run_once()["ledgers"]
+        assert (report["deleted"], report["missing"]) == (0, 3), report
+        assert all(log.bookie.has_ledger(lid) for lid in newer)
+        assert [lid for lid, _ms in log.bookie.gc.missing_ledgers()] == sorted(newer)
+        assert log.bookie.statistics()["gc"]["missing_ledgers"] == 3
+    _restore(tmp_path / "new.db", db)
+    with embedlog.open(path, **GC_CONFIG) as log:
+        assert log.bookie.gc.run_once()["ledgers"]["missing"] == 0
+        check_live(log, newer, 20)
+    _restore(tmp_path / "old.db", db)
+    with embedlog.open(path, **GC_CONFIG) as log:
+        log.bookie.gc.run_once()
+        assert log.bookie.gc.delete_missing([newer[0]]) == 1       # an operator confirms one
+        assert not log.bookie.has_ledger(newer[0]) and log.bookie.has_ledger(newer[1])
+        assert log.bookie.gc.delete_missing() == 2
+        assert log.bookie.gc.missing_ledgers() == []
+
+
+def test_gc_deletes_what_the_store_recorded_as_deleted(tmp_path):
+    with embedlog.open(tmp_path, **GC_CONFIG) as log:
+        ledgers = fill(log, n_ledgers=4, entries=10)
+        lm = log.metadata.ledger_manager
+        lm.remove_ledger_metadata(ledgers[0])              # a deletion record
+        import sqlite3
+        with sqlite3.connect(log.metadata.path) as c:      # a row lost, no record
+            c.execute("DELETE FROM ledgers WHERE name=?", (ledgers[1].qualified_name,))
+        report = log.bookie.gc.run_once()["ledgers"]
+        assert (report["deleted"], report["missing"]) == (1, 1), report
+        assert [log.bookie.has_ledger(l) for l in ledgers] == [False, True, True, True]

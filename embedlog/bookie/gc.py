@@ -19,10 +19,17 @@ GarbageCollectorThread:
    | re-created during the scan)                       |                                   |
    | a candidate re-created on this bookie since the   | that ledger is kept               |
    | snapshot (another index object)                   |                                   |
-   | otherwise                                         | deleted, journalled (DELETE_LEDGER)|
+   | a candidate with no deletion record (missing: a   | kept, and reported (stats         |
+   | lost metadata row, a restored older backup, a     | ``missing_ledgers``, the log, the |
+   | wrong ZooKeeper root)                             | shell and admin API)              |
+   | a candidate whose deletion record the store keeps | deleted, journalled (DELETE_LEDGER)|
 
-   Every candidate is confirmed by a point read (at ``gc_metadata_op_rate_limit`` per
-   second) after the whole listing succeeded; deletions start only then.
+   Deletion is positive (docs/METADATA.md): a ledger's data goes only when the metadata
+   store says that ledger was deleted (``LedgerManager.ledger_deleted_at``), or when an
+   operator confirms a missing ledger (``delete_missing``). Every candidate is confirmed
+   by point reads (at ``gc_metadata_op_rate_limit`` per second) after the whole listing
+   succeeded; deletions start only then. Deletion records older than
+   ``deleted_ledger_retention_ms`` are purged from the store (at most hourly).
 2. **Entry logs**: each sealed log's ledgers map (read once, kept in memory) against the
    ledgers still held; a log holding none of them is deleted.
 3. **Compaction** (embedlog/bookie/compaction.py): major when due and no disk is in
@@ -48,6 +55,7 @@ from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLed
 log = logging.getLogger("embedlog.bookie.gc")
 
 _DELETE_CHUNK = 64           # ledgers deleted per hold of the bookie's lock
+_PURGE_INTERVAL_S = 3600.0   # deletion records past their retention are purged this often
 
 
 def check_config(cfg) -> None:
@@ -90,6 +98,8 @@ class GarbageCollector:
             "compactions_skipped_for_disk": 0, "compaction_errors": 0,
         }
         self.last_scan: dict = {}
+        self.missing: dict = {}            # (scope, lid) -> ms first seen missing, never deleted
+        self._last_purge = 0.0
         self.compaction_enabled = True     # an operator's (or a benchmark's) switch
         now = time.monotonic()
         self.last_minor = now
@@ -148,7 +158,7 @@ class GarbageCollector:
     # -- 1. ledgers ------------------------------------------------------------------------------
 
     def gc_ledgers(self) -> dict:
-        report = {"candidates": 0, "deleted": 0, "aborted": None}
+        report = {"candidates": 0, "deleted": 0, "missing": 0, "aborted": None}
         self.last_scan = report
         if self.metadata is None:
             report["aborted"] = "no metadata store"
@@ -157,19 +167,27 @@ class GarbageCollector:
         with b.cv:
             # iterating a SortedDict is in key order, so this builds without sorting
             snapshot = SortedDict(b.ledgers.items())
+        self._maybe_purge()
         if not snapshot:
+            self._note_missing([])
             return report
         try:
             candidates = self._scan(snapshot)
             report["candidates"] = len(candidates)
-            if not candidates:
-                return report
-            self._confirm(candidates)
+            candidates, missing = self._confirm(candidates)
         except _Abort as exc:
             report["aborted"] = str(exc)
             self.stats["aborted_scans"] += 1
             log.warning("garbage collection of ledgers skipped this cycle: %s", exc)
             return report
+        self._note_missing(missing)
+        report["missing"] = len(missing)
+        report["deleted"] = self._delete(snapshot, candidates)
+        return report
+
+    def _delete(self, snapshot, candidates: list) -> int:
+        deleted = 0
+        b = self.bookie
         for i in range(0, len(candidates), _DELETE_CHUNK):
             if self._stop.is_set():
                 break
@@ -177,9 +195,59 @@ class GarbageCollector:
             failpoints.hit("gc.before_delete_ledger")
             n = b.delete_ledgers_if(chunk)
             failpoints.hit("gc.after_delete_ledger")
-            report["deleted"] += n
+            deleted += n
             self.stats["ledgers_deleted"] += n
-        return report
+        return deleted
+
+    def _note_missing(self, missing: list) -> None:
+        """Ledgers this bookie holds that the store neither lists nor recorded as deleted."""
+        now_ms = int(time.time() * 1000)
+        new = [k for k in missing if k not in self.missing]
+        self.missing = {k: self.missing.get(k, now_ms) for k in missing}
+        self.stats["missing_ledgers"] = len(self.missing)
+        if new:
+            log.warning("%d ledger(s) held by this bookie are missing from the metadata store "
+                        "with no deletion record; they are kept, not deleted (first: %s). Restore "
+                        "the metadata, or confirm their deletion (shell: deletemissing)",
+                        len(new), ", ".join(repr(LedgerId(*k)) for k in new[:5]))
+
+    def missing_ledgers(self) -> list:
+        """(LedgerId, ms since first seen missing) of each missing ledger, oldest first."""
+        return [(LedgerId(*k), ms) for k, ms in sorted(self.missing.items(), key=lambda kv: kv[1])]
+
+    def delete_missing(self, ledger_ids=None) -> int:
+        """An operator's confirmation: delete ledgers GC found missing (all, or those named)
+        that are still missing on a fresh point read. Returns how many were deleted."""
+        with self._cycle_lock:
+            wanted = set(self.missing) if ledger_ids is None else {
+                (LedgerId.coerce(i).scope_id, LedgerId.coerce(i).ledger_id) for i in ledger_ids}
+            keys = sorted(k for k in wanted if k in self.missing)
+            lm = self.metadata.ledger_manager
+            gone = []
+            for key in keys:
+                try:
+                    lm.read_ledger_metadata(LedgerId(*key))
+                except NoSuchLedgerError:
+                    gone.append(key)
+            with self.bookie.cv:
+                snapshot = {k: self.bookie.ledgers[k] for k in gone if k in self.bookie.ledgers}
+            n = self._delete(snapshot, sorted(snapshot))
+            for k in gone:
+                self.missing.pop(k, None)
+            self.stats["missing_ledgers"] = len(self.missing)
+            log.warning("deleted %d missing ledger(s) on an operator's confirmation", n)
+            return n
+
+    def _maybe_purge(self) -> None:
+        if time.monotonic() - self._last_purge < _PURGE_INTERVAL_S:
+            return
+        self._last_purge = time.monotonic()
+        horizon = int(time.time() * 1000) - self.config.deleted_ledger_retention_ms
+        try:
+            n = self.metadata.ledger_manager.purge_deletions(horizon)
+            self.stats["deletion_records_purged"] = self.stats.get("deletion_records_purged", 0) + n
+        except MetadataError as exc:
+            log.info("purging old deletion records failed (next hour again): %s", exc)
 
     def _scan(self, snapshot: SortedDict) -> list:
         """Keys of the snapshot the metadata store does not list, partition by partition."""
@@ -209,24 +277,32 @@ class GarbageCollector:
         candidates.extend(tail)
         return candidates
 
-    def _confirm(self, candidates: list) -> None:
-        """Every candidate must be absent on a point read too; one that reads back was
-        created during the scan, and the cycle stops."""
+    def _confirm(self, candidates: list) -> tuple[list, list]:
+        """(deleted, missing): every candidate must be absent on a point read too (one that
+        reads back was created during the scan, and the cycle stops); of those, the ones
+        with a deletion record were deleted, the others are merely missing."""
         lm = self.metadata.ledger_manager
         limiter = RateLimiter(self.config.gc_metadata_op_rate_limit, self._stop)
+        deleted, missing = [], []
         for key in candidates:
             if self._stop.is_set():
                 raise _Abort("the bookie is closing")
-            limiter.acquire(1)
+            limiter.acquire(2)
+            lid = LedgerId(*key)
             try:
-                lm.read_ledger_metadata(LedgerId(*key))
+                lm.read_ledger_metadata(lid)
             except NoSuchLedgerError:
+                try:
+                    (missing if lm.ledger_deleted_at(lid) is None else deleted).append(key)
+                except MetadataError as exc:
+                    raise _Abort(f"metadata store error while reading the deletion record of "
+                                 f"{lid!r}: {exc}") from exc
                 continue
             except MetadataError as exc:
-                raise _Abort(f"metadata store error while confirming {LedgerId(*key)!r}: {exc}") \
-                    from exc
-            raise _Abort(f"ledger {LedgerId(*key)!r} exists in the metadata store though the "
+                raise _Abort(f"metadata store error while confirming {lid!r}: {exc}") from exc
+            raise _Abort(f"ledger {lid!r} exists in the metadata store though the "
                          f"listing missed it (created during the scan)")
+        return deleted, missing
 
     # -- 2. entry logs ---------------------------------------------------------------------------------
 

@@ -75,7 +75,8 @@ def _check_name(name) -> str:
 
 
 def find_stream(metadata, name: str):
-    """The Versioned metadata of stream ``name``, or (None, first free id)."""
+    """The Versioned metadata of stream ``name``, or (None, first free id). An id whose
+    deletion record the store keeps is not free: bookies refuse a deleted ledger id."""
     lm = metadata.ledger_manager
     base = _base_id(name)
     for k in range(_PROBES):
@@ -83,6 +84,8 @@ def find_stream(metadata, name: str):
         try:
             v = lm.read_ledger_metadata(lid)
         except NoSuchLedgerError:
+            if lm.ledger_deleted_at(lid) is not None:
+                continue
             return None, lid
         if v.value.custom_metadata.get(NAME_KEY) == name.encode():
             return v, lid

@@ -5,6 +5,7 @@ Nothing here talks to a server; the drivers (sqlite, zookeeper, etcd) import it.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -61,6 +62,12 @@ def check_layout(stored: bytes | None, ledger_layout: str, where: str) -> None:
 def coerce_ledger_id(ledger_id) -> LedgerId:
     """An int means scope 0 (DESIGN.md)."""
     return ledger_id if isinstance(ledger_id, LedgerId) else LedgerId.coerce(ledger_id)
+
+
+def deleted_id_message(lid: LedgerId, deleted_at_ms) -> str:
+    when = datetime.datetime.fromtimestamp(int(deleted_at_ms) / 1000, datetime.timezone.utc)
+    return (f"ledger id {lid} was deleted at {when:%Y-%m-%d %H:%M:%S} UTC; a deleted id is not "
+            "reused while its deletion record is kept (bookies refuse it)")
 
 
 def decentralised_ledger_id() -> LedgerId:

@@ -156,7 +156,8 @@ class LedgerManager(ABC):
 
     @abstractmethod
     def create_ledger_metadata(self, metadata: LedgerMetadata) -> Versioned:
-        """Create if absent; LedgerExistsError if the id is taken."""
+        """Create if absent; LedgerExistsError if the id is taken, or was deleted and its
+        deletion record is still kept (bookies still refuse it: a deleted id is not reused)."""
 
     @abstractmethod
     def read_ledger_metadata(self, ledger_id: LedgerId) -> Versioned:
@@ -168,7 +169,19 @@ class LedgerManager(ABC):
 
     @abstractmethod
     def remove_ledger_metadata(self, ledger_id: LedgerId, version: Any = None) -> None:
-        """Delete (CAS when a version is given); NoSuchLedgerError if absent."""
+        """Delete (CAS when a version is given) and, in the same atomic write, leave a
+        deletion record; NoSuchLedgerError if absent.
+
+        Deletion is positive (docs/METADATA.md): a bookie removes a ledger's data only
+        when its deletion record says it was deleted, never because it is missing."""
+
+    @abstractmethod
+    def ledger_deleted_at(self, ledger_id: LedgerId) -> int | None:
+        """When the ledger was deleted (ms since the epoch), if its deletion record is kept."""
+
+    @abstractmethod
+    def purge_deletions(self, before_ms: int) -> int:
+        """Forget deletion records made before ``before_ms``; returns how many went."""
 
     @abstractmethod
     def iterate_ledgers(self, scope_id: int | None = 0) -> Iterator[LedgerId]:

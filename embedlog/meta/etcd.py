@@ -12,9 +12,12 @@ calls it the "scope", which is unrelated to the ledger scope id)::
     P/ledgers/%019d                           scope 0; zero-padded so keys sort by id
     P/ledgers-scoped/%020d/%020d              scope != 0 (scope, ledger)
     P/underreplication/<qualified name>
+    P/deleted-ledgers/<qualified name>        deletion records: deleted_at_ms as text
 
 Versions are the key's mod revision: global and never reused, so a stale version from
-before a delete and re-create cannot succeed (a znode version can). Ranges end at the
+before a delete and re-create cannot succeed (a znode version can). A missing key's mod
+revision also compares as 0, so every compare-and-set and CAS delete also requires the
+key to exist: version 0 of a missing ledger or cookie is "absent", as on the other drivers. Ranges end at the
 prefix with its last byte incremented (etcd's own prefix rule); the seed's
 ``ledgers_end/`` sentinel would also catch keys like ``P/ledgersX``.
 """
@@ -38,7 +41,7 @@ from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, check_layout,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
-                                   decode_bookie, decode_underreplicated, encode_bookie_info,
+                                   deleted_id_message, decode_bookie, decode_underreplicated, encode_bookie_info,
                                    layout_record, log,
                                    merge_missing)
 from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
@@ -140,8 +143,9 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         return ok, (kvs[0] if kvs else (None, None))
 
     def _cas(self, key: str, value: bytes, version: int, what: str):
-        """Put if the mod revision is ``version``: new revision, or raise (absent, stale)."""
-        ok, responses = self._txn(what, [tx.Mod(key) == version],
+        """Put if the key exists at mod revision ``version``: new revision, or raise
+        (absent, stale)."""
+        ok, responses = self._txn(what, [tx.Version(key) > 0, tx.Mod(key) == version],
                                   [tx.Put(key, value), tx.Get(key)], [tx.Get(key)])
         kvs = responses[-1]
         if ok:
@@ -150,7 +154,7 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     def _delete(self, key: str, version: int | None, what: str) -> bool:
         """Delete (CAS when ``version`` is given); False if the key was absent."""
-        compare = [tx.Mod(key) == version] if version is not None else [tx.Version(key) > 0]
+        compare = [tx.Version(key) > 0] + ([tx.Mod(key) == version] if version is not None else [])
         ok, responses = self._txn(what, compare, [tx.Delete(key)], [tx.Get(key)])
         if ok:
             return True
@@ -173,11 +177,46 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
             return self._k("ledgers-scoped", f"{lid.scope_id:020d}", f"{lid.ledger_id:020d}")
         return self._k("ledgers", f"{lid.ledger_id:019d}")
 
+    def _deleted_key(self, lid: LedgerId) -> str:
+        return self._k("deleted-ledgers", lid.qualified_name)
+
     def create_ledger_metadata(self, metadata: LedgerMetadata) -> Versioned:
-        ok, (_, meta) = self._create(self.ledger_key(metadata.ledger_id), metadata.to_bytes())
+        lid = metadata.ledger_id
+        key, gone = self.ledger_key(lid), self._deleted_key(lid)
+        ok, responses = self._txn(f"create ledger {lid}", [tx.Version(key) == 0, tx.Version(gone) == 0],
+                                  [tx.Put(key, metadata.to_bytes()), tx.Get(key)], [tx.Get(gone)])
         if not ok:
-            raise LedgerExistsError(f"ledger {metadata.ledger_id} already exists")
-        return Versioned(metadata, meta.mod_revision)
+            kvs = responses[-1]
+            if kvs:
+                raise LedgerExistsError(deleted_id_message(lid, int(kvs[0][0])))
+            raise LedgerExistsError(f"ledger {lid} already exists")
+        return Versioned(metadata, responses[-1][0][1].mod_revision)
+
+    def ledger_deleted_at(self, ledger_id) -> int | None:
+        lid = coerce_ledger_id(ledger_id)
+        value, meta = self._get(self._deleted_key(lid))
+        if meta is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise MetadataError(f"corrupted deletion record of ledger {lid}: {value[:40]!r}") from None
+
+    def purge_deletions(self, before_ms: int) -> int:
+        prefix = self._k("deleted-ledgers", "").encode()
+        gone = 0
+        for key in list(self._scan_keys(prefix, _range_end(prefix))):
+            value, meta = self._get(key.decode())
+            try:
+                old = meta is not None and int(value) < before_ms
+            except ValueError:
+                continue
+            try:
+                if old and self._delete(key.decode(), meta.mod_revision, "purge deletion record"):
+                    gone += 1
+            except BadVersionError:
+                continue                 # rewritten meanwhile (the id was deleted again)
+        return gone
 
     def read_ledger_metadata(self, ledger_id) -> Versioned:
         lid = coerce_ledger_id(ledger_id)
@@ -203,8 +242,16 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     def remove_ledger_metadata(self, ledger_id, version: Any = None) -> None:
         lid = coerce_ledger_id(ledger_id)
-        if not self._delete(self.ledger_key(lid), version, f"remove ledger {lid}"):
-            raise NoSuchLedgerError(f"no ledger {lid}")
+        key = self.ledger_key(lid)
+        compare = [tx.Version(key) > 0] + ([tx.Mod(key) == version] if version is not None else [])
+        ok, responses = self._txn(f"remove ledger {lid}", compare,
+                                  [tx.Delete(key), tx.Put(self._deleted_key(lid), str(int(time.time() * 1000)))],
+                                  [tx.Get(key)])
+        if ok:
+            return
+        if responses and responses[-1] and version is not None:
+            raise BadVersionError(f"remove ledger {lid}: version {version!r} is stale")
+        raise NoSuchLedgerError(f"no ledger {lid}")
 
     def _scan_keys(self, start: bytes, end: bytes) -> Iterator[bytes]:
         # One short range read per page, so concurrent writes are never held up and

@@ -37,7 +37,7 @@ from embedlog._native.format import LedgerId
 from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_bookie_id,
-                                   check_layout, check_scope, coerce_ledger_id,
+                                   check_layout, check_scope, coerce_ledger_id, deleted_id_message,
                                    decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
                                    owner_is_dead_local_process, owner_token)
@@ -64,6 +64,8 @@ _SCHEMA = (
     " version INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS underreplicated (name TEXT PRIMARY KEY, missing TEXT NOT NULL,"
     " ctime_ms INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS deleted_ledgers (name TEXT PRIMARY KEY,"
+    " deleted_at_ms INTEGER NOT NULL) WITHOUT ROWID",
 )
 
 
@@ -229,8 +231,12 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         name = metadata.ledger_id.qualified_name
         data = metadata.to_bytes()
         try:
-            with self._using(), _wrapped(f"create ledger {name}"):
-                self._conn().execute("INSERT INTO ledgers VALUES (?, ?, 0)", (name, data))
+            with self._write(f"create ledger {name}") as c:
+                gone = c.execute("SELECT deleted_at_ms FROM deleted_ledgers WHERE name=?",
+                                 (name,)).fetchone()
+                if gone is not None:
+                    raise LedgerExistsError(deleted_id_message(metadata.ledger_id, gone[0]))
+                c.execute("INSERT INTO ledgers VALUES (?, ?, 0)", (name, data))
         except MetadataError as exc:
             if isinstance(exc.__cause__, sqlite3.IntegrityError):
                 raise LedgerExistsError(f"ledger {metadata.ledger_id} already exists") from None
@@ -271,6 +277,19 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
             if version is not None and row[0] != version:
                 raise BadVersionError(f"ledger {lid}: version {version!r} is stale (now {row[0]})")
             c.execute("DELETE FROM ledgers WHERE name=?", (lid.qualified_name,))
+            c.execute("INSERT OR REPLACE INTO deleted_ledgers VALUES (?, ?)",
+                      (lid.qualified_name, int(time.time() * 1000)))
+
+    def ledger_deleted_at(self, ledger_id) -> int | None:
+        lid = coerce_ledger_id(ledger_id)
+        rows = self._query(f"read deletion of {lid}",
+                           "SELECT deleted_at_ms FROM deleted_ledgers WHERE name=?", (lid.qualified_name,))
+        return rows[0][0] if rows else None
+
+    def purge_deletions(self, before_ms: int) -> int:
+        with self._write("purge deletion records") as c:
+            return c.execute("DELETE FROM deleted_ledgers WHERE deleted_at_ms < ?",
+                             (int(before_ms),)).rowcount
 
     def iterate_ledgers(self, scope_id: int | None = 0) -> Iterator[LedgerId]:
         # Keyset pages: each page is its own short read, so concurrent writers are never

@@ -10,6 +10,7 @@ Under the root (``/ledgers`` by default; docs/METADATA.md has the full tree)::
     idgen-long/HOB-%010d/ID-<seq> BookKeeper's high-order-bit extension past 31 bits
     idgen-scoped/%020d/...        the same pair per scope != 0 (and idgen-scoped-long/)
     underreplication/ledgers/urL<qualified name>
+    deleted/<last 2 hex digits>/<qualified name>   deletion records: deleted_at_ms as text
     <ledger znodes>               by layout, scope 0:
         flat              L%010d
         hierarchical      %010d split 2-4-4 (00/0000/L0001) below 2^31 - 1, else
@@ -43,6 +44,7 @@ from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, check_layout,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
+                                   deleted_id_message,
                                    decode_bookie, decode_underreplicated, encode_bookie_info,
                                    layout_record, log,
                                    merge_missing)
@@ -99,6 +101,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         self._poll_interval_s = float(poll_interval_s)
         self._registered: dict[tuple[str, bool], bytes] = {}
         self._reg_lock = threading.Lock()
+        self._ensured: set = set()          # parent znodes known to exist
         self._watches: list[PollingWatch] = []
         self._session_lost = False
         self._closed = False
@@ -222,13 +225,63 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     # ---- LedgerManager -------------------------------------------------------------
 
+    def _deleted_path(self, lid: LedgerId) -> str:
+        qn = lid.qualified_name
+        return self._p("deleted", qn[-2:], qn)
+
+    def _ensure_parent(self, path: str) -> None:
+        parent = path.rsplit("/", 1)[0]
+        if parent not in self._ensured:          # transactions cannot make parents
+            self._ensure(parent)
+            self._ensured.add(parent)
+
     def create_ledger_metadata(self, metadata: LedgerMetadata) -> Versioned:
-        path = self.ledger_path(metadata.ledger_id)
+        lid = metadata.ledger_id
+        path, gone = self.ledger_path(lid), self._deleted_path(lid)
+        self._ensure_parent(path)
+        self._ensure_parent(gone)
+        # creating and deleting the deletion record in the same transaction fails it
+        # when a record exists: a deleted id is not created again while it is kept
+        txn = self._zk.transaction()
+        txn.create(path, metadata.to_bytes())
+        txn.create(gone, b"")
+        txn.delete(gone)
         try:
-            self._create(path, metadata.to_bytes())
+            self._commit(txn, f"create ledger {lid}")
         except NodeExistsError:
-            raise LedgerExistsError(f"ledger {metadata.ledger_id} already exists") from None
+            at = self.ledger_deleted_at(lid)
+            if at is not None:
+                raise LedgerExistsError(deleted_id_message(lid, at)) from None
+            raise LedgerExistsError(f"ledger {lid} already exists") from None
+        except NoNodeError:                      # a parent removed meanwhile: make it again
+            self._ensured.clear()
+            return self.create_ledger_metadata(metadata)
         return Versioned(metadata, 0)
+
+    def ledger_deleted_at(self, ledger_id) -> int | None:
+        lid = coerce_ledger_id(ledger_id)
+        try:
+            data, _stat = self._get(self._deleted_path(lid))
+        except NoNodeError:
+            return None
+        try:
+            return int(data)
+        except ValueError:
+            raise MetadataError(f"corrupted deletion record of ledger {lid}: {data[:40]!r}") from None
+
+    def purge_deletions(self, before_ms: int) -> int:
+        gone = 0
+        for part in self._listdir(self._p("deleted")):
+            for name in self._listdir(self._p("deleted", part)):
+                path = self._p("deleted", part, name)
+                try:
+                    data, stat = self._get(path)
+                    if int(data) < before_ms:
+                        self._delete(path, stat.version)
+                        gone += 1
+                except (NoNodeError, KzBadVersion, ValueError):
+                    continue
+        return gone
 
     def read_ledger_metadata(self, ledger_id) -> Versioned:
         lid = coerce_ledger_id(ledger_id)
@@ -255,12 +308,20 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def remove_ledger_metadata(self, ledger_id, version: Any = None) -> None:
         lid = coerce_ledger_id(ledger_id)
+        gone = self._deleted_path(lid)
+        self._ensure_parent(gone)
+        txn = self._zk.transaction()
+        txn.delete(self.ledger_path(lid), -1 if version is None else version)
+        txn.create(gone, str(int(time.time() * 1000)).encode())
         try:
-            self._delete(self.ledger_path(lid), -1 if version is None else version)
+            self._commit(txn, f"remove ledger {lid}")
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {lid}") from None
         except KzBadVersion:
             raise BadVersionError(f"ledger {lid}: version {version} is stale") from None
+        except NodeExistsError:        # a stale record of an earlier life of this id
+            self._delete(gone)
+            self.remove_ledger_metadata(ledger_id, version)
 
     def _listdir(self, path: str) -> list[str]:
         # a directory removed while we walk is simply empty

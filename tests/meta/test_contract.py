@@ -107,6 +107,48 @@ def test_create_read_cas_delete(backend):
         store.remove_ledger_metadata(7)
 
 
+@pytest.mark.parametrize("version", [0, 1, 5])
+def test_a_version_of_a_missing_ledger_or_cookie_is_absent(backend, version):
+    """Versions are opaque, so code may hold one for a ledger that is gone: version 0 of a
+    missing key must not create or delete it (etcd compared only the mod revision, which
+    is 0 for a missing key)."""
+    store = backend.open()
+    with pytest.raises(NoSuchLedgerError):
+        store.write_ledger_metadata(md(41), version)
+    with pytest.raises(NoSuchLedgerError):
+        store.read_ledger_metadata(41)
+    with pytest.raises(NoSuchLedgerError):
+        store.remove_ledger_metadata(41, version)
+    with pytest.raises(BadVersionError):
+        store.write_cookie("bookie-missing", b"c", version)
+    assert store.read_cookie("bookie-missing") is None
+    with pytest.raises(MetadataError):
+        store.remove_cookie("bookie-missing", version)
+    assert store.ledger_deleted_at(41) is None
+
+
+def test_deletion_leaves_a_record_and_the_id_is_not_reused(backend):
+    store = backend.open()
+    store.create_ledger_metadata(md(43))
+    before = int(time.time() * 1000)
+    store.remove_ledger_metadata(43)
+    at = store.ledger_deleted_at(LedgerId(0, 43))
+    assert at is not None and before - 1000 <= at <= int(time.time() * 1000) + 1000
+    with pytest.raises(LedgerExistsError, match="was deleted"):
+        store.create_ledger_metadata(md(43))
+    with pytest.raises(NoSuchLedgerError):
+        store.read_ledger_metadata(43)
+    store.create_ledger_metadata(md(44, scope=9))
+    store.remove_ledger_metadata(LedgerId(9, 44))
+    assert store.ledger_deleted_at(LedgerId(9, 44)) is not None
+    assert store.ledger_deleted_at(LedgerId(0, 44)) is None
+    assert store.purge_deletions(before - 60_000) == 0          # none that old
+    assert store.purge_deletions(int(time.time() * 1000) + 60_000) >= 2
+    assert store.ledger_deleted_at(43) is None
+    store.create_ledger_metadata(md(43))                          # the id is free again
+    assert store.read_ledger_metadata(43).value.ledger_id == LedgerId(0, 43)
+
+
 def test_second_store_sees_first_stores_writes(backend):
     a, b = backend.open(), backend.open()
     assert a.instance_id == b.instance_id and len(a.instance_id) == 36
