@@ -51,6 +51,11 @@ class BookieConfig:
         "that finds more waits for the group in flight to finish, so a writer faster than "
         "the disk is pushed back instead of growing memory (journalMaxMemorySizeMb). One "
         "batch larger than this is still taken whole.", 1, 1 << 20)
+    journal_allow_missing_files: bool = _key(
+        False, "SAFETY: start although a journal file replay needs is missing (the one the "
+        "LastLogMark points into, one between two others, the newest one recorded), "
+        "accepting the loss of whatever it held; the missing files are reported in "
+        "replay_report['missing_files']. By default the bookie refuses to start and names them.")
     journal_skip_corrupt_records: bool = _key(
         False, "SAFETY: on replay, step over a corrupt journal record in the middle (and "
         "report it) instead of refusing to start. A torn tail is always repaired.")

@@ -102,7 +102,7 @@ class Bookie:
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         self.replay_report = self._replay()
-        self.journal.start()
+        self.journal.start(self.mark)
         self._checkpoint_seq = 0
         self._stop = threading.Event()
         self.checkpoint()
@@ -163,8 +163,11 @@ class Bookie:
 
         report = replay(self.journal_dir, mark, apply,
                         skip_corrupt=self.config.journal_skip_corrupt_records,
-                        max_record_size=self.config.max_entry_size_bytes + 4096)
+                        max_record_size=self.config.max_entry_size_bytes + 4096,
+                        head=self.mark.read_head(),
+                        allow_missing=self.config.journal_allow_missing_files)
         report["mark"] = mark
+        report["damaged_marks"] = list(self.mark.damaged)
         return report
 
     def _apply_record(self, rtype: int, body: bytes) -> None:

@@ -17,6 +17,7 @@ a sequence number into the (journal id, offset) a LastLogMark stores.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import shutil
 import struct
@@ -25,9 +26,10 @@ import time
 
 from embedlog._native import journal as nj
 from embedlog import failpoints
-from embedlog.bookie.fileio import fsync_dir
+from embedlog.bookie.fileio import atomic_write, fsync_dir
 from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
 
+log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
 _MARK = struct.Struct(">QQ")
 
@@ -49,17 +51,26 @@ class LastLogMark:
     Stored as ``lastMark`` in each ledger directory: id:u64 offset:u64 crc32c:u32,
     written to a temporary file, fsynced and renamed, so a crash leaves the old
     mark or the new one, never a torn one. The largest mark over all directories wins.
+
+    A damaged lastMark (a short file, a bad checksum) is set aside as ``lastMark.damaged``
+    and the others decide; when no directory holds a good one, replay starts at the
+    oldest journal (a full replay: replaying what is already stored is harmless). Either
+    way the fallback is logged as an error and reported in ``damaged``.
+
+    ``journalHead`` beside it names the newest journal file (id:u64 crc32c:u32), written
+    when a journal file is created, so a newest journal that went missing is noticed.
     """
 
     def __init__(self, directories: list[str]):
         self.directories = directories
         self.persisted = (0, 0)
+        self.damaged: list[str] = []      # what read() set aside
         # checkpoints from the sync thread and from close() may meet here: one at a time,
         # so they neither share lastMark.tmp nor move the mark backwards
         self._lock = threading.Lock()
 
     def read(self) -> tuple[int, int]:
-        best = (0, 0)
+        best, good = (0, 0), 0
         for d in self.directories:
             path = os.path.join(d, "lastMark")
             try:
@@ -67,8 +78,15 @@ class LastLogMark:
             except FileNotFoundError:
                 continue
             if len(data) != 20 or nj_crc(data[:16]) != struct.unpack(">I", data[16:])[0]:
-                raise CorruptedDataError(f"{path} is damaged; it holds the journal replay point")
+                self.damaged.append(f"{path} ({len(data)} bytes, offset 0: "
+                                    f"{'short' if len(data) != 20 else 'bad checksum'})")
+                os.replace(path, path + ".damaged")
+                continue
+            good += 1
             best = max(best, _MARK.unpack(data[:16]))
+        if self.damaged:
+            log.error("damaged LastLogMark: %s; replaying from %s", "; ".join(self.damaged),
+                      f"the best good mark {best}" if good else "the oldest journal (full replay)")
         self.persisted = best
         return best
 
@@ -83,15 +101,26 @@ class LastLogMark:
         data = _MARK.pack(*mark)
         data += struct.pack(">I", nj_crc(data))
         for d in self.directories:
-            tmp = os.path.join(d, "lastMark.tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, os.path.join(d, "lastMark"))
-            fsync_dir(d)
+            atomic_write(os.path.join(d, "lastMark"), data)
         self.persisted = mark
         return True
+
+    def write_head(self, journal_id: int) -> None:
+        data = struct.pack(">Q", journal_id)
+        for d in self.directories:
+            atomic_write(os.path.join(d, "journalHead"), data + struct.pack(">I", nj_crc(data)))
+
+    def read_head(self) -> int | None:
+        """The newest journal file any directory recorded (None: not recorded)."""
+        best = None
+        for d in self.directories:
+            try:
+                data = open(os.path.join(d, "journalHead"), "rb").read()
+            except FileNotFoundError:
+                continue
+            if len(data) == 12 and nj_crc(data[:8]) == struct.unpack(">I", data[8:])[0]:
+                best = max(best or 0, struct.unpack(">Q", data[:8])[0])
+        return best
 
 
 def nj_crc(data: bytes) -> int:
@@ -141,8 +170,10 @@ class Journal:
 
     # -- files ------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open a new journal file (a restarted bookie never appends to an old one)."""
+    def start(self, mark: "LastLogMark | None" = None) -> None:
+        """Open a new journal file (a restarted bookie never appends to an old one);
+        ``mark`` records each new file as the journal head."""
+        self._mark = mark
         self._open_file()
         for target, name in ((self._writer_loop, "embedlog-journal"),
                              (self._prealloc_loop, "embedlog-journal-prealloc")):
@@ -154,11 +185,13 @@ class Journal:
         existing = journal_ids(self.directory)
         new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
         path = os.path.join(self.directory, "%x.txn" % new_id)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.pwrite(fd, nj.file_header(new_id), 0)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.pwrite(fd, nj.file_header(new_id, max(existing, default=0)), 0)
         nj.write_zeros(fd, nj.HEADER_SIZE, min(self._prealloc, 4 << 20), sync=False)
         os.fsync(fd)
         fsync_dir(self.directory)
+        if getattr(self, "_mark", None) is not None:
+            self._mark.write_head(new_id)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._file_id, self._offset = fd, new_id, nj.HEADER_SIZE
@@ -423,17 +456,59 @@ class Journal:
         return victims
 
 
+def check_chain(directory: str, mark_id: int, head: int | None) -> list:
+    """Journal files replay needs that are missing, before anything is applied: the file
+    the mark points into, a file between two that the later one's header names as its
+    predecessor, and the newest file ``journalHead`` recorded. Returns descriptions."""
+    ids = [i for i in journal_ids(directory) if i >= mark_id]
+    missing = []
+    if mark_id and mark_id not in ids:
+        missing.append(f"{mark_id:x}.txn (the LastLogMark points into it)")
+    prev_ids = {}
+    for i in ids:
+        path = os.path.join(directory, "%x.txn" % i)
+        with open(path, "rb") as f:
+            header = f.read(nj.HEADER_SIZE)
+        if len(header) == nj.HEADER_SIZE:
+            try:
+                nj.check_file_header(header)
+            except ValueError:
+                continue                   # replay reports a bad header with its offset
+            prev_ids[i] = nj.file_chain(header)
+    for before, after in zip(ids, ids[1:]):
+        prev = prev_ids.get(after)
+        if prev is not None and prev != before:
+            missing.append(f"{prev:x}.txn (written between {before:x}.txn and {after:x}.txn)"
+                           if prev > before else
+                           f"the chain: {after:x}.txn follows {prev:x}.txn, not {before:x}.txn")
+    if head is not None and head >= mark_id and head not in ids and (not ids or head > ids[-1]):
+        missing.append(f"{head:x}.txn (the newest journal, recorded in journalHead)")
+    return missing
+
+
 def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
-           max_record_size: int) -> dict:
+           max_record_size: int, head: int | None = None, allow_missing: bool = False) -> dict:
     """Apply every journal record from ``mark`` on, in numeric file order.
 
-    A torn tail is cut off after a copy is kept under ``torn/``; corruption in
-    the middle raises JournalCorruptedError naming file and offset, unless
-    ``skip_corrupt``, which steps over it and reports what it skipped.
+    A journal file replay needs that is missing (check_chain) stops start-up with the file
+    named, unless ``allow_missing`` (an operator accepts the loss: it is reported). A torn
+    tail is cut off after a copy is kept under ``torn/``; corruption in the middle raises
+    JournalCorruptedError naming file and offset, unless ``skip_corrupt``, which steps
+    over it and reports what it skipped.
     """
     import mmap
-    report = {"files": 0, "records": 0, "torn": [], "skipped": []}
+    report = {"files": 0, "records": 0, "torn": [], "skipped": [], "missing_files": []}
     mark_id, mark_off = mark
+    missing = check_chain(directory, mark_id, head)
+    if missing and not allow_missing:
+        raise JournalCorruptedError(
+            f"journal {directory}: missing {'; '.join(missing)}. Acknowledged entries may be in "
+            "it: restore the file, or set journal_allow_missing_files=True to start without it "
+            "(the loss is reported in replay_report['missing_files']).")
+    if missing:
+        log.error("journal %s: starting without %s (journal_allow_missing_files)",
+                  directory, "; ".join(missing))
+        report["missing_files"] = missing
     for file_id in journal_ids(directory):
         if file_id < mark_id:
             continue

@@ -5,7 +5,11 @@ group-commit leader runs without the GIL, and the replay scanner.
 Grammar (big-endian; see docs/FORMATS.md)::
 
     journal_file := header(512) record* zeros*
-    header       := "ELJN" version:u32(=1) log_id:u64 header_crc:u32 zeros(496)
+    header       := "ELJN" version:u32(=1) log_id:u64 header_crc:u32
+                    prev_log_id:u64 chain_crc:u32 zeros(484)
+                    # header_crc = crc32c(bytes 0..15); chain_crc = crc32c(bytes 0..27): the
+                    # journal written before this one (0: none), so a missing file is seen;
+                    # headers written before the chain existed hold zeros there
     record       := len:u32 crc:u32 type:u8 body[len]     # len > 0
     crc          := crc32c(len:u32 type:u8 body)
     type ENTRY(1)        body := encoded entry (V1 or V2), as the client sent it
@@ -18,7 +22,8 @@ Grammar (big-endian; see docs/FORMATS.md)::
     type TRIM(8)         body := scope:u64 ledger:u64 first_kept_entry:i64
 
 A zero ``len`` is the end of the log: files are preallocated with zeros, so a
-preallocated tail never parses. Replay skips records of unknown type with a good
+preallocated tail never parses; a zero ``len`` followed by a good record is corruption,
+as a bad record followed by a good one is. Replay skips records of unknown type with a good
 crc, so newer record types can be added.
 """
 
@@ -46,15 +51,26 @@ ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER, TRIM = (
     REC_DELETE_LEDGER, REC_TRIM)
 
 
-def file_header(unsigned long long log_id):
-    """The 512-byte header of journal file ``log_id``."""
+def file_header(unsigned long long log_id, unsigned long long prev_log_id=0):
+    """The 512-byte header of journal file ``log_id``, written after ``prev_log_id``."""
     cdef bytearray h = bytearray(512)
     cdef uint8_t *p = h
     memcpy(p, b"ELJN", 4)
     el_put32(p + 4, FORMAT_VERSION)
     el_put64(p + 8, log_id)
     el_put32(p + 16, el_crc32c(0, p, 16))
+    el_put64(p + 20, prev_log_id)
+    el_put32(p + 28, el_crc32c(0, p, 28))
     return bytes(h)
+
+
+def file_chain(data):
+    """The id of the journal written before this one (0: none), or None for a header
+    written before journals were chained (call check_file_header first)."""
+    cdef const uint8_t[::1] v = data
+    if el_get32(&v[28]) != el_crc32c(0, &v[0], 28):
+        return None
+    return el_get64(&v[20])
 
 
 class JournalHeaderError(JournalCorruptedError, ValueError):
@@ -273,12 +289,12 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
             records.append((off, base[off + 8], off + RECORD_HEADER_SIZE, n))
             off += RECORD_HEADER_SIZE + n
             continue
-        if n == 0:
-            break
-        # a bad record: a torn tail if no good record follows it, corruption otherwise
+        # a zero length ends the log, a bad record is a torn tail, if no good record
+        # follows; a good record after either is corruption in the middle
         probe = _next_good(base, off + 1, total, max_record_size)
         if probe < 0:
-            status = "torn"
+            if n < 0:
+                status = "torn"
             break
         if not skip_corrupt:
             status = "corrupt"
