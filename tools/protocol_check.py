@@ -11,6 +11,7 @@ its schedule; the run exits 1 if any did.
 """
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -53,6 +54,7 @@ def main(argv=None) -> int:
             if cluster is None or n % a.seeds_per_cluster == 0:
                 if cluster is not None:
                     cluster.close()
+                    shutil.rmtree(cluster.base_dir, ignore_errors=True)
                 cluster = LocalCluster(bookies=a.bookies, metadata=a.metadata, autorecovery=False,
                                        base_dir=os.path.join(base, f"c{n}"), bookie_config=BOOKIE_CONFIG)
             report = Run(cluster, seed, make_schedule(seed, a.steps, a.bookies)).run()
@@ -63,13 +65,17 @@ def main(argv=None) -> int:
             print(report, flush=True)
             if report.violations:
                 failed.append(seed)
-                cluster.close()        # start clean after a violation
+                cluster.close()        # start clean after a violation; its files stay
+                print(f"# seed {seed}: the cluster's directories are kept in {cluster.base_dir}")
                 cluster = None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     finally:
         if cluster is not None:
             cluster.close()
+            shutil.rmtree(cluster.base_dir, ignore_errors=True)
+        if not failed:
+            shutil.rmtree(base, ignore_errors=True)
     minutes = (time.monotonic() - t0) / 60
     print(f"# {totals['schedules']} schedules in {minutes:.1f} min: {totals['steps']} steps, "
           f"{totals['faults']} faults, {totals['acks']} acknowledged entries, "

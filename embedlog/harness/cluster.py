@@ -56,6 +56,7 @@ class LocalCluster:
         self.autorecovery = autorecovery
         self.lost_bookie_grace_s = lost_bookie_grace_s
         self._bookies: list[_Bookie] = []
+        self._spawned: list = []                # every bookie process ever started: none outlives close()
         self.faults = Faults(self)              # per-message rules and metadata gates (faults.py)
         self._server = None
         self._clients: list = []
@@ -164,6 +165,7 @@ class LocalCluster:
         log = open(b.log_path, "ab")
         b.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
+        self._spawned.append(b.process)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(ready):
@@ -293,6 +295,14 @@ class LocalCluster:
                     b.process.wait()
             if b.proxy is not None:
                 b.proxy.close()
+        for proc in self._spawned:          # one left behind by a failed start or restart
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                proc.kill()
+                proc.wait()
         if self._server is not None:
             self._server.stop()
         if self._own_dir:
