@@ -24,7 +24,7 @@ from embedlog.harness import LocalCluster  # noqa: E402
 
 SETUPS = [("plain TCP", {}), ("TLS", {"tls": True}),
           ("TLS + client certificates", {"tls": True, "tls_client_auth": True}),
-          ("plain TCP + token", {"auth_token": "bench-token"})]
+          ("plain TCP + token", {"auth_token": "bench-token-0123456789abcdef"})]
 
 
 def main():

@@ -181,6 +181,13 @@ class BookieConfig:
     max_throttle_time_ms: int = _key(
         10_000, "ms a connection is held back at an in-flight limit before its requests are "
         "refused with ETOOMANYREQUESTS (dbStorage_maxThrottleTimeMs).", 0, 3_600_000)
+    max_connections_per_address: int = _key(
+        128, "connections one remote address may hold at once; one more is answered "
+        "ETOOMANYREQUESTS and closed, so one host cannot take every connection.", 1, 1 << 20)
+    frame_read_timeout_ms: int = _key(
+        30_000, "ms a frame may take to arrive once its first byte has: a connection that "
+        "trickles a partial frame is closed after this (it held a buffer for ever).",
+        100, 3_600_000)
     connection_idle_timeout_ms: int = _key(
         600_000, "ms after which a connection with nothing in flight and no request is told "
         "to go away (GOAWAY) and closed; clients reconnect on their next request. 0 = never.",

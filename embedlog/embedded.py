@@ -15,6 +15,7 @@ import threading
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
+from embedlog.bookie.fileio import private_dir
 from embedlog.config import BookieConfig
 from embedlog.errors import (BadVersionError, ClientClosedError, EmbedlogError, IllegalOpError,
                              LedgerClosedError, LedgerFencedError, NoSuchEntryError,
@@ -46,7 +47,7 @@ class EmbeddedLog:
     def __init__(self, path, *, metadata_uri: str | None = None, journal_dir: str | None = None,
                  **config):
         self.path = os.path.abspath(os.fspath(path))
-        os.makedirs(self.path, exist_ok=True)
+        private_dir(self.path)
         self.config = BookieConfig.from_dict(config)
         # the store first: the bookie's cookie names it, and its GC lists ledgers in it
         self.metadata = open_metadata_store(
@@ -218,6 +219,7 @@ class WriteHandle:
         self._lac = -1
         self._closed = False
         self._close_point: int | None = None   # the last entry id a close covers
+        self._broken: BaseException | None = None   # an add failed: nothing more is acked
 
     @property
     def last_add_confirmed(self) -> int:
@@ -236,6 +238,10 @@ class WriteHandle:
         with self._lock:
             if self._closed:
                 raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
+            if self._broken is not None:
+                # an entry that failed leaves a hole a later one must not be acked across
+                raise LedgerClosedError(f"ledger {self.ledger_id!r}: an earlier add failed "
+                                        f"({self._broken}); close it and write to a new ledger")
             start, total = 0, len(payloads)
             try:
                 small = total < 2 or sum(map(len, payloads)) <= _CHUNK_BYTES   # C-speed check
@@ -265,7 +271,7 @@ class WriteHandle:
                 self._next_entry_id = first + len(chunk)
                 if end >= total:
                     return seq, self._next_entry_id - 1
-                self._bookie.wait_durable(seq)
+                self._wait(seq)
                 self._deliver(self._next_entry_id - 1)
                 start = end
 
@@ -280,10 +286,17 @@ class WriteHandle:
                 self._lac = last
         return last
 
+    def _wait(self, seq: int) -> None:
+        try:
+            self._bookie.wait_durable(seq)
+        except EmbedlogError as exc:
+            self._broken = self._broken or exc
+            raise
+
     def append(self, data) -> int:
         """Append one entry; returns its entry id once it is durable."""
         seq, last = self._add([data])
-        self._bookie.wait_durable(seq)
+        self._wait(seq)
         return self._deliver(last)
 
     def append_many(self, items) -> int:
@@ -292,7 +305,7 @@ class WriteHandle:
         if not items:
             raise IllegalOpError("append_many needs at least one entry")
         seq, last = self._add(items)
-        self._bookie.wait_durable(seq)
+        self._wait(seq)
         return self._deliver(last)
 
     def append_async(self, data) -> concurrent.futures.Future:
@@ -307,6 +320,7 @@ class WriteHandle:
                 except LedgerClosedError as exc:
                     fut.set_exception(exc)
             else:
+                self._broken = self._broken or error
                 fut.set_exception(error)
 
         self._bookie.on_durable(seq, done)
@@ -328,7 +342,8 @@ class WriteHandle:
             except EmbedlogError:
                 durable = False
             with self._ack_lock:
-                if durable and framed > self._lac:
+                # after a failed add, entries framed past it are not durable in the journal
+                if durable and framed > self._lac and self._broken is None:
                     self._lac = framed
                 last = self._close_point = self._lac
             lm = self._log.metadata.ledger_manager

@@ -268,3 +268,64 @@ def test_a_served_bookie_reregisters_read_only_when_its_disk_fills(small_fs, tmp
         proc.terminate()
         proc.wait(timeout=30)
         store.close()
+
+
+def _fill(path, leave_bytes=0) -> None:
+    """Write a ballast file until the filesystem has only ``leave_bytes`` free (or none)."""
+    st = os.statvfs(os.path.dirname(path))
+    free = st.f_bavail * st.f_frsize - leave_bytes
+    with open(path, "wb") as f:
+        try:
+            while free > 0:
+                n = min(free, 1 << 20)
+                f.write(bytes(n))
+                f.flush()
+                free -= n
+            os.fsync(f.fileno())
+        except OSError:
+            pass                          # ENOSPC: full
+
+
+def test_a_full_journal_disk_recovers_without_a_restart(small_fs):
+    """The journal's disk fills up completely: the adds and fences that hit it fail, none is
+    acknowledged; once space is freed, adds and fences work again without a restart; a
+    restart on an almost full disk replays what it must with no more room than that data."""
+    from embedlog.errors import EmbedlogError, LedgerClosedError
+    from crashutil import abandon
+    cfg = dict(skip_list_size_limit=8 << 20, entry_log_size_limit=16 << 20, journal_max_size_mb=4,
+               journal_pre_alloc_size_mb=1, flush_interval_ms=0, disk_usage_threshold=1.0,
+               disk_usage_warn_threshold=1.0, disk_usage_lwm_threshold=1.0,
+               disk_check_interval_ms=0, gc_wait_time_ms=0)
+    path, ballast = small_fs / "log", small_fs / "ballast"
+    log = embedlog.open(path, **cfg)
+    w, other, fresh = log.create_ledger(), log.create_ledger(), log.create_ledger()
+    acked = [w.append(payload(0, i)) for i in range(50)]
+    _fill(ballast)                                       # the metadata store is full too
+    with pytest.raises(EmbedlogError):
+        for i in range(50, 5000):                        # until the journal hits ENOSPC
+            acked.append(w.append(payload(0, i)))
+    with pytest.raises(LedgerClosedError, match="earlier add failed"):
+        w.append(b"after the failure")                   # no ack across the failed entry
+    with pytest.raises(EmbedlogError):                   # still full: fails, not acked
+        other.append(b"x" * 100_000)
+    assert log.bookie.statistics()["journal"]["no_space"] >= 1   # the journal hit ENOSPC
+    os.unlink(ballast)
+    log.bookie.disks.check()                             # what the disk checker does each round
+    assert not log.bookie.read_only
+    assert fresh.append(b"room again") == 0             # no restart
+    # the entry whose add failed was taken back out: recovery of an open ledger ends before it
+    assert log.bookie.read_last_entry_id(w.ledger_id) == acked[-1]
+    r = log.open_ledger(w.ledger_id)                     # recovery fences: it works again too
+    assert r.last_add_confirmed == acked[-1]
+    assert r.read_batch(0, acked[-1]) == [payload(0, i) for i in acked]
+    # unflushed entries in the journal, then a crash, then a disk left with little room
+    w3 = log.create_ledger()
+    w3.append_many([bytes(4 << 10)] * 1000)               # 4 MiB, in the journal and memtable
+    lid3 = w3.ledger_id
+    abandon(log)
+    _fill(ballast, leave_bytes=6 << 20)                   # room for the data, not 8 MiB ahead
+    with embedlog.open(path, **cfg) as log:               # replay writes 4 MiB of entry logs
+        assert log.bookie.read_last_entry_id(lid3) == 999
+        assert log.bookie.read_payloads(lid3, 0, 999, 3, None) == [bytes(4 << 10)] * 1000
+        assert log.open_ledger(w.ledger_id).read_batch(0, acked[-1])[-1] == payload(0, acked[-1])
+        os.unlink(ballast)

@@ -82,11 +82,12 @@ def test_tls_without_client_certificates(tmp_path):
 
 
 def test_shared_token(tmp_path):
-    with _cluster(tmp_path, auth_token="s3cret-token") as cluster:
+    with _cluster(tmp_path, auth_token="s3cret-token-0123456789-token") as cluster:
         good, w = _write(cluster)
         bid = cluster.bookie_id(0)
         wrong = tmp_path / "wrong-token"
-        wrong.write_bytes(b"s3cret-tokem")
+        wrong.write_bytes(b"s3cret-token-0123456789-tokem")
+        wrong.chmod(0o600)
         _refused(cluster.client(auth_token_file=None), bid, w.ledger_id, 10, UnauthorizedAccessError)
         _refused(cluster.client(auth_token_file=str(wrong)), bid, w.ledger_id, 10,
                  UnauthorizedAccessError)
@@ -99,27 +100,27 @@ def test_shared_token(tmp_path):
 
 def test_token_guards_admin_http_changes(tmp_path):
     from cliutil import admin_addresses, http
-    with _cluster(tmp_path, auth_token="s3cret-token",
+    with _cluster(tmp_path, auth_token="s3cret-token-0123456789-token",
                   bookie_config={"http_server_enabled": True, "http_server_port": 0}) as cluster:
         good, w = _write(cluster)
         w.close()
         admin = next(iter(admin_addresses(good).values()))
         path = f"/api/v1/ledger/delete?ledger_qualified_name={w.ledger_id.qualified_name}"
-        for headers in ({}, {"Authorization": "Bearer s3cret-tokem"},
-                        {"Authorization": "Basic s3cret-token"}):
+        for headers in ({}, {"Authorization": "Bearer s3cret-token-0123456789-tokem"},
+                        {"Authorization": "Basic s3cret-token-0123456789-token"}):
             code, got, body = http(admin, path, "DELETE", headers=headers)
             assert code == 401 and got["www-authenticate"].startswith("Bearer"), body
         assert good.ledger_metadata(w.ledger_id).last_entry_id == 9      # nothing changed
         code, _, body = http(admin, f"/api/v1/ledger/metadata?ledger_id={w.ledger_id.ledger_id}")
         assert code == 200, body                                          # reads stay open
         code, _, body = http(admin, path, "DELETE",
-                             headers={"Authorization": "Bearer s3cret-token"})
+                             headers={"Authorization": "Bearer s3cret-token-0123456789-token"})
         assert code == 200, body
         assert w.ledger_id not in good.list_ledgers(0)
 
 
 def test_tls_and_token_together_and_plain_still_works(tmp_path):
-    with _cluster(tmp_path, tls=True, auth_token=b"t") as cluster:
+    with _cluster(tmp_path, tls=True, auth_token=b"t" * 16) as cluster:
         good, w = _write(cluster, 3)
         _refused(cluster.client(auth_token_file=None), cluster.bookie_id(0), w.ledger_id, 3,
                  UnauthorizedAccessError)
@@ -168,3 +169,18 @@ def test_wrong_password_changes_nothing_on_any_bookie(tmp_path):
             _lac, entries = P.parse_read_body(resp.body)
             assert [e for e, _ in entries] == list(range(6))      # nothing trimmed, nothing added
             assert b"intruder" not in b"".join(data for _, data in entries)
+
+
+def test_token_files_must_be_private_and_long_enough(tmp_path):
+    from embedlog.errors import ConfigError
+    from embedlog.net.security import read_token
+    f = tmp_path / "token"
+    f.write_bytes(b"x" * 32)
+    f.chmod(0o644)
+    with pytest.raises(ConfigError, match="readable by others"):
+        read_token(str(f))
+    f.chmod(0o600)
+    assert read_token(str(f)) == b"x" * 32
+    f.write_bytes(b"short")
+    with pytest.raises(ConfigError, match="5 bytes"):
+        read_token(str(f))

@@ -17,27 +17,50 @@ and index, persists the LastLogMark and trims old journals.
 """
 from __future__ import annotations
 
+import collections
+import errno
 import fcntl
+import logging
 import os
 import struct
 import threading
+import uuid
 
 from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
-from embedlog._native.format import LedgerId, parse_entry_header
+from embedlog._native.format import DIGEST_SIZES, LedgerId, parse_entry_header
 from embedlog import failpoints
 from embedlog.bookie import cookies, disks, gc
+from embedlog.bookie.fileio import atomic_write, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
-from embedlog.errors import (DirectoryLockedError, EmbedlogError,
+from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
                              EntryTooLargeError, IllegalOpError, InvalidTermError,
                              JournalCorruptedError, LedgerFencedError, NoSuchLedgerError,
                              ReadOnlyBookieError, UnauthorizedAccessError)
 
+log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
+_FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
+
+
+def _no_space(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+class LedgerFacts:
+    """What the metadata store says of a ledger that the bookie checks requests against."""
+    __slots__ = ("master_key", "digest", "unbounded")
+
+    def __init__(self, master_key: bytes, digest: int, unbounded: bool):
+        self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
 _IDS_I64 = struct.Struct(">QQq")
 _IDS_U64 = struct.Struct(">QQQ")
 
@@ -51,7 +74,7 @@ class Bookie:
         self.config = config or BookieConfig()
         self.config.validate()
         self.directory = os.path.abspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
+        private_dir(self.directory)
         self._lock_fd = self._lock_directory()
         try:
             self._start(journal_dir)
@@ -74,8 +97,10 @@ class Bookie:
         # ledger directories (each with its current/) and the journal's: bookie/disks.py
         self.ledger_dirs, self.journal_dir = disks.resolve_dirs(self.directory, self.config, journal_dir)
         self.ledger_currents = [os.path.join(d, "current") for d in self.ledger_dirs]
+        for d in [self.journal_dir] + self.ledger_dirs:
+            private_dir(d)
         for d in [self.current] + self.ledger_currents:
-            os.makedirs(d, exist_ok=True)
+            private_dir(d, tighten=True)
         self.bookie_id = self._identity()
         self.cookie = cookies.check_and_stamp(self.bookie_id, self.ledger_dirs, self.journal_dir,
                                               self.metadata, self.config.allow_storage_expansion,
@@ -94,6 +119,8 @@ class Bookie:
         self.mark = LastLogMark(self.ledger_currents)
         self.deleted = DeletedLedgers(self.ledger_currents[0], self.config.deleted_ledger_retention_ms,
                                       self.config.deleted_ledgers_max)
+        self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
+        self._facts_lock = threading.Lock()
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
         self.read_only = False          # set by disk checks or an operator: adds are refused
@@ -103,9 +130,18 @@ class Bookie:
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         self.replay_report = self._replay()
         self.journal.start(self.mark)
+        self.journal.on_failure = self._journal_failed
         self._checkpoint_seq = 0
         self._stop = threading.Event()
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except (OSError, EmbedlogError) as exc:
+            # a full disk: start anyway (read-only, see below); the replayed entries stay in
+            # the journal and the memtable, and the next checkpoint writes them
+            if not _no_space(exc):
+                raise
+            log.error("bookie %s: no room to checkpoint after replay (%s); starting read-only",
+                      self.bookie_id, exc)
         self.storage.start()
         self._sync_thread = threading.Thread(target=self._sync_loop, name="embedlog-sync", daemon=True)
         self._sync_thread.start()
@@ -117,7 +153,7 @@ class Bookie:
     # -- start-up ---------------------------------------------------------------
 
     def _lock_directory(self) -> int:
-        fd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -134,18 +170,21 @@ class Bookie:
         (clients find the address through the bookie's registration, as in BookKeeper's BP-41)."""
         path = os.path.join(self.current, "BOOKIE_ID")
         try:
-            return open(path).read().strip()
+            raw = open(path, "rb").read()
         except FileNotFoundError:
-            import uuid
-            ident = "bookie-" + uuid.uuid4().hex[:12]
-            tmp = path + ".tmp"
-            with open(tmp, "w") as f:
-                f.write(ident + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            fsync_dir(self.current)
+            raw = None
+        if raw is not None:
+            try:
+                ident = raw.decode("ascii").strip()
+            except UnicodeDecodeError as exc:
+                raise CorruptedDataError(f"{path} offset {exc.start}: not a bookie id "
+                                         f"({raw[:40]!r}); restore it or remove the directory") from None
+            if not ident or not all(c.isalnum() or c in "-_.:" for c in ident):
+                raise CorruptedDataError(f"{path} offset 0: not a bookie id ({raw[:40]!r})")
             return ident
+        ident = "bookie-" + uuid.uuid4().hex[:12]
+        atomic_write(path, (ident + "\n").encode())
+        return ident
 
     def _load_ledgers(self) -> None:
         for key, idx in self.storage.load_indexes():
@@ -208,6 +247,23 @@ class Bookie:
         elif rtype == nj.TRIM:
             self.storage.erase(key, 0, fields[2] - 1)
 
+    def _journal_failed(self, exc, lost) -> None:
+        """A group the disk refused (cv held): its entries, already in the memtable, are
+        taken out again (they were never durable, so nothing may count or serve them)."""
+        touched = set()
+        for scope, lid, eid in lost:
+            key = (scope, lid)
+            if key in self.ledgers:
+                self.storage.erase(key, eid, eid)
+                touched.add(key)
+        for key in touched:
+            idx = self.ledgers.get(key)
+            self.last_entry[key] = idx.last_entry_id() if idx is not None else -1
+            for mt in (self.storage.mt_a, self.storage.mt_b):
+                self.last_entry[key] = max(self.last_entry[key], mt.last_entry_id(*key))
+            self.lacs.pop(key, None)
+        self.disks.check()
+
     # -- helpers (cv held) ------------------------------------------------------------
 
     def _known(self, key):
@@ -221,6 +277,12 @@ class Bookie:
 
     def _check_key(self, key, master_key: bytes, create: bool):
         """The ledger's index after checking the master key (stored on first add)."""
+        damage = self.storage.damaged.get(key)
+        if damage is not None:
+            raise CorruptedDataError(
+                f"ledger {LedgerId(*key)!r} on bookie {self.bookie_id}: its index file "
+                f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
+                "entry logs for reading, and this bookie takes no more writes to it")
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
@@ -230,6 +292,11 @@ class Bookie:
                 # the ledger back (its entry would be acknowledged, then collected)
                 raise LedgerFencedError(f"ledger {LedgerId(*key)!r} was deleted from bookie "
                                         f"{self.bookie_id}; it is not created again")
+            facts = self.ledger_facts(key)
+            if facts is not None and facts.master_key != bytes(master_key):
+                # squatting: a ledger is created here only with the key its password gives
+                raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r} "
+                                              f"(not the one its metadata's password gives)")
             idx = self._known(key)
             idx.master_key = bytes(master_key)
             idx.header_dirty = True
@@ -238,6 +305,35 @@ class Bookie:
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
         return idx
+
+    # -- what the metadata store says of a ledger (checked once, then cached) ----------
+
+    def needs_ledger_facts(self, ledger_id) -> bool:
+        """True when a request for this ledger must wait for ``fetch_ledger_facts`` first
+        (the server runs that off its event loop): the bookie has a metadata store and has
+        not looked this ledger up since it started."""
+        return self.metadata is not None and self._key(ledger_id) not in self._facts
+
+    def fetch_ledger_facts(self, ledger_id):
+        """Read the ledger's metadata once (blocking): the master key its password gives,
+        its digest type and whether it is unbounded. NoSuchLedgerError if it has none."""
+        from embedlog._native.format import master_key as derive_key
+        key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
+        md = self.metadata.ledger_manager.read_ledger_metadata(LedgerId(*key)).value
+        facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded)
+        with self._facts_lock:            # not the bookie's lock: callers may hold that one
+            self._facts[key] = facts
+            self._facts.move_to_end(key)
+            while len(self._facts) > _FACTS_MAX:
+                self._facts.popitem(last=False)
+        return facts
+
+    def ledger_facts(self, key):
+        """The cached facts of a ledger (fetched now if missing); None without a store."""
+        if self.metadata is None:
+            return None
+        facts = self._facts.get(key)
+        return facts if facts is not None else self.fetch_ledger_facts(key)
 
     def _ensure_open(self):
         if self._closed:
@@ -285,7 +381,13 @@ class Bookie:
         return seq, length
 
     def _check_term_locked(self, idx, key, term: int) -> None:
-        """Unbounded ledgers: a lower term is refused, a higher one adopted (journalled)."""
+        """Unbounded ledgers: a lower term is refused, a higher one adopted (journalled).
+        A bounded ledger refuses any term (one ADD with term 5 would fail its writer for ever)."""
+        if term:
+            facts = self.ledger_facts(key)
+            if facts is not None and not facts.unbounded:
+                raise IllegalOpError(f"ledger {LedgerId(*key)!r} is bounded: it takes no term "
+                                     f"(the request has term {term})")
         if term < idx.term:
             raise InvalidTermError(f"ledger {LedgerId(*key)!r} is at term {idx.term} on bookie "
                                    f"{self.bookie_id}; the request has term {term}")
@@ -312,9 +414,8 @@ class Bookie:
                                          f"({ledger[0]}, {ledger[1]})")
                 if eid < 0:
                     raise IllegalOpError(f"entry ids are not negative, got {eid}")
-                if len(e) > self.config.max_entry_size_bytes + 128:
-                    raise EntryTooLargeError(f"entry of {len(e)} bytes is over the limit")
                 key = (scope, lid)
+                self._check_entry(key, e, _v, _d)
                 if key not in checked:
                     idx = self._check_key(key, master_key, True)
                     if idx.fenced and not recovery:
@@ -340,6 +441,22 @@ class Bookie:
                 self.last_entry[(scope, lid)] = eid
             self.stats["adds"] += len(entries)
             return self.journal.note_appended()
+
+    def _check_entry(self, key, entry, version: int, digest) -> None:
+        """An entry's digest code is a known one (the ledger's, when its metadata is known)
+        and its payload is within max_entry_size_bytes (the documented limit)."""
+        facts = self._facts.get(key)
+        if version == 2 and digest not in DIGEST_SIZES:
+            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)!r} has unknown digest "
+                                     f"code {digest} (known: {sorted(DIGEST_SIZES)})")
+        if facts is not None and version == 2 and digest != facts.digest:
+            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)!r} has digest code "
+                                     f"{digest}, the ledger's is {facts.digest}")
+        code = facts.digest if facts is not None else digest
+        overhead = (41 if version == 2 else 32) + DIGEST_SIZES.get(code, 0 if code else 20)
+        if len(entry) - overhead > self.config.max_entry_size_bytes:
+            raise EntryTooLargeError(f"entry with a payload of {len(entry) - overhead} bytes is "
+                                     f"over max_entry_size_bytes ({self.config.max_entry_size_bytes})")
 
     def check_term(self, ledger_id, master_key: bytes, term: int) -> int:
         """A stream's recovery read or LAC read: check the key, adopt the term (journalled);
@@ -596,6 +713,8 @@ class Bookie:
             out["memtable_allocated_bytes"] = st.mt_a.allocated_bytes + st.mt_b.allocated_bytes
             out["index_pages_cached"] = st.index_cache.loaded
             out["ledgers"] = len(self.ledgers)
+            out["damaged_ledgers"] = {LedgerId(*k).qualified_name: dict(v)
+                                      for k, v in st.damaged.items()}
             out["last_log_mark"] = self.mark.persisted
             out["replay"] = {k: v for k, v in self.replay_report.items()}
             out["gc"] = dict(self.gc.stats)
@@ -609,6 +728,12 @@ class Bookie:
         self.disks.stop()
         try:
             self.checkpoint()
+        except (OSError, EmbedlogError) as exc:
+            if not _no_space(exc):
+                raise
+            # a full disk: the journal still holds everything the mark has not passed
+            log.error("bookie %s: no room for the closing checkpoint (%s); the next start "
+                      "replays the journal", self.bookie_id, exc)
         finally:
             with self.cv:
                 self._closed = True

@@ -43,7 +43,7 @@ import numpy as np
 from embedlog._native import entrylog as nel
 from embedlog._native.format import crc32c
 from embedlog import failpoints
-from embedlog.bookie.journal import fsync_dir
+from embedlog.bookie.fileio import atomic_write, fsync_dir
 from embedlog.errors import CorruptedDataError
 
 log = logging.getLogger("embedlog.bookie.compaction")
@@ -125,13 +125,7 @@ def write_manifest(path: str, target: int, sources: list[int]) -> None:
     body = (MANIFEST_MAGIC + f"target={target:x}\n".encode()
             + ("sources=" + ",".join(f"{s:x}" for s in sources) + "\n").encode())
     body += f"crc={crc32c(body):08x}\n".encode()
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
+    atomic_write(path, body)
 
 
 def read_manifest(path: str) -> tuple[int, list[int]]:

@@ -31,6 +31,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from embedlog.bookie.fileio import atomic_write, private_dir
 from embedlog.errors import CorruptedDataError, InvalidCookieError, MetadataError
 
 MAGIC = b"embedlog-cookie\t"
@@ -92,18 +93,8 @@ def read_dir_cookie(directory: str, journal: bool) -> Cookie | None:
 
 def write_dir_cookie(directory: str, journal: bool, cookie: Cookie) -> None:
     path = cookie_path(directory, journal)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(cookie.to_bytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    private_dir(os.path.dirname(path))
+    atomic_write(path, cookie.to_bytes())
 
 
 def _has_data(directory: str, journal: bool) -> bool:

@@ -17,6 +17,7 @@ a sequence number into the (journal id, offset) a LastLogMark stores.
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import shutil
@@ -26,12 +27,16 @@ import time
 
 from embedlog._native import journal as nj
 from embedlog import failpoints
-from embedlog.bookie.fileio import atomic_write, fsync_dir
+from embedlog.bookie.fileio import atomic_write, fsync_dir, private_dir
 from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
 _MARK = struct.Struct(">QQ")
+
+
+def _no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def journal_ids(directory: str) -> list[int]:
@@ -137,7 +142,7 @@ class Journal:
         # finished group wakes only those who need it
         self._writer_cv = threading.Condition(lock)
         self._prealloc_cv = threading.Condition(lock)
-        os.makedirs(directory, exist_ok=True)
+        private_dir(directory)
         self.buffer = nj.JournalBuffer()
         self._spare = nj.JournalBuffer()
         self.appended_seq = 0
@@ -146,7 +151,14 @@ class Journal:
         self.synced_seq = 0
         self._syncing = False
         self._oldest_pending = None       # monotonic time of the first record not yet taken
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None      # the journal cannot go on (EIO, ...)
+        # a full disk fails the groups it hits, not the journal: their seq ranges, and a new
+        # file before the next group (the failed write may have left part of itself behind)
+        self._failed: collections.deque = collections.deque(maxlen=64)   # (from, to, error)
+        self._needs_roll = False
+        # (exc, entries of the failed group) -> None, cv held: the bookie takes those entries
+        # back out of its memtable (they are not durable) and checks its disks
+        self.on_failure = None
         self._closed = False
         self._async: collections.deque = collections.deque()   # (seq, callback)
         self.stats = {t: 0 for t in TRIGGERS}
@@ -172,9 +184,16 @@ class Journal:
 
     def start(self, mark: "LastLogMark | None" = None) -> None:
         """Open a new journal file (a restarted bookie never appends to an old one);
-        ``mark`` records each new file as the journal head."""
+        ``mark`` records each new file as the journal head. On a full disk the bookie still
+        starts: the file is opened by the first group once there is room."""
         self._mark = mark
-        self._open_file()
+        try:
+            self._open_file()
+        except OSError as exc:
+            if not _no_space(exc):
+                raise
+            self._needs_roll = True
+            self.stats["no_space"] = self.stats.get("no_space", 0) + 1
         for target, name in ((self._writer_loop, "embedlog-journal"),
                              (self._prealloc_loop, "embedlog-journal-prealloc")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -186,12 +205,22 @@ class Journal:
         new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
         path = os.path.join(self.directory, "%x.txn" % new_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.pwrite(fd, nj.file_header(new_id, max(existing, default=0)), 0)
-        nj.write_zeros(fd, nj.HEADER_SIZE, min(self._prealloc, 4 << 20), sync=False)
-        os.fsync(fd)
-        fsync_dir(self.directory)
-        if getattr(self, "_mark", None) is not None:
-            self._mark.write_head(new_id)
+        try:
+            if os.pwrite(fd, nj.file_header(new_id, max(existing, default=0)), 0) != nj.HEADER_SIZE:
+                raise OSError(errno.ENOSPC, "short write of a journal header")
+            try:
+                nj.write_zeros(fd, nj.HEADER_SIZE, min(self._prealloc, 4 << 20), sync=False)
+            except OSError as exc:
+                if not _no_space(exc):
+                    raise               # zeros ahead are a speed-up: without room, none
+            os.fsync(fd)
+            fsync_dir(self.directory)
+            if getattr(self, "_mark", None) is not None:
+                self._mark.write_head(new_id)
+        except BaseException:
+            os.close(fd)                # no half-made journal file is left for replay
+            os.unlink(path)
+            raise
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._file_id, self._offset = fd, new_id, nj.HEADER_SIZE
@@ -270,7 +299,7 @@ class Journal:
         nrecords = buf.nrecords
         self._syncing = True
         self._oldest_pending = None
-        rolled = False
+        rolled = self._needs_roll
         if self._offset + buf.nbytes > self._max_bytes and self._offset > nj.HEADER_SIZE:
             rolled = True
         # never write where the preallocator is writing zeros, nor roll under it
@@ -285,7 +314,7 @@ class Journal:
         try:
             failpoints.hit("journal.before_write")
             if rolled:
-                self._open_file_locked_out(start_seq)
+                self._open_file_locked_out(start_seq, sync_old=not self._needs_roll)
             buf.write_to(self._fd, self._offset)
             self._offset += buf.nbytes
             sync = self.config.journal_sync_data
@@ -298,12 +327,32 @@ class Journal:
                 failpoints.hit("journal.after_sync")
         except BaseException as exc:
             self.cv.acquire()
-            self._error = exc
+            lost = []
+            if _no_space(exc):
+                # this group fails (none of it is acknowledged); the journal goes on in a
+                # new file as soon as there is room for one
+                self._failed.append((start_seq, end_seq, exc))
+                self._needs_roll = True
+                lost = buf.entry_ids()
+                buf.clear()
+                self.written_seq = self.synced_seq = end_seq
+                self.stats["no_space"] = self.stats.get("no_space", 0) + 1
+            else:
+                self._error = exc
             self._syncing = False
             self._rolling = False
             self.cv.notify_all()
-            raise
+            if self.on_failure is not None:
+                try:
+                    self.on_failure(exc, lost)
+                except Exception:
+                    log.exception("journal failure listener failed")
+            if isinstance(exc, EmbedlogError) or not isinstance(exc, Exception):
+                raise
+            raise EmbedlogError(f"journal write failed{' (disk full)' if _no_space(exc) else ''}: "
+                                f"{exc}") from exc
         self.cv.acquire()
+        self._needs_roll = False
         self._rolling = False
         buf.clear()
         self.written_seq = end_seq
@@ -328,15 +377,19 @@ class Journal:
         if self._zero_end - self._offset < self._prealloc:
             self._prealloc_cv.notify()
 
-    def _open_file_locked_out(self, start_seq: int) -> None:
-        nj.sync_fd(self._fd)
+    def _open_file_locked_out(self, start_seq: int, sync_old: bool = True) -> None:
+        if sync_old and self._fd >= 0:
+            nj.sync_fd(self._fd)
         self._open_file()
         self.files[-1] = (start_seq, self._file_id, nj.HEADER_SIZE)
 
     def wait_durable(self, seq: int, timeout: float | None = None) -> None:
         """Block until the journal is durable up to ``seq`` (cv held by caller)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.synced_seq < seq:
+        while True:
+            self._raise_failed(seq)
+            if self.synced_seq >= seq:
+                return
             if self._error is not None:
                 raise EmbedlogError(f"journal failed: {self._error}") from self._error
             if self._closed:
@@ -355,6 +408,12 @@ class Journal:
                     raise TimeoutError("journal did not become durable in time")
                 wait_s = left if wait_s is None else min(wait_s, left)
             self.cv.wait(wait_s)
+
+    def _raise_failed(self, seq: int) -> None:
+        """A seq in a group a full disk failed is never durable."""
+        for lo, hi, exc in self._failed:
+            if lo < seq <= hi:
+                raise EmbedlogError(f"journal write failed (disk full): {exc}") from exc
 
     def on_durable(self, seq: int, callback) -> None:
         """Call ``callback(error_or_None)`` from the writer thread once ``seq`` is durable."""
@@ -386,18 +445,28 @@ class Journal:
                             self._lead(trigger)
                         else:
                             self.cv.wait(wait_s)
-                    error = None
-                except BaseException as exc:   # surfaced to every async waiter
-                    error = exc
-                while self._async and (error is not None or self._async[0][0] <= self.synced_seq):
-                    done.append(self._async.popleft()[1])
+                    stuck = None
+                except BaseException as exc:   # the waiters it concerns are told below
+                    stuck = exc if (self._closed or self._error is not None) else None
+                while self._async:
+                    seq = self._async[0][0]
+                    try:
+                        self._raise_failed(seq)
+                        if stuck is not None:
+                            raise EmbedlogError(f"journal failed: {stuck}") from stuck
+                    except EmbedlogError as exc:
+                        done.append((self._async.popleft()[1], exc))
+                        continue
+                    if seq > self.synced_seq:
+                        break                  # a later group makes it durable (or fails it)
+                    done.append((self._async.popleft()[1], None))
                 if not self.config.journal_sync_data and \
                         time.monotonic() - last_interval_sync >= interval_s and self._fd >= 0:
                     nj.sync_fd(self._fd)
                     self.stats["interval"] += 1
                     last_interval_sync = time.monotonic()
-            for cb in done:
-                cb(error)
+            for cb, failed in done:
+                cb(failed)
 
     def _prealloc_loop(self) -> None:
         """Keep zeros written ahead of the tail so the common fdatasync only flushes data."""
@@ -420,13 +489,16 @@ class Journal:
             failpoints.hit("journal.prealloc_before_zero")
             try:
                 nj.write_zeros(fd, start, chunk, sync=True)
+                wrote = True
             except OSError:
-                pass                      # closed under us by a roll; the next loop retries
+                wrote = False             # closed under us by a roll, or no room: retry later
             with self.cv:
                 self._claim = None
-                if self._file_id == file_id:
+                if wrote and self._file_id == file_id:
                     self._zero_end = start + chunk
                 self.cv.notify_all()
+                if not wrote and not self._closed:
+                    self._prealloc_cv.wait(0.5)
 
     def close(self) -> None:
         with self.cv:
@@ -547,12 +619,8 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 mm.close()
             if status == "torn":
                 torn_dir = os.path.join(directory, "torn")
-                os.makedirs(torn_dir, exist_ok=True)
-                keep = os.path.join(torn_dir, "%x.txn.%d" % (file_id, end))
-                with open(keep, "wb") as k:
-                    k.write(tail)
-                    k.flush()
-                    os.fsync(k.fileno())
+                private_dir(torn_dir)
+                atomic_write(os.path.join(torn_dir, "%x.txn.%d" % (file_id, end)), tail)
                 f.truncate(end)
                 f.flush()
                 os.fsync(f.fileno())

@@ -15,6 +15,7 @@ the flusher takes the storage lock alone.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -26,6 +27,8 @@ from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
 from embedlog.errors import CorruptedDataError, NoSuchEntryError, NoSuchLedgerError
+
+log = logging.getLogger("embedlog.bookie")
 
 
 class SortedLedgerStorage:
@@ -47,6 +50,7 @@ class SortedLedgerStorage:
         self.index_cache = nix.IndexCache(self.current_dirs[0], config.page_limit,
                                           choose_root=choose_current)
         self.erased: set = set()             # ledgers with entries erased since GC last looked
+        self.damaged: dict = {}              # (scope, lid) -> what happened to its index file
         self.flush_error: BaseException | None = None   # the last memtable flush failure
         self.ledgers: SortedDict = SortedDict()          # (scope, lid) -> LedgerIndex
         self.lock = threading.Lock()                      # entry logs and index pages
@@ -206,7 +210,13 @@ class SortedLedgerStorage:
         return self.entry_logger.read_encoded(loc)
 
     def load_indexes(self):
-        """(key, LedgerIndex) of every index file in every ledger directory (start-up)."""
+        """(key, LedgerIndex) of every index file in every ledger directory (start-up).
+
+        One damaged index file costs its ledger's writes on this bookie, never the bookie:
+        it is set aside as ``<file>.damaged`` (logged, listed in ``damaged``) and a new index
+        is rebuilt from the entry logs (BookKeeper's index rebuild). The rebuilt ledger is
+        fenced (its header's fence, key and term are gone), so it serves reads, and adds
+        to it are refused; entries still in the journal come back by replay as usual."""
         seen = {}
         for current in self.current_dirs:
             for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
@@ -222,8 +232,47 @@ class SortedLedgerStorage:
                             raise CorruptedDataError(
                                 f"ledger {LedgerId(*key)!r} has index files in two ledger "
                                 f"directories: {seen[key]} and {os.path.join(dirpath, name)}")
-                        seen[key] = os.path.join(dirpath, name)
-                        yield key, self.index_cache.open(key[0], key[1], True, current)
+                        path = seen[key] = os.path.join(dirpath, name)
+                        try:
+                            idx = self.index_cache.open(key[0], key[1], True, current)
+                        except (CorruptedDataError, OSError) as exc:
+                            idx = self._rebuild_index(key, path, current, exc)
+                        yield key, idx
+
+    def _rebuild_index(self, key, path, current, error):
+        """A new index for ``key`` from every entry it finds in the entry logs (newest log
+        wins for an entry id written twice), replacing the damaged file at ``path``."""
+        import numpy as np
+        os.replace(path, path + ".damaged")
+        eids_all, locs_all = [], []
+        for log_id in self.entry_logger.log_ids():
+            try:
+                m = nel.MappedLog.open_existing(self.entry_logger.path_of(log_id), log_id)
+            except (CorruptedDataError, OSError):
+                continue
+            try:
+                locs, _sizes, scopes, lids, eids = m.entry_table()
+            finally:
+                m.close()
+            mask = (scopes == key[0]) & (lids == key[1])
+            if mask.any():
+                eids_all.append(eids[mask])
+                locs_all.append(locs[mask])
+        idx = self.index_cache.open(key[0], key[1], False, current)
+        found = 0
+        if eids_all:
+            eids, locs = np.concatenate(eids_all), np.concatenate(locs_all)
+            order = np.argsort(eids, kind="stable")   # later logs come later: they win
+            idx.set_locations(eids[order], locs[order])
+            found = len(np.unique(eids))
+        idx.fenced = True                # its fence state is unknown: take no more adds
+        idx.header_dirty = True
+        self.damaged[key] = {"file": path, "set_aside": path + ".damaged", "error": str(error),
+                             "entries_found": found}
+        log.error("ledger %r: index file %s is damaged (%s); set aside as %s.damaged and "
+                  "rebuilt from the entry logs (%d entries); the ledger is read-only here",
+                  LedgerId(*key), path, error, path, found)
+        return idx
 
     def location(self, key, entry_id: int) -> int:
         idx = self.ledgers.get(key)

@@ -23,11 +23,16 @@ def rss_bytes(pid: int) -> int:
 class RawConnection:
     """A bare socket speaking the wire protocol, with none of the client's manners."""
 
-    def __init__(self, address: str, *, rcvbuf: int | None = None, timeout_s: float = 10.0):
+    def __init__(self, address: str, *, rcvbuf: int | None = None, timeout_s: float = 10.0,
+                 source: str | None = None):
+        """``source``: the local address to connect from (another loopback address, such as
+        127.0.0.2, stands for another host)."""
         host, _, port = address.rpartition(":")
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf is not None:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if source is not None:
+            self.sock.bind((source, 0))
         self.sock.settimeout(timeout_s)
         self.sock.connect((host, int(port)))
         self.backlog = bytearray()          # bytes try_send could not hand to the socket yet

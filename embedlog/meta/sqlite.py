@@ -131,6 +131,10 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         self._stop = threading.Event()
         self._watches: list[PollingWatch] = []
         self._bind_managers()
+        if not os.path.exists(path):
+            # ledger passwords live here: the file (and the -wal and -shm files SQLite
+            # makes with its mode) is this user's only
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         self._init_schema()
 
     # ---- connections -------------------------------------------------------------

@@ -62,7 +62,7 @@ EINVALIDTERM = 108
 DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 4096      # BookKeeper's 5 MiB, plus headers
 
 LENGTH = struct.Struct(">I")
-REQ_HEAD = struct.Struct(">BBHQQQ20sQ")          # 64 bytes
+REQ_HEAD = struct.Struct(">BBHQQQ20sQ")          # 56 bytes
 RESP_HEAD = struct.Struct(">BBHQiQQ")            # 32 bytes
 U32 = struct.Struct(">I")
 I64 = struct.Struct(">q")

@@ -1,20 +1,33 @@
 """TLS contexts and the shared token (docs/SECURITY.md). Everything here is off unless asked for."""
 from __future__ import annotations
 
+import os
 import ssl
+import stat
 
 from embedlog.errors import ConfigError
 
 
+MIN_TOKEN_BYTES = 16        # a shorter shared secret is guessable
+MAX_TOKEN_BYTES = 1024      # it travels in every connection's first frame
+
+
 def read_token(path: str) -> bytes:
-    """The shared token from a file (surrounding whitespace stripped); it must not be empty."""
+    """The shared token from a file (surrounding whitespace stripped). The file must be
+    readable by its owner only, and the token 16 to 1024 bytes long."""
     try:
         with open(path, "rb") as f:
-            token = f.read().strip()
+            mode = os.fstat(f.fileno()).st_mode
+            token = f.read(MAX_TOKEN_BYTES + 2).strip()
     except OSError as exc:
         raise ConfigError(f"cannot read the auth token file {path!r}: {exc}") from None
-    if not token:
-        raise ConfigError(f"the auth token file {path!r} is empty")
+    if mode & 0o077:
+        raise ConfigError(f"the auth token file {path!r} is readable by others "
+                          f"(mode {stat.S_IMODE(mode):o}); chmod 600 it")
+    if not MIN_TOKEN_BYTES <= len(token) <= MAX_TOKEN_BYTES:
+        raise ConfigError(f"the auth token in {path!r} is {len(token)} bytes; use "
+                          f"{MIN_TOKEN_BYTES} to {MAX_TOKEN_BYTES} (for example: "
+                          "python -c 'import secrets; print(secrets.token_hex(32))')")
     return token
 
 

@@ -31,15 +31,19 @@ MAX_READ_ENTRIES = 1024
 AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set
 MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connection is closed
 GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
+PRE_AUTH_MAX_FRAME = 4096   # bytes a frame may have before AUTH succeeds (AUTH is tiny)
+READ_BUFFER_BYTES = 64 * 1024   # what a connection's reader holds ahead of the frame asked for
 
 
 class _Connection:
     """One client connection: what it has in flight, when it last sent a frame."""
     __slots__ = ("writer", "requests", "bytes", "opened", "last_active", "authenticated",
-                 "auth_failures", "goaway_at", "closed", "refusing")
+                 "auth_failures", "goaway_at", "closed", "refusing", "frame_started", "address")
 
-    def __init__(self, writer, now: float, authenticated: bool):
+    def __init__(self, writer, now: float, authenticated: bool, address=None):
         self.writer = writer
+        self.address = address
+        self.frame_started = None  # loop time the frame being read began (None: between frames)
         self.requests = self.bytes = self.auth_failures = 0
         self.opened = self.last_active = now
         self.authenticated = authenticated
@@ -78,6 +82,9 @@ class BookieServer:
         self.max_frame_bytes = max_frame_bytes or cfg.max_frame_size_bytes
         self.max_long_poll_ms = max_long_poll_ms
         self.max_connections = cfg.max_connections
+        self.max_per_address = cfg.max_connections_per_address
+        self.frame_timeout_s = cfg.frame_read_timeout_ms / 1000.0
+        self._per_address: dict = {}      # remote address -> connections open
         self.max_requests_per_conn = cfg.max_in_flight_requests_per_connection
         self.max_bytes_per_conn = cfg.max_in_flight_bytes_per_connection
         self.max_requests = cfg.max_in_flight_requests
@@ -102,11 +109,12 @@ class BookieServer:
         self._room_freed = asyncio.Event()
         tls = {} if self.ssl_context is None else {
             "ssl": self.ssl_context, "ssl_handshake_timeout": AUTH_TIMEOUT_S}
+        # a small reader limit: a frame is read with readexactly (which reads past it), so
+        # the limit only bounds what a connection buffers ahead of the frame it is on
         self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  limit=self.max_frame_bytes + 8, **tls)
+                                                  limit=READ_BUFFER_BYTES, **tls)
         self.port = self._server.sockets[0].getsockname()[1]
-        if self.idle_timeout_s or self.auth_token is not None:
-            self._sweeper = self._loop.create_task(self._sweep())
+        self._sweeper = self._loop.create_task(self._sweep())
 
     @property
     def address(self) -> str:
@@ -125,29 +133,44 @@ class BookieServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.stats["connections"] += 1
+        peer = writer.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) else str(peer)
+        refused = None
         if len(self._conns) >= self.max_connections:
+            refused = f"too many connections (max_connections={self.max_connections})"
+        elif self._per_address.get(address, 0) >= self.max_per_address:
+            refused = (f"too many connections from {address} "
+                       f"(max_connections_per_address={self.max_per_address})")
+        if refused is not None:
             self.stats["refused_connections"] += 1
-            writer.write(P.error_response(0, 0, 0, P.ETOOMANYREQUESTS, 0, 0,
-                                          f"too many connections (max_connections={self.max_connections})"))
+            writer.write(P.error_response(0, 0, 0, P.ETOOMANYREQUESTS, 0, 0, refused))
             try:
                 await writer.drain()
             except ConnectionError:
                 pass
             writer.close()
             return
-        conn = _Connection(writer, self._loop.time(), self.auth_token is None)
+        conn = _Connection(writer, self._loop.time(), self.auth_token is None, address)
         self._conns[writer] = conn
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         try:
             while True:
                 try:
-                    head = await reader.readexactly(4)
+                    # a frame's clock starts at its first byte: a trickled frame is cut off
+                    # (the sweeper), an idle connection between frames is not
+                    first = await reader.readexactly(1)
+                    conn.frame_started = self._loop.time()
+                    head = first + await reader.readexactly(3)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 (n,) = P.LENGTH.unpack(head)
-                if n > self.max_frame_bytes or n < P.REQ_HEAD.size:
+                limit = self.max_frame_bytes if conn.authenticated else PRE_AUTH_MAX_FRAME
+                if n > limit or n < P.REQ_HEAD.size:
                     self.stats["bad_frames"] += 1
                     writer.write(P.error_response(0, 0, 0, P.EBADREQ, 0, 0,
-                                                  f"frame of {n} bytes is outside 64..{self.max_frame_bytes}"))
+                                                  f"frame of {n} bytes is outside "
+                                                  f"{P.REQ_HEAD.size}..{limit}"
+                                                  + ("" if conn.authenticated else " before AUTH")))
                     await writer.drain()
                     return
                 # back-pressure: while a limit is reached, the rest of the frame stays in the
@@ -164,6 +187,7 @@ class BookieServer:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     self.stats["bad_frames"] += 1
                     return
+                conn.frame_started = None
                 conn.last_active = self._loop.time()
                 try:
                     req = P.parse_request(message)
@@ -246,6 +270,11 @@ class BookieServer:
         """A connection ended: what it still had in flight no longer counts against the bookie
         (those requests finish; their replies go nowhere)."""
         self._conns.pop(conn.writer, None)
+        left = self._per_address.get(conn.address, 1) - 1
+        if left > 0:
+            self._per_address[conn.address] = left
+        else:
+            self._per_address.pop(conn.address, None)
         conn.closed = True
         self.in_flight_requests -= conn.requests
         self.in_flight_bytes -= conn.bytes
@@ -255,12 +284,16 @@ class BookieServer:
     async def _sweep(self) -> None:
         """Close connections that did not authenticate in time, and tell idle ones to go away
         (GOAWAY), closing them once the grace period is over and nothing is in flight."""
-        period = min(1.0, max(0.05, (self.idle_timeout_s or 1.0) / 4))
+        period = min(1.0, max(0.05, (self.idle_timeout_s or 1.0) / 4, self.frame_timeout_s / 4))
+        period = min(period, self.frame_timeout_s / 2)
         while True:
             await asyncio.sleep(period)
             now = self._loop.time()
             for conn in list(self._conns.values()):
-                if not conn.authenticated:
+                if conn.frame_started is not None and now - conn.frame_started > self.frame_timeout_s:
+                    self.stats["slow_frames_closed"] = self.stats.get("slow_frames_closed", 0) + 1
+                    conn.writer.close()          # a frame that never finishes arriving
+                elif not conn.authenticated:
                     if now - conn.opened > AUTH_TIMEOUT_S:
                         conn.writer.close()
                 elif conn.goaway_at is not None:
@@ -308,6 +341,27 @@ class BookieServer:
     # -- operations ------------------------------------------------------------------------
 
     def _dispatch(self, req, writer) -> None:
+        if self._may_create(req) and self.bookie.needs_ledger_facts(_lid(req)):
+            # a request that may create the ledger or carries a term waits for one metadata
+            # read (the ledger's key, digest, boundedness), off the event loop
+            fut = self._loop.run_in_executor(None, self.bookie.fetch_ledger_facts, _lid(req))
+            fut.add_done_callback(lambda f: self._after_facts(f, req, writer))
+            return
+        self._handle(req, writer)
+
+    @staticmethod
+    def _may_create(req) -> bool:
+        return (req.op in (P.ADD, P.WRITE_LAC, P.TRIM)
+                or (req.op in (P.READ, P.READ_LAC) and req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ)))
+
+    def _after_facts(self, fut, req, writer) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            self._fail(writer, req, exc)
+        else:
+            self._handle(req, writer)
+
+    def _handle(self, req, writer) -> None:
         try:
             handler = self._handlers[req.op]
             handler(self, req, writer)

@@ -21,6 +21,7 @@ writes ``<hex id>.log.compacting`` files (see embedlog/bookie/compaction.py);
 their ids come from the same sequence.
 """
 
+import errno as _errno
 import os
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
@@ -42,6 +43,7 @@ cdef enum:
 
 HEADER_SIZE = LOG_HEADER_SIZE
 ALLOC_CHUNK = 8 << 20          # bytes of an entry log's blocks allocated ahead of its writes
+errno_ENOSPC = _errno.ENOSPC
 MAGIC = b"ELLO"
 MAP_MARKER = 0xFFFFFFFF
 
@@ -83,7 +85,7 @@ cdef class MappedLog:
         cdef MappedLog m = MappedLog()
         m.log_id = log_id
         m.path = path
-        m.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        m.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         m.allocated = 0
         m.position = 0
         m.mapped = size_limit
@@ -115,9 +117,7 @@ cdef class MappedLog:
             m._unmap()
             raise CorruptedDataError(f"entry log {path} is shorter than its header")
         m._map(PROT_READ)
-        if memcmp4(m.base, b"ELLO"):
-            m._unmap()
-            raise CorruptedDataError(f"entry log {path} has a bad magic")
+        m._check_header()
         m.position = m._scan_end()
         return m
 
@@ -134,13 +134,20 @@ cdef class MappedLog:
             m._unmap()
             raise CorruptedDataError(f"entry log {path} is shorter than its header")
         m._map(PROT_READ | PROT_WRITE)
-        if memcmp4(m.base, b"ELLO"):
-            m._unmap()
-            raise CorruptedDataError(f"entry log {path} has a bad magic")
+        m._check_header()
         m.position = m._scan_end()
         m.allocated = m.position
         m.synced = 0
         return m
+
+    cdef _check_header(self):
+        cdef uint32_t version = el_get32(self.base + 4)
+        if memcmp4(self.base, b"ELLO"):
+            self._unmap()
+            raise CorruptedDataError(f"entry log {self.path} offset 0: bad magic")
+        if version != 1:
+            self._unmap()
+            raise CorruptedDataError(f"entry log {self.path} offset 4: unknown format version {version}")
 
     @property
     def sealed(self):
@@ -220,11 +227,19 @@ cdef class MappedLog:
     cdef int reserve(self, Py_ssize_t n) except -1:
         """Allocate disk blocks for ``n`` more bytes at the write position (a chunk ahead):
         OSError (ENOSPC) here, rather than SIGBUS when the map is written."""
-        cdef Py_ssize_t end = self.position + n
-        if end <= self.allocated:
+        cdef Py_ssize_t need = self.position + n
+        if need <= self.allocated:
             return 0
-        end = min(self.mapped, max(end, self.allocated + ALLOC_CHUNK))
-        os.posix_fallocate(self.fd, self.allocated, end - self.allocated)
+        cdef Py_ssize_t end = min(self.mapped, max(need, self.allocated + ALLOC_CHUNK))
+        try:
+            os.posix_fallocate(self.fd, self.allocated, end - self.allocated)
+        except OSError as exc:
+            if exc.errno != errno_ENOSPC or end == need:
+                raise
+            # a nearly full disk: take only what these bytes need (replay after a full
+            # disk needs no more room than the data it replays)
+            end = need
+            os.posix_fallocate(self.fd, self.allocated, end - self.allocated)
         self.allocated = end
         return 0
 

@@ -96,16 +96,20 @@ cdef class LedgerIndex:
             h = f.read(HEADER_SIZE)
             size = os.fstat(f.fileno()).st_size
         cdef const uint8_t[::1] v = h
-        if len(h) < HEADER_SIZE or h[:4] != b"ELIX":
-            raise CorruptedDataError(f"index file {self.path} has a bad header")
+        if len(h) < HEADER_SIZE:
+            raise CorruptedDataError(f"index file {self.path} offset {len(h)}: the header is "
+                                     f"cut short ({len(h)} of {HEADER_SIZE} bytes)")
+        if h[:4] != b"ELIX":
+            raise CorruptedDataError(f"index file {self.path} offset 0: bad magic {h[:4]!r}")
         if el_get32(&v[1020]) != el_crc32c(0, &v[0], 1020):
-            raise CorruptedDataError(f"index file {self.path}: header checksum mismatch")
+            raise CorruptedDataError(f"index file {self.path} offset 1020: header checksum mismatch")
         if el_get32(&v[4]) != 1:
-            raise CorruptedDataError(f"index file {self.path}: unknown version {el_get32(&v[4])}")
+            raise CorruptedDataError(f"index file {self.path} offset 4: unknown version "
+                                     f"{el_get32(&v[4])}")
         state = el_get32(&v[8])
         klen = el_get32(&v[12])
         if klen > MAX_KEY:
-            raise CorruptedDataError(f"index file {self.path}: master key length {klen}")
+            raise CorruptedDataError(f"index file {self.path} offset 12: master key length {klen}")
         self.master_key = bytes(h[16:16 + klen]) if state & STATE_KEY else None
         self.fenced = bool(state & STATE_FENCED)
         self.term = el_get64(&v[80])
@@ -285,8 +289,8 @@ cdef class LedgerIndex:
             return False
         new = not os.path.exists(self.path)
         if new:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            _private_dirs(os.path.dirname(self.path))
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             os.pwrite(fd, self._header_bytes(), 0)
             for p in sorted(self.dirty_pages):
@@ -381,6 +385,17 @@ cdef class IndexCache:
 
     def trim(self):
         self._evict_some()
+
+
+def _private_dirs(path):
+    """Create ``path`` and its missing parents 0700 (os.makedirs gives parents the default)."""
+    if os.path.isdir(path):
+        return
+    _private_dirs(os.path.dirname(path))
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
 
 
 def _fsync_dirs(path, stop):

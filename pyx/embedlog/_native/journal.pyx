@@ -32,7 +32,8 @@ from libc.string cimport memcpy, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite, fdatasync, fsync
 
-from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
+from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
+                                      el_crc_init, parse_ids)
 
 from embedlog._native.format import parse_entry_header
 from embedlog.errors import JournalCorruptedError
@@ -177,6 +178,21 @@ cdef class JournalBuffer:
     def clear(self):
         self.size = 0
         self.records = 0
+
+    def entry_ids(self):
+        """(scope, ledger, entry id) of every ENTRY record framed in the buffer (a group the
+        disk refused: those entries are taken back out of the memtable)."""
+        cdef Py_ssize_t off = 0, n
+        cdef uint64_t s, l
+        cdef int64_t e
+        out = []
+        while off + RECORD_HEADER_SIZE <= self.size:
+            n = el_get32(self.data + off)
+            if self.data[off + 8] == REC_ENTRY:
+                parse_ids(self.data + off + RECORD_HEADER_SIZE, n, &s, &l, &e)
+                out.append((s, l, e))
+            off += RECORD_HEADER_SIZE + n
+        return out
 
     def swap(self, JournalBuffer other):
         """Exchange contents with ``other`` (an emptied spare), so writing needs no lock."""

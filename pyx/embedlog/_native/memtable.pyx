@@ -288,6 +288,20 @@ cdef class MemTable:
                     blk.slot[k] = 0
                     self.live -= 1
 
+    def last_entry_id(self, uint64_t scope, uint64_t lid):
+        """The highest entry id of a ledger held (not hidden) here, -1 if none."""
+        cdef Py_ssize_t b, k
+        cdef int64_t best = -1
+        cdef mt_block *blk
+        for b in range(self.nblocks):
+            blk = &self.blocks[b]
+            if blk.scope != scope or blk.lid != lid:
+                continue
+            for k in range(64):
+                if blk.slot[k] and (blk.hi << 6) + k > best:
+                    best = (blk.hi << 6) + k
+        return best
+
     def sorted_records(self):
         """(scope, ledger, entry, arena offset, size) of the live records, sorted; a
         numpy structured array, the order a flush writes them in."""

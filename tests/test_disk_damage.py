@@ -1,0 +1,97 @@
+"""Damaged files on disk: one bad index file costs its ledger's writes on this bookie,
+never the bookie; entries and files that do not validate are refused where they enter or
+are opened, with the file and offset named."""
+import os
+
+import pytest
+
+import embedlog
+from embedlog._native import index as nix
+from embedlog._native.format import encode_entry, master_key
+from embedlog.errors import CorruptedDataError, EntryTooLargeError
+
+CFG = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=1 << 16)
+
+
+def index_file(log, lid):
+    return nix.index_path(log.bookie.ledger_currents[0], lid.scope_id, lid.ledger_id)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bad_magic", "version_99"])
+def test_one_bad_index_file_costs_one_ledger_not_the_bookie(tmp_path, damage):
+    with embedlog.open(tmp_path, **CFG) as log:
+        handles = [log.create_ledger(scope_id=s) for s in (0, 0, 7)]
+        for h in handles:
+            h.append_many([b"%s-%d" % (h.ledger_id.qualified_name.encode(), i) for i in range(300)])
+            h.close()
+        victim, others = handles[1].ledger_id, [handles[0].ledger_id, handles[2].ledger_id]
+        path = index_file(log, victim)
+    data = open(path, "rb").read()
+    if damage == "truncated":
+        data = data[:100]
+    elif damage == "bad_magic":
+        data = b"XXXX" + data[4:]
+    else:
+        data = data[:4] + (99).to_bytes(4, "big") + data[8:]
+    open(path, "wb").write(data)
+    with embedlog.open(tmp_path, **CFG) as log:
+        stats = log.bookie.statistics()["damaged_ledgers"]
+        assert list(stats) == [victim.qualified_name]
+        assert stats[victim.qualified_name]["entries_found"] == 300
+        assert os.path.exists(path + ".damaged")
+        for lid in others:
+            assert log.open_ledger(lid).read_batch(0, 299)[299].endswith(b"-299")
+        # the rebuilt index serves every entry the entry logs hold
+        got = log.open_ledger(victim).read_batch(0, 299)
+        assert got == [b"%s-%d" % (victim.qualified_name.encode(), i) for i in range(300)]
+        with pytest.raises(CorruptedDataError, match="damaged"):
+            log.bookie.add_payloads(victim, master_key(b""), 300, 299, 0, 3, None, [b"x"])
+        w = log.create_ledger()                 # the bookie takes other writes
+        assert w.append(b"fine") == 0
+    with embedlog.open(tmp_path, **CFG) as log:  # the rebuilt index is a good file now
+        assert log.open_ledger(victim).read_batch(299, 299)[0].endswith(b"-299")
+
+
+def test_a_bad_bookie_id_file_is_named(tmp_path):
+    with embedlog.open(tmp_path, **CFG):
+        pass
+    (tmp_path / "current" / "BOOKIE_ID").write_bytes(b"\xff\xfe bookie")
+    with pytest.raises(CorruptedDataError, match="BOOKIE_ID"):
+        embedlog.open(tmp_path, **CFG)
+
+
+def test_an_entry_log_of_an_unknown_version_is_named_when_opened(tmp_path):
+    from embedlog._native import entrylog as nel
+    with embedlog.open(tmp_path, **CFG) as log:
+        w = log.create_ledger()
+        w.append_many([bytes(1000)] * 200)
+        w.close()
+        logs = [n for n in os.listdir(log.bookie.ledger_currents[0]) if n.endswith(".log")]
+    path = os.path.join(tmp_path, "current", logs[0])
+    with open(path, "r+b") as f:
+        f.seek(4)
+        f.write((99).to_bytes(4, "big"))
+    with pytest.raises(CorruptedDataError, match=r"offset 4: unknown format version 99"):
+        nel.MappedLog.open_existing(path, int(logs[0][:-4], 16))
+
+
+def test_data_is_private_to_its_user(tmp_path):
+    """meta.db holds every ledger's password and index headers hold master keys, which is all
+    the wire protocol needs to write: directories 0700, files 0600."""
+    import stat
+    path = tmp_path / "d"
+    with embedlog.open(path, **CFG) as log:
+        w = log.create_ledger(password=b"pw")
+        w.append_many([bytes(1000)] * 300)
+        w.close()
+        log.bookie.checkpoint()
+    modes = {}
+    for root, dirs, files in os.walk(path):
+        for d in dirs:
+            modes[os.path.join(root, d)] = stat.S_IMODE(os.stat(os.path.join(root, d)).st_mode)
+        for f in files:
+            modes[os.path.join(root, f)] = stat.S_IMODE(os.stat(os.path.join(root, f)).st_mode)
+    modes[str(path)] = stat.S_IMODE(os.stat(path).st_mode)
+    loose = {p: oct(m) for p, m in modes.items() if m & 0o077}
+    assert not loose, loose
+    assert any(p.endswith(".idx") for p in modes) and any(p.endswith("meta.db") for p in modes)
