@@ -65,6 +65,10 @@ class EmbeddedLog:
     # -- ledgers -------------------------------------------------------------------
 
     def create_ledger(self, digest="crc32c", password: bytes = b"", scope_id: int = 0) -> "WriteHandle":
+        """A new ledger. ``digest``: "crc32c" (default), "crc32", "mac" (HMAC-SHA1 keyed by the
+        password) or "dummy": no digest at all, so a damaged entry is served exactly as
+        stored (the entry logs' block checksums, checked by the shell's
+        localconsistencycheck, are then the only way to find it)."""
         self._check_open()
         code = digest_code(digest)
         password = _password(password)

@@ -95,3 +95,39 @@ def test_data_is_private_to_its_user(tmp_path):
     loose = {p: oct(m) for p, m in modes.items() if m & 0o077}
     assert not loose, loose
     assert any(p.endswith(".idx") for p in modes) and any(p.endswith("meta.db") for p in modes)
+
+
+def test_a_flipped_byte_in_a_dummy_ledger_is_found_by_the_block_checksums(tmp_path):
+    """DUMMY means no digest: its entries are served as stored. The seal's block checksums
+    still find the damaged record, and name the file, the block and the entry."""
+    from embedlog._native import entrylog as nel
+    from embedlog.bookie.scrub import damaged_records
+    cfg = dict(CFG, entry_log_size_limit=1 << 20)
+    with embedlog.open(tmp_path, **cfg) as log:
+        w = log.create_ledger(digest="dummy")
+        w.append_many([b"%05d" % i + bytes(2000) for i in range(2000)])      # several logs
+        w.close()
+        log.bookie.checkpoint()
+        lid = w.ledger_id
+        current = log.bookie.ledger_currents[0]
+    logs = sorted((int(n[:-4], 16), os.path.join(current, n)) for n in os.listdir(current)
+                  if n.endswith(".log"))
+    sealed = [(i, p) for i, p in logs if nel.MappedLog.open_existing(p, i).sealed]
+    assert sealed and damaged_records(logs) == []
+    log_id, path = sealed[0]
+    m = nel.MappedLog.open_existing(path, log_id)
+    locs, sizes, scopes, lids, eids = m.entry_table()
+    k = len(locs) // 2
+    off = int(locs[k] & 0xFFFFFFFF) + 100                  # inside entry eids[k]'s payload
+    m.close()
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0xFF]))
+    found = damaged_records(logs)
+    assert len(found) == 1 and found[0]["file"] == path and found[0]["offset"] <= off < found[0]["end"]
+    assert (lid.qualified_name, int(eids[k])) in found[0]["entries"]
+    with embedlog.open(tmp_path, **cfg) as log:             # DUMMY serves the flipped bytes as is
+        got = log.open_ledger(lid).read_entry(int(eids[k]))
+        assert got != b"%05d" % int(eids[k]) + bytes(2000)

@@ -30,7 +30,9 @@ class Client:
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest="crc32c", password: bytes = b"", scope_id: int = 0,
                       ledger_id=None, custom_metadata: dict | None = None) -> WriteHandle:
-        """A new ledger on ensemble_size bookies chosen from the writable ones."""
+        """A new ledger on ensemble_size bookies chosen from the writable ones. ``digest``:
+        "crc32c" (default), "crc32", "mac" or "dummy" (no digest: a damaged copy is served as
+        stored instead of failing over to another replica)."""
         if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
             raise IllegalOpError(f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
                                  f"{ensemble_size}, {write_quorum}, {ack_quorum}")

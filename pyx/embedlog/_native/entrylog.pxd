@@ -15,6 +15,7 @@ cdef class MappedLog:
     cdef int _map(self, int prot) except -1
     cdef Py_ssize_t _scan_end(self)
     cdef _check_header(self)
+    cdef _write_block_crcs(self, uint8_t *p, Py_ssize_t end, Py_ssize_t nblocks)
     cdef uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil
     cdef const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil
 

@@ -3,10 +3,14 @@
 
 Grammar (big-endian; see docs/FORMATS.md)::
 
-    entry_log  := header(1024) (size:u32 entry[size])* ledgers_map? zeros*
-    header     := "ELLO" version:u32(=1) map_offset:u64 map_count:u32 zeros(1004)
+    entry_log  := header(1024) (size:u32 entry[size])* (ledgers_map block_crcs?)? zeros*
+    header     := "ELLO" version:u32(=1) map_offset:u64 map_count:u32
+                  crcs_offset:u64 zeros(996)               # 0: no block checksums (older logs)
     ledgers_map:= size:u32 (=0xFFFFFFFF marker) count:u32 (scope:u64 ledger:u64 bytes:u64)*count
                   crc32c:u32
+    block_crcs := "ELBC" block_bytes:u32 count:u32 crc32c:u32*count table_crc:u32
+                  # crc32c of each block_bytes of [1024, map_offset) at the seal, so a
+                  # damaged record is found even in a DUMMY-digest ledger (localconsistencycheck)
     location   := log_id << 32 | offset of entry[] in its file   (0: no entry)
 
 A file is created at ``size_limit`` (sparse) and mapped once; its blocks are
@@ -40,8 +44,10 @@ el_crc_init()
 
 cdef enum:
     LOG_HEADER_SIZE = 1024
+    CRC_BLOCK_BYTES = 65536        # bytes per checksummed block of a sealed log
 
 HEADER_SIZE = LOG_HEADER_SIZE
+CRC_BLOCK = CRC_BLOCK_BYTES
 ALLOC_CHUNK = 8 << 20          # bytes of an entry log's blocks allocated ahead of its writes
 errno_ENOSPC = _errno.ENOSPC
 MAGIC = b"ELLO"
@@ -306,12 +312,15 @@ cdef class MappedLog:
     def seal(self, ledgers):
         """Append the ledgers map ({(scope, ledger): bytes}), cut the file, sync it."""
         cdef Py_ssize_t pos = self.position
+        cdef Py_ssize_t nblocks = (pos - LOG_HEADER_SIZE + CRC_BLOCK_BYTES - 1) // CRC_BLOCK_BYTES
         cdef Py_ssize_t need = 8 + 24 * len(ledgers) + 4
+        cdef Py_ssize_t crcs_need = 12 + 4 * nblocks + 4
         cdef uint8_t *p
         cdef uint32_t c
         if not self.writable:
             return
-        if pos + need <= self.mapped:
+        if pos + need + crcs_need <= self.mapped:
+            need += crcs_need
             self.reserve(need)
             p = self.base + pos
             el_put32(p, MAP_MARKER)
@@ -322,12 +331,15 @@ cdef class MappedLog:
                 el_put64(p + 8, lid)
                 el_put64(p + 16, nbytes)
                 p += 24
-            c = el_crc32c(0, self.base + pos, need - 4)
+            c = el_crc32c(0, self.base + pos, 8 + 24 * len(ledgers))
             el_put32(p, c)
+            p += 4
+            self._write_block_crcs(p, pos, nblocks)
             self.position = pos + need
             self.flush()
             el_put64(self.base + 8, pos)
             el_put32(self.base + 16, len(ledgers))
+            el_put64(self.base + 20, <uint64_t>(p - self.base))
         end = self.position
         msync(self.base, 4096, MS_SYNC)
         self.position = pos
@@ -338,6 +350,49 @@ cdef class MappedLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    cdef _write_block_crcs(self, uint8_t *p, Py_ssize_t end, Py_ssize_t nblocks):
+        cdef Py_ssize_t k, start, n
+        cdef uint8_t *table = p
+        memcpy(p, b"ELBC", 4)
+        el_put32(p + 4, CRC_BLOCK_BYTES)
+        el_put32(p + 8, nblocks)
+        p += 12
+        with nogil:
+            for k in range(nblocks):
+                start = LOG_HEADER_SIZE + k * CRC_BLOCK_BYTES
+                n = min(<Py_ssize_t>CRC_BLOCK_BYTES, end - start)
+                el_put32(p + 4 * k, el_crc32c(0, self.base + start, n))
+        el_put32(p + 4 * nblocks, el_crc32c(0, table, 12 + 4 * nblocks))
+
+    def damaged_blocks(self):
+        """(start, end) file offsets of the blocks whose bytes no longer match the checksums
+        taken at the seal; None when the log has no checksums (unsealed, or older)."""
+        cdef uint64_t off = el_get64(self.base + 20) if self.mapped >= 28 else 0
+        cdef uint64_t map_off = el_get64(self.base + 8)
+        cdef uint32_t bsize, count, k
+        cdef const uint8_t *t
+        cdef Py_ssize_t start, n
+        if off == 0 or map_off == 0:
+            return None
+        if off + 12 > <uint64_t>self.mapped:
+            raise CorruptedDataError(f"entry log {self.path} offset 20: block checksums at {off}, "
+                                     "past the end")
+        t = self.base + off
+        if memcmp4(<uint8_t *>t, b"ELBC"):
+            raise CorruptedDataError(f"entry log {self.path} offset {off}: bad block checksum table")
+        bsize, count = el_get32(t + 4), el_get32(t + 8)
+        if bsize == 0 or off + 16 + 4 * <uint64_t>count > <uint64_t>self.mapped or \
+                el_crc32c(0, t, 12 + 4 * count) != el_get32(t + 12 + 4 * count):
+            raise CorruptedDataError(f"entry log {self.path} offset {off}: block checksum table "
+                                     "damaged")
+        bad = []
+        for k in range(count):
+            start = HEADER_SIZE + k * bsize
+            n = min(<Py_ssize_t>bsize, <Py_ssize_t>map_off - start)
+            if n > 0 and el_crc32c(0, self.base + start, n) != el_get32(t + 12 + 4 * k):
+                bad.append((start, start + n))
+        return bad
 
     def ledgers_map(self):
         """{(scope, ledger): bytes} from a sealed log, or None if it has none."""
