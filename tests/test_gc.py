@@ -282,7 +282,8 @@ def test_gc_against_zookeeper_hierarchical_and_flat(tmp_path):
                         ledger_id=lid, ensemble_size=1, write_quorum=1, ack_quorum=1,
                         digest_type=DigestType.CRC32C, fragments=((0, (b.bookie_id,)),)))
                     b.add_entry(embedlog._native.format.encode_entry(
-                        lid.scope_id, lid.ledger_id, 0, -1, 1, "crc32c", b"a"), b"k" * 20)
+                        lid.scope_id, lid.ledger_id, 0, -1, 1, "crc32c", b"a"),
+                        embedlog._native.format.master_key(b""))
                 dead = ids[1::2]
                 for lid in dead:
                     lm.remove_ledger_metadata(lid)

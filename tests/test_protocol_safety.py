@@ -151,7 +151,10 @@ def test_entries_acknowledged_around_an_ensemble_change_reach_the_replacement(cl
     assert [f.result(30) for f in futures] == list(range(10, 30))
     md = c.ledger_metadata(w.ledger_id)
     assert md.fragments[-1][0] == 10 and spare in md.fragments[-1][1]
-    assert all(holds(c, spare, w.ledger_id, e) for e in range(10, 30))
+    # Qa=2 of the new write sets acknowledged them; the replacement's copies land too (before
+    # the fix they were never sent to it)
+    wait_until(lambda: all(holds(c, spare, w.ledger_id, e) for e in range(10, 30)),
+               what="entries 10..29 on the replacement")
     w.close()
 
 

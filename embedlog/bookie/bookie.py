@@ -312,7 +312,9 @@ class Bookie:
         """True when a request for this ledger must wait for ``fetch_ledger_facts`` first
         (the server runs that off its event loop): the bookie has a metadata store and has
         not looked this ledger up since it started."""
-        return self.metadata is not None and self._key(ledger_id) not in self._facts
+        key = self._key(ledger_id)
+        # a deleted ledger is refused as such (LedgerFencedError), without a lookup
+        return self.metadata is not None and key not in self._facts and key not in self.deleted
 
     def fetch_ledger_facts(self, ledger_id):
         """Read the ledger's metadata once (blocking): the master key its password gives,
