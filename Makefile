@@ -21,11 +21,12 @@ run: build
 	$(BIN)/embedlog demo --entries $${ENTRIES:-1000000}
 
 # Debian's ZooKeeper 3.8 and etcd 3.4 run as children of the tests (never as services);
-# Debian's chromium loads the status page headless in tests/test_status_page.py
+# Debian's chromium loads the status page headless in tests/test_status_page.py; clang
+# builds the Cython modules with coverage hooks for the fuzzer (tests/test_fuzz.py)
 servers:
-	@if ! dpkg -s zookeeper etcd-server etcd-client chromium >/dev/null 2>&1; then \
+	@if ! dpkg -s zookeeper etcd-server etcd-client chromium clang >/dev/null 2>&1; then \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
-	    zookeeper etcd-server etcd-client chromium; fi
+	    zookeeper etcd-server etcd-client chromium clang; fi
 	@# Java 17 for the Spark tests (tests/spark), only when no java is on the PATH
 	@if ! command -v java >/dev/null 2>&1; then \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \

@@ -354,3 +354,25 @@ def test_atheris_runs_each_target_briefly(tmp_path):
         assert r["returncode"] == 0 and not r["crashes"], \
             (r, open(r["log"]).read()[-3000:], out.stdout[-2000:])
         assert r["executions"] and r["executions"] > 10, r
+
+
+def test_the_cython_parsers_coverage_is_visible(tmp_path):
+    """The entry-log and index targets are Cython through and through: atheris sees their
+    coverage only through clang's hooks, which the runner builds by default (issue: with
+    the regular build they ran blind). Both runs start from the same seeds with the same
+    libFuzzer seed; the default one must see the native edges."""
+    import shutil
+    assert shutil.which("clang") or shutil.which("clang-14"), "make test installs clang"
+
+    def run(*extra):
+        work = tmp_path / ("plain" if extra else "native")
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "fuzz.py"), "entrylog", "index",
+                        "--seconds", "2", "--seed", "1", "--workdir", str(work),
+                        "--crash-dir", str(tmp_path / "crashes"), *extra],
+                       capture_output=True, text=True, timeout=600, check=True)
+        return {r["target"]: r for r in json.load(open(work / "summary.json"))}
+
+    native, plain = run(), run("--plain")
+    for t in ("entrylog", "index"):
+        assert native[t]["native_coverage"] and native[t]["native_counters"] > 1000, native[t]
+        assert native[t].get("cov", 0) > max(100, 2 * plain[t].get("cov", 0)), (native[t], plain[t])

@@ -12,10 +12,11 @@ hanging or memory-hungry inputs land in tools/fuzz/crashes/<target>/. A JSON sum
 target (executions, exec/s, libFuzzer's cov/ft, corpus sizes, crashes) is printed and
 written to <workdir>/<target>/summary.json and <workdir>/summary.json.
 
-atheris sees the coverage of embedlog's Python code (instrumented on import). It sees the
-Cython modules only when they are built with clang's -fsanitize=fuzzer-no-link
-(--build-instrumented, into build/fuzz-instrumented); those are used when built from the
-pyx/ sources as they are now, otherwise the regular in-place modules run (no native coverage).
+atheris sees the coverage of embedlog's Python code (instrumented on import), and of the
+Cython modules when they are built with clang's -fsanitize=fuzzer-no-link into
+build/fuzz-instrumented: the runner builds them (installing clang as root if it must)
+whenever they are missing or older than pyx/, so every target's coverage is visible by
+default; --plain runs the regular in-place modules (Python coverage only).
 With EMBEDLOG_FUZZ_TARGET set, this script is the child that runs one target (libFuzzer's
 arguments on the command line). Figures and findings: docs/SECURITY.md, "Fuzzing".
 """
@@ -251,10 +252,14 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}; known: {', '.join(targets.TARGETS)}")
     status = native_status()
+    if status != "current" and not args.plain:
+        # the Cython parsers (entry logs, index files, journal scan) are only visible to the
+        # fuzzer through clang's coverage hooks: build them so, unless told not to
+        print(f"note: building the instrumented modules ({status}); --plain skips this",
+              file=sys.stderr)
+        build_instrumented()
+        status = native_status()
     native = NATIVE_DIR if status == "current" and not args.plain else None
-    if status == "stale" and not args.plain:
-        print("note: build/fuzz-instrumented is older than pyx/: running without native "
-              "coverage (rebuild with --build-instrumented)", file=sys.stderr)
     args.workdir = os.path.abspath(args.workdir)
     args.crash_dir = os.path.abspath(args.crash_dir)
     names = args.targets or list(targets.TARGETS)
