@@ -7,7 +7,7 @@ import pytest
 
 import embedlog
 from cliutil import wait_until
-from embedlog.client.read import write_set
+from embedlog.client.schedule import write_set
 from embedlog.errors import (LedgerClosedError, LedgerFencedError,
                              LedgerRecoveryError, NoSuchLedgerError, NotEnoughBookiesError)
 from embedlog.harness import LocalCluster

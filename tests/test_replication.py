@@ -10,7 +10,7 @@ import pytest
 
 from cliutil import wait_until
 from embedlog import LedgerId
-from embedlog.client.read import write_set
+from embedlog.client.schedule import write_set
 from embedlog.errors import (LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
                              UnauthorizedAccessError)
 from embedlog.harness import LocalCluster

@@ -21,6 +21,7 @@ import time
 from embedlog._native.format import decode_entry, mac_key, master_key
 from embedlog.errors import BadVersionError, EmbedlogError, NoSuchLedgerError
 from embedlog.meta.api import DigestType, LedgerState
+from embedlog.client.schedule import slots
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.autorecovery")
@@ -167,7 +168,7 @@ class AutoRecovery:
         mk = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         batch = []
         for eid in range(first, end + 1):
-            positions = [(eid + j) % e for j in range(md.write_quorum)]
+            positions = slots(e, md.write_quorum, eid)
             if slot not in positions:
                 continue
             sources = [ens[p] for p in positions if p != slot]

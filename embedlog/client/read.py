@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import asyncio
-import bisect
 
 from embedlog._native.format import decode_entry, mac_key
 from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError)
 from embedlog.meta.api import DigestType, LedgerState
+from embedlog.client.schedule import MAX_READ_ENTRIES, fragment_index, fragment_last, write_set
 from embedlog.net import protocol as P
 
 READ_WINDOW = 256          # reads in flight for one read_batch
@@ -22,23 +22,15 @@ class LedgerEntry:
         return f"LedgerEntry(entry_id={self.entry_id}, {len(self.data)} bytes)"
 
 
-def write_set(md, entry_id: int) -> list:
-    """The bookies that should hold ``entry_id``: Qw of its fragment's ensemble from e % E."""
-    firsts = [f for f, _ in md.fragments]
-    ens = md.fragments[max(0, bisect.bisect_right(firsts, entry_id) - 1)][1]
-    return [ens[(entry_id + k) % md.ensemble_size] for k in range(md.write_quorum)]
-
-
 async def read_range(ctx, md, mac_key, first: int, last: int, read_one) -> list:
     """Checked payloads of first..last. Where a fragment's write quorum is its whole
-    ensemble, every bookie holds every entry, so chunks of up to 1024 entries are read
-    with one ranged READ each (rotating over the bookies); entries a chunk misses, and
-    striped fragments, are read one by one with ``read_one(entry_id)`` (which fails over
-    between replicas)."""
+    ensemble, every bookie holds every entry, so chunks of up to MAX_READ_ENTRIES entries
+    are read with one ranged READ each (rotating over the bookies); entries a chunk misses,
+    and striped fragments, are read one by one with ``read_one(entry_id)`` (which fails
+    over between replicas)."""
     scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
     out = [None] * (last - first + 1)
     sem = asyncio.Semaphore(READ_WINDOW)
-    firsts = [f for f, _ in md.fragments]
 
     async def one(e):
         async with sem:
@@ -59,13 +51,14 @@ async def read_range(ctx, md, mac_key, first: int, last: int, read_one) -> list:
     jobs, singles = [], []
     pos = first
     while pos <= last:
-        k = max(0, bisect.bisect_right(firsts, pos) - 1)
-        frag_end = firsts[k + 1] - 1 if k + 1 < len(firsts) else last
-        end = min(last, frag_end)
+        k = fragment_index(md, pos)
+        frag_end = fragment_last(md, k)
+        end = last if frag_end is None else min(last, frag_end)
         ens = md.fragments[k][1]
         if md.write_quorum == md.ensemble_size:
-            for n, lo in enumerate(range(pos, end + 1, 1024)):
-                jobs.append(chunk(lo, min(end, lo + 1023), ens[(lo // 1024 + n) % len(ens)]))
+            w = MAX_READ_ENTRIES
+            for n, lo in enumerate(range(pos, end + 1, w)):
+                jobs.append(chunk(lo, min(end, lo + w - 1), ens[(lo // w + n) % len(ens)]))
         else:
             singles.extend(range(pos, end + 1))
         pos = end + 1

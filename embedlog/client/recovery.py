@@ -26,6 +26,8 @@ from embedlog._native.format import decode_entry, mac_key, master_key, parse_ent
 from embedlog.errors import (BadVersionError, EmbedlogError, InvalidTermError, LedgerRecoveryError,
                              NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState, Versioned
+from embedlog.client.schedule import quorum_covered, write_set
+from embedlog.client.write import WriteHandle, merge_local_fragments
 from embedlog.net import protocol as P
 
 ABSENT = (NoSuchEntryError, NoSuchLedgerError)
@@ -51,17 +53,6 @@ def cancel(tasks) -> None:
 def _retrieve(task) -> None:
     if not task.cancelled():
         task.exception()
-
-
-def quorum_covered(md, ensemble, answered: set) -> bool:
-    """Every write quorum of the ensemble has (Qw - Qa) + 1 members in ``answered``."""
-    need = md.write_quorum - md.ack_quorum + 1
-    e = md.ensemble_size
-    for start in range(e):
-        wq = [ensemble[(start + k) % e] for k in range(md.write_quorum)]
-        if sum(1 for b in wq if b in answered) < need:
-            return False
-    return True
 
 
 async def fence(ctx, md, build) -> list:
@@ -106,7 +97,6 @@ async def fence(ctx, md, build) -> list:
 async def read_for_recovery(ctx, md, eid: int, build, mac) -> bytes | None:
     """Entry ``eid`` as recovery sees it, on the write set the committed metadata gives:
     an intact copy from any bookie, or None once (Qw - Qa) + 1 of them say they have none."""
-    from embedlog.client.read import write_set
     ws = write_set(md, eid)
     need_absent = md.write_quorum - md.ack_quorum + 1
     scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
@@ -172,7 +162,6 @@ async def read_forward(ctx, md, writer, start: int, build, mac) -> tuple[int, in
 
 async def recover(ctx, versioned, password: bytes):
     """Recover an OPEN or IN_RECOVERY ledger and return its CLOSED metadata."""
-    from embedlog.client.write import WriteHandle, merge_local_fragments
     md, version = versioned.value, versioned.version
     lid = md.ledger_id
     for _ in range(64):
@@ -237,7 +226,6 @@ async def _length_of(ctx, md, entry_id: int) -> int:
 
 async def read_raw(ctx, md, entry_id: int) -> bytes:
     """One stored copy of an entry, as the bookie holds it (header included)."""
-    from embedlog.client.read import write_set
     scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
     for b in write_set(md, entry_id):
         try:

@@ -38,7 +38,8 @@ import time
 
 from embedlog._native.format import (LedgerId, decode_entry, digest_code, encode_entry, mac_key,
                                      master_key, parse_entry_header)
-from embedlog.client.read import read_range, write_set
+from embedlog.client.read import read_range
+from embedlog.client.schedule import write_set
 from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
 from embedlog.client.write import WriteHandle, merge_local_fragments
 from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,

@@ -39,6 +39,7 @@ from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
+from embedlog.client.schedule import stripe
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.client")
@@ -248,8 +249,7 @@ class WriteHandle:
     # -- the loop ----------------------------------------------------------------------------
 
     def _write_set(self, entry_id: int) -> list:
-        e = self._E
-        return [self._ensemble[(entry_id + k) % e] for k in range(self._Qw)]
+        return stripe(self._ensemble, self._Qw, entry_id)
 
     def _submit(self, items: list, futures: list) -> None:
         ops = []

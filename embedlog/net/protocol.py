@@ -60,6 +60,7 @@ EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ET
     0, 1, 2, 100, 101, 102, 103, 104, 105, 106)
 EINVALIDTERM = 108
 DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 4096      # BookKeeper's 5 MiB, plus headers
+MAX_READ_ENTRIES = 1024                                # entries one READ asks for at most
 
 LENGTH = struct.Struct(">I")
 REQ_HEAD = struct.Struct(">BBHQQQ20sQ")          # 56 bytes

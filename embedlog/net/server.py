@@ -25,7 +25,7 @@ from embedlog.errors import EmbedlogError, IllegalOpError, NoSuchEntryError
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.server")
-MAX_READ_ENTRIES = 1024
+MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
 
 
 AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set

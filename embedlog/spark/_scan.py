@@ -11,22 +11,15 @@ then to per-entry reads, so the result never depends on which bookie answered.
 from __future__ import annotations
 
 import asyncio
-import bisect
 
 from embedlog._native.format import decode_entry, mac_key
-from embedlog.client.read import write_set
+from embedlog.client.schedule import MAX_READ_ENTRIES, fragment_index, fragment_last, write_set
 from embedlog.errors import EmbedlogError, NoSuchEntryError
 from embedlog.meta.api import DigestType
 from embedlog.net import protocol as P
 
-WINDOW_ENTRIES = 1024          # the bookie's MAX_READ_ENTRIES
+WINDOW_ENTRIES = MAX_READ_ENTRIES
 WINDOWS_IN_FLIGHT = 4
-
-
-def _fragment_end(md, entry_id: int) -> int | None:
-    firsts = [f for f, _ in md.fragments]
-    k = max(0, bisect.bisect_right(firsts, entry_id) - 1)
-    return firsts[k + 1] - 1 if k + 1 < len(firsts) else None
 
 
 async def _window(ctx, md, password: bytes, first: int, last: int) -> list:
@@ -67,7 +60,7 @@ async def _scan(ctx, md, password: bytes, first: int, last: int) -> list:
     pos = first
     while pos <= last:
         end = min(last, pos + WINDOW_ENTRIES - 1)
-        frag_end = _fragment_end(md, pos)
+        frag_end = fragment_last(md, fragment_index(md, pos))
         if frag_end is not None:
             end = min(end, frag_end)
         bounds.append((pos, end))
