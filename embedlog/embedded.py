@@ -17,14 +17,14 @@ from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, 
 from embedlog.bookie import Bookie
 from embedlog.bookie.fileio import private_dir
 from embedlog.config import BookieConfig
-from embedlog.errors import (BadVersionError, ClientClosedError, EmbedlogError, IllegalOpError,
-                             LedgerClosedError, LedgerFencedError, NoSuchEntryError,
+from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError,
+                             LedgerClosedError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)
-from embedlog.client.client import _password
+from embedlog.client.client import password_bytes
+from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recovered
 from embedlog.meta import open_metadata_store
-from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 
-_CAS_RETRIES = 64
 _CHUNK_BYTES = 8 << 20        # bound on what one append_many frames before a sync
 
 
@@ -71,7 +71,7 @@ class EmbeddedLog:
         localconsistencycheck, are then the only way to find it)."""
         self._check_open()
         code = digest_code(digest)
-        password = _password(password)
+        password = password_bytes(password)
         lid = self.metadata.id_generator.generate_ledger_id(scope_id)
         md = LedgerMetadata(ledger_id=lid, ensemble_size=1, write_quorum=1, ack_quorum=1,
                             digest_type=DigestType(code), password=password,
@@ -87,7 +87,7 @@ class EmbeddedLog:
         lid = LedgerId.coerce(ledger_id)
         versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
         md = versioned.value
-        if master_key(_password(password)) != master_key(md.password):
+        if master_key(password_bytes(password)) != master_key(md.password):
             raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
         if recovery and md.state != LedgerState.CLOSED:
             md = self._recover(lid, versioned)
@@ -96,28 +96,22 @@ class EmbeddedLog:
     def _recover(self, lid: LedgerId, versioned) -> LedgerMetadata:
         """Fence the ledger on its bookie and close it at its last durable entry."""
         lm = self.metadata.ledger_manager
-        for _ in range(_CAS_RETRIES):
-            md = versioned.value
-            if md.state == LedgerState.CLOSED:
-                return md
-            try:
-                if md.state == LedgerState.OPEN:
-                    versioned = lm.write_ledger_metadata(
-                        md.with_(state=LedgerState.IN_RECOVERY), versioned.version)
-                    md = versioned.value
-                key = master_key(md.password)
-                last, length = -1, 0
-                if self.bookie.has_ledger(lid):
-                    self.bookie.wait_durable(self.bookie.fence(lid, key))
-                    self.bookie.wait_all_durable()     # everything framed so far
-                    last = self.bookie.read_last_entry_id(lid)
-                    if last >= 0:
-                        length = parse_entry_header(self.bookie.read_entry(lid, last))[5]
-                closed = md.with_(state=LedgerState.CLOSED, last_entry_id=last, length=length)
-                return lm.write_ledger_metadata(closed, versioned.version).value
-            except BadVersionError:
-                versioned = lm.read_ledger_metadata(lid)
-        raise BadVersionError(f"could not recover ledger {lid!r}: metadata kept changing")
+        v = begin_recovery(versioned, self._write_metadata, lm.read_ledger_metadata)
+        md = v.value
+        if md.state == LedgerState.CLOSED:
+            return md
+        last, length = -1, 0
+        if self.bookie.has_ledger(lid):
+            self.bookie.wait_durable(self.bookie.fence(lid, master_key(md.password)))
+            self.bookie.wait_all_durable()     # everything framed so far
+            last = self.bookie.read_last_entry_id(lid)
+            if last >= 0:
+                length = parse_entry_header(self.bookie.read_entry(lid, last))[5]
+        return close_recovered(md, md, v.version, last, length, self._write_metadata,
+                               lm.read_ledger_metadata)
+
+    def _write_metadata(self, _kind, md, version):
+        return self.metadata.ledger_manager.write_ledger_metadata(md, version)
 
     def delete_ledger(self, ledger_id) -> None:
         self._check_open()
@@ -161,7 +155,7 @@ class EmbeddedLog:
         self._check_open()
         from embedlog.client.stream import open_stream
         return open_stream(self._stream_ctx(), name, create=create, ensemble=(1, 1, 1),
-                           digest=digest, password=_password(password), **policy)
+                           digest=digest, password=password_bytes(password), **policy)
 
     def list_streams(self, pattern: str | None = None) -> list:
         from embedlog.client.stream import list_streams
@@ -350,26 +344,10 @@ class WriteHandle:
                 if durable and framed > self._lac and self._broken is None:
                     self._lac = framed
                 last = self._close_point = self._lac
-            lm = self._log.metadata.ledger_manager
-            md, version = self._md, self._version
-            for _ in range(_CAS_RETRIES):
-                if md.state == LedgerState.CLOSED:
-                    if md.last_entry_id == last:
-                        return
-                    raise LedgerClosedError(
-                        f"ledger {self.ledger_id!r} was closed by another client at entry "
-                        f"{md.last_entry_id}, not at {last}")
-                if md.state == LedgerState.IN_RECOVERY:
-                    raise LedgerFencedError(f"ledger {self.ledger_id!r} is being recovered")
-                try:
-                    v = lm.write_ledger_metadata(md.with_(state=LedgerState.CLOSED, last_entry_id=last,
-                                                          length=self._length_at(last)), version)
-                    self._md, self._version = v.value, v.version
-                    return
-                except BadVersionError:
-                    v = lm.read_ledger_metadata(self.ledger_id)
-                    md, version = v.value, v.version
-            raise BadVersionError(f"could not close ledger {self.ledger_id!r}")
+            v = close_ledger(Versioned(self._md, self._version), last, self._length_at(last),
+                             self._log._write_metadata,
+                             self._log.metadata.ledger_manager.read_ledger_metadata)
+            self._md, self._version = v.value, v.version
 
     def _length_at(self, last: int) -> int:
         if last == self._next_entry_id - 1:

@@ -34,7 +34,7 @@ from embedlog import failpoints
 from embedlog.bookie import cookies, disks, gc
 from embedlog.bookie.fileio import atomic_write, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
-from embedlog.bookie.journal import Journal, LastLogMark, fsync_dir, replay
+from embedlog.bookie.journal import Journal, LastLogMark, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,

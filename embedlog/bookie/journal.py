@@ -20,7 +20,6 @@ import collections
 import errno
 import logging
 import os
-import shutil
 import struct
 import threading
 import time
@@ -28,7 +27,7 @@ import time
 from embedlog._native import journal as nj
 from embedlog import failpoints
 from embedlog.bookie.fileio import atomic_write, fsync_dir, private_dir
-from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
+from embedlog.errors import EmbedlogError, JournalCorruptedError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")

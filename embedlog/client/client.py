@@ -6,7 +6,7 @@ from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.read import ReadHandle
 from embedlog.client.recovery import recover
 from embedlog.client.write import WriteHandle
-from embedlog.errors import IllegalOpError, LedgerExistsError, UnauthorizedAccessError
+from embedlog.errors import IllegalOpError, UnauthorizedAccessError
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 
@@ -37,7 +37,7 @@ class Client:
             raise IllegalOpError(f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
                                  f"{ensemble_size}, {write_quorum}, {ack_quorum}")
         code = digest_code(digest)
-        password = _password(password)
+        password = password_bytes(password)
         custom = {k: (v.encode() if isinstance(v, str) else bytes(v))
                   for k, v in (custom_metadata or {}).items()}
         ensemble = self._ctx.choose_bookies(ensemble_size)
@@ -58,7 +58,7 @@ class Client:
         lid = LedgerId.coerce(ledger_id)
         versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
         md = versioned.value
-        password = _password(password)
+        password = password_bytes(password)
         if master_key(password) != master_key(md.password):
             raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
         if recovery and md.state != LedgerState.CLOSED:
@@ -85,7 +85,7 @@ class Client:
         from embedlog.client.stream import open_stream
         return open_stream(self._ctx, name, create=create,
                            ensemble=(ensemble_size, write_quorum, ack_quorum), digest=digest,
-                           password=_password(password), **policy)
+                           password=password_bytes(password), **policy)
 
     def list_streams(self, pattern: str | None = None) -> list:
         from embedlog.client.stream import list_streams
@@ -115,7 +115,8 @@ class Client:
         self.close()
 
 
-def _password(password) -> bytes:
+def password_bytes(password) -> bytes:
+    """A ledger password as bytes (a str is UTF-8 encoded); IllegalOpError for anything else."""
     if isinstance(password, str):
         return password.encode()
     if not isinstance(password, (bytes, bytearray, memoryview)):

@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 
 from embedlog._native.format import decode_entry, mac_key, master_key, parse_entry_header
-from embedlog.errors import (BadVersionError, EmbedlogError, InvalidTermError, LedgerRecoveryError,
+from embedlog.errors import (EmbedlogError, InvalidTermError, LedgerRecoveryError,
                              NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState, Versioned
 from embedlog.client.schedule import quorum_covered, write_set
-from embedlog.client.write import WriteHandle, merge_local_fragments
+from embedlog.client.lifecycle import begin_recovery, close_recovered
+from embedlog.client.write import WriteHandle
 from embedlog.net import protocol as P
 
 ABSENT = (NoSuchEntryError, NoSuchLedgerError)
@@ -162,20 +163,12 @@ async def read_forward(ctx, md, writer, start: int, build, mac) -> tuple[int, in
 
 async def recover(ctx, versioned, password: bytes):
     """Recover an OPEN or IN_RECOVERY ledger and return its CLOSED metadata."""
-    md, version = versioned.value, versioned.version
+    lm = ctx.metadata.ledger_manager
+    v = await ctx.offload(begin_recovery, versioned, ctx.write_metadata_sync, lm.read_ledger_metadata)
+    md, version = v.value, v.version
     lid = md.ledger_id
-    for _ in range(64):
-        if md.state == LedgerState.CLOSED:
-            return md
-        if md.state == LedgerState.OPEN:
-            try:
-                v = await ctx.write_metadata("recovery", md.with_(state=LedgerState.IN_RECOVERY), version)
-            except BadVersionError:
-                v = await ctx.read_metadata(lid)
-                md, version = v.value, v.version
-                continue
-            md, version = v.value, v.version
-        break
+    if md.state == LedgerState.CLOSED:
+        return md
     base = md                    # the fragments committed before recovery began
     key = master_key(password)
     mac = mac_key(password) if md.digest_type == DigestType.MAC else None
@@ -198,23 +191,8 @@ async def recover(ctx, versioned, password: bytes):
         await ctx.offload(ctx.failpoint, "client.recovery.before_close")
 
         # 4. close by CAS, with the write-back's ensemble changes; converge on a winner
-        local = writer.local_metadata
-        target = local
-        for _ in range(64):
-            try:
-                v = await ctx.write_metadata("close", target.with_(
-                    state=LedgerState.CLOSED, last_entry_id=last, length=last_length), version)
-                return v.value
-            except BadVersionError:
-                v = await ctx.read_metadata(lid)
-            if v.value.state == LedgerState.CLOSED:
-                return v.value        # closed by a concurrent recovery: its last entry is the answer
-            target = merge_local_fragments(base, local, v.value)
-            if v.value.state != LedgerState.IN_RECOVERY or target is None:
-                raise LedgerRecoveryError(f"ledger {lid!r} changed while it was recovered "
-                                          f"({v.value.state.name}); recover it again")
-            version = v.version
-        raise BadVersionError(f"could not close ledger {lid!r} after recovery")
+        return await ctx.offload(close_recovered, base, writer.local_metadata, version, last,
+                                 last_length, ctx.write_metadata_sync, lm.read_ledger_metadata)
     finally:
         writer.abandon(LedgerRecoveryError(f"recovery of ledger {lid!r} is over"))
 

@@ -41,7 +41,8 @@ from embedlog._native.format import (LedgerId, decode_entry, digest_code, encode
 from embedlog.client.read import read_range
 from embedlog.client.schedule import write_set
 from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
-from embedlog.client.write import WriteHandle, merge_local_fragments
+from embedlog.client.lifecycle import merge_local_fragments
+from embedlog.client.write import WriteHandle
 from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
                              LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)

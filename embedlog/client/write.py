@@ -38,7 +38,8 @@ from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError,
                              InvalidTermError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
-from embedlog.meta.api import DigestType, LedgerState
+from embedlog.meta.api import DigestType, LedgerState, Versioned
+from embedlog.client.lifecycle import close_ledger
 from embedlog.client.schedule import stripe
 from embedlog.net import protocol as P
 
@@ -70,32 +71,6 @@ def with_fragment(md, first: int, ensemble) -> "object":
                              f"({frags[-1][0]})")
     extra = {"fragment_ctimes_ms": tuple(times)} if md.unbounded else {}
     return md.with_(fragments=tuple(frags), **extra)
-
-
-def merge_local_fragments(base, local, current):
-    """``current`` (the store's metadata now) with the fragments a recovery commits: those
-    of ``local`` (the recovery writer's metadata, which started from ``base``). Fragments
-    before the first one the recovery added or replaced may have had members swapped
-    meanwhile (autorecovery) and are kept; from there on ``current`` must still be what
-    ``base`` was, or the result is None (a conflict: recover again)."""
-    ours = [f for f in local.fragments if f not in base.fragments]
-    if not ours:
-        return current
-    cut = ours[0][0]
-
-    def starts(md, below):
-        return [f[0] for f in md.fragments if (f[0] < cut) == below]
-
-    if (starts(current, True) != starts(base, True)
-            or [f for f in current.fragments if f[0] >= cut] != [f for f in base.fragments if f[0] >= cut]):
-        return None
-    keep = sum(1 for f in current.fragments if f[0] < cut)
-    mine = [k for k, f in enumerate(local.fragments) if f[0] >= cut]
-    times = ()
-    if current.unbounded:
-        times = tuple(current.fragment_ctimes_ms[:keep]) + tuple(local.fragment_ctimes_ms[k] for k in mine)
-    return current.with_(fragments=tuple(current.fragments[:keep]) + tuple(local.fragments[k] for k in mine),
-                         fragment_ctimes_ms=times)
 
 
 class WriteHandle:
@@ -422,27 +397,11 @@ class WriteHandle:
         self._fail_pending(exc)
         last, length = self._lac, self._lac_length
         await self._change_done.wait()           # a fragment being written lands first
-        md, version = self._md, self._version
-        for _ in range(64):
-            if md.state == LedgerState.CLOSED:
-                if md.last_entry_id == last:
-                    self._md, self._version = md, version
-                    return
-                raise LedgerClosedError(f"ledger {self.ledger_id!r} was closed by another client "
-                                        f"at entry {md.last_entry_id}, not {last}")
-            if md.state == LedgerState.IN_RECOVERY:
-                raise LedgerFencedError(f"ledger {self.ledger_id!r} is being recovered by another client")
-            await self._ctx.offload(self._ctx.failpoint, "client.close.before_metadata")
-            try:
-                v = await self._ctx.write_metadata(
-                    "close", md.with_(state=LedgerState.CLOSED, last_entry_id=last, length=length),
-                    version)
-                self._md, self._version = v.value, v.version
-                return
-            except BadVersionError:
-                v = await self._ctx.read_metadata(self.ledger_id)
-                md, version = v.value, v.version
-        raise BadVersionError(f"could not close ledger {self.ledger_id!r}")
+        v = await self._ctx.offload(
+            close_ledger, Versioned(self._md, self._version), last, length,
+            self._ctx.write_metadata_sync, self._ctx.metadata.ledger_manager.read_ledger_metadata,
+            lambda: self._ctx.failpoint("client.close.before_metadata"))
+        self._md, self._version = v.value, v.version
 
     # -- ensemble changes ---------------------------------------------------------------------
 
