@@ -15,7 +15,7 @@ import threading
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
-from embedlog.bookie.fileio import private_dir
+from embedlog.fileio import private_dir
 from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError,
                              LedgerClosedError, NoSuchEntryError,

@@ -32,7 +32,7 @@ from embedlog._native.reader import LedgerReader
 from embedlog._native.format import DIGEST_SIZES, LedgerId, parse_entry_header
 from embedlog import failpoints
 from embedlog.bookie import cookies, disks, gc
-from embedlog.bookie.fileio import atomic_write, private_dir
+from embedlog.fileio import atomic_write, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.journal import Journal, LastLogMark, replay
 from embedlog.bookie.ledger_storage import SortedLedgerStorage

@@ -43,7 +43,8 @@ import numpy as np
 from embedlog._native import entrylog as nel
 from embedlog._native.format import crc32c
 from embedlog import failpoints
-from embedlog.bookie.fileio import atomic_write, fsync_dir
+from embedlog import fileio
+from embedlog.fileio import atomic_write, fsync_dir
 from embedlog.errors import CorruptedDataError
 
 log = logging.getLogger("embedlog.bookie.compaction")
@@ -334,8 +335,7 @@ class Compactor:
         tmp_path = os.path.join(current, "%x.log.compacting" % target_id)
         path = os.path.join(current, "%x.log" % target_id)
         if os.path.exists(tmp_path):
-            os.replace(tmp_path, path)                     # step 3
-            fsync_dir(current)
+            fileio.replace(tmp_path, path)                 # step 3
         with st.lock:
             el.register(target_id, current)
         failpoints.hit("compaction.after_rename")

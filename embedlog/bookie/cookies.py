@@ -31,7 +31,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from embedlog.bookie.fileio import atomic_write, private_dir
+from embedlog.fileio import atomic_write, private_dir
 from embedlog.errors import CorruptedDataError, InvalidCookieError, MetadataError
 
 MAGIC = b"embedlog-cookie\t"

@@ -25,8 +25,8 @@ import threading
 import time
 
 from embedlog._native import journal as nj
-from embedlog import failpoints
-from embedlog.bookie.fileio import atomic_write, fsync_dir, private_dir
+from embedlog import failpoints, fileio
+from embedlog.fileio import atomic_write, fsync_dir, private_dir
 from embedlog.errors import EmbedlogError, JournalCorruptedError
 
 log = logging.getLogger("embedlog.bookie")
@@ -214,6 +214,7 @@ class Journal:
                     raise               # zeros ahead are a speed-up: without room, none
             os.fsync(fd)
             fsync_dir(self.directory)
+            fileio.durable(path, nj.HEADER_SIZE)
             if getattr(self, "_mark", None) is not None:
                 self._mark.write_head(new_id)
         except BaseException:
@@ -223,6 +224,7 @@ class Journal:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._file_id, self._offset = fd, new_id, nj.HEADER_SIZE
+        self._path = path
         self._zero_end = nj.HEADER_SIZE + min(self._prealloc, 4 << 20)
         self.files.append((self.written_seq, new_id, nj.HEADER_SIZE))
         del self.files[:-64]
@@ -323,6 +325,7 @@ class Journal:
                 nj.sync_fd(self._fd)
                 fsync_s = time.perf_counter() - t0
                 self.stats["fsync_time_s"] += fsync_s
+                fileio.durable(self._path, self._offset)
                 failpoints.hit("journal.after_sync")
         except BaseException as exc:
             self.cv.acquire()
@@ -624,6 +627,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 f.flush()
                 os.fsync(f.fileno())
                 fsync_dir(directory)
+                fileio.durable(path, end)
                 report["torn"].append((path, end, len(tail)))
         report["files"] += 1
     return report

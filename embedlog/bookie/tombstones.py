@@ -26,7 +26,7 @@ import threading
 import time
 
 from embedlog._native.format import crc32c
-from embedlog.bookie.fileio import atomic_write
+from embedlog.fileio import atomic_write
 
 log = logging.getLogger("embedlog.bookie")
 MAGIC = b"ELDL"

@@ -38,6 +38,7 @@ from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el
                                       el_crc_init, decode_payload, parse_ids)
 from embedlog._native.memtable cimport MemTable, mt_rec
 
+from embedlog import fileio
 from embedlog.errors import CorruptedDataError, NoSuchEntryError
 
 el_crc_init()
@@ -308,6 +309,7 @@ cdef class MappedLog:
                 raise OSError(f"msync of entry log {self.path} failed")
             os.fdatasync(self.fd)
             self.synced = end
+            fileio.durable(self.path, end)
 
     def seal(self, ledgers):
         """Append the ledgers map ({(scope, ledger): bytes}), cut the file, sync it."""
@@ -350,6 +352,7 @@ cdef class MappedLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+        fileio.durable(self.path, end)
 
     cdef _write_block_crcs(self, uint8_t *p, Py_ssize_t end, Py_ssize_t nblocks):
         cdef Py_ssize_t k, start, n
@@ -531,7 +534,7 @@ cdef class EntryLogger:
         self.log_dirs[log_id] = directory
         self.logs[log_id] = self.current
         self.current_ledgers = {}
-        _fsync_dir(directory)
+        fileio.fsync_dir(directory)
         return log_id
 
     def flush(self):
@@ -632,11 +635,3 @@ def _log_id_of(name):
         return int(stem, 16)
     except ValueError:
         return None
-
-
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

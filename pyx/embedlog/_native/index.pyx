@@ -24,6 +24,7 @@ from libc.string cimport memcpy
 
 from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
 
+from embedlog import fileio
 from embedlog.errors import CorruptedDataError, IllegalOpError
 
 el_crc_init()
@@ -299,10 +300,13 @@ cdef class LedgerIndex:
                     self.max_page_on_disk = p
             if sync:
                 os.fdatasync(fd) if not new else os.fsync(fd)
+                size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         if new:
-            _fsync_dirs(os.path.dirname(self.path), self.root)
+            fileio.fsync_dirs(os.path.dirname(self.path), self.root)
+        if sync:
+            fileio.durable(self.path, size)
         self.dirty_pages.clear()
         self.header_dirty = False
         return True
@@ -317,7 +321,7 @@ cdef class LedgerIndex:
             return
         # durable: an index file that came back after a crash would point into entry logs
         # that garbage collection has deleted since
-        _fsync_dirs(os.path.dirname(self.path), os.path.dirname(self.path))
+        fileio.fsync_dir(os.path.dirname(self.path))
 
     def drop_pages(self):
         """Forget cached pages (after delete)."""
@@ -397,17 +401,3 @@ def _private_dirs(path):
     except FileExistsError:
         pass
 
-
-def _fsync_dirs(path, stop):
-    """fsync ``path`` and its parents up to ``stop``: new index dirs must survive a crash."""
-    stop = os.path.abspath(stop)
-    path = os.path.abspath(path)
-    while True:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if path == stop or len(path) <= len(stop):
-            break
-        path = os.path.dirname(path)

@@ -1,0 +1,120 @@
+"""The bookie's file I/O seam: fsync of a directory, write-then-rename, private (0700)
+directories, and a record of what each file holds durably.
+
+Every file the bookie writes is created 0600. A file written by ``atomic_write`` is either
+the old one or the new one after a crash, never a mix: the data goes to ``<path>.tmp``, is
+fsynced, renamed over ``path``, and the directory is fsynced so the rename itself survives
+a power loss.
+
+``durable(path, length)`` is called wherever a file's bytes reach stable storage (the
+journal's fdatasync, an entry log's msync, an index flush, an atomic write). A test can
+record those calls (``record_durable``) and then cut every file back to what was durable
+(``power_loss``): LevelDB's fault-injection test, for every file of the bookie, not only the
+journal. Nothing is recorded unless a test asked.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+_durable: dict | None = None           # path -> bytes known durable, while a test records
+_lock = threading.Lock()
+DATA_SUFFIXES = (".txn", ".log", ".idx", ".log.compacting")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dirs(path: str, stop: str) -> None:
+    """fsync ``path`` and its parents up to ``stop``: directories just made must survive."""
+    stop, path = os.path.abspath(stop), os.path.abspath(path)
+    while True:
+        fsync_dir(path)
+        if path == stop or len(path) <= len(stop):
+            return
+        path = os.path.dirname(path)
+
+
+def private_dir(path: str, tighten: bool = False) -> None:
+    """Create ``path`` (and missing parents) readable by this user only: a bookie's files
+    hold master keys (index headers) and passwords (meta.db), all the wire needs to write.
+    ``tighten`` also narrows an existing directory (the bookie's own subdirectories; a
+    directory an operator named, such as a shared journal disk's mount point, is left)."""
+    parent = os.path.dirname(path)
+    if not os.path.isdir(path) and parent != path and not os.path.isdir(parent):
+        private_dir(parent)            # os.makedirs would give parents the default mode
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    if tighten and os.stat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)              # the old file stays, whole
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+    durable(path, len(data))
+
+
+def replace(src: str, dst: str) -> None:
+    """Rename ``src`` over ``dst`` durably (the directory is fsynced)."""
+    os.replace(src, dst)
+    fsync_dir(os.path.dirname(dst) or ".")
+    if _durable is not None:
+        with _lock:
+            length = _durable.pop(os.path.abspath(src), None)
+            if length is not None:
+                _durable[os.path.abspath(dst)] = length
+
+
+# -- what is durable (tests) -----------------------------------------------------------------
+
+def durable(path: str, length: int) -> None:
+    """``path``'s first ``length`` bytes are on stable storage."""
+    if _durable is not None:
+        with _lock:
+            _durable[os.path.abspath(path)] = length
+
+
+def record_durable(on: bool = True) -> None:
+    """Start (or stop) recording what is durable, for ``power_loss``."""
+    global _durable
+    with _lock:
+        _durable = {} if on else None
+
+
+def power_loss(root: str) -> list:
+    """Cut every file under ``root`` back to what was recorded durable, as a power loss
+    would: longer files are truncated, a data file never made durable is removed (its
+    directory entry need not have survived either). Returns what changed."""
+    changed = []
+    with _lock:
+        known = dict(_durable or {})
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.abspath(os.path.join(dirpath, name))
+            length = known.get(path)
+            if length is None:
+                if name.endswith(DATA_SUFFIXES):
+                    os.unlink(path)
+                    changed.append((path, "removed"))
+                continue
+            if os.path.getsize(path) > length:
+                os.truncate(path, length)
+                changed.append((path, length))
+    return changed
