@@ -3,6 +3,7 @@
 Usage: crash_child.py DIR SEED. Prints "ACK <qualified name> <entry id>" after an
 add returns (so it is durable); payloads are a function of (ledger, entry id)."""
 import hashlib
+import os
 import random
 import sys
 
@@ -19,7 +20,8 @@ def main():
     path, seed = sys.argv[1], int(sys.argv[2])
     rnd = random.Random(seed)
     cfg = dict(skip_list_size_limit=256 << 10, entry_log_size_limit=1 << 20,
-               journal_max_size_mb=1, journal_pre_alloc_size_mb=1,
+               journal_max_size_mb=int(os.environ.get("CRASH_CHILD_JOURNAL_MB", "1")),
+               journal_pre_alloc_size_mb=1,
                flush_interval_ms=rnd.choice([20, 100, 1000]))
     out = sys.stdout
     with embedlog.open(path, **cfg) as log:
