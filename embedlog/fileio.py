@@ -14,12 +14,22 @@ journal. Nothing is recorded unless a test asked.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
 _durable: dict | None = None           # path -> bytes known durable, while a test records
 _lock = threading.Lock()
 DATA_SUFFIXES = (".txn", ".log", ".idx", ".log.compacting")
+
+
+def no_space(exc: BaseException | None) -> bool:
+    """True if ``exc`` (or what caused it) is a full disk or quota."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def fsync_dir(path: str) -> None:

@@ -18,7 +18,7 @@ def abandon(log):
         b.cv.notify_all()
         b.journal._writer_cv.notify_all()
         b.journal._prealloc_cv.notify_all()
-    b._stop.set()
+    b.checkpointer.stop()
     for t in b.journal._threads:
         t.join(timeout=5)
     os.close(b.journal._fd)

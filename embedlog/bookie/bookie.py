@@ -18,7 +18,6 @@ and index, persists the LastLogMark and trims old journals.
 from __future__ import annotations
 
 import collections
-import errno
 import fcntl
 import logging
 import os
@@ -30,29 +29,23 @@ from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
 from embedlog._native.format import DIGEST_SIZES, LedgerId, parse_entry_header
-from embedlog import failpoints
 from embedlog.bookie import cookies, disks, gc
-from embedlog.fileio import atomic_write, private_dir
+from embedlog.fileio import atomic_write, no_space as _no_space, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
-from embedlog.bookie.journal import Journal, LastLogMark, replay
+from embedlog.bookie.checkpoint import Checkpointer
+from embedlog.bookie.journal import Journal
+from embedlog.bookie.lastmark import LastLogMark
+from embedlog.bookie.replay import replay_bookie
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
                              EntryTooLargeError, IllegalOpError, InvalidTermError,
-                             JournalCorruptedError, LedgerFencedError, NoSuchLedgerError,
+                             LedgerFencedError, NoSuchLedgerError,
                              ReadOnlyBookieError, UnauthorizedAccessError)
 
 log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
 _FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
-
-
-def _no_space(exc: BaseException) -> bool:
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        exc = exc.__cause__
-    return False
 
 
 class LedgerFacts:
@@ -128,11 +121,10 @@ class Bookie:
         self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
-        self.replay_report = self._replay()
+        self.replay_report = replay_bookie(self)
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
-        self._checkpoint_seq = 0
-        self._stop = threading.Event()
+        self.checkpointer = Checkpointer(self)
         try:
             self.checkpoint()
         except (OSError, EmbedlogError) as exc:
@@ -143,8 +135,7 @@ class Bookie:
             log.error("bookie %s: no room to checkpoint after replay (%s); starting read-only",
                       self.bookie_id, exc)
         self.storage.start()
-        self._sync_thread = threading.Thread(target=self._sync_loop, name="embedlog-sync", daemon=True)
-        self._sync_thread.start()
+        self.checkpointer.start()
         disks.follow_read_only(self, self.disks)
         self.storage.on_flush_error = lambda exc: self.disks.check()
         self.disks.start()
@@ -190,62 +181,6 @@ class Bookie:
         for key, idx in self.storage.load_indexes():
             self.ledgers[key] = idx
             self.last_entry[key] = idx.last_entry_id()
-
-    def _replay(self) -> dict:
-        mark = self.mark.read()
-
-        def apply(rtype, body, path, off):
-            try:
-                self._apply_record(rtype, body)
-            except EmbedlogError as exc:
-                raise JournalCorruptedError(f"journal {path} offset {off}: {exc}") from exc
-
-        report = replay(self.journal_dir, mark, apply,
-                        skip_corrupt=self.config.journal_skip_corrupt_records,
-                        max_record_size=self.config.max_entry_size_bytes + 4096,
-                        head=self.mark.read_head(),
-                        allow_missing=self.config.journal_allow_missing_files)
-        report["mark"] = mark
-        report["damaged_marks"] = list(self.mark.damaged)
-        return report
-
-    def _apply_record(self, rtype: int, body: bytes) -> None:
-        """Re-apply one journal record (replay): what add/fence/... did before the crash."""
-        # a body that does not fit its type is JournalCorruptedError, even with a good checksum
-        fields = nj.decode_record(rtype, body)
-        if fields is None:
-            return          # an unknown type with a good checksum: newer records stay readable
-        if rtype == nj.ENTRY:
-            if not self.storage.active.add_encoded(body):
-                with self.cv:
-                    self.storage.make_room(self.journal.appended_seq)
-                self.storage.active.add_encoded(body)
-            _v, scope, lid, eid = fields[:4]
-            self._known((scope, lid))
-            self._seen((scope, lid), eid)
-            return
-        key = (fields[0], fields[1])
-        if rtype == nj.LEDGER_KEY:
-            self._known(key).master_key = fields[2]
-            self._known(key).header_dirty = True
-        elif rtype == nj.FENCE:
-            idx = self._known(key)
-            idx.fenced = True
-            idx.header_dirty = True
-        elif rtype == nj.EXPLICIT_LAC:
-            idx = self._known(key)
-            idx.explicit_lac = max(idx.explicit_lac, fields[2])
-            idx.header_dirty = True
-        elif rtype == nj.TERM:
-            idx = self._known(key)
-            idx.term = max(idx.term, fields[2])
-            idx.header_dirty = True
-        elif rtype == nj.TRUNCATE:
-            self._truncate_locked(key, fields[2])
-        elif rtype == nj.DELETE_LEDGER:
-            self._delete_locked(key)
-        elif rtype == nj.TRIM:
-            self.storage.erase(key, 0, fields[2] - 1)
 
     def _journal_failed(self, exc, lost) -> None:
         """A group the disk refused (cv held): its entries, already in the memtable, are
@@ -662,45 +597,9 @@ class Bookie:
     # -- checkpoints ----------------------------------------------------------------------------
 
     def checkpoint(self) -> tuple[int, int]:
-        """Flush the memtables, sync entry logs and index, persist the LastLogMark, trim journals.
-
-        The mark moves to the journal position the last flushed memtable covers; records
-        after it (entries still in memory, fences, LACs) are replayed after a crash."""
-        with self.cv:
-            self.storage.make_room(self.journal.note_appended())
-            self.storage.wait_flushed()
-            seq = self.storage.flushed_seq
-            self.journal.wait_durable(seq)
-            mark = self.journal.position_of(seq)
-        self.storage.sync()
-        self.deleted.persist()          # deletes before the mark are replayed no more
-        failpoints.hit("checkpoint.before_lastmark")
-        moved = self.mark.persist(mark)
-        failpoints.hit("checkpoint.after_lastmark")
-        if moved:
-            self.journal.trim(mark[0])
-        with self.cv:
-            self.stats["checkpoints"] += 1
-            self._checkpoint_seq = seq
-        return mark
-
-    def _sync_loop(self) -> None:
-        interval_s = self.config.flush_interval_ms / 1000.0
-        if interval_s <= 0:
-            return
-        while not self._stop.wait(interval_s):
-            with self.cv:
-                due = self.journal.appended_seq != self._checkpoint_seq or not self.storage.active.is_empty()
-            if due:
-                try:
-                    self.checkpoint()
-                except (EmbedlogError, OSError):
-                    if self._closed:
-                        return
-                    # a full disk or a failed flush: try again next interval (the journal
-                    # keeps everything until a checkpoint succeeds)
-                    self.stats["checkpoint_errors"] = self.stats.get("checkpoint_errors", 0) + 1
-                    self.disks.check()
+        """Flush, sync entry logs and index, persist the LastLogMark, trim old journals
+        (bookie/checkpoint.py); returns the new mark."""
+        return self.checkpointer.checkpoint()
 
     # -- statistics and shutdown ------------------------------------------------------------------
 
@@ -740,9 +639,8 @@ class Bookie:
             with self.cv:
                 self._closed = True
                 self.cv.notify_all()
-            self._stop.set()
+            self.checkpointer.stop()
             self.journal.close()
-            self._sync_thread.join(timeout=5)
             self.storage.close()
             os.close(self._lock_fd)
 

@@ -1,4 +1,5 @@
-"""The journal: group commit, file rolling, preallocation, LastLogMark and replay.
+"""The journal: group commit, file rolling and preallocation (its LastLogMark is in
+lastmark.py, its replay in replay.py).
 
 Appenders frame records into ``buffer`` while holding the bookie's lock (the
 Condition ``cv`` wraps it). Whoever then needs durability and finds no sync
@@ -20,22 +21,16 @@ import collections
 import errno
 import logging
 import os
-import struct
 import threading
 import time
 
 from embedlog._native import journal as nj
 from embedlog import failpoints, fileio
-from embedlog.fileio import atomic_write, fsync_dir, private_dir
-from embedlog.errors import EmbedlogError, JournalCorruptedError
+from embedlog.fileio import fsync_dir, no_space as _no_space, private_dir
+from embedlog.errors import EmbedlogError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
-_MARK = struct.Struct(">QQ")
-
-
-def _no_space(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def journal_ids(directory: str) -> list[int]:
@@ -47,89 +42,6 @@ def journal_ids(directory: str) -> list[int]:
             except ValueError:
                 pass
     return sorted(ids)
-
-
-class LastLogMark:
-    """(journal id, offset): everything before it is in ledger storage.
-
-    Stored as ``lastMark`` in each ledger directory: id:u64 offset:u64 crc32c:u32,
-    written to a temporary file, fsynced and renamed, so a crash leaves the old
-    mark or the new one, never a torn one. The largest mark over all directories wins.
-
-    A damaged lastMark (a short file, a bad checksum) is set aside as ``lastMark.damaged``
-    and the others decide; when no directory holds a good one, replay starts at the
-    oldest journal (a full replay: replaying what is already stored is harmless). Either
-    way the fallback is logged as an error and reported in ``damaged``.
-
-    ``journalHead`` beside it names the newest journal file (id:u64 crc32c:u32), written
-    when a journal file is created, so a newest journal that went missing is noticed.
-    """
-
-    def __init__(self, directories: list[str]):
-        self.directories = directories
-        self.persisted = (0, 0)
-        self.damaged: list[str] = []      # what read() set aside
-        # checkpoints from the sync thread and from close() may meet here: one at a time,
-        # so they neither share lastMark.tmp nor move the mark backwards
-        self._lock = threading.Lock()
-
-    def read(self) -> tuple[int, int]:
-        best, good = (0, 0), 0
-        for d in self.directories:
-            path = os.path.join(d, "lastMark")
-            try:
-                data = open(path, "rb").read()
-            except FileNotFoundError:
-                continue
-            if len(data) != 20 or nj_crc(data[:16]) != struct.unpack(">I", data[16:])[0]:
-                self.damaged.append(f"{path} ({len(data)} bytes, offset 0: "
-                                    f"{'short' if len(data) != 20 else 'bad checksum'})")
-                os.replace(path, path + ".damaged")
-                continue
-            good += 1
-            best = max(best, _MARK.unpack(data[:16]))
-        if self.damaged:
-            log.error("damaged LastLogMark: %s; replaying from %s", "; ".join(self.damaged),
-                      f"the best good mark {best}" if good else "the oldest journal (full replay)")
-        self.persisted = best
-        return best
-
-    def persist(self, mark: tuple[int, int]) -> bool:
-        """Write ``mark`` unless it would move the mark backwards; True if written."""
-        with self._lock:
-            return self._persist(mark)
-
-    def _persist(self, mark: tuple[int, int]) -> bool:
-        if mark <= self.persisted:
-            return False
-        data = _MARK.pack(*mark)
-        data += struct.pack(">I", nj_crc(data))
-        for d in self.directories:
-            atomic_write(os.path.join(d, "lastMark"), data)
-        self.persisted = mark
-        return True
-
-    def write_head(self, journal_id: int) -> None:
-        data = struct.pack(">Q", journal_id)
-        for d in self.directories:
-            atomic_write(os.path.join(d, "journalHead"), data + struct.pack(">I", nj_crc(data)))
-
-    def read_head(self) -> int | None:
-        """The newest journal file any directory recorded (None: not recorded)."""
-        best = None
-        for d in self.directories:
-            try:
-                data = open(os.path.join(d, "journalHead"), "rb").read()
-            except FileNotFoundError:
-                continue
-            if len(data) == 12 and nj_crc(data[:8]) == struct.unpack(">I", data[8:])[0]:
-                best = max(best or 0, struct.unpack(">Q", data[:8])[0])
-        return best
-
-
-def nj_crc(data: bytes) -> int:
-    from embedlog._native.format import crc32c
-    return crc32c(data)
 
 
 class Journal:
@@ -181,7 +93,7 @@ class Journal:
 
     # -- files ------------------------------------------------------------------
 
-    def start(self, mark: "LastLogMark | None" = None) -> None:
+    def start(self, mark=None) -> None:
         """Open a new journal file (a restarted bookie never appends to an old one);
         ``mark`` records each new file as the journal head. On a full disk the bookie still
         starts: the file is opened by the first group once there is room."""
@@ -528,106 +440,3 @@ class Journal:
         if victims:
             fsync_dir(self.directory)
         return victims
-
-
-def check_chain(directory: str, mark_id: int, head: int | None) -> list:
-    """Journal files replay needs that are missing, before anything is applied: the file
-    the mark points into, a file between two that the later one's header names as its
-    predecessor, and the newest file ``journalHead`` recorded. Returns descriptions."""
-    ids = [i for i in journal_ids(directory) if i >= mark_id]
-    missing = []
-    if mark_id and mark_id not in ids:
-        missing.append(f"{mark_id:x}.txn (the LastLogMark points into it)")
-    prev_ids = {}
-    for i in ids:
-        path = os.path.join(directory, "%x.txn" % i)
-        with open(path, "rb") as f:
-            header = f.read(nj.HEADER_SIZE)
-        if len(header) == nj.HEADER_SIZE:
-            try:
-                nj.check_file_header(header)
-            except ValueError:
-                continue                   # replay reports a bad header with its offset
-            prev_ids[i] = nj.file_chain(header)
-    for before, after in zip(ids, ids[1:]):
-        prev = prev_ids.get(after)
-        if prev is not None and prev != before:
-            missing.append(f"{prev:x}.txn (written between {before:x}.txn and {after:x}.txn)"
-                           if prev > before else
-                           f"the chain: {after:x}.txn follows {prev:x}.txn, not {before:x}.txn")
-    if head is not None and head >= mark_id and head not in ids and (not ids or head > ids[-1]):
-        missing.append(f"{head:x}.txn (the newest journal, recorded in journalHead)")
-    return missing
-
-
-def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
-           max_record_size: int, head: int | None = None, allow_missing: bool = False) -> dict:
-    """Apply every journal record from ``mark`` on, in numeric file order.
-
-    A journal file replay needs that is missing (check_chain) stops start-up with the file
-    named, unless ``allow_missing`` (an operator accepts the loss: it is reported). A torn
-    tail is cut off after a copy is kept under ``torn/``; corruption in the middle raises
-    JournalCorruptedError naming file and offset, unless ``skip_corrupt``, which steps
-    over it and reports what it skipped.
-    """
-    import mmap
-    report = {"files": 0, "records": 0, "torn": [], "skipped": [], "missing_files": []}
-    mark_id, mark_off = mark
-    missing = check_chain(directory, mark_id, head)
-    if missing and not allow_missing:
-        raise JournalCorruptedError(
-            f"journal {directory}: missing {'; '.join(missing)}. Acknowledged entries may be in "
-            "it: restore the file, or set journal_allow_missing_files=True to start without it "
-            "(the loss is reported in replay_report['missing_files']).")
-    if missing:
-        log.error("journal %s: starting without %s (journal_allow_missing_files)",
-                  directory, "; ".join(missing))
-        report["missing_files"] = missing
-    for file_id in journal_ids(directory):
-        if file_id < mark_id:
-            continue
-        path = os.path.join(directory, "%x.txn" % file_id)
-        size = os.path.getsize(path)
-        if size < nj.HEADER_SIZE:
-            # a file created but never written before a crash: nothing was acknowledged in it
-            report["torn"].append((path, 0, size))
-            continue
-        with open(path, "r+b") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                try:
-                    got_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
-                except ValueError as exc:
-                    raise JournalCorruptedError(f"journal {path} offset 0: {exc}") from None
-                if got_id != file_id:
-                    raise JournalCorruptedError(
-                        f"journal {path} offset 0: header names journal {got_id:x}")
-                start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
-                records, end, status, skipped = nj.scan(
-                    mm, start, max_record_size, skip_corrupt)
-                if status == "corrupt":
-                    raise JournalCorruptedError(
-                        f"journal {path} is corrupt at offset {end}: a bad record is followed by "
-                        "good ones, so this is not a torn tail. Set journal_skip_corrupt_records=True "
-                        "to step over it (what is skipped is reported), or restore the file.")
-                for off, rtype, body_start, body_len in records:
-                    apply(rtype, mm[body_start:body_start + body_len], path, off)
-                report["records"] += len(records)
-                report["skipped"].extend((path, o, n) for o, n in skipped)
-                tail = None
-                if status == "torn":
-                    tail = mm[end:].rstrip(b"\0")
-            finally:
-                mm.close()
-            if status == "torn":
-                torn_dir = os.path.join(directory, "torn")
-                private_dir(torn_dir)
-                atomic_write(os.path.join(torn_dir, "%x.txn.%d" % (file_id, end)), tail)
-                f.truncate(end)
-                f.flush()
-                os.fsync(f.fileno())
-                fsync_dir(directory)
-                fileio.durable(path, end)
-                report["torn"].append((path, end, len(tail)))
-        report["files"] += 1
-    return report

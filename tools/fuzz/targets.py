@@ -108,7 +108,7 @@ def fuzz_journal(data: bytes) -> None:
 
 def _replay(data: bytes, log_id) -> None:
     from embedlog._native import journal as nj
-    from embedlog.bookie.journal import replay
+    from embedlog.bookie.replay import replay
     d = os.path.join(TMP, "journal")
     shutil.rmtree(d, ignore_errors=True)
     os.mkdir(d)

@@ -1,0 +1,73 @@
+"""Checkpoints: what lets the LastLogMark move, and the thread that makes them.
+
+A checkpoint flushes the memtables into the entry logs, makes the entry logs and every
+dirty index page and header durable, persists the deleted-ledger memory, then the
+LastLogMark at the journal position the last flushed memtable covers, and trims journals
+older than it (keeping journal_max_backups). In that order: the mark never passes data
+that is not durable elsewhere (tests/test_power_loss.py cuts every file back to what was
+durable and checks it). Records after the mark (entries still in memory, fences, LACs)
+are replayed after a crash.
+"""
+from __future__ import annotations
+
+import threading
+
+from embedlog import failpoints
+from embedlog.errors import EmbedlogError
+
+
+class Checkpointer:
+    def __init__(self, bookie):
+        self.bookie = bookie
+        self.last_seq = 0                 # journal seq the last checkpoint covered
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def checkpoint(self) -> tuple[int, int]:
+        b = self.bookie
+        with b.cv:
+            b.storage.make_room(b.journal.note_appended())
+            b.storage.wait_flushed()
+            seq = b.storage.flushed_seq
+            b.journal.wait_durable(seq)
+            mark = b.journal.position_of(seq)
+        b.storage.sync()
+        b.deleted.persist()          # deletes before the mark are replayed no more
+        failpoints.hit("checkpoint.before_lastmark")
+        moved = b.mark.persist(mark)
+        failpoints.hit("checkpoint.after_lastmark")
+        if moved:
+            b.journal.trim(mark[0])
+        with b.cv:
+            b.stats["checkpoints"] += 1
+            self.last_seq = seq
+        return mark
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="embedlog-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        b = self.bookie
+        interval_s = b.config.flush_interval_ms / 1000.0
+        if interval_s <= 0:
+            return
+        while not self._stop.wait(interval_s):
+            with b.cv:
+                due = b.journal.appended_seq != self.last_seq or not b.storage.active.is_empty()
+            if not due:
+                continue
+            try:
+                self.checkpoint()
+            except (EmbedlogError, OSError):
+                if b._closed:
+                    return
+                # a full disk or a failed flush: try again next interval (the journal
+                # keeps everything until a checkpoint succeeds)
+                b.stats["checkpoint_errors"] = b.stats.get("checkpoint_errors", 0) + 1
+                b.disks.check()

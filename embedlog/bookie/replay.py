@@ -1,0 +1,208 @@
+"""Replay: the journal from the LastLogMark, re-applied to a starting bookie.
+
+First every file replay needs is checked to be there (``check_chain``); then each record
+is applied by the handler its type names (``HANDLERS``: the table of what each record did
+before the crash); a record of an unknown type with a good checksum is skipped, so newer
+record types can be added. A torn tail is cut (a copy is kept under ``journal/torn/``);
+corruption in the middle stops start-up with the file and offset, unless
+journal_skip_corrupt_records steps over it (docs/FORMATS.md, "Journal").
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from embedlog._native import journal as nj
+from embedlog import fileio
+from embedlog.bookie.journal import journal_ids
+from embedlog.errors import EmbedlogError, JournalCorruptedError
+from embedlog.fileio import atomic_write, fsync_dir, private_dir
+
+log = logging.getLogger("embedlog.bookie")
+
+
+# -- what each record type did, done again (called with the replaying bookie) ---------------
+
+def _entry(bookie, fields, body) -> None:
+    storage = bookie.storage
+    if not storage.active.add_encoded(body):
+        with bookie.cv:
+            storage.make_room(bookie.journal.appended_seq)
+        storage.active.add_encoded(body)
+    _v, scope, lid, eid = fields[:4]
+    bookie._known((scope, lid))
+    bookie._seen((scope, lid), eid)
+
+
+def _ledger_key(bookie, fields, _body) -> None:
+    idx = bookie._known((fields[0], fields[1]))
+    idx.master_key = fields[2]
+    idx.header_dirty = True
+
+
+def _fence(bookie, fields, _body) -> None:
+    idx = bookie._known((fields[0], fields[1]))
+    idx.fenced = True
+    idx.header_dirty = True
+
+
+def _explicit_lac(bookie, fields, _body) -> None:
+    idx = bookie._known((fields[0], fields[1]))
+    idx.explicit_lac = max(idx.explicit_lac, fields[2])
+    idx.header_dirty = True
+
+
+def _term(bookie, fields, _body) -> None:
+    idx = bookie._known((fields[0], fields[1]))
+    idx.term = max(idx.term, fields[2])
+    idx.header_dirty = True
+
+
+def _truncate(bookie, fields, _body) -> None:
+    bookie._truncate_locked((fields[0], fields[1]), fields[2])
+
+
+def _delete(bookie, fields, _body) -> None:
+    bookie._delete_locked((fields[0], fields[1]))
+
+
+def _trim(bookie, fields, _body) -> None:
+    bookie.storage.erase((fields[0], fields[1]), 0, fields[2] - 1)
+
+
+HANDLERS = {nj.ENTRY: _entry, nj.LEDGER_KEY: _ledger_key, nj.FENCE: _fence,
+            nj.EXPLICIT_LAC: _explicit_lac, nj.TERM: _term, nj.TRUNCATE: _truncate,
+            nj.DELETE_LEDGER: _delete, nj.TRIM: _trim}
+
+
+def apply_record(bookie, rtype: int, body: bytes) -> None:
+    """Re-apply one record: what the add, fence, ... did before the crash. A body that does
+    not fit its type is JournalCorruptedError, even with a good checksum."""
+    fields = nj.decode_record(rtype, body)
+    handler = HANDLERS.get(rtype)
+    if fields is not None and handler is not None:
+        handler(bookie, fields, body)
+
+
+def replay_bookie(bookie) -> dict:
+    """Replay ``bookie``'s journal from its LastLogMark; the report of what was done."""
+    mark = bookie.mark.read()
+
+    def apply(rtype, body, path, off):
+        try:
+            apply_record(bookie, rtype, body)
+        except EmbedlogError as exc:
+            raise JournalCorruptedError(f"journal {path} offset {off}: {exc}") from exc
+
+    cfg = bookie.config
+    report = replay(bookie.journal_dir, mark, apply, skip_corrupt=cfg.journal_skip_corrupt_records,
+                    max_record_size=cfg.max_entry_size_bytes + 4096, head=bookie.mark.read_head(),
+                    allow_missing=cfg.journal_allow_missing_files)
+    report["mark"] = mark
+    report["damaged_marks"] = list(bookie.mark.damaged)
+    return report
+
+
+# -- the files ---------------------------------------------------------------------------------
+
+def check_chain(directory: str, mark_id: int, head: int | None) -> list:
+    """Journal files replay needs that are missing, before anything is applied: the file
+    the mark points into, a file between two that the later one's header names as its
+    predecessor, and the newest file ``journalHead`` recorded. Returns descriptions."""
+    ids = [i for i in journal_ids(directory) if i >= mark_id]
+    missing = []
+    if mark_id and mark_id not in ids:
+        missing.append(f"{mark_id:x}.txn (the LastLogMark points into it)")
+    prev_ids = {}
+    for i in ids:
+        path = os.path.join(directory, "%x.txn" % i)
+        with open(path, "rb") as f:
+            header = f.read(nj.HEADER_SIZE)
+        if len(header) == nj.HEADER_SIZE:
+            try:
+                nj.check_file_header(header)
+            except ValueError:
+                continue                   # replay reports a bad header with its offset
+            prev_ids[i] = nj.file_chain(header)
+    for before, after in zip(ids, ids[1:]):
+        prev = prev_ids.get(after)
+        if prev is not None and prev != before:
+            missing.append(f"{prev:x}.txn (written between {before:x}.txn and {after:x}.txn)"
+                           if prev > before else
+                           f"the chain: {after:x}.txn follows {prev:x}.txn, not {before:x}.txn")
+    if head is not None and head >= mark_id and head not in ids and (not ids or head > ids[-1]):
+        missing.append(f"{head:x}.txn (the newest journal, recorded in journalHead)")
+    return missing
+
+
+def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
+           max_record_size: int, head: int | None = None, allow_missing: bool = False) -> dict:
+    """Apply every journal record from ``mark`` on, in numeric file order.
+
+    A journal file replay needs that is missing (check_chain) stops start-up with the file
+    named, unless ``allow_missing`` (an operator accepts the loss: it is reported). A torn
+    tail is cut off after a copy is kept under ``torn/``; corruption in the middle raises
+    JournalCorruptedError naming file and offset, unless ``skip_corrupt``, which steps
+    over it and reports what it skipped.
+    """
+    import mmap
+    report = {"files": 0, "records": 0, "torn": [], "skipped": [], "missing_files": []}
+    mark_id, mark_off = mark
+    missing = check_chain(directory, mark_id, head)
+    if missing and not allow_missing:
+        raise JournalCorruptedError(
+            f"journal {directory}: missing {'; '.join(missing)}. Acknowledged entries may be in "
+            "it: restore the file, or set journal_allow_missing_files=True to start without it "
+            "(the loss is reported in replay_report['missing_files']).")
+    if missing:
+        log.error("journal %s: starting without %s (journal_allow_missing_files)",
+                  directory, "; ".join(missing))
+        report["missing_files"] = missing
+    for file_id in journal_ids(directory):
+        if file_id < mark_id:
+            continue
+        path = os.path.join(directory, "%x.txn" % file_id)
+        size = os.path.getsize(path)
+        if size < nj.HEADER_SIZE:
+            # a file created but never written before a crash: nothing was acknowledged in it
+            report["torn"].append((path, 0, size))
+            continue
+        with open(path, "r+b") as f:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                try:
+                    got_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
+                except ValueError as exc:
+                    raise JournalCorruptedError(f"journal {path} offset 0: {exc}") from None
+                if got_id != file_id:
+                    raise JournalCorruptedError(
+                        f"journal {path} offset 0: header names journal {got_id:x}")
+                start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
+                records, end, status, skipped = nj.scan(
+                    mm, start, max_record_size, skip_corrupt)
+                if status == "corrupt":
+                    raise JournalCorruptedError(
+                        f"journal {path} is corrupt at offset {end}: a bad record is followed by "
+                        "good ones, so this is not a torn tail. Set journal_skip_corrupt_records=True "
+                        "to step over it (what is skipped is reported), or restore the file.")
+                for off, rtype, body_start, body_len in records:
+                    apply(rtype, mm[body_start:body_start + body_len], path, off)
+                report["records"] += len(records)
+                report["skipped"].extend((path, o, n) for o, n in skipped)
+                tail = None
+                if status == "torn":
+                    tail = mm[end:].rstrip(b"\0")
+            finally:
+                mm.close()
+            if status == "torn":
+                torn_dir = os.path.join(directory, "torn")
+                private_dir(torn_dir)
+                atomic_write(os.path.join(torn_dir, "%x.txn.%d" % (file_id, end)), tail)
+                f.truncate(end)
+                f.flush()
+                os.fsync(f.fileno())
+                fsync_dir(directory)
+                fileio.durable(path, end)
+                report["torn"].append((path, end, len(tail)))
+        report["files"] += 1
+    return report
