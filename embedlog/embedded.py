@@ -22,8 +22,12 @@ from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.client.client import password_bytes
 from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recovered
+from embedlog.client.context import ClientConfig, ClientContext
+from embedlog.client.stream import delete_stream, find_stream, list_streams, open_stream
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
+from embedlog.net.server import BookieServer
+from embedlog.net.transport import InProcessConnection
 
 _CHUNK_BYTES = 8 << 20        # bound on what one append_many frames before a sync
 
@@ -139,9 +143,6 @@ class EmbeddedLog:
         # streams run the same client and bookie code as a cluster, over an in-process
         # transport to this bookie (no socket), with E = Qw = Qa = 1
         if self._ctx is None:
-            from embedlog.client.context import ClientConfig, ClientContext
-            from embedlog.net.server import BookieServer
-            from embedlog.net.transport import InProcessConnection
             ctx = ClientContext(self.metadata, ClientConfig())
             server = BookieServer(self.bookie)
             server._loop = ctx.loop
@@ -153,16 +154,13 @@ class EmbeddedLog:
                     **policy):
         """The stream called ``name`` (created if absent); see embedlog.client.stream."""
         self._check_open()
-        from embedlog.client.stream import open_stream
         return open_stream(self._stream_ctx(), name, create=create, ensemble=(1, 1, 1),
                            digest=digest, password=password_bytes(password), **policy)
 
     def list_streams(self, pattern: str | None = None) -> list:
-        from embedlog.client.stream import list_streams
         return list_streams(self.metadata, pattern)
 
     def delete_stream(self, name: str) -> None:
-        from embedlog.client.stream import delete_stream, find_stream
         v, _ = find_stream(self.metadata, name)
         delete_stream(self.metadata, name)
         if v is not None and self.bookie.has_ledger(v.value.ledger_id):

@@ -5,6 +5,7 @@ from embedlog._native.format import LedgerId, digest_code, master_key
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.read import ReadHandle
 from embedlog.client.recovery import recover
+from embedlog.client.stream import delete_stream, list_streams, open_stream
 from embedlog.client.write import WriteHandle
 from embedlog.errors import IllegalOpError, UnauthorizedAccessError
 from embedlog.meta import open_metadata_store
@@ -82,17 +83,14 @@ class Client:
                     password: bytes = b"", **policy):
         """The stream called ``name``, created if absent; see embedlog.client.stream.
         ``policy``: rollover_entries, rollover_bytes, retention_ms, retention_entries."""
-        from embedlog.client.stream import open_stream
         return open_stream(self._ctx, name, create=create,
                            ensemble=(ensemble_size, write_quorum, ack_quorum), digest=digest,
                            password=password_bytes(password), **policy)
 
     def list_streams(self, pattern: str | None = None) -> list:
-        from embedlog.client.stream import list_streams
         return list_streams(self.metadata, pattern)
 
     def delete_stream(self, name: str) -> None:
-        from embedlog.client.stream import delete_stream
         delete_stream(self.metadata, name)
 
     def bookies(self) -> tuple[list, list]:

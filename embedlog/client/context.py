@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from embedlog import failpoints
 from embedlog.errors import NotEnoughBookiesError
+from embedlog.net import security
 from embedlog.net.transport import BookieConnection, BookieUnavailableError
 
 
@@ -58,7 +59,6 @@ _WORKERS = 16
 class ClientContext:
     def __init__(self, metadata, config: ClientConfig, faults=None):
         # TLS and token first: a bad file fails here, before the loop thread starts
-        from embedlog.net import security
         self._ssl = (security.client_context(config.tls_ca_file, config.tls_cert_file,
                                              config.tls_key_file, config.tls_check_hostname)
                      if config.tls_ca_file or config.tls_cert_file else None)

@@ -23,6 +23,8 @@ properties, BOOKKEEPER.md section 6):
 """
 from __future__ import annotations
 
+import asyncio
+import io
 import random
 import threading
 import time
@@ -569,8 +571,6 @@ class Run:
 
 def _tasks(client) -> str:
     """What a client's event loop is doing (to explain an operation that never ends)."""
-    import asyncio
-    import io
 
     async def dump():
         out = io.StringIO()

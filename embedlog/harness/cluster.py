@@ -19,8 +19,10 @@ import tempfile
 import time
 
 from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.client import Client
 from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
+from embedlog.harness import servers
 from embedlog.harness.servers import PortTaken, free_port, port_taken, start_retrying
 
 START_TIMEOUT_S = 30.0
@@ -76,7 +78,7 @@ class LocalCluster:
         if client_auth and not tls:
             raise IllegalOpError("tls_client_auth=True needs tls=True")
         if tls:
-            import trustme
+            import trustme  # lazy: a test-only package, needed only for tls=True
             d = os.path.join(self.base_dir, "tls")
             os.makedirs(d, exist_ok=True)
             ca = trustme.CA()
@@ -108,7 +110,6 @@ class LocalCluster:
     def _start_metadata(self) -> str:
         if self.metadata_kind == "sqlite":
             return "sqlite://" + os.path.join(self.base_dir, "meta.db")
-        from embedlog.harness import servers
         if self.metadata_kind == "zk":
             self._server = servers.ZooKeeperServer()
             return f"zk+hierarchical://{self._server.hosts}/ledgers"
@@ -266,7 +267,6 @@ class LocalCluster:
 
     def client(self, name: str = "", **config):
         """A Client of this cluster; ``name`` identifies it in fault rules (``faults``)."""
-        from embedlog.client import Client
         c = Client(self.metadata_uri, faults=self.faults, client_name=name,
                    **{**self.client_config, **config})
         self._clients.append(c)

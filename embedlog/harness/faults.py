@@ -37,8 +37,9 @@ import asyncio
 import threading
 import time
 
-from embedlog._native.format import LedgerId
+from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.errors import IllegalOpError, MetadataError, TimeoutError, from_wire_code
+from embedlog.client.context import METADATA_WRITES
 from embedlog.net import protocol as P
 
 OPS = {"add": P.ADD, "read": P.READ, "read_lac": P.READ_LAC, "write_lac": P.WRITE_LAC, "trim": P.TRIM}
@@ -184,7 +185,6 @@ class Rule(_Waitable):
 
 class Gate(_Waitable):
     def __init__(self, kind, *, action="pause", ledger=None, client=None, count=1, delay_s=0.0):
-        from embedlog.client.context import METADATA_WRITES
         super().__init__(count)
         if kind not in METADATA_WRITES:
             raise IllegalOpError(f"kind is one of {METADATA_WRITES}, got {kind!r}")
@@ -234,7 +234,6 @@ class _Message:
         self.op, self.flags, self.scope, self.ledger = req.op, req.flags, req.scope, req.ledger
         self.entries = None
         if req.op == P.ADD:
-            from embedlog._native.format import parse_entry_header
             ids = [parse_entry_header(e)[3] for e in P.parse_add_body(req.body)]
             self.entries = (min(ids), max(ids)) if ids else None
         elif req.op == P.READ:
