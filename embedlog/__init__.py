@@ -16,6 +16,7 @@ __all__ = ["open", "LedgerId", "Client", "EmbeddedLog", "errors", "EmbedlogError
 
 def open(path, **config):
     """Open (creating if needed) an embedded log in directory ``path``; see EmbeddedLog."""
+    # the facade loads the layers above it on first use, so `import embedlog` stays cheap
     from embedlog.embedded import EmbeddedLog
     return EmbeddedLog(path, **config)
 

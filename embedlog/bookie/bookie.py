@@ -28,7 +28,7 @@ import uuid
 from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
-from embedlog._native.format import DIGEST_SIZES, LedgerId, parse_entry_header
+from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key, parse_entry_header
 from embedlog.bookie import cookies, disks, gc
 from embedlog.fileio import atomic_write, no_space as _no_space, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
@@ -254,7 +254,6 @@ class Bookie:
     def fetch_ledger_facts(self, ledger_id):
         """Read the ledger's metadata once (blocking): the master key its password gives,
         its digest type and whether it is unbounded. NoSuchLedgerError if it has none."""
-        from embedlog._native.format import master_key as derive_key
         key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
         md = self.metadata.ledger_manager.read_ledger_metadata(LedgerId(*key)).value
         facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded)

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 
 from embedlog.fileio import atomic_write, private_dir
-from embedlog.errors import CorruptedDataError, InvalidCookieError, MetadataError
+from embedlog.errors import BadVersionError, CorruptedDataError, InvalidCookieError, MetadataError
 
 MAGIC = b"embedlog-cookie\t"
 VERSION = 1
@@ -231,7 +231,6 @@ def _stamp(cookie: Cookie, dirs, metadata, version, create: bool) -> None:
         write_dir_cookie(d, j, cookie)
     if metadata is None or cookie.instance_id is None:
         return
-    from embedlog.errors import BadVersionError
     try:
         metadata.cookies.write_cookie(cookie.bookie_id, cookie.to_bytes(), None if create else version)
     except BadVersionError as exc:

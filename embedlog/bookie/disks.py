@@ -26,6 +26,8 @@ import logging
 import os
 import threading
 
+from embedlog.errors import ConfigError
+
 log = logging.getLogger("embedlog.bookie.disks")
 
 
@@ -50,7 +52,6 @@ def resolve_dirs(home: str, config, journal_dir: str | None = None) -> tuple[lis
     raw = [p.strip() for p in config.ledger_directories.split(",") if p.strip()]
     ledger_dirs = [os.path.abspath(p) for p in raw] or [os.path.abspath(home)]
     if len(set(ledger_dirs)) != len(ledger_dirs):
-        from embedlog.errors import ConfigError
         raise ConfigError(f"ledger_directories names a directory twice: {config.ledger_directories!r}")
     journal = os.path.abspath(journal_dir or config.journal_directory or os.path.join(home, "journal"))
     return ledger_dirs, journal

@@ -27,7 +27,7 @@ import time
 from embedlog._native import journal as nj
 from embedlog import failpoints, fileio
 from embedlog.fileio import fsync_dir, no_space as _no_space, private_dir
-from embedlog.errors import EmbedlogError
+from embedlog.errors import EmbedlogError, TimeoutError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
@@ -318,7 +318,6 @@ class Journal:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    from embedlog.errors import TimeoutError
                     raise TimeoutError("journal did not become durable in time")
                 wait_s = left if wait_s is None else min(wait_s, left)
             self.cv.wait(wait_s)

@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 
+import numpy as np
 from sortedcontainers import SortedDict
 
 from embedlog._native import entrylog as nel
@@ -26,7 +27,7 @@ from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
-from embedlog.errors import CorruptedDataError, NoSuchEntryError, NoSuchLedgerError
+from embedlog.errors import CorruptedDataError, EmbedlogError, NoSuchEntryError, NoSuchLedgerError
 
 log = logging.getLogger("embedlog.bookie")
 
@@ -156,7 +157,6 @@ class SortedLedgerStorage:
 
     def _raise_flush_error(self) -> None:
         if self.flush_error is not None:
-            from embedlog.errors import EmbedlogError
             raise EmbedlogError(f"the memtable cannot be flushed to the entry logs: "
                                 f"{self.flush_error}") from self.flush_error
 
@@ -242,7 +242,6 @@ class SortedLedgerStorage:
     def _rebuild_index(self, key, path, current, error):
         """A new index for ``key`` from every entry it finds in the entry logs (newest log
         wins for an entry id written twice), replacing the damaged file at ``path``."""
-        import numpy as np
         os.replace(path, path + ".damaged")
         eids_all, locs_all = [], []
         for log_id in self.entry_logger.log_ids():

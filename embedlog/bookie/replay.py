@@ -10,6 +10,7 @@ journal_skip_corrupt_records steps over it (docs/FORMATS.md, "Journal").
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 
 from embedlog._native import journal as nj
@@ -145,7 +146,6 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
     JournalCorruptedError naming file and offset, unless ``skip_corrupt``, which steps
     over it and reports what it skipped.
     """
-    import mmap
     report = {"files": 0, "records": 0, "torn": [], "skipped": [], "missing_files": []}
     mark_id, mark_off = mark
     missing = check_chain(directory, mark_id, head)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 
 from embedlog._native.format import decode_entry, mac_key
-from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError)
+from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError, TimeoutError)
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.client.schedule import MAX_READ_ENTRIES, fragment_index, fragment_last, write_set
 from embedlog.net import protocol as P
@@ -120,7 +120,6 @@ class ReadHandle:
 
         answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
         if not answers:
-            from embedlog.errors import TimeoutError
             raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read")
         return max(answers)
 

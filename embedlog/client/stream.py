@@ -45,7 +45,7 @@ from embedlog.client.lifecycle import merge_local_fragments
 from embedlog.client.write import WriteHandle
 from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
                              LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
-                             NoSuchLedgerError, UnauthorizedAccessError)
+                             NoSuchLedgerError, TimeoutError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerMetadata, Versioned
 from embedlog.net import protocol as P
 
@@ -384,7 +384,6 @@ class Stream:
 
         await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
         if not answers:
-            from embedlog.errors import TimeoutError
             raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read")
         return max(answers)
 

@@ -60,6 +60,7 @@ def open_metadata_store(uri: str, **options) -> MetadataStore:
     Every driver takes ``timeout_s`` (default 5): an unreachable server raises
     MetadataError within about that time. An unknown scheme raises MetadataError.
     """
+    # drivers import on use: kazoo and etcd3 are heavy, and only the chosen one is needed
     scheme, servers, path, query_options = parse_metadata_uri(uri)
     opts = {**query_options, **options}
     if scheme == "sqlite":

@@ -1,0 +1,173 @@
+"""The house keeps its shape: DESIGN.md's layers, read from the package's own imports.
+
+Each module imports only its own layer and the layers below it; no module imports
+another module's private names; an import inside a function says why (a comment on its
+line or above it in the same function: an optional dependency, a cycle, start-up cost).
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "embedlog"
+
+# bottom to top (DESIGN.md, "Layers"); a module belongs to the longest prefix that names it
+LAYERS = [
+    ("shared", ["embedlog", "embedlog.errors", "embedlog.config", "embedlog.failpoints",
+                "embedlog.fileio", "embedlog.meta.api", "embedlog._native"]),
+    ("bookie", ["embedlog.bookie"]),
+    ("meta", ["embedlog.meta"]),
+    ("net", ["embedlog.net"]),
+    ("client", ["embedlog.client"]),
+    ("harness", ["embedlog.harness", "embedlog.embedded", "embedlog.aio"]),
+    ("admin", ["embedlog.admin"]),
+    ("cli", ["embedlog.cli", "embedlog.pytest_plugin"]),
+    ("spark", ["embedlog.spark"]),
+]
+RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
+
+
+def layer_of(module: str) -> str | None:
+    best = None
+    for name, prefixes in LAYERS:
+        for p in prefixes:
+            # the package's own __init__ ("embedlog") is the facade, not a prefix of all
+            if (module == p or p != "embedlog" and module.startswith(p + ".")) and (best is None or len(p) > len(best[1])):
+                best = (name, p)
+    return best[0] if best else None
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def is_module(dotted: str) -> bool:
+    """``dotted`` names a module or package of embedlog (not a function or class)."""
+    if not dotted.startswith("embedlog"):
+        return False
+    base = PACKAGE.parent / dotted.replace(".", "/")
+    return base.is_dir() or base.with_suffix(".py").exists() or any(base.parent.glob(base.name + ".*.so"))
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield module_name(path), path, ast.parse(path.read_text(), str(path))
+
+
+def imports(tree: ast.AST, module: str):
+    """(line, imported module, imported names, inside a function?) of every import."""
+    package = module if module.count(".") == 0 else module.rsplit(".", 1)[0]
+    found = []
+
+    def visit(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                for a in child.names:
+                    found.append((child, a.name, [], in_function))
+            elif isinstance(child, ast.ImportFrom):
+                target = child.module or ""
+                if child.level:  # relative: resolve against this module's package
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    target = ".".join(base + ([target] if target else []))
+                found.append((child, target, [a.name for a in child.names], in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def test_the_table_names_every_module():
+    unplaced = [m for m, _, _ in modules() if layer_of(m) is None]
+    assert not unplaced, f"modules outside DESIGN.md's layers (add them to LAYERS): {unplaced}"
+
+
+def test_no_module_imports_a_layer_above_it():
+    upward = []
+    for module, path, tree in modules():
+        if layer_of(module) is None:
+            continue  # test_the_table_names_every_module reports it
+        mine = RANK[layer_of(module)]
+        for node, target, names, in_function in imports(tree, module):
+            if not target.startswith("embedlog"):
+                continue
+            # `from embedlog.x import y` may name a submodule y
+            targets = {f"{target}.{n}" if is_module(f"{target}.{n}") else target for n in names} or {target}
+            for t in sorted(targets):
+                theirs = layer_of(t)
+                if theirs is not None and RANK[theirs] > mine and not (module == "embedlog" and in_function):
+                    upward.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
+                                  f"({layer_of(module)}) imports {t} ({theirs})")
+    assert not upward, "imports up a layer:\n" + "\n".join(upward)
+
+
+def _private(name: str) -> bool:
+    # _native is the package of compiled modules, public to the whole house
+    return name.startswith("_") and not name.startswith("__") and name != "_native"
+
+
+def _private_module(target: str) -> str | None:
+    """The package a private module (``x._y``) belongs to, or None if ``target`` is public."""
+    parts = target.split(".")
+    for i, p in enumerate(parts):
+        if _private(p):
+            return ".".join(parts[:i])
+    return None
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for module, path, tree in modules():
+        aliases = {}
+        for node, target, names, _ in imports(tree, module):
+            if not target.startswith("embedlog") or target == module:
+                continue
+            where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+            owner = _private_module(target)
+            if owner is not None and not (module + ".").startswith(owner + "."):
+                found.append(f"{where} imports the private module {target}")
+            for n in names:
+                if _private(n):
+                    found.append(f"{where} imports {target}.{n}")
+            if isinstance(node, ast.ImportFrom):
+                for a in node.names:
+                    aliases[a.asname or a.name] = f"{target}.{a.name}"
+            else:
+                for a in node.names:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and is_module(aliases.get(node.value.id, "")) and _private(node.attr)):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} uses "
+                             f"{aliases[node.value.id]}.{node.attr}")
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def test_an_import_inside_a_function_says_why():
+    silent = []
+    for module, path, tree in modules():
+        lines = path.read_text().splitlines()
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for node, target, _, in_function in imports(tree, module):
+            if not in_function:
+                continue
+            start = max(f.lineno for f in functions if f.lineno <= node.lineno <= f.end_lineno)
+            said = any("#" in lines[i - 1] for i in range(start, node.lineno + 1))
+            if not said:
+                silent.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} import {target}")
+    assert not silent, ("imports inside functions with no comment saying why (move them to the "
+                        "top, or say: optional dependency, cycle, start-up cost):\n" + "\n".join(silent))
+
+
+@pytest.mark.parametrize("module,layer", [
+    ("embedlog.errors", "shared"), ("embedlog.meta.api", "shared"), ("embedlog.meta.sqlite", "meta"),
+    ("embedlog.bookie.journal", "bookie"), ("embedlog.client.write", "client"),
+    ("embedlog.embedded", "harness"), ("embedlog.spark.source", "spark"), ("embedlog", "shared"),
+])
+def test_layer_table(module, layer):
+    assert layer_of(module) == layer
