@@ -9,7 +9,7 @@ import pytest
 
 from cliutil import ROOT, cli, cli_env, cli_json, http, http_json, start, wait_until
 from embedlog import LedgerId
-from embedlog.cli_ledger import generated_entry
+from embedlog.cli.ledger import generated_entry
 from embedlog.client import Client
 from embedlog.errors import EmbedlogError
 from embedlog.harness import LocalCluster

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 import embedlog
-from embedlog.shell import shell
+from embedlog.cli.shell import shell
 
 from crash_child import payload
 

@@ -46,7 +46,7 @@ import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from embedlog.admin.views import ledger_ref, metadata_dict
+from embedlog.meta.views import ledger_ref, metadata_dict
 from embedlog.errors import (EmbedlogError, IllegalOpError, MetadataError, NoSuchEntryError,
                              NoSuchLedgerError)
 

@@ -83,7 +83,7 @@ def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, co
     if os.path.exists(path) and os.listdir(path):
         raise embedlog.errors.IllegalOpError(f"{path} is not empty; the demo needs a fresh directory")
     os.makedirs(path, exist_ok=True)
-    child = subprocess.Popen([sys.executable, "-m", "embedlog.demo", path, str(ledgers),
+    child = subprocess.Popen([sys.executable, "-m", "embedlog.cli.demo", path, str(ledgers),
                               str(entries), str(seed)], stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(child.stdout.readline())

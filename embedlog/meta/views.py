@@ -1,5 +1,6 @@
-"""JSON shapes shared by the admin HTTP API and the `embedlog` command (one spelling of
-each field, BP-35's names for the 128-bit id)."""
+"""Ledger ids and ledger metadata as JSON-ready dicts: the one shape the admin HTTP API
+and the `embedlog` command both print (one spelling of each field, BP-35's names for the
+128-bit id)."""
 from __future__ import annotations
 
 STREAM_NAME_KEY = "stream.name"

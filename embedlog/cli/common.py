@@ -147,11 +147,6 @@ def resolve_ledger_id(ledger_id, scope_id, qualified_name):
         raise click.BadParameter(str(exc), param_hint="LEDGER_ID") from None
 
 
-def ledger_dict(lid) -> dict:
-    return {"ledger_qualified_name": lid.qualified_name, "ledger_scope_id": lid.scope_id,
-            "ledger_id": lid.ledger_id}
-
-
 # -- Ctrl-C -----------------------------------------------------------------------------------
 
 class StopOnInterrupt:

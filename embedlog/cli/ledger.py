@@ -9,10 +9,11 @@ import sys
 
 import click
 
-from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, U64_MAX,
+from embedlog.cli.common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, U64_MAX,
                                  confirm_delete, emit, follow, format_option, handle_errors,
-                                 json_option, ledger_dict, ledger_id_options, metadata_option,
+                                 json_option, ledger_id_options, metadata_option,
                                  open_client, print_entry, progress_option, resolve_ledger_id)
+from embedlog.meta.views import ledger_ref, metadata_dict
 
 DIGESTS = ["crc32", "crc32c", "mac", "dummy"]
 BATCH_ENTRIES = 1000      # entries per append_many while --entries runs: the Ctrl-C granularity
@@ -114,7 +115,7 @@ def ledger_create(metadata_uri, ensemble_size, write_quorum, ack_quorum, digest,
                 w.close()
             interrupted = stop()
         state = "OPEN" if keep_open else client.ledger_metadata(lid).state.name
-    out = {**ledger_dict(lid), "entries": written, "last_entry_id": written - 1, "state": state,
+    out = {**ledger_ref(lid), "entries": written, "last_entry_id": written - 1, "state": state,
            "interrupted": interrupted}
     emit(as_json, out, f"ledger {lid.qualified_name}: {written} entries, "
                        f"last entry id {written - 1}, {state}")
@@ -159,14 +160,13 @@ def _write_entries(w, entries, entry_size, input_file, progress, stop, done: lis
 @handle_errors
 def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
     """List ledgers of one scope (default 0), or of every scope."""
-    from embedlog.admin.views import metadata_dict
     from embedlog.errors import NoSuchLedgerError
     out = []
     with open_client(metadata_uri) as client:
         for lid in client.list_ledgers(None if all_scopes else scope_id):
             if limit is not None and len(out) >= limit:
                 break
-            row = ledger_dict(lid)
+            row = ledger_ref(lid)
             if details:
                 try:
                     row = metadata_dict(client.ledger_metadata(lid))
@@ -191,7 +191,6 @@ def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
 @handle_errors
 def ledger_metadata(metadata_uri, ledger_id, scope_id, qualified_name, as_json):
     """Show a ledger's metadata: state, quorums, fragments and their ensembles."""
-    from embedlog.admin.views import metadata_dict
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
     with open_client(metadata_uri) as client:
         md = metadata_dict(client.ledger_metadata(lid))
@@ -274,7 +273,7 @@ def ledger_delete(metadata_uri, ledger_id, scope_id, qualified_name, yes, as_jso
     confirm_delete(f"ledger {lid.qualified_name}", yes, as_json)
     with open_client(metadata_uri) as client:
         client.delete_ledger(lid)
-    emit(as_json, {**ledger_dict(lid), "deleted": True}, f"deleted ledger {lid.qualified_name}")
+    emit(as_json, {**ledger_ref(lid), "deleted": True}, f"deleted ledger {lid.qualified_name}")
 
 
 @ledger.command("recover")
@@ -293,7 +292,7 @@ def ledger_recover(metadata_uri, ledger_id, scope_id, qualified_name, password, 
         was = client.ledger_metadata(lid).state
         r = client.open_ledger(lid, password, recovery=True)
         md = r.metadata
-    out = {**ledger_dict(lid), "state": md.state.name, "last_entry_id": md.last_entry_id,
+    out = {**ledger_ref(lid), "state": md.state.name, "last_entry_id": md.last_entry_id,
            "length": md.length, "recovered": was != LedgerState.CLOSED}
     what = "recovered and closed" if out["recovered"] else "already closed"
     emit(as_json, out, f"ledger {lid.qualified_name} {what}: last entry id {md.last_entry_id}, "

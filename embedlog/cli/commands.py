@@ -6,7 +6,7 @@ import tempfile
 
 import click
 
-from embedlog.cli_config import config_options
+from embedlog.cli.config import config_options
 from embedlog.errors import EmbedlogError
 
 
@@ -32,7 +32,7 @@ def demo(directory, entries, ledgers, seed, as_json):
     import json
     import shutil
     from rich.console import Console
-    from embedlog.demo import run
+    from embedlog.cli.demo import run
     made = directory is None
     directory = directory or tempfile.mkdtemp(prefix="embedlog-demo-")
     try:
@@ -81,7 +81,7 @@ def bookie_serve(directory, conf_path, settings, listen, advertised_address, met
     Configuration: defaults < --conf TOML file < EMBEDLOG_* environment < options
     (`embedlog config show` with the same options prints the result). Exit code 2 when
     the configuration is invalid or the directory is held by another process."""
-    from embedlog.cli_config import effective
+    from embedlog.cli.config import effective
     from embedlog.net.serve import serve
     try:
         eff = effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
@@ -165,7 +165,7 @@ def bench(suite, quick, only, out, suite_args):
     (e.g. `embedlog bench --suite ingest -- --entries 100000`)."""
     import os
     import runpy
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = os.path.join(root, "benchmarks", BENCH_SUITES[suite])
     if not os.path.exists(script):
         raise click.ClickException(f"benchmarks/{BENCH_SUITES[suite]} is not here (run from a source checkout)")
@@ -184,16 +184,12 @@ def bench(suite, quick, only, out, suite_args):
 
 def _add_commands():
     # each group lives in its own module; imported here so `embedlog --help` lists them
-    from embedlog.cli_config import config
-    from embedlog.cli_ledger import ledger
-    from embedlog.cli_stream import stream
-    from embedlog.shell import shell
+    from embedlog.cli.config import config
+    from embedlog.cli.ledger import ledger
+    from embedlog.cli.stream import stream
+    from embedlog.cli.shell import shell
     for group in (config, ledger, stream, shell):
         main.add_command(group)
 
 
 _add_commands()
-
-
-if __name__ == "__main__":
-    main(prog_name="embedlog")

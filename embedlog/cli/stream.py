@@ -10,14 +10,14 @@ import sys
 
 import click
 
-from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, confirm_delete, emit,
+from embedlog.cli.common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, confirm_delete, emit,
                                  follow, format_option, handle_errors, json_option,
                                  metadata_option, open_client, print_entry, progress_option)
-from embedlog.cli_ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
+from embedlog.cli.ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
+from embedlog.meta.views import ledger_ref, metadata_dict
 
 
 def _stream_dict(s) -> dict:
-    from embedlog.admin.views import ledger_ref
     md = s.metadata
     return {"name": s.name, **ledger_ref(s.ledger_id), "term": md.term,
             "first_position": getattr(md, "first_entry_id", 0), "fragments": len(md.fragments),
@@ -82,7 +82,6 @@ def stream_list(metadata_uri, pattern, details, as_json):
         for n in names:
             if details:
                 from embedlog.client.stream import find_stream
-                from embedlog.admin.views import metadata_dict
                 v, _ = find_stream(client.metadata, n)
                 if v is None:
                     continue
