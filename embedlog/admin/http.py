@@ -299,10 +299,10 @@ class AdminServer:
         self.bookie = bookie
         self.server = server                   # the BookieServer (wire address, stats)
         self.meta = meta
-        self.metrics = metrics if metrics is not None else getattr(server, "metrics", None)
-        if self.metrics is None:
+        if metrics is None:
             from embedlog.admin.metrics import BookieMetrics
-            self.metrics = BookieMetrics(bookie)
+            metrics = BookieMetrics(bookie).watch(server)
+        self.metrics = metrics
         self.metrics.underreplicated = self._underreplicated_count
         self.host, self.port = host, port
         self.advertised_address = advertised_address
@@ -556,8 +556,7 @@ class AdminServer:
             row = {"bookie_id": r.bookie_id, "address": (r.info or {}).get("address"),
                    "http": (r.info or {}).get("http"), "state": state, "reachable": info is not None}
             if info is not None:
-                srv = info.get("server", {})
-                row.update(add_entries=srv.get("add_entries"), read_entries=srv.get("read_entries"),
+                row.update(add_entries=info.get("add_entries"), read_entries=info.get("read_entries"),
                            ledgers=info.get("ledgers"), free_bytes=info.get("free_bytes"),
                            total_bytes=info.get("total_bytes"))
             else:

@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from embedlog.net import protocol as P
-from embedlog.net.server import BookieServer
+from embedlog.net.server import ServerObserver
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -49,7 +49,6 @@ GROUP_ENTRY_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
 GROUP_BYTE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
 TRIGGERS = ("queue_empty", "time", "bytes", "entries")
 TIMED_OPS = ("add", "read", "read_lac", "write_lac")
-MAX_TIMED_REQUESTS = 100_000       # requests timed at once; past this, new ones go untimed
 DISK_CACHE_S = 10.0                # directory walks (index files) at most this often
 # figures of Bookie.statistics() exported under their own names (the rest: _statistic{key})
 _MAPPED = {"adds", "add_bytes", "reads", "ledgers", "journal", "memtable_bytes", "memtable_entries",
@@ -131,8 +130,9 @@ def compaction_progress(stats: dict) -> float:
     return 0.0
 
 
-class BookieMetrics:
-    """The registry of one bookie: live histograms plus figures read at scrape time."""
+class BookieMetrics(ServerObserver):
+    """The registry of one bookie: live histograms plus figures read at scrape time. As its
+    BookieServer's observer (``server.observers``) it times every answered request."""
 
     def __init__(self, bookie):
         self.bookie = bookie
@@ -175,6 +175,18 @@ class BookieMetrics:
     def observe_request(self, op: str, status: int, seconds: float) -> None:
         self.request_latency.labels(op).observe(seconds)
         self.requests.labels(op, str(status)).inc()
+
+    def request_done(self, req, status: int, seconds: float) -> None:
+        # long-poll reads wait on purpose: their time says nothing of the bookie's speed
+        op = P.OPS.get(req.op)
+        if op in TIMED_OPS and not (req.flags & P.FLAG_LONG_POLL):
+            self.observe_request(op, status, seconds)
+
+    def watch(self, server) -> "BookieMetrics":
+        """Observe ``server`` (its requests, and its connection figures at scrape time)."""
+        self.server = server
+        server.observers.append(self)
+        return self
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -277,7 +289,7 @@ class _Snapshot:
                         m.server.in_flight_requests)
             yield gauge("embedlog_server_in_flight_bytes", "Bytes of requests read and not yet answered",
                         m.server.in_flight_bytes)
-            yield gauge("embedlog_server_open_connections", "Connections open", len(m.server._conns))
+            yield gauge("embedlog_server_open_connections", "Connections open", m.server.open_connections)
         if m.underreplicated is not None:
             count = m.underreplicated()
             if count is not None:
@@ -290,44 +302,3 @@ class _Snapshot:
                         int(bool(ar.is_auditor)))
             for k, v in ar.stats.items():
                 yield counter(f"embedlog_autorecovery_{k}", f"Autorecovery: {k.replace('_', ' ')}", v)
-
-
-class MeteredBookieServer(BookieServer):
-    """The bookie server, timing each request from dispatch to reply, and answering
-    BOOKIE_INFO with the bookie's add/read counts (the status page's cluster rates)."""
-
-    def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, **kwargs):
-        super().__init__(bookie, host, port, **kwargs)
-        self.metrics = BookieMetrics(bookie)
-        self.metrics.server = self
-        self.http_address: str | None = None
-        self._timed: dict = {}          # (connection, request id) -> (op name, start); loop thread only
-
-    def _dispatch(self, req, writer) -> None:
-        op = P.OPS.get(req.op)
-        if op in TIMED_OPS and not (req.flags & P.FLAG_LONG_POLL):
-            now = time.perf_counter()
-            if len(self._timed) >= MAX_TIMED_REQUESTS:
-                # requests whose connection went away are never answered: forget old ones
-                self._timed = {k: v for k, v in self._timed.items() if now - v[1] < 60.0}
-            if len(self._timed) < MAX_TIMED_REQUESTS:
-                self._timed[(id(writer), req.request_id)] = (op, now)
-        super()._dispatch(req, writer)
-
-    def _reply(self, writer, data: bytes) -> None:
-        super()._reply(writer, data)
-        if self._timed and len(data) >= 4 + P.RESP_HEAD.size:
-            _v, _op, _f, rid, status = P.RESP_HEAD.unpack_from(data, 4)[:5]
-            started = self._timed.pop((id(writer), rid), None)
-            if started is not None:
-                self.metrics.observe_request(started[0], status, time.perf_counter() - started[1])
-
-    def _bookie_info_counts(self, req, writer) -> None:
-        st = self.bookie.stats
-        self.stats.update(add_entries=st.get("adds", 0), read_entries=st.get("reads", 0),
-                          read_only=bool(self.bookie.read_only))
-        if self.http_address:
-            self.stats["http"] = self.http_address
-        BookieServer._handlers[P.BOOKIE_INFO](self, req, writer)
-
-    _handlers = {**BookieServer._handlers, P.BOOKIE_INFO: _bookie_info_counts}

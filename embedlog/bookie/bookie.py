@@ -96,7 +96,12 @@ class Bookie:
                                       self.config.deleted_ledgers_max)
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
-        self.read_only = False          # set by disk checks or an operator: adds are refused
+        # read-only mode, with its reasons: "operator" (--read-only, SIGUSR1, the admin API)
+        # and "disk" (bookie/disks.py: full at disk_usage_threshold); the bookie is read-only
+        # while any reason holds, and each reason is lifted only by its own source
+        self._read_only_reasons: set = set()
+        self._read_only_lock = threading.Lock()
+        self.read_only_listeners: list = []    # callables(read_only: bool, reasons: frozenset)
         self._load_ledgers()
         self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
@@ -109,7 +114,7 @@ class Bookie:
         self.storage.start()
         self._sync_thread = threading.Thread(target=self._sync_loop, name="embedlog-sync", daemon=True)
         self._sync_thread.start()
-        disks.follow_read_only(self, self.disks)
+        self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
         self.storage.on_flush_error = lambda exc: self.disks.check()
         self.disks.start()
         self.gc.start()
@@ -235,6 +240,43 @@ class Bookie:
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
         return idx
+
+    # -- read-only mode ------------------------------------------------------------------
+
+    READ_ONLY_REASONS = ("operator", "disk")
+
+    @property
+    def read_only(self) -> bool:
+        """True while any reason holds: adds are refused (ReadOnlyBookieError), reads go on."""
+        return bool(self._read_only_reasons)
+
+    @read_only.setter
+    def read_only(self, flag: bool) -> None:
+        # assigning is the operator's switch; the disks' reason stays as the disks left it
+        self.set_read_only("operator", flag)
+
+    @property
+    def read_only_reasons(self) -> frozenset:
+        return frozenset(self._read_only_reasons)
+
+    def set_read_only(self, reason: str, flag: bool) -> bool:
+        """Set or lift one reason for read-only mode ("operator" or "disk"); returns whether
+        the bookie is read-only now. ``read_only_listeners`` hear every change of the
+        reasons, in order, with the state after it (a served bookie re-registers then)."""
+        if reason not in self.READ_ONLY_REASONS:
+            raise IllegalOpError(f"unknown read-only reason {reason!r}; known: "
+                                 f"{', '.join(self.READ_ONLY_REASONS)}")
+        with self._read_only_lock:
+            before = frozenset(self._read_only_reasons)
+            if flag:
+                self._read_only_reasons.add(reason)
+            else:
+                self._read_only_reasons.discard(reason)
+            after = frozenset(self._read_only_reasons)
+            if after != before:
+                for listener in list(self.read_only_listeners):
+                    listener(bool(after), after)
+        return bool(after)
 
     def _ensure_open(self):
         if self._closed:

@@ -82,7 +82,7 @@ def bookie_serve(directory, conf_path, settings, listen, advertised_address, met
     (`embedlog config show` with the same options prints the result). Exit code 2 when
     the configuration is invalid or the directory is held by another process."""
     from embedlog.cli.config import effective
-    from embedlog.net.serve import serve
+    from embedlog.cli.serve import serve
     try:
         eff = effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
                         autorecovery)

@@ -166,7 +166,7 @@ def serve_options(*, settings=(), listen=None, advertised_address=None, metadata
     """The options of `bookie serve` (and `config show`) as keys for resolve()."""
     out = set_pairs(settings)
     if listen is not None:
-        from embedlog.net.serve import parse_listen
+        from embedlog.cli.serve import parse_listen
         host, port = parse_listen(listen)
         out["listening_interface"] = (host, "option --listen")
         out["bookie_port"] = (port, "option --listen")
