@@ -173,8 +173,20 @@ def test_metadata_uri_from_environment_and_errors(cluster, tmp_path):
     assert r.returncode == 2 and "EMBEDLOG_METADATA" in r.stderr
     r = cli("ledger", "list", "--metadata", f"sqlite://{tmp_path}/no/such/dir/meta.db")
     assert r.returncode == 5 and "does not exist" in r.stderr         # metadata unreachable
-    r = cli("ledger", "list", "--metadata", "nosuch://x")
-    assert r.returncode == 5
+    # a URI that names no initialised store: exit 5 naming it, and no store is made there
+    typo = f"sqlite://{tmp_path}/typo.db"
+    for args in (("ledger", "list"), ("ledger", "read", "0"), ("stream", "list")):
+        r = cli(*args, "--metadata", typo)
+        assert r.returncode == 5 and typo in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "typo.db").exists()
+    # a malformed URI is bad usage (2), not an unreachable store (5)
+    for uri in ("nosuch://x", "zk+hierarchical://127.0.0.1:notaport/ledgers", "sqlite://host/x.db",
+                "meta.db"):
+        r = cli("ledger", "list", "--metadata", uri)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (uri, r.stderr)
+    r = cli("ledger", "list", "--metadata", "nosuch://x", "--json")
+    err = json.loads(r.stderr)
+    assert err["exit_code"] == 2 and err["type"] == "MetadataUriError"
     r = cli("ledger", "create", "--metadata", cluster.metadata_uri, "-e", 5, "-w", 5, "-a", 5)
     assert r.returncode == 1 and "writable bookies" in r.stderr         # not enough bookies
     r = cli("ledger", "create", "--metadata", cluster.metadata_uri, "-e", 2, "-w", 3)
@@ -381,7 +393,7 @@ def test_demo_small(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "verified entries" in r.stdout and "3,000 of 3,000" in r.stdout
     r = cli("demo", "--entries", 10, "--dir", tmp_path / "demo")         # not a fresh directory
-    assert r.returncode == 1 and "not empty" in r.stderr
+    assert r.returncode == 2 and "not empty" in r.stderr
     figures = cli_json("demo", "--entries", 500, "--ledgers", 1, "--dir", tmp_path / "demo2")
     assert figures["verified"] == 500 and figures["append_per_s"] > 0
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from embedlog.cli.common import emit, handle_errors, json_option
+from embedlog.cli.common import EmbedlogGroup, emit, json_option
 
 
 def config_options(f):
@@ -39,7 +39,7 @@ def effective(conf_path, settings, listen, advertised_address, metadata_uri, htt
         metadata_uri=metadata_uri, http_port=http_port, autorecovery=autorecovery))
 
 
-@click.group()
+@click.group(cls=EmbedlogGroup)
 def config():
     """Show the effective configuration and the documented keys."""
 
@@ -47,7 +47,6 @@ def config():
 @config.command("show")
 @config_options
 @json_option
-@handle_errors
 def config_show(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
                 autorecovery, as_json):
     """Print the configuration a bookie would run with, and where each value came from

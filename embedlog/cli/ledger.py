@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from embedlog.cli.common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, U64_MAX,
-                                 confirm_delete, emit, follow, format_option, handle_errors,
+from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt, U64_MAX,
+                                 confirm_delete, emit, follow, format_option,
                                  json_option, ledger_id_options, metadata_option,
                                  open_client, print_entry, progress_option, resolve_ledger_id)
 from embedlog.meta.views import ledger_ref, metadata_dict
@@ -31,7 +31,7 @@ def generated_entry(entry_id: int, size: int) -> bytes:
     return (head + b"." * max(0, size - len(head)))[:max(size, 1)]
 
 
-@click.group()
+@click.group(cls=EmbedlogGroup)
 def ledger():
     """Create, list, inspect, read, tail, delete and recover ledgers."""
 
@@ -60,7 +60,6 @@ def ledger():
 @click.option("--keep-open", is_flag=True, help="Leave the ledger OPEN (for another writer's recovery).")
 @progress_option
 @json_option
-@handle_errors
 def ledger_create(metadata_uri, ensemble_size, write_quorum, ack_quorum, digest, password,
                   scope_id, ledger_id, qualified_name, use_uuid, custom, entries, entry_size,
                   input_file, keep_open, progress, as_json):
@@ -157,7 +156,6 @@ def _write_entries(w, entries, entry_size, input_file, progress, stop, done: lis
               help="Show each ledger's state, quorums and last entry.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many ledgers.")
 @json_option
-@handle_errors
 def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
     """List ledgers of one scope (default 0), or of every scope."""
     from embedlog.errors import NoSuchLedgerError
@@ -188,7 +186,6 @@ def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
 @metadata_option
 @ledger_id_options
 @json_option
-@handle_errors
 def ledger_metadata(metadata_uri, ledger_id, scope_id, qualified_name, as_json):
     """Show a ledger's metadata: state, quorums, fragments and their ensembles."""
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
@@ -217,7 +214,6 @@ def ledger_metadata(metadata_uri, ledger_id, scope_id, qualified_name, as_json):
               help="Fence and close an OPEN ledger first (stops its writer), as BookKeeper's open does.")
 @format_option
 @json_option
-@handle_errors
 def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, first, last,
                 recovery, fmt, as_json):
     """Print entries FIRST..LAST, one per line ("ENTRY_ID<TAB>DATA"; JSON lines with --json).
@@ -246,7 +242,6 @@ def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, fir
               help="Stop after this many entries.")
 @format_option
 @json_option
-@handle_errors
 def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, start, count, fmt,
                 as_json):
     """Follow a ledger: print entries as its writer's LAC passes them.
@@ -266,7 +261,6 @@ def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, sta
 @ledger_id_options
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
-@handle_errors
 def ledger_delete(metadata_uri, ledger_id, scope_id, qualified_name, yes, as_json):
     """Delete a ledger's metadata; its bookies then collect its data (garbage collection)."""
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
@@ -281,7 +275,6 @@ def ledger_delete(metadata_uri, ledger_id, scope_id, qualified_name, yes, as_jso
 @ledger_id_options
 @password_option
 @json_option
-@handle_errors
 def ledger_recover(metadata_uri, ledger_id, scope_id, qualified_name, password, as_json):
     """Recover an OPEN ledger: fence its bookies, find its last entry, close it.
 

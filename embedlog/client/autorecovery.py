@@ -86,6 +86,8 @@ class AutoRecovery:
         except BadVersionError:
             self.is_auditor = False
             return False
+        if not self.is_auditor:
+            log.info("%s is the auditor now", self.self_id)
         self.is_auditor = True
         return True
 
@@ -110,6 +112,7 @@ class AutoRecovery:
                         lost.add(b)
             if lost:
                 self.ctx.metadata.underreplication.mark_ledger_underreplicated(lid, sorted(lost))
+                log.info("ledger %r is under-replicated: bookies %s are lost", lid, ", ".join(sorted(lost)))
                 marked.append(lid)
         self.stats["audits"] += 1
         self.stats["marked"] += len(marked)
@@ -155,6 +158,8 @@ class AutoRecovery:
             try:
                 lm.write_ledger_metadata(md.with_(fragments=tuple(frags)), v.version)
                 self.stats["fragments_replicated"] += 1
+                log.info("ledger %r: fragment from entry %d re-replicated to %s",
+                         lid, first, ", ".join(fresh))
             except BadVersionError:
                 continue                  # changed meanwhile (writer, recovery): look again
         return False

@@ -14,12 +14,14 @@ from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 class Client:
     """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
 
-    def __init__(self, metadata_uri: str, *, faults=None, **config):
+    def __init__(self, metadata_uri: str, *, faults=None, create_metadata: bool = True, **config):
         """``config``: ClientConfig's options (timeouts, TLS, ``client_name``...). ``faults``:
         a fault injector that sees every message and metadata write of this client
-        (embedlog.harness.faults; LocalCluster.client() passes its own)."""
+        (embedlog.harness.faults; LocalCluster.client() passes its own).
+        ``create_metadata=False``: the URI must name an initialised store (MetadataError
+        naming it otherwise), as the `embedlog` client commands ask."""
         self.metadata_uri = metadata_uri
-        self.metadata = open_metadata_store(metadata_uri)
+        self.metadata = open_metadata_store(metadata_uri, create=create_metadata)
         try:
             self._ctx = ClientContext(self.metadata, ClientConfig(**config), faults)
         except BaseException:
