@@ -131,8 +131,11 @@ def stream_append(metadata_uri, name, data, password, input_file, entries, entry
                   progress, as_json):
     """Append DATA arguments (or --input lines, or --entries generated ones) to stream NAME.
 
-    The command becomes the stream's writer (take-over: a new term), appends, and stops
-    writing. Ctrl-C stops after the batch under way (exit code 130)."""
+    The command becomes the stream's writer, appends, and stops writing cleanly (it
+    releases the stream): when the last writer released it too, the entries follow its
+    last position; when another writer may still be writing, the command takes the stream
+    over (a new term, a no-op position between). Ctrl-C stops after the batch under way
+    (exit code 130)."""
     sources = sum(bool(x) for x in (data, input_file, entries))
     if sources != 1:
         raise click.UsageError("give DATA..., --input or --entries (exactly one)")

@@ -49,7 +49,7 @@ class ClientConfig:
 
 # kinds of ledger metadata writes the protocol makes (a fault injector gates them by kind)
 METADATA_WRITES = ("recovery", "ensemble_change", "close", "term", "term_commit", "truncate",
-                   "rereplicate")
+                   "rereplicate", "release")
 SHUTDOWN_FLUSH_S = 1.0     # a client's close waits this long for its writers' last WRITE_LAC
 # threads for blocking work (metadata store calls): a gated write holds one for its pause
 _WORKERS = 16
