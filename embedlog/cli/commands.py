@@ -206,8 +206,10 @@ def _add_commands():
     from embedlog.cli.ledger import ledger
     from embedlog.cli.stream import stream
     from embedlog.cli.shell import shell
+    from embedlog.cli import operate
     for group in (config, ledger, stream, shell):
         main.add_command(group)
+    operate.add_to(main, bookie)
     install_common_options(main)
 
 

@@ -176,6 +176,35 @@ def json_option(f):
                         help="Print JSON for scripts (errors too, on stderr).")(f)
 
 
+def console():
+    """A rich Console on stdout: a terminal's width, or no wrapping at all when piped (so a
+    line a script greps for is never broken)."""
+    from rich.console import Console
+    return Console(width=None if sys.stdout.isatty() else 1 << 12, highlight=False)
+
+
+def make_table(header: list, rows: list, right: tuple = ()):
+    """A rich table (no borders but under the header); columns named in ``right`` are
+    right-aligned (numbers)."""
+    from rich import box
+    from rich.table import Table
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for h in header:
+        t.add_column(h, justify="right" if h in right else "left", no_wrap=True)
+    for r in rows:
+        t.add_row(*("-" if c is None else str(c) for c in r))
+    return t
+
+
+def table(header: list, rows: list, footer: str | None = None, right: tuple = ()) -> None:
+    """Print rows under a header as a rich table, then ``footer``."""
+    out = console()
+    if rows:
+        out.print(make_table(header, rows, right))
+    if footer:
+        click.echo(footer)
+
+
 def emit(as_json: bool, data, text: str | None = None) -> None:
     """Print ``data`` as one JSON document, or ``text`` for a person."""
     if as_json:
@@ -193,9 +222,14 @@ def metadata_option(f):
         "or zk+hierarchical://127.0.0.1:2181/ledgers.")(f)
 
 
-def open_client(metadata_uri: str | None):
+def require_metadata(metadata_uri: str | None) -> str:
     if not metadata_uri:
         raise click.UsageError(f"no metadata service: pass --metadata URI or set {METADATA_ENV}")
+    return metadata_uri
+
+
+def open_client(metadata_uri: str | None):
+    require_metadata(metadata_uri)
     from embedlog.client import Client
     # a URI that names no store is an error (exit 5), never a new, empty store
     return Client(metadata_uri, create_metadata=False)
@@ -313,16 +347,6 @@ def format_data(data: bytes, fmt: str) -> str:
     return data.decode("utf-8", "backslashreplace")
 
 
-def data_dict(data: bytes) -> dict:
-    import base64
-    out = {"size": len(data), "data_base64": base64.b64encode(data).decode()}
-    try:
-        out["data"] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        out["data"] = None
-    return out
-
-
 def format_option(f):
     return click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]),
                         default="text", show_default=True,
@@ -332,6 +356,7 @@ def format_option(f):
 def print_entry(key: str, number: int, data: bytes, fmt: str, as_json: bool) -> None:
     """One entry: "NUMBER<TAB>DATA", or a JSON line naming the number ``key``."""
     if as_json:
+        from embedlog.meta.views import data_dict
         click.echo(json.dumps({key: number, **data_dict(data)}))
     else:
         click.echo(f"{number}\t{format_data(data, fmt)}")

@@ -69,12 +69,13 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
         security_opts["ssl_context"] = security.server_context(tls_cert_file, tls_key_file, tls_ca_file)
     if auth_token_file:
         security_opts["auth_token"] = security.read_token(auth_token_file)
-    if autorecovery is not None and (tls_cert_file or auth_token_file):
-        # the auditor talks to the other bookies as a client: with this bookie's certificate,
-        # trusting the same CA, with the same token
-        autorecovery = dict(autorecovery, client_config=dict(
-            tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
-            auth_token_file=auth_token_file))
+    # the auditor and the admin server talk to the other bookies as a client: with this
+    # bookie's certificate, trusting the same CA, with the same token
+    client_config = (dict(tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
+                          tls_key_file=tls_key_file, auth_token_file=auth_token_file)
+                     if tls_cert_file or auth_token_file else {})
+    if autorecovery is not None and client_config:
+        autorecovery = dict(autorecovery, client_config=client_config)
     directory = make_directory(directory)
     # the store first: the bookie's cookie names it, and its GC lists ledgers in it
     meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
@@ -91,14 +92,14 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
         if read_only:
             bookie.set_read_only("operator", True)
         asyncio.run(_run(bookie, meta, host, port, advertised_address, ready_file,
-                         autorecovery, security_opts))
+                         autorecovery, security_opts, client_config))
     finally:
         bookie.close()
         meta.close()
 
 
 async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
-               security_opts=None) -> None:
+               security_opts=None, client_config=None) -> None:
     metrics = BookieMetrics(bookie)
     server = BookieServer(bookie, host, port, **(security_opts or {}))
     metrics.watch(server)
@@ -114,7 +115,8 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
         from embedlog.admin.http import AdminServer
         admin = AdminServer(bookie, server, meta, metrics=metrics,
                             host=bookie.config.http_server_host,
-                            port=bookie.config.http_server_port, advertised_address=address)
+                            port=bookie.config.http_server_port, advertised_address=address,
+                            client_config=client_config)
         try:
             admin.start()
         except BaseException:

@@ -251,29 +251,11 @@ def lastmark(directory, ledger_dirs, journal_dir, metadata_uri, as_json):
 def listfilesondisc(directory, ledger_dirs, journal_dir, metadata_uri, as_json, show_journal,
                     show_logs, show_index):
     """Journal files, entry logs and index files, with their sizes."""
+    from embedlog.bookie.files import list_files
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
-    out = []
-
-    def add(kind, path):
-        st = os.stat(path)
-        out.append({"kind": kind, "path": path, "bytes": st.st_size,
-                    "allocated_bytes": st.st_blocks * 512})
-    if show_journal:
-        for _i, p in sorted(_journal_paths(layout).items()):
-            add("journal", p)
-    if show_logs:
-        for current in layout.currents:
-            if os.path.isdir(current):
-                for n in sorted(os.listdir(current)):
-                    if n.endswith((".log", ".log.compacting", ".compaction")):
-                        add("entrylog" if n.endswith(".log") else "compaction", os.path.join(current, n))
-    if show_index:
-        for current in layout.currents:
-            for root in ("ledgers", "ledgers-scoped"):
-                for dirpath, _d, files in sorted(os.walk(os.path.join(current, root))):
-                    for n in sorted(files):
-                        if n.endswith(".idx"):
-                            add("index", os.path.join(dirpath, n))
+    kinds = (["journal"] if show_journal else []) + (["entrylog", "compaction"] if show_logs else []) \
+        + (["index"] if show_index else [])
+    out = list_files(layout.currents, layout.journal_dir, kinds)
 
     def human(rows):
         yield from _table([[r["kind"], r["path"], r["bytes"], r["allocated_bytes"]] for r in rows],

@@ -27,6 +27,33 @@ log = logging.getLogger("embedlog.autorecovery")
 LEASE = "auditor-lease"
 
 
+def current_auditor(metadata) -> str | None:
+    """The bookie id of the elected auditor, or None when no lease is held (or it expired)."""
+    v = metadata.cookies.read_cookie(LEASE)
+    if v is None:
+        return None
+    try:
+        lease = json.loads(v.value)
+        owner, expires = str(lease["owner"]), float(lease["expires"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return owner if expires > time.time() else None
+
+
+def ledgers_on(metadata, bookie_id: str) -> list:
+    """Every ledger with a fragment whose ensemble names ``bookie_id`` (one metadata read each)."""
+    lm = metadata.ledger_manager
+    out = []
+    for lid in lm.iterate_ledgers(None):
+        try:
+            md = lm.read_ledger_metadata(lid).value
+        except NoSuchLedgerError:
+            continue
+        if any(bookie_id in ens for _first, ens in md.fragments):
+            out.append(md)
+    return out
+
+
 class AutoRecovery:
     """Runs the auditor election loop and a replication worker in background threads."""
 

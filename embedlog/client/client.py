@@ -1,14 +1,18 @@
 """`embedlog.Client(metadata_uri)`: ledgers replicated over bookie processes."""
 from __future__ import annotations
 
+import asyncio
+import json
+
 from embedlog._native.format import LedgerId, digest_code, master_key
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.read import ReadHandle
 from embedlog.client.recovery import recover
 from embedlog.client.write import WriteHandle
-from embedlog.errors import IllegalOpError, LedgerExistsError, UnauthorizedAccessError
+from embedlog.errors import EmbedlogError, IllegalOpError, UnauthorizedAccessError
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+from embedlog.net.protocol import bookie_info_request
 
 
 class Client:
@@ -98,6 +102,30 @@ class Client:
     def bookies(self) -> tuple[list, list]:
         """(writable, read-only) bookie ids."""
         return self._ctx.refresh_bookies()
+
+    def bookie_info(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+        """What each bookie says of itself (BOOKIE_INFO over the wire protocol, asked of all
+        at once): bookie id -> {"address", "free_bytes", "total_bytes", "ledgers",
+        "add_entries", "read_entries", "read_only", "read_only_reasons", "server", ...}, or
+        None for a bookie that did not answer within ``timeout_s``. ``bookie_ids``: default
+        every registered bookie."""
+        return self._ctx.run(self.bookie_info_async(bookie_ids, timeout_s))
+
+    async def bookie_info_async(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+        """bookie_info() as a coroutine of the client's event loop (ClientContext.submit)."""
+        if bookie_ids is None:
+            writable, readonly = await self._ctx.offload(self._ctx.refresh_bookies)
+            bookie_ids = writable + readonly
+
+        async def one(b):
+            try:
+                resp = await self._ctx.call(b, bookie_info_request, timeout_s)
+                return json.loads(bytes(resp.body))
+            except (EmbedlogError, ValueError, OSError):
+                return None
+
+        bookie_ids = list(bookie_ids)
+        return dict(zip(bookie_ids, await asyncio.gather(*(one(b) for b in bookie_ids))))
 
     def close(self) -> None:
         if self._closed:

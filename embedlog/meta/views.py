@@ -44,3 +44,15 @@ def metadata_dict(md) -> dict:
     if md.unbounded and name is not None:
         out["stream_name"] = _custom_value(name)
     return out
+
+
+def data_dict(data: bytes) -> dict:
+    """An entry's bytes for JSON: ``data`` as UTF-8 text (None when it is not) and always
+    ``data_base64``."""
+    import base64
+    out = {"size": len(data), "data_base64": base64.b64encode(data).decode()}
+    try:
+        out["data"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        out["data"] = None
+    return out
