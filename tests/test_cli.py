@@ -75,7 +75,8 @@ def test_ledger_lifecycle(md):
     listed = cli_json("ledger", "list", *md)
     assert made["ledger_qualified_name"] in [r["ledger_qualified_name"] for r in listed]
     r = cli("ledger", "list", *md, "-m")
-    assert r.returncode == 0 and f"id {lid}  CLOSED" in r.stdout
+    row = next(l for l in r.stdout.splitlines() if l.startswith(made["ledger_qualified_name"]))
+    assert r.returncode == 0 and row.split()[2:4] == [str(lid), "CLOSED"]     # a table row
 
     meta = cli_json("ledger", "metadata", *md, lid)
     assert meta["state"] == "CLOSED" and meta["last_entry_id"] == 49
@@ -284,8 +285,8 @@ def test_config_show_names_each_source(tmp_path):
     r = cli("config", "show", env=cli_env(EMBEDLOG_CONF=str(conf)))
     assert r.returncode == 0
     line = next(l for l in r.stdout.splitlines() if l.startswith("journal_max_group_wait_ms"))
-    assert "3.0" in line and f"# file {conf}" in line
-    assert "# default" in next(l for l in r.stdout.splitlines() if l.startswith("page_limit"))
+    assert line.split()[1:] == ["3.0", "file", str(conf)]                   # key, value, source
+    assert next(l for l in r.stdout.splitlines() if l.startswith("page_limit")).split()[-1] == "default"
 
 
 @pytest.mark.parametrize("conf_text, args, env, message", [

@@ -732,6 +732,8 @@ class AdminServer:
                    "http": (r.info or {}).get("http"), "state": state, "reachable": info is not None}
             if info is not None:
                 row.update(add_entries=info.get("add_entries"), read_entries=info.get("read_entries"),
+                           written_entries=info.get("written_entries"),
+                           read_only_reasons=info.get("read_only_reasons", []),
                            ledgers=info.get("ledgers"), free_bytes=info.get("free_bytes"),
                            total_bytes=info.get("total_bytes"))
             else:

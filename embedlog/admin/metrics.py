@@ -10,6 +10,8 @@ Figures BookKeeper operators watch, with BookKeeper's stat beside each (docs/OPE
     embedlog_bookie_requests_total{op,status}      requests answered
     embedlog_bookie_add_entries_total, _add_bytes_total, _read_entries_total
                                                    add / read rates: rate() of these
+    embedlog_bookie_written_entries_total          entries clients wrote, each replica 1/Qw:
+                                                   sum(rate()) is the cluster's write rate
     embedlog_journal_fsync_latency_seconds         histogram per fdatasync (JOURNAL_SYNC)
     embedlog_journal_group_entries{trigger}        histogram of records per group commit, by
                                                    what flushed it (queue_empty, time, bytes,
@@ -130,6 +132,63 @@ def compaction_progress(stats: dict) -> float:
     return 0.0
 
 
+class WrittenEntries:
+    """Entries clients wrote, as one bookie can count them: each add this bookie stores of a
+    ledger with write quorum Qw counts 1/Qw, so the sum over the cluster's bookies is what
+    clients wrote, not one count per replica (adding up the bookies' add counters counts
+    every entry Qw times). Recovery adds (re-replication, recovery write-back) are left out.
+
+    Qw comes from the ledger's metadata, read once per ledger on a worker thread, never on
+    the server's event loop; adds of a ledger whose Qw is not known yet wait in ``_pending``
+    and are counted when it is. A ledger gone from the metadata counts its adds once each."""
+
+    MAX_LEDGERS = 100_000          # Qw remembered for at most this many ledgers
+
+    def __init__(self, meta):
+        self.meta = meta
+        self.total = 0.0
+        self._quorum: dict = {}
+        self._pending: dict = {}
+        self._lock = threading.Lock()
+        self._worker = None
+
+    def add(self, key, count: int) -> None:
+        with self._lock:
+            q = self._quorum.get(key)
+            if q:
+                self.total += count / q
+                return
+            asked = key in self._pending
+            self._pending[key] = self._pending.get(key, 0) + count
+        if not asked:
+            if self._worker is None:
+                import concurrent.futures
+                self._worker = concurrent.futures.ThreadPoolExecutor(1, "embedlog-written-entries")
+            self._worker.submit(self._look_up, key)
+
+    def _look_up(self, key) -> None:
+        from embedlog._native.format import LedgerId
+        from embedlog.errors import EmbedlogError, NoSuchLedgerError
+        try:
+            q = self.meta.ledger_manager.read_ledger_metadata(LedgerId(*key)).value.write_quorum
+        except NoSuchLedgerError:
+            q = 1
+        except EmbedlogError:
+            with self._lock:             # asked again with the next add
+                count = self._pending.pop(key, 0)
+                self.total += count      # rather than lose them: an upper bound
+            return
+        with self._lock:
+            if len(self._quorum) >= self.MAX_LEDGERS:
+                self._quorum.clear()
+            self._quorum[key] = q
+            self.total += self._pending.pop(key, 0) / q
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+
+
 class BookieMetrics(ServerObserver):
     """The registry of one bookie: live histograms plus figures read at scrape time. As its
     BookieServer's observer (``server.observers``) it times every answered request."""
@@ -161,6 +220,7 @@ class BookieMetrics(ServerObserver):
         self.server = None            # the BookieServer, for its connection figures
         self.underreplicated = None   # () -> int, set by the admin server (cached metadata read)
         self.autorecovery = None      # the AutoRecovery, when this process runs one
+        self.written: WrittenEntries | None = None
         self.registry.register(_Snapshot(self))
         journal = getattr(bookie, "journal", None)
         if journal is not None:
@@ -181,6 +241,17 @@ class BookieMetrics(ServerObserver):
         op = P.OPS.get(req.op)
         if op in TIMED_OPS and not (req.flags & P.FLAG_LONG_POLL):
             self.observe_request(op, status, seconds)
+        if (self.written is not None and req.op == P.ADD and status == P.EOK
+                and not req.flags & P.FLAG_RECOVERY_ADD and len(req.body) >= 4):
+            self.written.add((req.scope, req.ledger), P.U32.unpack_from(req.body)[0])
+
+    def count_written_entries(self, meta) -> "BookieMetrics":
+        """Count the entries clients wrote (WrittenEntries), with ``meta`` for write quorums."""
+        self.written = WrittenEntries(meta)
+        return self
+
+    def bookie_info(self) -> dict:
+        return {} if self.written is None else {"written_entries": round(self.written.total, 3)}
 
     def watch(self, server) -> "BookieMetrics":
         """Observe ``server`` (its requests, and its connection figures at scrape time)."""
@@ -222,6 +293,10 @@ class _Snapshot:
         yield gauge("embedlog_bookie_ledgers", "Ledgers this bookie holds", s.get("ledgers", 0))
         yield gauge("embedlog_bookie_read_only", "1 when the bookie refuses adds",
                     int(bool(m.bookie.read_only)))
+        if m.written is not None:
+            yield counter("embedlog_bookie_written_entries", "Entries clients wrote, each replica "
+                          "counting 1/Qw: sum() over bookies is the cluster's write rate",
+                          m.written.total)
         groups = CounterMetricFamily("embedlog_journal_groups", "Group commits by trigger",
                                      labels=["trigger"])
         for t in TRIGGERS:

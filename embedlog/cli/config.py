@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from embedlog.cli.common import EmbedlogGroup, emit, json_option
+from embedlog.cli.common import EmbedlogGroup, emit, json_option, table
 
 
 def config_options(f):
@@ -56,15 +56,13 @@ def config_show(conf_path, settings, listen, advertised_address, metadata_uri, h
     if as_json:
         emit(True, {"conf": eff.conf_path, "keys": eff.rows(), "unknown_env": eff.unknown_env})
         return
-    rows = eff.rows()
-    width = max(len(r["key"]) for r in rows)
-    vwidth = min(48, max(len(repr(r["value"])) for r in rows))
-    click.echo(f"# configuration file: {eff.conf_path or '(none)'}")
-    for r in rows:
-        value = r["value"]
-        shown = (f'"{value}"' if isinstance(value, str) else str(value).lower()
-                 if isinstance(value, bool) else str(value))
-        click.echo(f"{r['key']:<{width}}  {shown:<{vwidth}}  # {r['source']}")
+    def shown(value):
+        # as TOML writes it, so a line can be pasted into a configuration file
+        return (f'"{value}"' if isinstance(value, str) else str(value).lower()
+                if isinstance(value, bool) else str(value))
+
+    click.echo(f"configuration file: {eff.conf_path or '(none)'}")
+    table(["key", "value", "source"], [[r["key"], shown(r["value"]), r["source"]] for r in eff.rows()])
     for name in eff.unknown_env:
         click.echo(f"warning: {name} is set but is no configuration key", err=True)
 

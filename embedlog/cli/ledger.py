@@ -12,7 +12,8 @@ import click
 from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt, U64_MAX,
                                  confirm_delete, emit, follow, format_option,
                                  json_option, ledger_id_options, metadata_option,
-                                 open_client, print_entry, progress_option, resolve_ledger_id)
+                                 open_client, print_entry, progress_option, resolve_ledger_id,
+                                 table)
 from embedlog.meta.views import ledger_ref, metadata_dict
 
 DIGESTS = ["crc32", "crc32c", "mac", "dummy"]
@@ -174,12 +175,13 @@ def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
     if as_json:
         emit(True, out)
         return
-    for row in out:
-        line = f"{row['ledger_qualified_name']}  scope {row['ledger_scope_id']}  id {row['ledger_id']}"
-        if details:
-            line += (f"  {row['state']}  E/Qw/Qa {row['ensemble_size']}/{row['write_quorum']}/"
-                     f"{row['ack_quorum']}  last entry {row['last_entry_id']}  {row['length']} bytes")
-        click.echo(line)
+    header = ["qualified name", "scope", "ledger id"]
+    rows = [[r["ledger_qualified_name"], r["ledger_scope_id"], r["ledger_id"]] for r in out]
+    if details:
+        header += ["state", "E/Qw/Qa", "last entry", "bytes"]
+        rows = [row + [r["state"], f"{r['ensemble_size']}/{r['write_quorum']}/{r['ack_quorum']}",
+                       r["last_entry_id"], r["length"]] for row, r in zip(rows, out)]
+    table(header, rows, f"{len(out)} ledgers", right=("scope", "ledger id", "last entry", "bytes"))
 
 
 @ledger.command("metadata")

@@ -100,7 +100,7 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
 
 async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
                security_opts=None, client_config=None) -> None:
-    metrics = BookieMetrics(bookie)
+    metrics = BookieMetrics(bookie).count_written_entries(meta)
     server = BookieServer(bookie, host, port, **(security_opts or {}))
     metrics.watch(server)
     try:
@@ -185,4 +185,5 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
             meta.registration_manager.unregister_bookie(bookie.bookie_id, registered["read_only"])
         finally:
             await server.stop()
+            metrics.written.close()
     print(f"bookie {bookie.bookie_id} stopped", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from embedlog.cli.common import EmbedlogGroup, json_option
+from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
                              NoSuchLedgerError)
 
@@ -161,18 +161,26 @@ def _journal_paths(layout: Layout) -> dict:
 
 
 def _emit(as_json: bool, obj, human) -> None:
+    """JSON, or what ``human(obj)`` yields: lines, and rich tables (made by _table)."""
     if as_json:
         click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
-    else:
-        for line in human(obj):
-            click.echo(line)
+        return
+    out = None
+    for item in human(obj):
+        if isinstance(item, str):
+            click.echo(item)
+        else:
+            out = out or console()
+            out.print(item)
 
 
-def _table(rows: list[list], header: list[str]) -> list[str]:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in cells]
+_NUMERIC = {"offset", "bytes", "on disk", "entry", "entry/value"}
+
+
+def _table(rows: list[list], header: list[str]):
+    """One rich table (yielded by the human() generators; numbers right-aligned)."""
+    if rows:
+        yield make_table(header, rows, right=tuple(h for h in header if h in _NUMERIC))
 
 
 def _common(f):

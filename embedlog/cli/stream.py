@@ -12,7 +12,7 @@ import click
 
 from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt,
                                  confirm_delete, emit, follow, format_option, json_option,
-                                 metadata_option, open_client, print_entry, progress_option)
+                                 metadata_option, open_client, print_entry, progress_option, table)
 from embedlog.cli.ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
 from embedlog.meta.views import ledger_ref, metadata_dict
 
@@ -92,12 +92,13 @@ def stream_list(metadata_uri, pattern, details, as_json):
     if as_json:
         emit(True, rows)
         return
-    for r in rows:
-        if details:
-            click.echo(f"{r['name']}  ledger {r['ledger_qualified_name']}  term {r['term']}  "
-                       f"first position {r['first_position']}  {len(r['fragments'])} fragments")
-        else:
+    if not details:
+        for r in rows:
             click.echo(r["name"])
+        return
+    table(["stream", "ledger", "term", "first position", "fragments"],
+          [[r["name"], r["ledger_qualified_name"], r["term"], r["first_position"], len(r["fragments"])]
+           for r in rows], f"{len(rows)} streams", right=("term", "first position", "fragments"))
 
 
 @stream.command("delete")
