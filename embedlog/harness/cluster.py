@@ -177,7 +177,8 @@ class LocalCluster:
                 raise EmbedlogError(f"bookie {b.index} did not start in {START_TIMEOUT_S} s; "
                                     f"see {b.log_path}:\n{_tail(b.log_path)}")
             time.sleep(0.01)
-        b.bookie_id = open(ready).read().split()[0]
+        with open(ready) as f:
+            b.bookie_id = f.read().split()[0]
 
     def kill_bookie(self, i: int) -> None:
         """SIGKILL: no clean shutdown, its registration expires on its own."""
