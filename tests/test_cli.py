@@ -387,6 +387,32 @@ def test_cluster_up_and_ctrl_c(tmp_path):
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def test_cluster_up_says_where_its_data_is_and_removes_or_keeps_it(tmp_path):
+    """Issue 17 item 5: the export line the next shell needs; a temporary directory removed
+    at Ctrl-C, saying so, or kept with --keep."""
+    for keep in (False, True):
+        tmp = tmp_path / f"tmp-{keep}"
+        tmp.mkdir()
+        proc = start("cluster", "up", "--bookies", 1, *(["--keep"] if keep else []),
+                     env=cli_env(TMPDIR=str(tmp)))
+        try:
+            export = proc.expect(lambda l: l.startswith("export EMBEDLOG_METADATA="), 60)
+            uri = export.strip().split("=", 1)[1]
+            assert uri.startswith(f"sqlite://{tmp}/embedlog-cluster-")
+            assert cli_json("ledger", "list", "--metadata", uri) == []
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.finish(60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err
+        data = next(tmp.glob("embedlog-cluster-*"), None)
+        if keep:
+            assert data is not None and f"its data is in {data}" in err
+            assert (data / "meta.db").exists() and (data / "bookie-0").is_dir()
+        else:
+            assert data is None and "removed" in err and "is removed when it stops" in err
+
+
 # -- long commands with size flags -------------------------------------------------------------------
 
 def test_demo_small(tmp_path):

@@ -661,5 +661,9 @@ class Bookie:
     def __enter__(self):
         return self
 
+    def __repr__(self) -> str:
+        state = "read-only" if self.read_only else "writable"
+        return f"Bookie({self.bookie_id!r}, {self.directory!r}, {state})"
+
     def __exit__(self, *exc):
         self.close()

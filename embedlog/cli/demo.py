@@ -147,13 +147,14 @@ def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, co
     finally:
         log.close()
 
-    single = np.array(result["single_lat"]) * 1e6 if result["single_lat"] else np.zeros(1)
+    single = np.array(result["single_lat"]) * 1e6 if result["single_lat"] else None
     batch = np.array([t for t, _ in result["batch_lat"]]) * 1e6
     table = Table(title=f"embedlog demo: {entries:,} entries in {ledgers} ledgers ({path})")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("durable append throughput", f"{entries / result['elapsed_s']:,.0f} entries/s")
-    table.add_row("lone append latency p50 / p99", f"{np.percentile(single, 50):,.0f} / {np.percentile(single, 99):,.0f} µs")
+    table.add_row("lone append latency p50 / p99", "-" if single is None else
+                  f"{np.percentile(single, 50):,.0f} / {np.percentile(single, 99):,.0f} µs")
     table.add_row("batch append latency p50 / p99 / max", f"{np.percentile(batch, 50):,.0f} / {np.percentile(batch, 99):,.0f} / {batch.max():,.0f} µs")
     table.add_row("fdatasyncs (shared by groups)", f"{result['journal']['fsyncs']:,}")
     table.add_row("reopen after SIGKILL (journal replay)", f"{reopen_s:.2f} s, {replayed:,} records")

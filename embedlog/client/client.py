@@ -33,6 +33,15 @@ class Client:
             raise
         self._closed = False
 
+    @property
+    def context(self) -> ClientContext:
+        """This client's ClientContext: its event loop thread and worker threads, and the
+        bookie connections (embedlog.aio runs its coroutines and blocking steps there)."""
+        return self._ctx
+
+    def __repr__(self) -> str:
+        return f"Client({self.metadata_uri!r}{', closed' if self._closed else ''})"
+
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest="crc32c", password: bytes = b"", scope_id: int = 0,
                       ledger_id=None, custom_metadata: dict | None = None) -> WriteHandle:

@@ -189,6 +189,16 @@ class Stream:
     def is_leader(self) -> bool:
         return self._writer is not None and self._lost is None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_leader else "reader"
+        return f"Stream({self.name!r}, term {self._md.term}, {role})"
+
     # -- taking over ------------------------------------------------------------------------
 
     def take_over(self) -> int:

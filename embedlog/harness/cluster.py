@@ -302,6 +302,11 @@ class LocalCluster:
     def __enter__(self):
         return self
 
+    def __repr__(self) -> str:
+        running = sum(1 for b in self._bookies if b.process is not None and b.process.poll() is None)
+        return (f"LocalCluster({len(self._bookies)} bookies, {running} running, "
+                f"metadata {self.metadata_uri!r})")
+
     def __exit__(self, *exc):
         self.close()
 
