@@ -219,3 +219,35 @@ def test_audit_now(cluster, client, md):
     assert http_json(address, "/api/v1/autorecovery/trigger_audit", "PUT")["count"] == 0
     info = http_json(address, "/api/v1/bookie/cluster_info")
     assert info["unavailable_bookies_count"] == 0 and not info["cluster_under_replicated"]
+
+
+def test_grafana_dashboard_names_only_metrics_a_bookie_exports(cluster, client):
+    """docs/grafana-dashboard.json: every metric an expression names, and every label it
+    selects or groups by, is in a live bookie's /metrics (with autorecovery running)."""
+    import os
+    import re
+    from prometheus_client.parser import text_string_to_metric_families
+    from cliutil import ROOT
+    dash = json.load(open(os.path.join(ROOT, "docs", "grafana-dashboard.json")))
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)) and dash["uid"] and dash["templating"]["list"]
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20
+    wait_until(lambda: cli_json("autorecovery", "status", "--metadata", cluster.metadata_uri)["auditor"],
+               30, "an auditor")
+    address = admin_of(client, client.bookies()[0][0])
+    labels: dict = {}
+    for fam in text_string_to_metric_families(http(address, "/metrics")[2].decode()):
+        for s in fam.samples:
+            labels.setdefault(s.name, set()).update(s.labels)
+    for expr in exprs:
+        for name in set(re.findall(r"\bembedlog_[a-z0-9_]+", expr)):
+            assert name in labels, f"{name} (in {expr}) is not exported"
+            for key in re.findall(name + r"\{([^}]*)\}", expr):
+                for label in re.findall(r"(\w+)\s*!?=", key):
+                    assert label in labels[name], (name, label)
+        for group in re.findall(r"by \(([^)]*)\)", expr):
+            for label in (g.strip() for g in group.split(",")):
+                if label not in ("le", "instance"):      # le: histograms; instance: Prometheus's
+                    assert any(label in labels[n] for n in re.findall(r"embedlog_[a-z0-9_]+", expr)), \
+                        (label, expr)
