@@ -54,7 +54,9 @@ def _session(app: str):
     import tempfile as tf
     import embedlog.spark
     tmp = tf.gettempdir()
-    opts = f"-Djava.io.tmpdir={tmp} -Dlog4j2.configurationFile=file:{os.path.join(tmp, 'embedlog-spark-log4j2.properties')}"
+    # -XX:-UsePerfData: no hsperfdata file in /tmp (a killed JVM leaves its own behind)
+    opts = (f"-Djava.io.tmpdir={tmp} -XX:-UsePerfData "
+            f"-Dlog4j2.configurationFile=file:{os.path.join(tmp, 'embedlog-spark-log4j2.properties')}")
     return embedlog.spark.local_session("local[2]", app, **{
         "spark.local.dir": tmp, "spark.driver.extraJavaOptions": opts,
         "spark.executor.extraJavaOptions": opts})
