@@ -99,6 +99,16 @@ class ClientContext:
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        # stopped by close(): a task made after the shutdown (a writer's explicit-LAC timer
+        # firing meanwhile) is cancelled and run to its end here, in the loop's own thread,
+        # and the loop closed, so nothing is left to be destroyed pending at exit
+        left = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
 
     def run(self, coro, timeout: float | None = None):
         """Run a coroutine on the client loop from any other thread and wait for it."""
@@ -262,17 +272,3 @@ class ClientContext:
             self._thread.join(timeout=5)
             # a metadata call still running finishes before the caller closes the store
             self._workers.shutdown(wait=True, cancel_futures=True)
-            if not self._thread.is_alive():
-                self._finish_loop()
-
-    def _finish_loop(self) -> None:
-        """The loop has stopped: a task made after the shutdown (a writer's explicit-LAC
-        timer firing meanwhile) is cancelled and run to its end here, and the loop closed,
-        so nothing is left to be destroyed pending at exit."""
-        left = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-        for t in left:
-            t.cancel()
-        if left:
-            self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
