@@ -1,23 +1,31 @@
-# `make run`: build everything and run the main job (embedlog demo) on the embedded default.
-# `make test`: install what the tests need (Python packages, ZooKeeper, etcd) and run them.
+# `make run`: install embedlog alone (no extra), build it and run the main job (embedlog demo)
+# on the embedded default: seconds on a fresh machine, not minutes of PySpark.
+# `make test`: install what the tests need (every extra, ZooKeeper, etcd, chromium) and run them.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,bench,zk,etcd,spark
 
-.PHONY: run test build venv servers bench soak clean
+.PHONY: run test build build-ext venv venv-core servers bench soak clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip 'setuptools>=77' wheel 'cython>=3.0' 'numpy>=2.0'
 
+# what the embedded demo needs: the core dependencies of pyproject.toml, no extra
+venv-core: $(BIN)/python
+	$(BIN)/pip install --no-build-isolation -e .
+
+# everything the tests, benchmarks and tools need
 venv: $(BIN)/python
 	$(BIN)/pip install --no-build-isolation -e '.[$(EXTRAS)]'
 
-build: venv
+build-ext: $(BIN)/python
 	$(BIN)/python setup.py build_ext --inplace
 
-run: build
+build: venv build-ext
+
+run: venv-core build-ext
 	$(BIN)/embedlog demo --entries $${ENTRIES:-1000000}
 
 # Debian's ZooKeeper 3.8 and etcd 3.4 run as children of the tests (never as services);
@@ -32,13 +40,13 @@ servers:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
 	    openjdk-17-jre-headless; fi
 
-test: servers build
+test: servers venv build-ext
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-bench: build
+bench: venv build-ext
 	$(BIN)/python benchmarks/compare.py
 
-soak: build
+soak: venv build-ext
 	$(BIN)/python tools/crash_soak.py --cycles $${CYCLES:-1000}
 
 clean:

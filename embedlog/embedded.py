@@ -139,6 +139,13 @@ class EmbeddedLog:
 
     # -- streams (unbounded ledgers on this one bookie) -------------------------------
 
+    def client_context(self):
+        """The ClientContext this log's streams run on (made on first use): an event loop
+        thread and worker threads, with this bookie reached in process, without a socket.
+        embedlog.aio runs this log's coroutines and blocking steps there."""
+        self._check_open()
+        return self._stream_ctx()
+
     def _stream_ctx(self):
         # streams run the same client and bookie code as a cluster, over an in-process
         # transport to this bookie (no socket), with E = Qw = Qa = 1
@@ -189,6 +196,8 @@ class EmbeddedLog:
     def __exit__(self, *exc):
         self.close()
 
+    def __repr__(self) -> str:
+        return f"EmbeddedLog({self.path!r}{', closed' if self._closed else ''})"
 
 
 class WriteHandle:
@@ -347,6 +356,10 @@ class WriteHandle:
                              self._log.metadata.ledger_manager.read_ledger_metadata)
             self._md, self._version = v.value, v.version
 
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"WriteHandle({self.ledger_id!r}, {state}, last_add_confirmed={self._lac})"
+
     def _length_at(self, last: int) -> int:
         if last == self._next_entry_id - 1:
             return self._length
@@ -442,6 +455,20 @@ class ReadHandle:
             for i, data in enumerate(self.read_batch(pos, end)):
                 yield LedgerEntry(lid, pos + i, data)
             pos = end + 1
+
+    def tail(self, start: int = 0, poll_timeout_ms: int = 200, stop=None):
+        """Yield entries from ``start`` on as the writer's LAC passes them (the client's
+        tail over the in-process connection to this bookie); ends when the ledger is
+        closed and read to its end, or when ``stop()`` is true. The LAC travels in the
+        writer's next entry: its last entry shows once it writes another or closes."""
+        from embedlog.client.read import ReadHandle as Tailing
+        reader = Tailing(self._log.client_context(), self._log.ledger_metadata(self.ledger_id),
+                         self._md.password)
+        yield from reader.tail(start, poll_timeout_ms, stop)
+
+    def __repr__(self) -> str:
+        state = "CLOSED" if self.is_closed else "OPEN"
+        return f"ReadHandle({self.ledger_id!r}, {state}, last_add_confirmed={self._lac})"
 
     def close(self) -> None:
         pass

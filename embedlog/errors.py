@@ -19,7 +19,8 @@ __all__ = [
     "IllegalOpError", "EntryTooLargeError", "BadVersionError", "NotEnoughBookiesError",
     "ReadOnlyBookieError", "TooManyRequestsError", "TimeoutError", "MetadataError",
     "LedgerExistsError", "DirectoryLockedError", "ClientClosedError",
-    "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "from_code", "from_wire_code",
+    "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "MetadataUriError",
+    "from_code", "from_wire_code",
 ]
 
 
@@ -131,6 +132,12 @@ class DirectoryLockedError(EmbedlogError):
 class ConfigError(ValueError, EmbedlogError):
     """A configuration key with a bad value; the message names the key."""
     code = -1005
+
+
+class MetadataUriError(ConfigError, MetadataError):
+    """A metadata service URI that is malformed or names an unknown scheme: bad input (a
+    ConfigError), and still a MetadataError for code that catches those."""
+    code = -1007
 
 
 class InvalidCookieError(EmbedlogError):

@@ -272,16 +272,53 @@ def test_status_data_endpoints(admin, one, client):
     assert set(rows) == set(admin)
     assert all(b["reachable"] and b["add_entries"] is not None and b["state"] == "writable"
                for b in rows.values())
+
+
+def test_cluster_write_rate_counts_entries_not_replicas(one, client):
+    """Issue 17: the status page's cluster rate summed every bookie's adds, about Qw times
+    what clients wrote. Each bookie's written_entries counts an add as 1/Qw: the sum moves
+    by exactly the entries written, whatever the quorums and striping."""
+    def sums():
+        bookies = http_json(one, "/api/v1/status/rates")["bookies"]
+        return (sum(b["written_entries"] for b in bookies), sum(b["add_entries"] for b in bookies))
+
+    written0, adds0 = sums()
+    for e, qw in ((3, 2), (3, 3), (2, 1)):
+        w = client.create_ledger(e, qw, 1)
+        w.append_many([b"w"] * 60)
+        w.close()
+    # counted as the write quorums are learnt: the first sum to reach 180 must be 180 (a
+    # count per replica would pass it)
+    written, adds = wait_until(lambda: (lambda s: s if round(s[0] - written0, 6) >= 180 else None)(sums()),
+                               15, "the written entries counted")
+    assert round(written - written0, 6) == 180
+    assert adds - adds0 == 60 * (2 + 3 + 1)           # what the bookies stored: every replica
+    assert metric_sum(one, "embedlog_bookie_written_entries_total") > 0
+
+
+def metric_sum(address, name) -> float:
+    return sum(v for (n, _labels), v in scrape(address).items() if n == name)
     wait_until(lambda: len(http_json(one, "/api/v1/status/history")["points"]) >= 2, 10,
                "two rate samples")
     point = http_json(one, "/api/v1/status/history")["points"][-1]
     assert set(point) == {"t", "add_per_s", "read_per_s"}
 
 
-def test_status_page_is_self_contained(one, admin, ledgers):
+def test_status_page_is_self_contained(one, admin, ledgers, client):
+    s = client.open_stream("page-stream", ensemble_size=3, write_quorum=3, ack_quorum=2)
+    s.append(b"x")
+    s.close()
     code, headers, body = http(one, "/status")
     assert code == 200 and headers["content-type"].startswith("text/html")
     page = body.decode()
+    # the counters at rendering time seed the live chart (its first poll draws a point)
+    import re
+    seed = re.search(r"var prev=(\{.*?\}),cAdds", page).group(1)
+    assert set(json.loads(seed)["counts"]) == set(admin)
+    # streams: named, without their internal scope number; one time format on the page
+    streams = page.split("<table class='streams'>", 1)[1].split("</table>", 1)[0]
+    assert "page-stream" in streams and str(0x53545245414D0001) not in streams
+    assert re.search(r"rendered \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", page)
     for bid in admin:
         assert bid in page
     for lid in ledgers.values():

@@ -9,7 +9,7 @@ import pytest
 
 from cliutil import ROOT, cli, cli_env, cli_json, http, http_json, start, wait_until
 from embedlog import LedgerId
-from embedlog.cli_ledger import generated_entry
+from embedlog.cli.ledger import generated_entry
 from embedlog.client import Client
 from embedlog.errors import EmbedlogError
 from embedlog.harness import LocalCluster
@@ -75,7 +75,8 @@ def test_ledger_lifecycle(md):
     listed = cli_json("ledger", "list", *md)
     assert made["ledger_qualified_name"] in [r["ledger_qualified_name"] for r in listed]
     r = cli("ledger", "list", *md, "-m")
-    assert r.returncode == 0 and f"id {lid}  CLOSED" in r.stdout
+    row = next(l for l in r.stdout.splitlines() if l.startswith(made["ledger_qualified_name"]))
+    assert r.returncode == 0 and row.split()[2:4] == [str(lid), "CLOSED"]     # a table row
 
     meta = cli_json("ledger", "metadata", *md, lid)
     assert meta["state"] == "CLOSED" and meta["last_entry_id"] == 49
@@ -173,8 +174,20 @@ def test_metadata_uri_from_environment_and_errors(cluster, tmp_path):
     assert r.returncode == 2 and "EMBEDLOG_METADATA" in r.stderr
     r = cli("ledger", "list", "--metadata", f"sqlite://{tmp_path}/no/such/dir/meta.db")
     assert r.returncode == 5 and "does not exist" in r.stderr         # metadata unreachable
-    r = cli("ledger", "list", "--metadata", "nosuch://x")
-    assert r.returncode == 5
+    # a URI that names no initialised store: exit 5 naming it, and no store is made there
+    typo = f"sqlite://{tmp_path}/typo.db"
+    for args in (("ledger", "list"), ("ledger", "read", "0"), ("stream", "list")):
+        r = cli(*args, "--metadata", typo)
+        assert r.returncode == 5 and typo in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "typo.db").exists()
+    # a malformed URI is bad usage (2), not an unreachable store (5)
+    for uri in ("nosuch://x", "zk+hierarchical://127.0.0.1:notaport/ledgers", "sqlite://host/x.db",
+                "meta.db"):
+        r = cli("ledger", "list", "--metadata", uri)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (uri, r.stderr)
+    r = cli("ledger", "list", "--metadata", "nosuch://x", "--json")
+    err = json.loads(r.stderr)
+    assert err["exit_code"] == 2 and err["type"] == "MetadataUriError"
     r = cli("ledger", "create", "--metadata", cluster.metadata_uri, "-e", 5, "-w", 5, "-a", 5)
     assert r.returncode == 1 and "writable bookies" in r.stderr         # not enough bookies
     r = cli("ledger", "create", "--metadata", cluster.metadata_uri, "-e", 2, "-w", 3)
@@ -272,8 +285,8 @@ def test_config_show_names_each_source(tmp_path):
     r = cli("config", "show", env=cli_env(EMBEDLOG_CONF=str(conf)))
     assert r.returncode == 0
     line = next(l for l in r.stdout.splitlines() if l.startswith("journal_max_group_wait_ms"))
-    assert "3.0" in line and f"# file {conf}" in line
-    assert "# default" in next(l for l in r.stdout.splitlines() if l.startswith("page_limit"))
+    assert line.split()[1:] == ["3.0", "file", str(conf)]                   # key, value, source
+    assert next(l for l in r.stdout.splitlines() if l.startswith("page_limit")).split()[-1] == "default"
 
 
 @pytest.mark.parametrize("conf_text, args, env, message", [
@@ -374,6 +387,32 @@ def test_cluster_up_and_ctrl_c(tmp_path):
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
+def test_cluster_up_says_where_its_data_is_and_removes_or_keeps_it(tmp_path):
+    """Issue 17 item 5: the export line the next shell needs; a temporary directory removed
+    at Ctrl-C, saying so, or kept with --keep."""
+    for keep in (False, True):
+        tmp = tmp_path / f"tmp-{keep}"
+        tmp.mkdir()
+        proc = start("cluster", "up", "--bookies", 1, *(["--keep"] if keep else []),
+                     env=cli_env(TMPDIR=str(tmp)))
+        try:
+            export = proc.expect(lambda l: l.startswith("export EMBEDLOG_METADATA="), 60)
+            uri = export.strip().split("=", 1)[1]
+            assert uri.startswith(f"sqlite://{tmp}/embedlog-cluster-")
+            assert cli_json("ledger", "list", "--metadata", uri) == []
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.finish(60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err
+        data = next(tmp.glob("embedlog-cluster-*"), None)
+        if keep:
+            assert data is not None and f"its data is in {data}" in err
+            assert (data / "meta.db").exists() and (data / "bookie-0").is_dir()
+        else:
+            assert data is None and "removed" in err and "is removed when it stops" in err
+
+
 # -- long commands with size flags -------------------------------------------------------------------
 
 def test_demo_small(tmp_path):
@@ -381,7 +420,7 @@ def test_demo_small(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "verified entries" in r.stdout and "3,000 of 3,000" in r.stdout
     r = cli("demo", "--entries", 10, "--dir", tmp_path / "demo")         # not a fresh directory
-    assert r.returncode == 1 and "not empty" in r.stderr
+    assert r.returncode == 2 and "not empty" in r.stderr
     figures = cli_json("demo", "--entries", 500, "--ledgers", 1, "--dir", tmp_path / "demo2")
     assert figures["verified"] == 500 and figures["append_per_s"] > 0
 
@@ -430,7 +469,8 @@ def test_stream_commands(md, client):
     a = cli_json("stream", "append", *md, name, "one", "two")
     assert a["appended"] == 2
     b = cli_json("stream", "append", *md, name, "--input", "-", input="three\nfour\n")
-    assert b["appended"] == 2 and b["first_position"] > a["last_position"]
+    # the first append released the stream: the second goes on without a take-over's gap
+    assert b["appended"] == 2 and b["first_position"] == a["last_position"] + 1
     r = cli("stream", "read", *md, name)
     assert r.returncode == 0
     assert [l.split("\t")[1] for l in r.stdout.splitlines()] == ["one", "two", "three", "four"]

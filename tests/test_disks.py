@@ -93,6 +93,32 @@ def test_operator_read_only_survives_the_disks(tmp_path):
         assert log.bookie.read_only
 
 
+def test_read_only_is_one_state_with_its_reasons(tmp_path):
+    """Operator and disk each hold their own reason; the bookie is read-only while either
+    holds, each is lifted only by its own source, and listeners hear every change."""
+    usage = {"value": 0.5}
+    with embedlog.open(tmp_path, disk_check_interval_ms=0) as log:
+        b = log.bookie
+        b.disks.usage_fn = lambda p: (usage["value"], 1 << 30)
+        heard = []
+        b.read_only_listeners.append(lambda ro, reasons: heard.append((ro, set(reasons))))
+        assert not b.read_only and b.read_only_reasons == frozenset()
+        usage["value"] = 0.99
+        b.disks.check()
+        assert b.read_only_reasons == {"disk"}
+        b.set_read_only("operator", True)
+        usage["value"] = 0.1
+        b.disks.check()                               # the disk lifts only its own reason
+        assert b.read_only and b.read_only_reasons == {"operator"}
+        b.set_read_only("operator", True)             # no change: nobody is told
+        b.set_read_only("operator", False)
+        assert not b.read_only
+        assert heard == [(True, {"disk"}), (True, {"disk", "operator"}), (True, {"operator"}),
+                         (False, set())]
+        with pytest.raises(embedlog.errors.IllegalOpError):
+            b.set_read_only("lunch", True)
+
+
 # -- several directories --------------------------------------------------------------------
 
 

@@ -69,7 +69,7 @@ def test_gc_collects_deleted_ledgers_of_every_scope_and_gives_space_back(tmp_pat
         assert st["compacted_logs"] >= 1 and st["reclaimed_bytes"] > 0
     with embedlog.open(tmp_path, **GC_CONFIG) as log:
         check_live(log, live, 300)
-        from embedlog.shell import Layout, check_ledger
+        from embedlog.cli.shell import Layout, check_ledger
         layout = Layout(str(tmp_path), log.bookie.ledger_dirs, log.bookie.journal_dir, None)
         for lid in live:
             r = check_ledger(layout, (lid.scope_id, lid.ledger_id), {})

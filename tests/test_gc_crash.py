@@ -9,7 +9,7 @@ import pytest
 
 import embedlog
 from embedlog import LedgerId
-from embedlog.shell import Layout, check_ledger
+from embedlog.cli.shell import Layout, check_ledger
 
 from crash_child import payload
 from gc_child import CONFIG

@@ -117,6 +117,23 @@ def test_token_guards_admin_http_changes(tmp_path):
                              headers={"Authorization": "Bearer s3cret-token-0123456789-token"})
         assert code == 200, body
         assert w.ledger_id not in good.list_ledgers(0)
+        # the other changing endpoints follow the same rule (issue 17)
+        for method, changing in (("PUT", "/api/v1/bookie/state/readonly"), ("PUT", "/api/v1/bookie/gc"),
+                                 ("PUT", "/api/v1/autorecovery/trigger_audit")):
+            code, got, body = http(admin, changing, method)
+            assert code == 401, (changing, body)
+        assert http(admin, "/api/v1/bookie/state/readonly")[0] == 200      # reading stays open
+        # `embedlog bookie readonly` carries the token from the bookies' token file
+        from cliutil import cli, cli_env
+        bid = cluster.bookie_id(0)
+        md = ("--metadata", cluster.metadata_uri)
+        r = cli("bookie", "readonly", "on", bid, *md, env=cli_env())
+        assert r.returncode == 4 and "401" in r.stderr, r.stderr
+        r = cli("bookie", "readonly", "on", bid, *md, "--auth-token-file", cluster.auth_token_file)
+        assert r.returncode == 0, r.stderr
+        assert bid in good.bookies()[1]
+        r = cli("bookie", "readonly", "off", bid, *md, "--auth-token-file", cluster.auth_token_file)
+        assert r.returncode == 0 and bid in good.bookies()[0], r.stderr
 
 
 def test_tls_and_token_together_and_plain_still_works(tmp_path):

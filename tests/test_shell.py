@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 import embedlog
-from embedlog.shell import shell
+from embedlog.cli.shell import shell
 
 from crash_child import payload
 
@@ -56,7 +56,7 @@ def test_listledgers_readledger_and_ledgermetadata(bookie_dir):
     assert md["state"] == "CLOSED" and md["last_entry_id"] == 119 and md["digest_type"] == "CRC32C"
     assert "state: CLOSED" in run("ledgermetadata", "--dir", path, ledgers[1].ledger_id)
     # a ledger that is not there, and a bad name
-    assert "no index file" in run("readledger", "--dir", path, 999, code=1)
+    assert "no index file" in run("readledger", "--dir", path, 999, code=3)
     run("readledger", "--dir", path, "--ledger-qualified-name", "zz", code=2)
 
 

@@ -137,6 +137,66 @@ def test_competing_take_overs_one_wins(cluster):
     assert writers[0].term == max(s.refresh().term for s in streams)
 
 
+def test_a_clean_release_lets_the_next_writer_go_on_without_a_gap(cluster):
+    """Issue 17 item 3: a leader that closes cleanly releases its term; the next writer
+    appends right after its last position (no recovery, no no-op), and a reader sees the
+    positions without a gap. A leader that did not release is taken over as before."""
+    a, b, c = (cluster.client(n) for n in ("a", "b", "c"))
+    s = a.open_stream("released")
+    first = s.append_many([b"1", b"2"])
+    s.close()
+    t = b.open_stream("released")
+    assert t.append(b"3") == first + 1 and t.append(b"4") == first + 2
+    reader = c.open_stream("released")
+    _wait_committed(reader, first + 2)           # the writer's explicit LAC reaches the bookies
+    assert [e.data for e in reader.read(first - 1)] == [b"1", b"2", b"3", b"4"]
+    # t is still the leader (it did not release): the next writer takes over, with a gap
+    u = c.open_stream("released")
+    after = u.append(b"5")
+    assert after == first + 4                         # first + 3 is the take-over's no-op
+    with pytest.raises(InvalidTermError):
+        t.append(b"stale")
+    _wait_committed(u, after)
+    assert [e.position for e in u.read(0)] == [first - 1, first, first + 1, first + 2, after]
+
+
+def test_two_writers_racing_for_a_released_stream_one_wins(cluster):
+    """The release mark is used once: the CAS that raises the term clears it, so of racing
+    take-overs one may skip recovery and the later ones recover (and fence it)."""
+    s = cluster.client().open_stream("release-race")
+    last = s.append_many([b"x"] * 5)
+    s.close()
+    streams = [cluster.client().open_stream("release-race") for _ in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda st: _try(st.take_over), streams))
+    positions = []
+    for st in streams:
+        try:
+            positions.append(st.append(b"z"))
+        except InvalidTermError:
+            pass
+    assert len(positions) == 1 and positions[0] > last
+    _wait_committed(streams[0], positions[0])
+    assert [e.data for e in streams[0].read(0)] == [b"x"] * 5 + [b"z"]
+
+
+def test_a_failed_release_leaves_the_next_writer_to_recover(cluster):
+    gate = cluster.faults.gate("release", action="fail")
+    s = cluster.client("a").open_stream("no-release")
+    last = s.append(b"1")
+    s.close()
+    assert gate.hits == 1
+    t = cluster.client("b").open_stream("no-release")
+    assert t.append(b"2") == last + 2                 # recovered, with the no-op between
+
+
+def _wait_committed(stream, position, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while stream.last_position() < position:
+        assert time.monotonic() < deadline, f"position {position} never committed"
+        time.sleep(0.02)
+
+
 def _try(fn):
     try:
         return fn()

@@ -1,2 +1,3 @@
 """Operating a bookie: the admin HTTP server (http.py), its Prometheus metrics
-(metrics.py), the status page (status.py) and the JSON shapes they share (views.py)."""
+(metrics.py) and the status page (status.py); the JSON shapes it shares with the CLI are
+embedlog.meta.views."""

@@ -12,12 +12,20 @@ is a 400 (a misspelt ``ledger_scope_id`` must not silently mean scope 0)::
                                                          memtable, compaction
     GET    /api/v1/bookie/list_bookies?type=rw|ro|all    registered bookies
     GET    /api/v1/bookie/ledgers?ledger_scope_id=S      ledgers stored on this bookie
+    GET    /api/v1/bookie/cluster_info                   bookie counts by state, the auditor
+    GET    /api/v1/bookie/last_log_mark                  where journal replay would start
+    GET    /api/v1/bookie/list_disk_file[?file_type=journal,entrylog,index]
+    GET|PUT /api/v1/bookie/state/readonly                {"readOnly": bool}: the operator's mode
+    GET|PUT /api/v1/bookie/gc[?force_major=&force_minor=] a garbage collection cycle now; status
     GET    /api/v1/config/server_config                  the configuration this bookie runs with
     GET    /api/v1/ledger/list?ledger_scope_id=S[&print_metadata=true][&limit=N]
     GET    /api/v1/ledger/metadata?ledger_id=L[&ledger_scope_id=S] | ?ledger_qualified_name=Q
+    GET    /api/v1/ledger/read?ledger_id=L[...][&start_entry_id=A][&end_entry_id=B]
     DELETE /api/v1/ledger/delete?ledger_id=L[&ledger_scope_id=S] | ?ledger_qualified_name=Q
     GET    /api/v1/autorecovery/status
     GET    /api/v1/autorecovery/list_under_replicated_ledger
+    GET    /api/v1/autorecovery/who_is_auditor
+    PUT    /api/v1/autorecovery/trigger_audit             mark ledgers on unregistered bookies now
     GET    /api/v1/status/rates                          add/read counts of every bookie
     GET    /api/v1/status/history                        this bookie's add/read rates, last 5 min
     GET    /metrics                                      Prometheus text format
@@ -46,7 +54,7 @@ import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from embedlog.admin.views import ledger_ref, metadata_dict
+from embedlog.meta.views import ledger_ref, metadata_dict
 from embedlog.errors import (EmbedlogError, IllegalOpError, MetadataError, NoSuchEntryError,
                              NoSuchLedgerError)
 
@@ -54,6 +62,8 @@ log = logging.getLogger("embedlog.admin")
 
 U64_MAX = (1 << 64) - 1
 WORKERS = 4
+MAX_BODY_BYTES = 64 * 1024       # a request body (PUT's JSON)
+READ_ENTRIES_MAX = 1000          # entries /api/v1/ledger/read answers at most
 QUEUE_LIMIT = 64                 # connections waiting for a worker; past it: 503
 REQUEST_TIMEOUT_S = 10.0         # a client that sends nothing for this long is dropped
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 1000, 100_000
@@ -82,7 +92,11 @@ def _status_of(exc: EmbedlogError) -> int:
 # -- query parameters -------------------------------------------------------------------------
 
 class Params:
-    """One request's query string: each parameter at most once, only the accepted ones."""
+    """One request's query string: each parameter at most once, only the accepted ones; and
+    its method and JSON body (``body``: a dict, empty without one)."""
+
+    method = "GET"
+    body: dict = {}
 
     def __init__(self, query: str, accepted: tuple):
         try:
@@ -253,7 +267,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                 {"Allow": ", ".join(methods)})
             if method != "GET":
                 admin.check_token(self.headers.get("Authorization"))
-            result = handler(Params(parts.query, accepted))
+            params = Params(parts.query, accepted)
+            params.method, params.body = method, self._json_body()
+            result = handler(params)
         except HttpError as exc:
             self._send_json(exc.status, {"error": exc.message, "status": exc.status}, exc.headers)
             return
@@ -268,6 +284,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         status, content_type, body, headers = result
         self._send(status, content_type, body, headers)
+
+    def _json_body(self) -> dict:
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise HttpError(400, "bad Content-Length") from None
+        if n <= 0:
+            return {}
+        if n > MAX_BODY_BYTES:
+            raise HttpError(413, f"a request body is at most {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(n))
+        except (ValueError, RecursionError):
+            raise HttpError(400, "the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "the request body is a JSON object")
+        return body
 
     def _send_json(self, status: int, obj, headers=None):
         self._send(status, "application/json", json.dumps(obj, default=str).encode(), headers)
@@ -295,20 +328,28 @@ class AdminServer:
     """Serves the endpoints above for one bookie; start() binds, stop() closes."""
 
     def __init__(self, bookie, server, meta, *, host: str = "127.0.0.1", port: int = 8080,
-                 metrics=None, advertised_address: str | None = None):
+                 metrics=None, advertised_address: str | None = None, client_config: dict | None = None):
+        """``client_config``: ClientConfig options (TLS, token) for what this server asks of
+        other bookies as a client (reading a ledger's entries, an audit)."""
         self.bookie = bookie
         self.server = server                   # the BookieServer (wire address, stats)
         self.meta = meta
-        self.metrics = metrics if metrics is not None else getattr(server, "metrics", None)
-        if self.metrics is None:
+        if metrics is None:
             from embedlog.admin.metrics import BookieMetrics
-            self.metrics = BookieMetrics(bookie)
+            metrics = BookieMetrics(bookie).watch(server)
+        self.metrics = metrics
         self.metrics.underreplicated = self._underreplicated_count
         self.host, self.port = host, port
         self.advertised_address = advertised_address
         # the wire's shared token, when the bookie has one, also guards what changes things here
         self.auth_token: bytes | None = getattr(server, "auth_token", None)
         self.autorecovery = None
+        self.client_config = dict(client_config or {})
+        self._client_ctx = None
+        self._client_lock = threading.Lock()
+        self._gc_lock = threading.Lock()
+        self._gc_thread: threading.Thread | None = None
+        self._gc_last: dict | None = None
         self.ready = False
         self.shutting_down = False
         self.started_at = time.time()
@@ -325,13 +366,22 @@ class AdminServer:
             "/api/v1/bookie/info": (("GET",), self.info, ()),
             "/api/v1/bookie/list_bookies": (("GET",), self.list_bookies, ("type", "print_hostnames")),
             "/api/v1/bookie/ledgers": (("GET",), self.local_ledgers, ("ledger_scope_id", "limit")),
+            "/api/v1/bookie/cluster_info": (("GET",), self.cluster_info, ()),
+            "/api/v1/bookie/last_log_mark": (("GET",), self.last_log_mark, ()),
+            "/api/v1/bookie/list_disk_file": (("GET",), self.list_disk_file, ("file_type",)),
+            "/api/v1/bookie/state/readonly": (("GET", "PUT"), self.readonly, ()),
+            "/api/v1/bookie/gc": (("GET", "PUT"), self.gc, ("force_major", "force_minor")),
             "/api/v1/config/server_config": (("GET",), self.server_config, ()),
             "/api/v1/ledger/list": (("GET",), self.ledger_list,
                                     ("ledger_scope_id", "print_metadata", "limit")),
             "/api/v1/ledger/metadata": (("GET",), self.ledger_metadata, LEDGER_PARAMS),
+            "/api/v1/ledger/read": (("GET",), self.ledger_read,
+                                    LEDGER_PARAMS + ("start_entry_id", "end_entry_id")),
             "/api/v1/ledger/delete": (("DELETE",), self.ledger_delete, LEDGER_PARAMS),
             "/api/v1/autorecovery/status": (("GET",), self.autorecovery_status, ()),
             "/api/v1/autorecovery/list_under_replicated_ledger": (("GET",), self.underreplicated, ()),
+            "/api/v1/autorecovery/who_is_auditor": (("GET",), self.who_is_auditor, ()),
+            "/api/v1/autorecovery/trigger_audit": (("PUT",), self.trigger_audit, ()),
             "/api/v1/status/rates": (("GET",), self.rates, ()),
             "/api/v1/status/history": (("GET",), self.history, ()),
             "/metrics": (("GET",), self.prometheus, ()),
@@ -377,6 +427,21 @@ class AdminServer:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        if self._gc_thread is not None:
+            self._gc_thread.join(timeout=60)
+        with self._client_lock:
+            ctx, self._client_ctx = self._client_ctx, None
+        if ctx is not None:
+            ctx.close()
+
+    def client_ctx(self):
+        """A client context of this bookie's cluster (made on first use; closed by stop())."""
+        with self._client_lock:
+            if self._client_ctx is None:
+                from embedlog.client.context import ClientConfig, ClientContext
+                self._client_ctx = ClientContext(self.meta, ClientConfig(
+                    client_name=f"admin-{self.bookie.bookie_id}", **self.client_config))
+            return self._client_ctx
 
     def _sample_loop(self) -> None:
         while not self._stop.is_set():
@@ -401,8 +466,59 @@ class AdminServer:
     def state(self, p):
         return _json({"bookie_id": self.bookie.bookie_id, "running": not self.shutting_down,
                       "ready": self.ready and not self.shutting_down,
-                      "read_only": bool(self.bookie.read_only), "shutting_down": self.shutting_down,
-                      "state": self._state_name()})
+                      "read_only": bool(self.bookie.read_only),
+                      "read_only_reasons": sorted(self.bookie.read_only_reasons),
+                      "shutting_down": self.shutting_down, "state": self._state_name()})
+
+    def readonly(self, p):
+        """BookKeeper's state/readonly: GET the mode, PUT {"readOnly": bool} to set or lift the
+        operator's reason (the disks' reason stays until they have room)."""
+        if p.method == "PUT":
+            flag = p.body.get("readOnly", p.body.get("read_only"))
+            if not isinstance(flag, bool):
+                raise HttpError(400, 'PUT a JSON body {"readOnly": true|false}')
+            self.bookie.set_read_only("operator", flag)
+            log.warning("operator read-only mode %s through the admin API", "on" if flag else "off")
+        return _json({"readOnly": bool(self.bookie.read_only),
+                      "reasons": sorted(self.bookie.read_only_reasons)})
+
+    def last_log_mark(self, p):
+        mark = self.bookie.statistics().get("last_log_mark")
+        journal_id, offset = (mark if isinstance(mark, (tuple, list)) and len(mark) == 2 else (None, None))
+        return _json({self.bookie.journal_dir: {
+            "journal_id": "%x" % journal_id if isinstance(journal_id, int) else None,
+            "offset": offset}})
+
+    def list_disk_file(self, p):
+        from embedlog.bookie.files import KINDS, list_files
+        wanted = [k.strip() for k in (p.get("file_type") or ",".join(KINDS)).split(",") if k.strip()]
+        for k in wanted:
+            if k not in KINDS:
+                raise HttpError(400, f"file_type is a list of {', '.join(KINDS)}; got {k!r}")
+        files = list_files(self.bookie.ledger_currents, self.bookie.journal_dir, wanted)
+        return _json({"files": files, "count": len(files),
+                      "bytes": sum(f["bytes"] for f in files)})
+
+    def gc(self, p):
+        """PUT: a garbage collection cycle now, in the background (BookKeeper's forceGC);
+        GET: whether one is under way, and the last report."""
+        if p.method == "PUT":
+            major, minor = p.bool("force_major"), p.bool("force_minor")
+            with self._gc_lock:
+                if self._gc_thread is None or not self._gc_thread.is_alive():
+                    def cycle():
+                        try:
+                            self._gc_last = self.bookie.gc.run_once(force_major=major,
+                                                                    force_minor=minor)
+                        except Exception as exc:      # logged and reported, never raised here
+                            log.exception("garbage collection asked through the admin API failed")
+                            self._gc_last = {"error": f"{type(exc).__name__}: {exc}"}
+                    self._gc_thread = threading.Thread(target=cycle, name="embedlog-admin-gc",
+                                                       daemon=True)
+                    self._gc_thread.start()
+        running = self._gc_thread is not None and self._gc_thread.is_alive()
+        return _json({"is_in_force_gc": running, "last": self._gc_last,
+                      "stats": dict(self.bookie.gc.stats)})
 
     def bookie_info(self) -> dict:
         from embedlog.admin.metrics import compaction_progress
@@ -506,6 +622,26 @@ class AdminServer:
         lid = p.ledger_id()
         return _json(metadata_dict(self.meta.ledger_manager.read_ledger_metadata(lid).value))
 
+    def ledger_read(self, p):
+        """Entries of a ledger, read from its bookies as a client reads them (digests
+        checked): start_entry_id (default 0) to end_entry_id (default the LAC), at most
+        READ_ENTRIES_MAX of them."""
+        from embedlog.client.read import ReadHandle
+        from embedlog.meta.views import data_dict
+        lid = p.ledger_id()
+        md = self.meta.ledger_manager.read_ledger_metadata(lid).value
+        r = ReadHandle(self.client_ctx(), md, md.password)
+        first = p.int("start_entry_id", 0, 0, (1 << 63) - 1)
+        last = p.int("end_entry_id", None, 0, (1 << 63) - 1)
+        lac = r.last_add_confirmed
+        last = lac if last is None else min(last, lac)
+        truncated = last - first + 1 > READ_ENTRIES_MAX
+        last = min(last, first + READ_ENTRIES_MAX - 1)
+        entries = ([{"entry_id": first + i, **data_dict(d)}
+                    for i, d in enumerate(r.read_batch(first, last))] if last >= first else [])
+        return _json({**ledger_ref(lid), "last_add_confirmed": lac, "entries": entries,
+                      "truncated": truncated})
+
     def ledger_delete(self, p):
         lid = p.ledger_id()
         self.meta.ledger_manager.remove_ledger_metadata(lid)
@@ -538,6 +674,45 @@ class AdminServer:
         out["underreplicated_ledgers"] = len(self._underreplicated())
         return _json(out)
 
+    def who_is_auditor(self, p):
+        from embedlog.client.autorecovery import current_auditor
+        return _json({"auditor": current_auditor(self.meta)})
+
+    def trigger_audit(self, p):
+        """An audit now: every ledger with a fragment on an unregistered bookie is marked
+        under-replicated (no grace period) for the replication workers."""
+        from embedlog.client.autorecovery import AutoRecovery
+        marked = AutoRecovery(self.client_ctx(), self.bookie.bookie_id,
+                              lost_bookie_grace_s=0.0).audit()
+        return _json({"marked": [ledger_ref(lid) for lid in marked], "count": len(marked)})
+
+    def cluster_info(self, p):
+        """BookKeeper's cluster_info: bookie counts by state (unavailable: named in some
+        ledger's ensemble, not registered), the auditor and the under-replicated count."""
+        from embedlog.client.autorecovery import current_auditor
+        regs = self.meta.registration_client.get_all_bookies()
+        registered = {r.bookie_id for r in regs}
+        named, truncated = set(), False
+        lm = self.meta.ledger_manager
+        for k, lid in enumerate(lm.iterate_ledgers(None)):
+            if k >= LIST_LIMIT_MAX:
+                truncated = True
+                break
+            try:
+                named.update(b for _f, ens in lm.read_ledger_metadata(lid).value.fragments for b in ens)
+            except NoSuchLedgerError:
+                continue
+        auditor = current_auditor(self.meta)
+        ur = len(self._underreplicated())
+        return _json({"auditor_elected": auditor is not None, "auditor_id": auditor,
+                      "cluster_under_replicated": ur > 0, "under_replicated_ledgers": ur,
+                      "ledger_replication_enabled": self.autorecovery is not None or auditor is not None,
+                      "total_bookies_count": len(registered | named),
+                      "writable_bookies_count": sum(1 for r in regs if not r.read_only),
+                      "readonly_bookies_count": sum(1 for r in regs if r.read_only),
+                      "unavailable_bookies_count": len(named - registered),
+                      "ledgers_scanned_truncated": truncated})
+
     def underreplicated(self, p):
         rows = [{**ledger_ref(lid), "missing_bookies": list(missing)}
                 for lid, missing in sorted(self._underreplicated().items(),
@@ -556,8 +731,9 @@ class AdminServer:
             row = {"bookie_id": r.bookie_id, "address": (r.info or {}).get("address"),
                    "http": (r.info or {}).get("http"), "state": state, "reachable": info is not None}
             if info is not None:
-                srv = info.get("server", {})
-                row.update(add_entries=srv.get("add_entries"), read_entries=srv.get("read_entries"),
+                row.update(add_entries=info.get("add_entries"), read_entries=info.get("read_entries"),
+                           written_entries=info.get("written_entries"),
+                           read_only_reasons=info.get("read_only_reasons", []),
                            ledgers=info.get("ledgers"), free_bytes=info.get("free_bytes"),
                            total_bytes=info.get("total_bytes"))
             else:

@@ -10,6 +10,8 @@ Figures BookKeeper operators watch, with BookKeeper's stat beside each (docs/OPE
     embedlog_bookie_requests_total{op,status}      requests answered
     embedlog_bookie_add_entries_total, _add_bytes_total, _read_entries_total
                                                    add / read rates: rate() of these
+    embedlog_bookie_written_entries_total          entries clients wrote, each replica 1/Qw:
+                                                   sum(rate()) is the cluster's write rate
     embedlog_journal_fsync_latency_seconds         histogram per fdatasync (JOURNAL_SYNC)
     embedlog_journal_group_entries{trigger}        histogram of records per group commit, by
                                                    what flushed it (queue_empty, time, bytes,
@@ -41,7 +43,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from embedlog.net import protocol as P
-from embedlog.net.server import BookieServer
+from embedlog.net.server import ServerObserver
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -49,7 +51,6 @@ GROUP_ENTRY_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
 GROUP_BYTE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20)
 TRIGGERS = ("queue_empty", "time", "bytes", "entries")
 TIMED_OPS = ("add", "read", "read_lac", "write_lac")
-MAX_TIMED_REQUESTS = 100_000       # requests timed at once; past this, new ones go untimed
 DISK_CACHE_S = 10.0                # directory walks (index files) at most this often
 # figures of Bookie.statistics() exported under their own names (the rest: _statistic{key})
 _MAPPED = {"adds", "add_bytes", "reads", "ledgers", "journal", "memtable_bytes", "memtable_entries",
@@ -131,8 +132,66 @@ def compaction_progress(stats: dict) -> float:
     return 0.0
 
 
-class BookieMetrics:
-    """The registry of one bookie: live histograms plus figures read at scrape time."""
+class WrittenEntries:
+    """Entries clients wrote, as one bookie can count them: each add this bookie stores of a
+    ledger with write quorum Qw counts 1/Qw, so the sum over the cluster's bookies is what
+    clients wrote, not one count per replica (adding up the bookies' add counters counts
+    every entry Qw times). Recovery adds (re-replication, recovery write-back) are left out.
+
+    Qw comes from the ledger's metadata, read once per ledger on a worker thread, never on
+    the server's event loop; adds of a ledger whose Qw is not known yet wait in ``_pending``
+    and are counted when it is. A ledger gone from the metadata counts its adds once each."""
+
+    MAX_LEDGERS = 100_000          # Qw remembered for at most this many ledgers
+
+    def __init__(self, meta):
+        self.meta = meta
+        self.total = 0.0
+        self._quorum: dict = {}
+        self._pending: dict = {}
+        self._lock = threading.Lock()
+        self._worker = None
+
+    def add(self, key, count: int) -> None:
+        with self._lock:
+            q = self._quorum.get(key)
+            if q:
+                self.total += count / q
+                return
+            asked = key in self._pending
+            self._pending[key] = self._pending.get(key, 0) + count
+        if not asked:
+            if self._worker is None:
+                import concurrent.futures
+                self._worker = concurrent.futures.ThreadPoolExecutor(1, "embedlog-written-entries")
+            self._worker.submit(self._look_up, key)
+
+    def _look_up(self, key) -> None:
+        from embedlog._native.format import LedgerId
+        from embedlog.errors import EmbedlogError, NoSuchLedgerError
+        try:
+            q = self.meta.ledger_manager.read_ledger_metadata(LedgerId(*key)).value.write_quorum
+        except NoSuchLedgerError:
+            q = 1
+        except EmbedlogError:
+            with self._lock:             # asked again with the next add
+                count = self._pending.pop(key, 0)
+                self.total += count      # rather than lose them: an upper bound
+            return
+        with self._lock:
+            if len(self._quorum) >= self.MAX_LEDGERS:
+                self._quorum.clear()
+            self._quorum[key] = q
+            self.total += self._pending.pop(key, 0) / q
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+class BookieMetrics(ServerObserver):
+    """The registry of one bookie: live histograms plus figures read at scrape time. As its
+    BookieServer's observer (``server.observers``) it times every answered request."""
 
     def __init__(self, bookie):
         self.bookie = bookie
@@ -161,6 +220,7 @@ class BookieMetrics:
         self.server = None            # the BookieServer, for its connection figures
         self.underreplicated = None   # () -> int, set by the admin server (cached metadata read)
         self.autorecovery = None      # the AutoRecovery, when this process runs one
+        self.written: WrittenEntries | None = None
         self.registry.register(_Snapshot(self))
         journal = getattr(bookie, "journal", None)
         if journal is not None:
@@ -175,6 +235,29 @@ class BookieMetrics:
     def observe_request(self, op: str, status: int, seconds: float) -> None:
         self.request_latency.labels(op).observe(seconds)
         self.requests.labels(op, str(status)).inc()
+
+    def request_done(self, req, status: int, seconds: float) -> None:
+        # long-poll reads wait on purpose: their time says nothing of the bookie's speed
+        op = P.OPS.get(req.op)
+        if op in TIMED_OPS and not (req.flags & P.FLAG_LONG_POLL):
+            self.observe_request(op, status, seconds)
+        if (self.written is not None and req.op == P.ADD and status == P.EOK
+                and not req.flags & P.FLAG_RECOVERY_ADD and len(req.body) >= 4):
+            self.written.add((req.scope, req.ledger), P.U32.unpack_from(req.body)[0])
+
+    def count_written_entries(self, meta) -> "BookieMetrics":
+        """Count the entries clients wrote (WrittenEntries), with ``meta`` for write quorums."""
+        self.written = WrittenEntries(meta)
+        return self
+
+    def bookie_info(self) -> dict:
+        return {} if self.written is None else {"written_entries": round(self.written.total, 3)}
+
+    def watch(self, server) -> "BookieMetrics":
+        """Observe ``server`` (its requests, and its connection figures at scrape time)."""
+        self.server = server
+        server.observers.append(self)
+        return self
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -210,6 +293,10 @@ class _Snapshot:
         yield gauge("embedlog_bookie_ledgers", "Ledgers this bookie holds", s.get("ledgers", 0))
         yield gauge("embedlog_bookie_read_only", "1 when the bookie refuses adds",
                     int(bool(m.bookie.read_only)))
+        if m.written is not None:
+            yield counter("embedlog_bookie_written_entries", "Entries clients wrote, each replica "
+                          "counting 1/Qw: sum() over bookies is the cluster's write rate",
+                          m.written.total)
         groups = CounterMetricFamily("embedlog_journal_groups", "Group commits by trigger",
                                      labels=["trigger"])
         for t in TRIGGERS:
@@ -277,7 +364,7 @@ class _Snapshot:
                         m.server.in_flight_requests)
             yield gauge("embedlog_server_in_flight_bytes", "Bytes of requests read and not yet answered",
                         m.server.in_flight_bytes)
-            yield gauge("embedlog_server_open_connections", "Connections open", len(m.server._conns))
+            yield gauge("embedlog_server_open_connections", "Connections open", m.server.open_connections)
         if m.underreplicated is not None:
             count = m.underreplicated()
             if count is not None:
@@ -290,44 +377,3 @@ class _Snapshot:
                         int(bool(ar.is_auditor)))
             for k, v in ar.stats.items():
                 yield counter(f"embedlog_autorecovery_{k}", f"Autorecovery: {k.replace('_', ' ')}", v)
-
-
-class MeteredBookieServer(BookieServer):
-    """The bookie server, timing each request from dispatch to reply, and answering
-    BOOKIE_INFO with the bookie's add/read counts (the status page's cluster rates)."""
-
-    def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, **kwargs):
-        super().__init__(bookie, host, port, **kwargs)
-        self.metrics = BookieMetrics(bookie)
-        self.metrics.server = self
-        self.http_address: str | None = None
-        self._timed: dict = {}          # (connection, request id) -> (op name, start); loop thread only
-
-    def _dispatch(self, req, writer) -> None:
-        op = P.OPS.get(req.op)
-        if op in TIMED_OPS and not (req.flags & P.FLAG_LONG_POLL):
-            now = time.perf_counter()
-            if len(self._timed) >= MAX_TIMED_REQUESTS:
-                # requests whose connection went away are never answered: forget old ones
-                self._timed = {k: v for k, v in self._timed.items() if now - v[1] < 60.0}
-            if len(self._timed) < MAX_TIMED_REQUESTS:
-                self._timed[(id(writer), req.request_id)] = (op, now)
-        super()._dispatch(req, writer)
-
-    def _reply(self, writer, data: bytes) -> None:
-        super()._reply(writer, data)
-        if self._timed and len(data) >= 4 + P.RESP_HEAD.size:
-            _v, _op, _f, rid, status = P.RESP_HEAD.unpack_from(data, 4)[:5]
-            started = self._timed.pop((id(writer), rid), None)
-            if started is not None:
-                self.metrics.observe_request(started[0], status, time.perf_counter() - started[1])
-
-    def _bookie_info_counts(self, req, writer) -> None:
-        st = self.bookie.stats
-        self.stats.update(add_entries=st.get("adds", 0), read_entries=st.get("reads", 0),
-                          read_only=bool(self.bookie.read_only))
-        if self.http_address:
-            self.stats["http"] = self.http_address
-        BookieServer._handlers[P.BOOKIE_INFO](self, req, writer)
-
-    _handlers = {**BookieServer._handlers, P.BOOKIE_INFO: _bookie_info_counts}

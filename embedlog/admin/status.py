@@ -4,13 +4,20 @@ anywhere (it works on a machine with no internet, and in a headless browser).
 The page shows the cluster's bookies (writable, read-only, unreachable, down: named in a
 ledger's ensemble but not registered), the ledgers and streams of each scope with their
 fragments, the under-replicated ledgers, this bookie's figures, and two charts drawn as
-inline SVG: the cluster's add/read rates per second (the script polls
+inline SVG: the cluster's write and read rates per second (the script polls
 /api/v1/status/rates every second and turns counters into rates) and this bookie's over the
 last five minutes (rendered here, refreshed from /api/v1/status/history).
+
+The cluster's write rate is entries clients wrote: each bookie counts an add of a ledger
+with write quorum Qw as 1/Qw (``written_entries``), so summing the bookies does not count
+each entry once per replica. The per-bookie columns are what each bookie stores and
+serves. The counters at rendering time are in the page, so the first poll already draws a
+point. Every time on the page is local time as YYYY-MM-DD HH:MM:SS.
 """
 from __future__ import annotations
 
 import html
+import json
 import time
 
 CHART_W, CHART_H, CHART_PAD = 560, 150, 34
@@ -32,14 +39,20 @@ def _bytes(n) -> str:
 
 
 def _points(values: list, ymax: float) -> str:
-    if len(values) < 2:
+    if not values:
         return ""
+    if len(values) == 1:                   # one sample: a level line across the chart
+        values = values * 2
     w, h = CHART_W - CHART_PAD - 6, CHART_H - 24
     step = w / (len(values) - 1)
     return " ".join(f"{CHART_PAD + i * step:.1f},{8 + h - (v / ymax) * h:.1f}" for i, v in enumerate(values))
 
 
-def chart(chart_id: str, title: str, adds: list, reads: list) -> str:
+def _time(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def chart(chart_id: str, title: str, adds: list, reads: list, add_label: str = "adds/s") -> str:
     """An SVG line chart of add and read rates (the script redraws it with the same geometry)."""
     ymax = max([1.0] + adds + reads)
     h = CHART_H - 24
@@ -47,7 +60,7 @@ def chart(chart_id: str, title: str, adds: list, reads: list) -> str:
         f'<line x1="{CHART_PAD}" x2="{CHART_W - 6}" y1="{8 + h * k / 4:.1f}" y2="{8 + h * k / 4:.1f}" '
         f'class="grid"/>' for k in range(5))
     return f"""<figure class="chart">
-<figcaption>{_e(title)} <span class="legend"><i style="background:{COLORS['add']}"></i>adds/s
+<figcaption>{_e(title)} <span class="legend"><i style="background:{COLORS['add']}"></i>{_e(add_label)}
 <i style="background:{COLORS['read']}"></i>reads/s</span></figcaption>
 <svg id="{chart_id}" width="{CHART_W}" height="{CHART_H}" viewBox="0 0 {CHART_W} {CHART_H}" role="img"
  aria-label="{_e(title)}">{grid}
@@ -72,9 +85,10 @@ def _bookies(rows: list, this_id: str) -> str:
         link = f'<a href="http://{_e(http)}/status">{_e(http)}</a>' if http else "-"
         free = (f"{_bytes(b.get('free_bytes'))} of {_bytes(b.get('total_bytes'))}"
                 if b.get("total_bytes") else "-")
+        why = f" <small>({_e(', '.join(b['read_only_reasons']))})</small>" if b.get("read_only_reasons") else ""
         out.append(
             f"<tr data-bookie='{_e(bid)}'><td class='id'>{_e(bid)}{me}</td>"
-            f"<td><span class='state {STATE_CLASS.get(b['state'], '')}'>{_e(b['state'])}</span></td>"
+            f"<td><span class='state {STATE_CLASS.get(b['state'], '')}'>{_e(b['state'])}</span>{why}</td>"
             f"<td>{_e(b.get('address') or '-')}</td><td>{link}</td><td>{_e(b.get('ledgers', '-'))}</td>"
             f"<td>{free}</td><td class='rate add'>-</td><td class='rate read'>-</td></tr>")
     out.append("</table>")
@@ -115,12 +129,14 @@ def _streams(ledgers: list) -> str:
     streams = [md for md in ledgers if "stream_name" in md]
     if not streams:
         return "<p class='none'>no streams</p>"
-    out = ["<table class='streams'><tr><th>stream</th><th>scope</th><th>qualified name</th><th>term</th>"
-           "<th>first position</th><th>fragments</th></tr>"]
+    # streams live in one internal scope: its number says nothing to a reader, the name does
+    out = ["<table class='streams'><tr><th>stream</th><th>qualified name</th><th>term</th>"
+           "<th>first position</th><th>E/Qw/Qa</th><th>fragments</th></tr>"]
     for md in streams:
-        out.append(f"<tr><td>{_e(md['stream_name'])}</td><td>{md['ledger_scope_id']}</td>"
+        out.append(f"<tr><td>{_e(md['stream_name'])}</td>"
                    f"<td class='qname'>{_e(md['ledger_qualified_name'])}</td><td>{md['term']}</td>"
-                   f"<td>{md.get('first_entry_id', 0)}</td><td class='frags'>{_fragments(md)}</td></tr>")
+                   f"<td>{md.get('first_entry_id', 0)}</td><td>{md['ensemble_size']}/{md['write_quorum']}/"
+                   f"{md['ack_quorum']}</td><td class='frags'>{_fragments(md)}</td></tr>")
     out.append("</table>")
     return "".join(out)
 
@@ -173,7 +189,7 @@ svg .grid{stroke:#eaeef2} svg text{font-size:10px;fill:#57606a} .none{color:#576
 SCRIPT = """
 (function(){
   var W=%(w)d,H=%(h)d,PAD=%(pad)d,KEEP=120;
-  function pts(vals,ymax){ if(vals.length<2) return "";
+  function pts(vals,ymax){ if(!vals.length) return ""; if(vals.length<2) vals=[vals[0],vals[0]];
     var w=W-PAD-6,h=H-24,step=w/(vals.length-1),out=[];
     for(var i=0;i<vals.length;i++){out.push((PAD+i*step).toFixed(1)+","+(8+h-(vals[i]/ymax)*h).toFixed(1));}
     return out.join(" "); }
@@ -183,7 +199,12 @@ SCRIPT = """
     var a=svg.querySelector("polyline.add"),r=svg.querySelector("polyline.read");
     a.setAttribute("points",pts(adds,ymax)); a.setAttribute("data-points",adds.length);
     r.setAttribute("points",pts(reads,ymax)); r.setAttribute("data-points",reads.length); }
-  var prev=null,cAdds=[],cReads=[];
+  function two(n){ return (n<10?"0":"")+n; }
+  function stamp(t){ var d=new Date(t*1000);
+    return d.getFullYear()+"-"+two(d.getMonth()+1)+"-"+two(d.getDate())+" "+two(d.getHours())+":"+
+      two(d.getMinutes())+":"+two(d.getSeconds()); }
+  // the counters when the page was rendered: the first poll already makes a point
+  var prev=%(seed)s,cAdds=[],cReads=[];
   function cell(id,cls,text){ var row=document.querySelector("tr[data-bookie='"+id+"']");
     if(row){ var c=row.querySelector("td.rate."+cls); if(c) c.textContent=text; } }
   function poll(){
@@ -193,14 +214,17 @@ SCRIPT = """
         if(prev && prev.counts[b.bookie_id] && b.add_entries!=null){
           var p=prev.counts[b.bookie_id],dt=now-prev.time; if(dt<=0) return;
           var ra=Math.max(0,b.add_entries-p[0])/dt,rr=Math.max(0,b.read_entries-p[1])/dt;
-          sa+=ra; sr+=rr; any=true;
+          // the cluster writes what clients wrote (1/Qw per replica), not every replica
+          var rw=(b.written_entries!=null&&p[2]!=null)?Math.max(0,b.written_entries-p[2])/dt:ra;
+          sa+=rw; sr+=rr; any=true;
           cell(b.bookie_id,"add",ra.toFixed(1)); cell(b.bookie_id,"read",rr.toFixed(1)); }
       });
-      var counts={}; d.bookies.forEach(function(b){ if(b.add_entries!=null) counts[b.bookie_id]=[b.add_entries,b.read_entries]; });
+      var counts={}; d.bookies.forEach(function(b){ if(b.add_entries!=null)
+        counts[b.bookie_id]=[b.add_entries,b.read_entries,b.written_entries]; });
       if(prev){ cAdds.push(any?sa:0); cReads.push(any?sr:0);
         if(cAdds.length>KEEP){cAdds.shift();cReads.shift();} draw("cluster-rates",cAdds,cReads); }
       prev={time:now,counts:counts};
-      document.getElementById("updated").textContent=new Date(now*1000).toLocaleTimeString();
+      document.getElementById("updated").textContent=stamp(now);
     }).catch(function(e){ document.getElementById("updated").textContent="update failed: "+e; });
   }
   function history(){
@@ -220,8 +244,13 @@ def render(snap: dict) -> str:
     for b in snap["bookies"]:
         counts[b["state"]] = counts.get(b["state"], 0) + 1
     summary = ", ".join(f"{n} {s.replace('_', '-')}" for s, n in sorted(counts.items()))
-    script = SCRIPT % {"w": CHART_W, "h": CHART_H, "pad": CHART_PAD}
-    generated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(snap["time"]))
+    seed = {"time": snap["time"], "counts": {
+        b["bookie_id"]: [b["add_entries"], b.get("read_entries"), b.get("written_entries")]
+        for b in snap["bookies"] if b.get("add_entries") is not None}}
+    # inside <script>: "</" must not end it early (bookie ids are the operator's strings)
+    seed_js = json.dumps(seed).replace("</", "<\\/")
+    script = SCRIPT % {"w": CHART_W, "h": CHART_H, "pad": CHART_PAD, "seed": seed_js}
+    generated = _time(snap["time"])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -235,7 +264,7 @@ def render(snap: dict) -> str:
 {_bookies(snap['bookies'], info['bookie_id'])}
 <h2>Add and read rates</h2>
 <div class="charts">
-{chart("cluster-rates", "cluster, entries per second (live)", [], [])}
+{chart("cluster-rates", "cluster, entries per second (live)", [], [], "written/s")}
 {chart("bookie-rates", "this bookie, last 5 minutes", [p['add_per_s'] for p in hist], [p['read_per_s'] for p in hist])}
 </div>
 <h2>Under-replicated ledgers</h2>

@@ -116,7 +116,12 @@ class Bookie:
         self._facts_lock = threading.Lock()
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
-        self.read_only = False          # set by disk checks or an operator: adds are refused
+        # read-only mode, with its reasons: "operator" (--read-only, SIGUSR1, the admin API)
+        # and "disk" (bookie/disks.py: full at disk_usage_threshold); the bookie is read-only
+        # while any reason holds, and each reason is lifted only by its own source
+        self._read_only_reasons: set = set()
+        self._read_only_lock = threading.Lock()
+        self.read_only_listeners: list = []    # callables(read_only: bool, reasons: frozenset)
         self._load_ledgers()
         self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
@@ -136,7 +141,7 @@ class Bookie:
                       self.bookie_id, exc)
         self.storage.start()
         self.checkpointer.start()
-        disks.follow_read_only(self, self.disks)
+        self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
         self.storage.on_flush_error = lambda exc: self.disks.check()
         self.disks.start()
         self.gc.start()
@@ -270,6 +275,43 @@ class Bookie:
             return None
         facts = self._facts.get(key)
         return facts if facts is not None else self.fetch_ledger_facts(key)
+
+    # -- read-only mode ------------------------------------------------------------------
+
+    READ_ONLY_REASONS = ("operator", "disk")
+
+    @property
+    def read_only(self) -> bool:
+        """True while any reason holds: adds are refused (ReadOnlyBookieError), reads go on."""
+        return bool(self._read_only_reasons)
+
+    @read_only.setter
+    def read_only(self, flag: bool) -> None:
+        # assigning is the operator's switch; the disks' reason stays as the disks left it
+        self.set_read_only("operator", flag)
+
+    @property
+    def read_only_reasons(self) -> frozenset:
+        return frozenset(self._read_only_reasons)
+
+    def set_read_only(self, reason: str, flag: bool) -> bool:
+        """Set or lift one reason for read-only mode ("operator" or "disk"); returns whether
+        the bookie is read-only now. ``read_only_listeners`` hear every change of the
+        reasons, in order, with the state after it (a served bookie re-registers then)."""
+        if reason not in self.READ_ONLY_REASONS:
+            raise IllegalOpError(f"unknown read-only reason {reason!r}; known: "
+                                 f"{', '.join(self.READ_ONLY_REASONS)}")
+        with self._read_only_lock:
+            before = frozenset(self._read_only_reasons)
+            if flag:
+                self._read_only_reasons.add(reason)
+            else:
+                self._read_only_reasons.discard(reason)
+            after = frozenset(self._read_only_reasons)
+            if after != before:
+                for listener in list(self.read_only_listeners):
+                    listener(bool(after), after)
+        return bool(after)
 
     def _ensure_open(self):
         if self._closed:
@@ -645,6 +687,10 @@ class Bookie:
 
     def __enter__(self):
         return self
+
+    def __repr__(self) -> str:
+        state = "read-only" if self.read_only else "writable"
+        return f"Bookie({self.bookie_id!r}, {self.directory!r}, {state})"
 
     def __exit__(self, *exc):
         self.close()

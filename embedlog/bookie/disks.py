@@ -16,9 +16,9 @@ every ``disk_check_interval_ms``:
 | writable | a full disk's usage < disk_usage_lwm_threshold | it takes new files again; the bookie |
 |          |                                          | turns writable when no disk is full    |
 
-Read-only mode is announced to ``listeners`` (callables taking ``full: bool``); by
-default the bookie's ``read_only`` flag follows it, and ``embedlog bookie serve``
-re-registers the bookie as read-only or writable.
+Read-only mode is announced to ``listeners`` (callables taking ``full: bool``); the
+bookie holds it as its "disk" reason for read-only mode (Bookie.set_read_only), beside an
+operator's, and ``embedlog bookie serve`` re-registers the bookie when the state changes.
 """
 from __future__ import annotations
 
@@ -199,20 +199,3 @@ class DiskMonitor:
                     "usage": dict(self.usage), "usable_bytes": dict(self.usable_bytes),
                     **self.stats}
 
-
-def follow_read_only(bookie, monitor: DiskMonitor):
-    """The default listener: the bookie's read_only flag follows the disks, without undoing
-    read-only mode an operator set."""
-    state = {"forced": False}
-
-    def listener(full: bool) -> None:
-        if full:
-            if not bookie.read_only:
-                state["forced"] = True
-            bookie.read_only = True
-        elif state["forced"]:
-            bookie.read_only = False
-            state["forced"] = False
-
-    monitor.listeners.append(listener)
-    return listener

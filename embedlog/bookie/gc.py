@@ -153,6 +153,10 @@ class GarbageCollector:
             report["entry_logs"] = self.gc_entry_logs()
             report["compaction"] = self.maybe_compact(force_major, force_minor)
             self.stats["cycles"] += 1
+            gone, logs = report["ledgers"].get("deleted", 0), report["entry_logs"].get("deleted", [])
+            (log.info if gone or logs else log.debug)(
+                "garbage collection: %d deleted ledgers' data dropped, %d entry logs deleted",
+                gone, len(logs))
             return report
 
     # -- 1. ledgers ------------------------------------------------------------------------------

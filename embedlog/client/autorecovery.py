@@ -28,6 +28,33 @@ log = logging.getLogger("embedlog.autorecovery")
 LEASE = "auditor-lease"
 
 
+def current_auditor(metadata) -> str | None:
+    """The bookie id of the elected auditor, or None when no lease is held (or it expired)."""
+    v = metadata.cookies.read_cookie(LEASE)
+    if v is None:
+        return None
+    try:
+        lease = json.loads(v.value)
+        owner, expires = str(lease["owner"]), float(lease["expires"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return owner if expires > time.time() else None
+
+
+def ledgers_on(metadata, bookie_id: str) -> list:
+    """Every ledger with a fragment whose ensemble names ``bookie_id`` (one metadata read each)."""
+    lm = metadata.ledger_manager
+    out = []
+    for lid in lm.iterate_ledgers(None):
+        try:
+            md = lm.read_ledger_metadata(lid).value
+        except NoSuchLedgerError:
+            continue
+        if any(bookie_id in ens for _first, ens in md.fragments):
+            out.append(md)
+    return out
+
+
 class AutoRecovery:
     """Runs the auditor election loop and a replication worker in background threads."""
 
@@ -87,6 +114,8 @@ class AutoRecovery:
         except BadVersionError:
             self.is_auditor = False
             return False
+        if not self.is_auditor:
+            log.info("%s is the auditor now", self.self_id)
         self.is_auditor = True
         return True
 
@@ -111,6 +140,7 @@ class AutoRecovery:
                         lost.add(b)
             if lost:
                 self.ctx.metadata.underreplication.mark_ledger_underreplicated(lid, sorted(lost))
+                log.info("ledger %r is under-replicated: bookies %s are lost", lid, ", ".join(sorted(lost)))
                 marked.append(lid)
         self.stats["audits"] += 1
         self.stats["marked"] += len(marked)
@@ -156,6 +186,8 @@ class AutoRecovery:
             try:
                 lm.write_ledger_metadata(md.with_(fragments=tuple(frags)), v.version)
                 self.stats["fragments_replicated"] += 1
+                log.info("ledger %r: fragment from entry %d re-replicated to %s",
+                         lid, first, ", ".join(fresh))
             except BadVersionError:
                 continue                  # changed meanwhile (writer, recovery): look again
         return False

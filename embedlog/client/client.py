@@ -1,32 +1,47 @@
 """`embedlog.Client(metadata_uri)`: ledgers replicated over bookie processes."""
 from __future__ import annotations
 
+import asyncio
+import json
+
 from embedlog._native.format import LedgerId, digest_code, master_key
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.read import ReadHandle
 from embedlog.client.recovery import recover
 from embedlog.client.stream import delete_stream, list_streams, open_stream
 from embedlog.client.write import WriteHandle
-from embedlog.errors import IllegalOpError, UnauthorizedAccessError
+from embedlog.errors import EmbedlogError, IllegalOpError, UnauthorizedAccessError
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
+from embedlog.net.protocol import bookie_info_request
 
 
 class Client:
     """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
 
-    def __init__(self, metadata_uri: str, *, faults=None, **config):
+    def __init__(self, metadata_uri: str, *, faults=None, create_metadata: bool = True, **config):
         """``config``: ClientConfig's options (timeouts, TLS, ``client_name``...). ``faults``:
         a fault injector that sees every message and metadata write of this client
-        (embedlog.harness.faults; LocalCluster.client() passes its own)."""
+        (embedlog.harness.faults; LocalCluster.client() passes its own).
+        ``create_metadata=False``: the URI must name an initialised store (MetadataError
+        naming it otherwise), as the `embedlog` client commands ask."""
         self.metadata_uri = metadata_uri
-        self.metadata = open_metadata_store(metadata_uri)
+        self.metadata = open_metadata_store(metadata_uri, create=create_metadata)
         try:
             self._ctx = ClientContext(self.metadata, ClientConfig(**config), faults)
         except BaseException:
             self.metadata.close()
             raise
         self._closed = False
+
+    @property
+    def context(self) -> ClientContext:
+        """This client's ClientContext: its event loop thread and worker threads, and the
+        bookie connections (embedlog.aio runs its coroutines and blocking steps there)."""
+        return self._ctx
+
+    def __repr__(self) -> str:
+        return f"Client({self.metadata_uri!r}{', closed' if self._closed else ''})"
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest="crc32c", password: bytes = b"", scope_id: int = 0,
@@ -96,6 +111,30 @@ class Client:
     def bookies(self) -> tuple[list, list]:
         """(writable, read-only) bookie ids."""
         return self._ctx.refresh_bookies()
+
+    def bookie_info(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+        """What each bookie says of itself (BOOKIE_INFO over the wire protocol, asked of all
+        at once): bookie id -> {"address", "free_bytes", "total_bytes", "ledgers",
+        "add_entries", "read_entries", "read_only", "read_only_reasons", "server", ...}, or
+        None for a bookie that did not answer within ``timeout_s``. ``bookie_ids``: default
+        every registered bookie."""
+        return self._ctx.run(self.bookie_info_async(bookie_ids, timeout_s))
+
+    async def bookie_info_async(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+        """bookie_info() as a coroutine of the client's event loop (ClientContext.submit)."""
+        if bookie_ids is None:
+            writable, readonly = await self._ctx.offload(self._ctx.refresh_bookies)
+            bookie_ids = writable + readonly
+
+        async def one(b):
+            try:
+                resp = await self._ctx.call(b, bookie_info_request, timeout_s)
+                return json.loads(bytes(resp.body))
+            except (EmbedlogError, ValueError, OSError):
+                return None
+
+        bookie_ids = list(bookie_ids)
+        return dict(zip(bookie_ids, await asyncio.gather(*(one(b) for b in bookie_ids))))
 
     def close(self) -> None:
         if self._closed:

@@ -12,6 +12,7 @@ write, so a race is reproduced on purpose. Without one they cost an attribute te
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import random
 import threading
@@ -20,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from embedlog import failpoints
-from embedlog.errors import NotEnoughBookiesError
+from embedlog.errors import ClientClosedError, NotEnoughBookiesError
 from embedlog.net import security
 from embedlog.net.transport import BookieConnection, BookieUnavailableError
 
@@ -50,10 +51,25 @@ class ClientConfig:
 
 # kinds of ledger metadata writes the protocol makes (a fault injector gates them by kind)
 METADATA_WRITES = ("recovery", "ensemble_change", "close", "term", "term_commit", "truncate",
-                   "rereplicate")
+                   "rereplicate", "release")
 SHUTDOWN_FLUSH_S = 1.0     # a client's close waits this long for its writers' last WRITE_LAC
 # threads for blocking work (metadata store calls): a gated write holds one for its pause
 _WORKERS = 16
+
+
+# contexts still open: closed at interpreter exit, so a client the program never closed
+# does not leave its loop's tasks to be destroyed pending ("Task was destroyed but it is
+# pending!") when the interpreter tears the loop down
+_OPEN: "weakref.WeakSet[ClientContext]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_contexts() -> None:
+    for ctx in list(_OPEN):
+        try:
+            ctx.close()
+        except Exception:           # exiting anyway: a bookie that does not answer is no error
+            pass
 
 
 class ClientContext:
@@ -77,18 +93,35 @@ class ClientContext:
         self._local: dict = {}                        # bookie id -> in-process connection
         self.writers = weakref.WeakSet()              # open writers: their LAC is sent at close
         self._lock = threading.Lock()
+        self._closed = False
+        _OPEN.add(self)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        # stopped by close(): a task made after the shutdown (a writer's explicit-LAC timer
+        # firing meanwhile) is cancelled and run to its end here, in the loop's own thread,
+        # and the loop closed, so nothing is left to be destroyed pending at exit
+        left = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
 
     def run(self, coro, timeout: float | None = None):
         """Run a coroutine on the client loop from any other thread and wait for it."""
         if threading.current_thread() is self._thread:
             raise RuntimeError("blocking client call from the client's own loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return self.submit(coro).result(timeout)
 
-    def submit(self, coro):
+    def submit(self, coro) -> concurrent.futures.Future:
+        """Start a coroutine on the client loop from any other thread; its Future (embedlog.aio
+        awaits it from the caller's own loop). ClientClosedError once the client is closed."""
+        if self.loop.is_closed():
+            coro.close()
+            raise ClientClosedError("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     async def offload(self, fn, *args):
@@ -208,6 +241,11 @@ class ClientContext:
         return random.sample(candidates, count)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _OPEN.discard(self)
+
         async def shutdown():
             writers = [w for w in list(self.writers) if not w.is_closed]
             for w in writers:

@@ -88,6 +88,18 @@ class ReadHandle:
     def last_add_confirmed(self) -> int:
         return self._lac
 
+    def close(self) -> None:
+        """Nothing to release (connections belong to the client); for ``with``."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ReadHandle({self.ledger_id!r}, {self._md.state.name}, last_add_confirmed={self._lac})"
+
     @property
     def length(self) -> int:
         return self._md.length
@@ -164,6 +176,17 @@ class ReadHandle:
         self._check_range(first, last)
         return self._ctx.run(self._read_range(first, last))
 
+    async def read_entry_async(self, entry_id: int) -> bytes:
+        """read_entry() as a coroutine of the client's event loop (ClientContext.submit;
+        embedlog.aio awaits it from the caller's own loop)."""
+        self._check_range(entry_id, entry_id)
+        return await self._read_one(entry_id)
+
+    async def read_batch_async(self, first: int, last: int) -> list:
+        """read_batch() as a coroutine of the client's event loop."""
+        self._check_range(first, last)
+        return await self._read_range(first, last)
+
     def read(self, first: int, last: int, batch_size: int = 1024):
         self._check_range(first, last)
         pos = first
@@ -184,17 +207,30 @@ class ReadHandle:
         Ends when the ledger is closed and read to its end, or when ``stop()`` is true."""
         pos = start
         while stop is None or not stop():
-            if pos <= self._lac:
-                end = min(self._lac, pos + 1023)
-                for i, data in enumerate(self._ctx.run(self._read_range(pos, end))):
-                    yield LedgerEntry(self.ledger_id, pos + i, data)
-                pos = end + 1
-                continue
-            if self._refresh_closed():
-                if pos > self._lac:
-                    return
-                continue
-            self._lac = max(self._lac, self._ctx.run(self._long_poll(pos - 1, poll_timeout_ms)))
+            batch = self._ctx.run(self.next_entries(pos, 1024, poll_timeout_ms))
+            if batch is None:
+                return
+            yield from batch
+            pos += len(batch)
+
+    async def next_entries(self, start: int, max_count: int = 1024,
+                           poll_timeout_ms: int = 1000) -> list | None:
+        """The tail's step, a coroutine of the client's event loop: the entries from
+        ``start`` up to the LAC (at most ``max_count``); when there are none yet, waits for
+        the LAC to pass ``start - 1`` (one long poll of the bookies, up to
+        ``poll_timeout_ms``), so it may return []. None once the ledger is closed and
+        ``start`` is past its last entry."""
+        if start > self._lac:
+            if await self._ctx.offload(self._refresh_closed):
+                if start > self._lac:
+                    return None
+            else:
+                self._lac = max(self._lac, await self._long_poll(start - 1, poll_timeout_ms))
+                if start > self._lac:
+                    return []
+        end = min(self._lac, start + max_count - 1)
+        data = await self._read_range(start, end)
+        return [LedgerEntry(self.ledger_id, start + i, d) for i, d in enumerate(data)]
 
     def _refresh_closed(self) -> bool:
         if self.is_closed:

@@ -17,6 +17,13 @@ Seed 001 ("Tweaking the BookKeeper Protocol - Unbounded Ledgers"), as verified i
   memory until it is done, then are written in one CAS with the term unchanged (the
   term's commit); a take-over that fails leaves the fragments as they were. Only then
   does the new leader write.
+- A leader that stops cleanly (``close()``: every add acknowledged, nothing in flight)
+  releases its term: it writes ``stream.released = term:last:length`` into the metadata
+  by CAS. The next ``take_over()`` that finds its own term released raises the term and
+  clears the mark in one CAS, and starts writing after ``last`` with no recovery and no
+  no-op: the released leader wrote nothing past ``last`` (an add that failed leaves no
+  release), so there is no dirty entry to truncate and no gap in the positions. A race of
+  two take-overs is settled by the CAS: the loser finds no mark and recovers as usual.
 - Stream positions are entry ids. Each entry's payload starts with a kind byte
   (0 = data, 1 = no-op); readers skip no-ops, so positions have gaps where they stand.
 - Fragments roll over when they reach ``rollover_entries`` or ``rollover_bytes``, so a
@@ -52,6 +59,7 @@ from embedlog.net import protocol as P
 STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
 KIND_DATA, KIND_NOOP = b"\x00", b"\x01"
 NAME_KEY = "stream.name"
+RELEASED_KEY = "stream.released"           # term:last position:length of a clean release
 _POLICY = ("rollover_entries", "rollover_bytes", "retention_ms", "retention_entries")
 _PROBES = 64
 
@@ -186,6 +194,16 @@ class Stream:
     def is_leader(self) -> bool:
         return self._writer is not None and self._lost is None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_leader else "reader"
+        return f"Stream({self.name!r}, term {self._md.term}, {role})"
+
     # -- taking over ------------------------------------------------------------------------
 
     def take_over(self) -> int:
@@ -197,8 +215,11 @@ class Stream:
                 self._ctx.run(old.drain())
             for _ in range(64):
                 md = self.refresh()
+                released = _released(md)
+                custom = {k: v for k, v in md.custom_metadata.items() if k != RELEASED_KEY}
                 try:
-                    v = self._ctx.write_metadata_sync("term", md.with_(term=md.term + 1), self._version)
+                    v = self._ctx.write_metadata_sync(
+                        "term", md.with_(term=md.term + 1, custom_metadata=custom), self._version)
                     break
                 except BadVersionError:
                     continue
@@ -207,11 +228,16 @@ class Stream:
             if old is not None:
                 old.abandon(InvalidTermError(f"stream {self.name!r} moved to term {v.value.term}"))
             self._md, self._version = v.value, v.version
-            try:
-                writer = self._ctx.run(_recover_stream(self._ctx, v, self._password))
-            except InvalidTermError as exc:
-                self._lost = exc          # a later term won: stay out until asked again
-                raise
+            if released is not None:
+                # the last leader released its term cleanly: nothing to recover or truncate
+                writer = WriteHandle(self._ctx, v, self._password, term=v.value.term)
+                writer.promote(v, *released)
+            else:
+                try:
+                    writer = self._ctx.run(_recover_stream(self._ctx, v, self._password))
+                except InvalidTermError as exc:
+                    self._lost = exc          # a later term won: stay out until asked again
+                    raise
             self._md, self._version = writer.metadata, writer.version
             self._writer = writer
             self._lost = None
@@ -452,13 +478,38 @@ class Stream:
                                 lambda e: _read_entry(self._ctx, md, self._password, e))
 
     def close(self) -> None:
-        """Stop writing (pending appends finish); the stream itself never closes."""
+        """Stop writing (pending appends finish); the stream itself never closes. A leader
+        whose every append was acknowledged releases its term, so the next writer goes on
+        after its last position without a take-over's recovery and no-op."""
         w, self._writer = self._writer, None
         if w is not None and self._lost is None:
             self._ctx.run(w.drain())
             self._ctx.run(w.flush_lac())
+            self._release(w)
         if w is not None:
             w.abandon(IllegalOpError(f"stream {self.name!r} was closed by this client"))
+
+    def _release(self, w) -> None:
+        if w.is_closed or w.last_add_confirmed != w.next_entry_id - 1:
+            return                        # an add failed or is unanswered: the next leader recovers
+        md = w.metadata
+        mark = f"{md.term}:{w.last_add_confirmed}:{w.length}".encode()
+        try:
+            v = self._ctx.write_metadata_sync(
+                "release", md.with_(custom_metadata={**md.custom_metadata, RELEASED_KEY: mark}),
+                w.version)
+        except EmbedlogError:
+            return                        # the metadata moved (a take-over): nothing to release
+        self._md, self._version = v.value, v.version
+
+
+def _released(md):
+    """(last position, length) when the leader of ``md``'s term released it, else None."""
+    try:
+        term, last, length = (int(x) for x in md.custom_metadata[RELEASED_KEY].split(b":"))
+    except (KeyError, ValueError):
+        return None
+    return (last, length) if term == md.term else None
 
 
 async def _read_entry(ctx, md, password, eid, flags=0, term=0) -> bytes:

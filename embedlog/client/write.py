@@ -221,6 +221,11 @@ class WriteHandle:
     def __exit__(self, *exc):
         self.close()
 
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"WriteHandle({self.ledger_id!r}, {state}, E/Qw/Qa {self._E}/{self._Qw}/{self._Qa}, "
+                f"last_add_confirmed={self._lac})")
+
     # -- the loop ----------------------------------------------------------------------------
 
     def _write_set(self, entry_id: int) -> list:

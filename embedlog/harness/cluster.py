@@ -180,7 +180,8 @@ class LocalCluster:
                 raise EmbedlogError(f"bookie {b.index} did not start in {START_TIMEOUT_S} s; "
                                     f"see {b.log_path}:\n{_tail(b.log_path)}")
             time.sleep(0.01)
-        b.bookie_id = open(ready).read().split()[0]
+        with open(ready) as f:
+            b.bookie_id = f.read().split()[0]
 
     def kill_bookie(self, i: int) -> None:
         """SIGKILL: no clean shutdown, its registration expires on its own."""
@@ -310,6 +311,11 @@ class LocalCluster:
 
     def __enter__(self):
         return self
+
+    def __repr__(self) -> str:
+        running = sum(1 for b in self._bookies if b.process is not None and b.process.poll() is None)
+        return (f"LocalCluster({len(self._bookies)} bookies, {running} running, "
+                f"metadata {self.metadata_uri!r})")
 
     def __exit__(self, *exc):
         self.close()

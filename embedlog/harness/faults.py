@@ -26,7 +26,8 @@ the client's own timeout, as a slow network would: past it the call fails with
 TimeoutError.
 
 Metadata gates match on the kind of write (embedlog.client.context.METADATA_WRITES:
-"recovery", "ensemble_change", "close", "term", "term_commit", "truncate", "rereplicate"),
+"recovery", "ensemble_change", "close", "term", "term_commit", "truncate", "rereplicate",
+"release"),
 ``ledger`` and ``client``; their action is "pause" (until ``release``), "fail" (the write
 is not made; the client gets MetadataError), "fail_after" (the write is made, and the
 client still gets MetadataError: the ambiguous outcome of a lost connection) or "delay".

@@ -103,19 +103,30 @@ def flood(address: str, frames: list, timeout_s: float = 30.0) -> dict:
 
 
 def slow_reader(address: str, build, seconds: float, reply_bytes: int, sample=None,
-                sample_every_s: float = 0.5) -> dict:
-    """Send requests built by ``build(request_id)`` for ``seconds`` and never read an answer.
+                sample_every_s: float = 0.5, until=None) -> dict:
+    """Send requests built by ``build(request_id)`` and never read an answer: for ``seconds``,
+    or, with ``until``, until ``until(figures)`` holds (``seconds`` then bounds the wait).
 
     The bookie stops reading once its send buffer for this connection is full, so the
     socket stops taking requests: ``requests_sent`` times ``reply_bytes`` is what an
     unbounded bookie would have had to hold. ``sample()`` runs every ``sample_every_s``
-    (for example: the bookie's RSS, a well-behaved client's latency)."""
+    (for example: the bookie's RSS, a well-behaved client's latency), at least twice when
+    ``until`` ends it. Ending on a condition rather than a time keeps a test valid on a
+    loaded machine, where a few seconds may not fill the bookie's buffers."""
     conn = RawConnection(address, rcvbuf=64 * 1024)
     samples, stalls, rid = [], 0, 0
+
+    def figures() -> dict:
+        sent = rid - (1 if conn.backlog else 0)
+        return {"requests_sent": sent, "stalled_sends": stalls,
+                "reply_bytes_owed": sent * reply_bytes, "samples": samples}
+
     try:
         deadline = time.monotonic() + seconds
         next_sample = time.monotonic()
         while time.monotonic() < deadline:
+            if until is not None and len(samples) >= 2 and until(figures()):
+                break
             data = b""
             if not conn.backlog:            # whole frames only: the stream stays parseable
                 rid += 1
@@ -124,9 +135,7 @@ def slow_reader(address: str, build, seconds: float, reply_bytes: int, sample=No
                 stalls += 1
             if sample is not None and time.monotonic() >= next_sample:
                 samples.append(sample())
-                next_sample += sample_every_s
-        sent = rid - (1 if conn.backlog else 0)
-        return {"requests_sent": sent, "stalled_sends": stalls,
-                "reply_bytes_owed": sent * reply_bytes, "samples": samples}
+                next_sample = time.monotonic() + sample_every_s
+        return figures()
     finally:
         conn.close()

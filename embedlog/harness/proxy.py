@@ -76,6 +76,10 @@ class FaultProxy:
         self._conns.update((cwriter, bwriter))
         try:
             await asyncio.gather(self._pump(creader, bwriter), self._pump(breader, cwriter))
+        except asyncio.CancelledError:
+            # the proxy is closing: end quietly. A connection task that ends cancelled makes
+            # asyncio's streams log "Exception in callback ... CancelledError" (Python 3.11)
+            pass
         finally:
             for w in (cwriter, bwriter):
                 self._conns.discard(w)

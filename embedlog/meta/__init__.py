@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlsplit
 
-from embedlog.errors import MetadataError
+from embedlog.errors import MetadataUriError
 from embedlog.meta.api import MetadataStore
 
 __all__ = ["open_metadata_store", "parse_metadata_uri", "SCHEMES"]
@@ -37,20 +37,33 @@ def parse_metadata_uri(uri: str) -> tuple[str, str, str, dict]:
     returned comma-separated); ``path`` the sqlite file, ZooKeeper root or etcd prefix.
     """
     if not isinstance(uri, str) or "://" not in uri:
-        raise MetadataError(f"not a metadata service URI: {uri!r} "
-                            f"(expected e.g. sqlite:///abs/path/meta.db)")
-    parts = urlsplit(uri)
+        raise MetadataUriError(f"not a metadata service URI: {uri!r} "
+                               f"(expected e.g. sqlite:///abs/path/meta.db)")
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:
+        raise MetadataUriError(f"malformed metadata service URI {uri!r}: {exc}") from None
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        raise MetadataError(f"unknown metadata URI scheme {scheme!r} in {uri!r}; known: "
-                            + ", ".join(sorted(SCHEMES)))
+        raise MetadataUriError(f"unknown metadata URI scheme {scheme!r} in {uri!r}; known: "
+                               + ", ".join(sorted(SCHEMES)))
     servers = parts.netloc.replace(";", ",")
+    for server in filter(None, servers.split(",")):
+        host, sep, port = server.rpartition(":")
+        if sep and (not host or not port.isdigit() or not 0 < int(port) < 65536):
+            raise MetadataUriError(f"malformed server {server!r} in metadata service URI {uri!r} "
+                                   f"(want HOST:PORT)")
     options = {k: _option_value(v) for k, v in parse_qsl(parts.query)}
     return scheme, servers, parts.path, options
 
 
-def open_metadata_store(uri: str, **options) -> MetadataStore:
+def open_metadata_store(uri: str, *, create: bool = True, **options) -> MetadataStore:
     """Open the metadata store a URI names; ``options`` override the URI's query string.
+
+    ``create=False`` opens only a store that exists and was initialised (its layout and
+    instance id written: by a bookie, LocalCluster or `embedlog metadata format`), and
+    writes nothing while opening: a MetadataError naming the URI otherwise. Tools that
+    only read or change ledgers use it, so a typo in a URI never makes a new store.
 
     - ``sqlite:///abs/path/meta.db``: :class:`embedlog.meta.sqlite.SqliteMetadataStore`
     - ``zk+flat|zk+hierarchical|zk+longhierarchical://h1:2181[;h2:2181]/root``:
@@ -65,15 +78,16 @@ def open_metadata_store(uri: str, **options) -> MetadataStore:
     opts = {**query_options, **options}
     if scheme == "sqlite":
         if servers not in ("", "localhost"):
-            raise MetadataError(f"sqlite URI names a host ({servers!r}); use sqlite:///abs/path")
+            raise MetadataUriError(f"sqlite URI names a host ({servers!r}); use sqlite:///abs/path")
         if not path or path == "/":
-            raise MetadataError(f"sqlite URI without a file path: {uri!r}")
+            raise MetadataUriError(f"sqlite URI without a file path: {uri!r}")
         from embedlog.meta.sqlite import SqliteMetadataStore
-        return SqliteMetadataStore(path, uri=uri, **opts)
+        return SqliteMetadataStore(path, uri=uri, create=create, **opts)
     if not servers:
-        raise MetadataError(f"metadata URI without a server: {uri!r}")
+        raise MetadataUriError(f"metadata URI without a server: {uri!r}")
     if scheme == "etcd":
         from embedlog.meta.etcd import EtcdMetadataStore
-        return EtcdMetadataStore(servers, path or "/ledgers", uri=uri, **opts)
+        return EtcdMetadataStore(servers, path or "/ledgers", uri=uri, create=create, **opts)
     from embedlog.meta.zookeeper import ZkMetadataStore
-    return ZkMetadataStore(servers, path or "/ledgers", layout=SCHEMES[scheme], uri=uri, **opts)
+    return ZkMetadataStore(servers, path or "/ledgers", layout=SCHEMES[scheme], uri=uri,
+                           create=create, **opts)

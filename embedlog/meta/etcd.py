@@ -72,7 +72,7 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     def __init__(self, endpoint: str, prefix: str = "/ledgers", *, timeout_s: float = 5.0,
                  lease_ttl_s: int = 5, id_buckets: int = ID_BUCKETS_MAX,
-                 poll_interval_s: float = 1.0, uri: str | None = None):
+                 poll_interval_s: float = 1.0, uri: str | None = None, create: bool = True):
         if "," in endpoint:
             raise MetadataError(f"one etcd endpoint per URI, got {endpoint!r}")
         host, _, port = endpoint.rpartition(":")
@@ -101,7 +101,10 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         self._bind_managers()
         self._etcd = etcd3.client(host=host, port=int(port), timeout=self._timeout_s)
         try:
-            self._init_keys()
+            if create:
+                self._init_keys()
+            else:
+                self._check_keys()
         except (TimeoutError, MetadataError) as exc:
             self._etcd.close()
             raise MetadataError(f"etcd at {self.endpoint}: {exc}") from exc
@@ -165,6 +168,16 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
     def _init_keys(self) -> None:
         self._create(self._k("LAYOUT"), layout_record(LAYOUT_NAME))
         _, (value, _) = self._create(self._k("INSTANCEID"), str(uuid.uuid4()).encode())
+        self.instance_id = value.decode()
+        check_layout(self.read_layout(), LAYOUT_NAME, f"etcd {self.endpoint}{self.prefix}")
+
+    def _check_keys(self) -> None:
+        """create=False: an initialised store (layout, instance id), read without writing."""
+        value, _ = self._get(self._k("INSTANCEID"))
+        if value is None:
+            raise MetadataError(f"no metadata store at {self.uri}: {self.prefix}/INSTANCEID does "
+                                f"not exist (a bookie, `embedlog cluster up` or `embedlog metadata "
+                                f"format` makes one)")
         self.instance_id = value.decode()
         check_layout(self.read_layout(), LAYOUT_NAME, f"etcd {self.endpoint}{self.prefix}")
 

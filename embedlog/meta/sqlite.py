@@ -102,17 +102,21 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
 
     def __init__(self, path: str, *, timeout_s: float = 5.0, heartbeat_interval_s: float = 1.0,
                  expiry_s: float = 5.0, poll_interval_s: float = 0.2,
-                 synchronous: str = "FULL", uri: str | None = None):
+                 synchronous: str = "FULL", uri: str | None = None, create: bool = True):
         if expiry_s <= heartbeat_interval_s:
             raise MetadataError(f"expiry_s ({expiry_s}) must exceed heartbeat_interval_s "
                                 f"({heartbeat_interval_s})")
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
             raise MetadataError(f"unknown sqlite synchronous mode {synchronous!r}")
         path = os.path.abspath(path)
-        if not os.path.isdir(os.path.dirname(path)):
-            raise MetadataError(f"sqlite metadata: directory {os.path.dirname(path)} does not exist")
         self.path = path
         self.uri = uri or f"sqlite://{path}"
+        if not create and not os.path.isfile(path):
+            raise MetadataError(f"no metadata store at {self.uri}: {path} does not exist "
+                                f"(a bookie, `embedlog cluster up` or `embedlog metadata format` "
+                                f"makes one)")
+        if not os.path.isdir(os.path.dirname(path)):
+            raise MetadataError(f"sqlite metadata: directory {os.path.dirname(path)} does not exist")
         self._timeout_s = float(timeout_s)
         self._heartbeat_interval_s = float(heartbeat_interval_s)
         self._expiry_s = float(expiry_s)
@@ -131,11 +135,18 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         self._stop = threading.Event()
         self._watches: list[PollingWatch] = []
         self._bind_managers()
-        if not os.path.exists(path):
-            # ledger passwords live here: the file (and the -wal and -shm files SQLite
-            # makes with its mode) is this user's only
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-        self._init_schema()
+        try:
+            if create:
+                if not os.path.exists(path):
+                    # ledger passwords live here: the file (and the -wal and -shm files SQLite
+                    # makes with its mode) is this user's only
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+                self._init_schema()
+            else:
+                self._check_schema()
+        except BaseException:
+            self.close()
+            raise
 
     # ---- connections -------------------------------------------------------------
 
@@ -220,6 +231,21 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                       (layout_record(LAYOUT_NAME),))
             rows = dict(c.execute("SELECT key, value FROM meta_kv WHERE key IN "
                                   "('SCHEMA_VERSION', 'INSTANCEID', 'LAYOUT')").fetchall())
+        self._check_rows(rows)
+
+    def _check_schema(self) -> None:
+        """create=False: an initialised store (schema, instance id), read without writing."""
+        try:
+            rows = dict(self._query("read schema", "SELECT key, value FROM meta_kv WHERE key IN "
+                                    "('SCHEMA_VERSION', 'INSTANCEID', 'LAYOUT')"))
+        except MetadataError as exc:
+            raise MetadataError(f"no metadata store at {self.uri}: {self.path} is not an "
+                                f"initialised embedlog store ({exc})") from None
+        if "INSTANCEID" not in rows or "SCHEMA_VERSION" not in rows:
+            raise MetadataError(f"no metadata store at {self.uri}: {self.path} is not initialised")
+        self._check_rows(rows)
+
+    def _check_rows(self, rows: dict) -> None:
         try:
             schema = int(rows["SCHEMA_VERSION"])
         except (ValueError, TypeError):

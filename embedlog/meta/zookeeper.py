@@ -88,7 +88,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def __init__(self, hosts: str, root: str = "/ledgers", *, layout: str = "hierarchical",
                  timeout_s: float = 5.0, session_timeout_s: float = 10.0,
-                 poll_interval_s: float = 1.0, uri: str | None = None):
+                 poll_interval_s: float = 1.0, uri: str | None = None, create: bool = True):
         if layout not in LAYOUTS:
             raise MetadataError(f"unknown ZooKeeper ledger layout {layout!r}; known: {LAYOUTS}")
         root = "/" + root.strip("/")
@@ -117,7 +117,10 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             raise MetadataError(f"ZooKeeper at {hosts}: {exc}") from exc
         self._zk.add_listener(self._on_state)
         try:
-            self._init_tree()
+            if create:
+                self._init_tree()
+            else:
+                self._check_tree()
         except BaseException:
             self.close()
             raise
@@ -203,6 +206,16 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         except NodeExistsError:
             pass
         self.instance_id = self._get(self._p("INSTANCEID"))[0].decode()
+        check_layout(self.read_layout(), self.layout, f"zookeeper {self.hosts}{self.root}")
+
+    def _check_tree(self) -> None:
+        """create=False: an initialised store (layout, instance id), read without writing."""
+        try:
+            self.instance_id = self._get(self._p("INSTANCEID"))[0].decode()
+        except NoNodeError:
+            raise MetadataError(f"no metadata store at {self.uri}: {self.root}/INSTANCEID does not "
+                                f"exist (a bookie, `embedlog cluster up` or `embedlog metadata "
+                                f"format` makes one)") from None
         check_layout(self.read_layout(), self.layout, f"zookeeper {self.hosts}{self.root}")
 
     # ---- paths ---------------------------------------------------------------------

@@ -52,13 +52,28 @@ class _Connection:
         self.refusing = False      # a throttle ran out: refuse at once until there is room
 
 
+class ServerObserver:
+    """What a BookieServer tells the objects in its ``observers`` list (the admin server's
+    metrics are one): subclass it or give the same methods. They run on the server's event
+    loop, so they must be quick and never block."""
+
+    def request_done(self, req, status: int, seconds: float) -> None:
+        """A request was answered with ``status`` (EOK = 0), ``seconds`` after it was read."""
+
+    def bookie_info(self) -> dict:
+        """Figures to add to this bookie's BOOKIE_INFO answer."""
+        return {}
+
+
 class _Exchange:
     """Where one request's reply goes (the handlers' ``writer``): the first reply releases
-    the request's share of the in-flight limits, even when the connection is gone."""
-    __slots__ = ("server", "conn", "nbytes", "answered")
+    the request's share of the in-flight limits, even when the connection is gone, and is
+    reported to the server's observers."""
+    __slots__ = ("server", "conn", "nbytes", "answered", "req", "started")
 
-    def __init__(self, server, conn, nbytes: int):
+    def __init__(self, server, conn, nbytes: int, req=None, started: float = 0.0):
         self.server, self.conn, self.nbytes, self.answered = server, conn, nbytes, False
+        self.req, self.started = req, started
 
     def is_closing(self) -> bool:
         return self.answered
@@ -68,13 +83,19 @@ class _Exchange:
         self.server._release(self.conn, self.nbytes)
         if not self.conn.writer.is_closing():
             self.conn.writer.write(data)
+        if self.req is not None:
+            self.server._observe(self.req, data, self.started)
 
 
 class BookieServer:
     def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, *,
                  max_frame_bytes: int | None = None, max_long_poll_ms: int = 60_000,
-                 ssl_context=None, auth_token: bytes | None = None):
+                 ssl_context=None, auth_token: bytes | None = None, observers=()):
+        """``observers``: ServerObservers told of every answered request (more may be
+        appended to ``self.observers`` before start)."""
         self.bookie = bookie
+        self.observers: list = list(observers)
+        self.info: dict = {}                  # more fields for BOOKIE_INFO (the admin address)
         self.ssl_context = ssl_context        # an ssl.SSLContext: TLS on every connection
         self.auth_token = auth_token          # when set, each connection must AUTH first
         self.host, self.port = host, port
@@ -119,6 +140,10 @@ class BookieServer:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -206,7 +231,11 @@ class BookieServer:
                     conn.bytes += n
                     self.in_flight_requests += 1
                     self.in_flight_bytes += n
-                    self._dispatch(req, _Exchange(self, conn, n))
+                    if self.observers:
+                        exchange = _Exchange(self, conn, n, req, time.perf_counter())
+                    else:
+                        exchange = _Exchange(self, conn, n)
+                    self._dispatch(req, exchange)
                 elif conn.auth_failures >= MAX_AUTH_FAILURES:
                     await writer.drain()
                     return
@@ -305,6 +334,15 @@ class BookieServer:
                     self.stats["idle_closed"] += 1
                     conn.goaway_at = now
                     conn.writer.write(P.goaway())
+
+    def _observe(self, req, data, started: float) -> None:
+        seconds = time.perf_counter() - started
+        status = P.RESP_HEAD.unpack_from(data, 4)[4] if len(data) >= 4 + P.RESP_HEAD.size else P.EIO
+        for observer in self.observers:
+            try:
+                observer.request_done(req, status, seconds)
+            except Exception:              # an observer's bug must not cost the reply path
+                log.exception("server observer %r failed", observer)
 
     def _reply(self, writer, data: bytes) -> None:
         if not writer.is_closing():
@@ -498,11 +536,18 @@ class BookieServer:
 
     def _bookie_info(self, req, writer) -> None:
         usage = shutil.disk_usage(self.bookie.directory)
+        st = self.bookie.stats
         info = {"bookie_id": self.bookie.bookie_id, "address": self.address,
                 "free_bytes": usage.free, "total_bytes": usage.total,
                 "ledgers": len(self.bookie.ledgers), "time": time.time(), "pid": os.getpid(),
+                "read_only": bool(self.bookie.read_only),
+                "read_only_reasons": sorted(self.bookie.read_only_reasons),
+                "add_entries": st.get("adds", 0), "read_entries": st.get("reads", 0),
                 "server": {**self.stats, "in_flight_requests": self.in_flight_requests,
-                           "in_flight_bytes": self.in_flight_bytes}}
+                           "in_flight_bytes": self.in_flight_bytes},
+                **self.info}
+        for observer in self.observers:
+            info.update(observer.bookie_info())
         self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0,
                                        json.dumps(info).encode()))
 

@@ -7,6 +7,7 @@ between real processes where the property is about processes.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import sqlite3
@@ -556,3 +557,40 @@ def test_registration_comes_back_after_liveness_loss(backend):
                       == ["127.0.0.1:7000"]
                       and (before is None
                            or _liveness_token(backend, store, "127.0.0.1:7000") != before), 10)
+
+
+def _raw_names(backend) -> list:
+    """Everything under the backend's namespace, read with the server's own client."""
+    if backend.family == "sqlite":
+        path = backend.uri[len("sqlite://"):]
+        return [path] if os.path.exists(path) else []
+    if backend.family == "zk":
+        from kazoo.client import KazooClient
+        zk = KazooClient(hosts=backend.server.hosts)
+        zk.start(timeout=10)
+        try:
+            root = backend.uri.split(backend.server.hosts, 1)[1]
+            return zk.get_children(root) if zk.exists(root) else []
+        finally:
+            zk.stop()
+            zk.close()
+    import etcd3
+    host, port = backend.server.endpoint.split(":")
+    client = etcd3.client(host, int(port), timeout=5)
+    try:
+        prefix = backend.uri.split(backend.server.endpoint, 1)[1]
+        return [m.key for _v, m in client.get_prefix(prefix)]
+    finally:
+        client.close()
+
+
+def test_create_false_refuses_a_missing_store_and_writes_nothing(backend):
+    """Issue 17: a read-only tool given a URI that names no store gets a MetadataError
+    naming it, and the store is not created (no file, no znode, no layout key)."""
+    with pytest.raises(MetadataError) as info:
+        backend.open(create=False)
+    assert backend.uri.split("?")[0] in str(info.value) and "no metadata store" in str(info.value)
+    assert _raw_names(backend) == []
+    made = backend.open()                          # a bookie (or `metadata format`) makes it
+    store = backend.open(create=False)             # and now a tool may open it
+    assert store.instance_id == made.instance_id

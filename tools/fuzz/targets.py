@@ -302,7 +302,7 @@ def fuzz_spark_offset(data: bytes) -> None:
     _check(got is None or all(type(v) is int and v >= 0 for v in got.values()), "offset")
 
 
-# -- configuration (embedlog/config_file.py, embedlog/config.py) ---------------------------------
+# -- configuration (embedlog/cli/config_file.py, embedlog/config.py) ---------------------------------
 
 def _check_config(eff) -> None:
     from embedlog.config import BookieConfig
@@ -315,7 +315,7 @@ def _check_config(eff) -> None:
 
 def fuzz_config_toml(data: bytes) -> None:
     """A configuration file (--conf / EMBEDLOG_CONF), resolved as `bookie serve` does."""
-    from embedlog import config_file
+    from embedlog.cli import config_file
     path = _write("bookie.toml", data)
     eff = _expect(config_file.resolve, path, {})
     if eff is not None:
@@ -325,7 +325,7 @@ def fuzz_config_toml(data: bytes) -> None:
 def fuzz_config_env(data: bytes) -> None:
     """EMBEDLOG_* environment variables, one NAME=VALUE a line (NAME without the prefix
     gets it), resolved as `bookie serve` does."""
-    from embedlog import config_file
+    from embedlog.cli import config_file
     env = {}
     for line in data.decode("utf-8", "surrogateescape").splitlines():
         name, _, value = line.partition("=")

@@ -70,7 +70,10 @@ def writer(path: str, ledgers: int, entries: int, seed: int) -> None:
     time.sleep(3600)                     # wait to be killed: no clean shutdown
 
 
-def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, console=None) -> dict:
+def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, console=None,
+        out=None) -> dict:
+    """The demo in ``path`` (a fresh directory); progress and messages on ``console`` (a rich
+    Console, default stderr), the table of figures on ``out`` (default: ``console``)."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from rich.table import Table
@@ -78,12 +81,13 @@ def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, co
     import embedlog
     from embedlog import LedgerId
 
-    console = console or Console()
+    console = console or Console(stderr=True)
+    out = out or console
     path = os.path.abspath(path)
     if os.path.exists(path) and os.listdir(path):
-        raise embedlog.errors.IllegalOpError(f"{path} is not empty; the demo needs a fresh directory")
+        raise embedlog.errors.ConfigError(f"{path} is not empty; the demo needs a fresh directory")
     os.makedirs(path, exist_ok=True)
-    child = subprocess.Popen([sys.executable, "-m", "embedlog.demo", path, str(ledgers),
+    child = subprocess.Popen([sys.executable, "-m", "embedlog.cli.demo", path, str(ledgers),
                               str(entries), str(seed)], stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(child.stdout.readline())
@@ -143,20 +147,21 @@ def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, co
     finally:
         log.close()
 
-    single = np.array(result["single_lat"]) * 1e6 if result["single_lat"] else np.zeros(1)
+    single = np.array(result["single_lat"]) * 1e6 if result["single_lat"] else None
     batch = np.array([t for t, _ in result["batch_lat"]]) * 1e6
     table = Table(title=f"embedlog demo: {entries:,} entries in {ledgers} ledgers ({path})")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("durable append throughput", f"{entries / result['elapsed_s']:,.0f} entries/s")
-    table.add_row("lone append latency p50 / p99", f"{np.percentile(single, 50):,.0f} / {np.percentile(single, 99):,.0f} µs")
+    table.add_row("lone append latency p50 / p99", "-" if single is None else
+                  f"{np.percentile(single, 50):,.0f} / {np.percentile(single, 99):,.0f} µs")
     table.add_row("batch append latency p50 / p99 / max", f"{np.percentile(batch, 50):,.0f} / {np.percentile(batch, 99):,.0f} / {batch.max():,.0f} µs")
     table.add_row("fdatasyncs (shared by groups)", f"{result['journal']['fsyncs']:,}")
     table.add_row("reopen after SIGKILL (journal replay)", f"{reopen_s:.2f} s, {replayed:,} records")
     table.add_row("verified entries", f"{verified:,} of {entries:,} ({verify_s:.1f} s)")
     table.add_row("sequential scan (read_batch)", f"{scanned / scan_s:,.0f} entries/s")
     table.add_row("random point reads (read_entry)", f"{len(picks) / point_s:,.0f} reads/s")
-    console.print(table)
+    out.print(table)
     return {"entries": entries, "verified": verified, "append_per_s": entries / result["elapsed_s"],
             "reopen_s": reopen_s, "scan_per_s": scanned / scan_s, "point_per_s": len(picks) / point_s}
 

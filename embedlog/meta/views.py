@@ -1,5 +1,6 @@
-"""JSON shapes shared by the admin HTTP API and the `embedlog` command (one spelling of
-each field, BP-35's names for the 128-bit id)."""
+"""Ledger ids and ledger metadata as JSON-ready dicts: the one shape the admin HTTP API
+and the `embedlog` command both print (one spelling of each field, BP-35's names for the
+128-bit id)."""
 from __future__ import annotations
 
 STREAM_NAME_KEY = "stream.name"
@@ -42,4 +43,16 @@ def metadata_dict(md) -> dict:
     name = md.custom_metadata.get(STREAM_NAME_KEY)
     if md.unbounded and name is not None:
         out["stream_name"] = _custom_value(name)
+    return out
+
+
+def data_dict(data: bytes) -> dict:
+    """An entry's bytes for JSON: ``data`` as UTF-8 text (None when it is not) and always
+    ``data_base64``."""
+    import base64
+    out = {"size": len(data), "data_base64": base64.b64encode(data).decode()}
+    try:
+        out["data"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        out["data"] = None
     return out

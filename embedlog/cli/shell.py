@@ -18,7 +18,9 @@ import sys
 
 import click
 
-from embedlog.errors import EmbedlogError
+from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
+from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
+                             NoSuchLedgerError)
 
 
 # -- where things are -----------------------------------------------------------------------
@@ -40,7 +42,7 @@ def _layout(directory, ledger_dirs, journal_dir, metadata_uri) -> Layout:
     from embedlog.bookie.cookies import read_dir_cookie
     home = os.path.abspath(directory)
     if not os.path.isdir(home):
-        raise click.ClickException(f"{home} is not a directory")
+        raise ConfigError(f"--dir {home} is not a directory")
     cookie = None
     if not ledger_dirs or not journal_dir:
         for where, journal in ((home, False), (os.path.join(home, "journal"), True),
@@ -61,7 +63,12 @@ def _layout(directory, ledger_dirs, journal_dir, metadata_uri) -> Layout:
     uri = metadata_uri or (cookie.metadata_uri if cookie else None)
     if not uri and os.path.exists(os.path.join(home, "meta.db")):
         uri = "sqlite://" + os.path.join(home, "meta.db")
-    return Layout(home, lds, jd, uri)
+    layout = Layout(home, lds, jd, uri)
+    if cookie is None and not os.path.isdir(jd) and not any(os.path.isdir(c) for c in layout.currents):
+        # no cookie, no journal, no current/: whatever this is, it is not a bookie's
+        raise ConfigError(f"--dir {home} is not a bookie directory (no cookie, no journal/, no "
+                          f"current/); name the bookie's directory, or --ledger-dir and --journal-dir")
+    return layout
 
 
 def _ledger_key(ledger_id, scope_id, qualified_name):
@@ -72,7 +79,7 @@ def _ledger_key(ledger_id, scope_id, qualified_name):
         try:
             lid = LedgerId.parse(qualified_name)
         except (ValueError, EmbedlogError) as exc:
-            raise click.UsageError(f"bad --ledger-qualified-name {qualified_name!r}: {exc}")
+            raise click.UsageError(f"bad --ledger-qualified-name {qualified_name!r}: {exc}") from None
         return lid.scope_id, lid.ledger_id
     if ledger_id is None:
         return None
@@ -133,10 +140,12 @@ def _open_log(layout: Layout, which: str):
         try:
             log_id = int(which, 16)
         except ValueError:
-            raise click.UsageError(f"an entry log is named by its hex id or its path, got {which!r}")
+            raise click.UsageError(f"an entry log is named by its hex id or its path, got {which!r}") from None
         path = _log_paths(layout).get(log_id)
         if path is None:
-            raise click.ClickException(f"no entry log {which} in {', '.join(layout.currents)}")
+            raise IllegalOpError(f"no entry log {which} in {', '.join(layout.currents)}")
+    if not os.path.isfile(path):
+        raise IllegalOpError(f"no entry log {path}")
     return nel.MappedLog.open_existing(path, log_id)
 
 
@@ -152,22 +161,30 @@ def _journal_paths(layout: Layout) -> dict:
 
 
 def _emit(as_json: bool, obj, human) -> None:
+    """JSON, or what ``human(obj)`` yields: lines, and rich tables (made by _table)."""
     if as_json:
         click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
-    else:
-        for line in human(obj):
-            click.echo(line)
+        return
+    out = None
+    for item in human(obj):
+        if isinstance(item, str):
+            click.echo(item)
+        else:
+            out = out or console()
+            out.print(item)
 
 
-def _table(rows: list[list], header: list[str]) -> list[str]:
-    cells = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in cells]
+_NUMERIC = {"offset", "bytes", "on disk", "entry", "entry/value"}
+
+
+def _table(rows: list[list], header: list[str]):
+    """One rich table (yielded by the human() generators; numbers right-aligned)."""
+    if rows:
+        yield make_table(header, rows, right=tuple(h for h in header if h in _NUMERIC))
 
 
 def _common(f):
-    f = click.option("--json", "as_json", is_flag=True, help="JSON instead of text.")(f)
+    f = json_option(f)
     f = click.option("--metadata", "metadata_uri", default=None,
                      help="Metadata service URI (default: the cookie's, or DIR/meta.db).")(f)
     f = click.option("--journal-dir", default=None, type=click.Path(file_okay=False),
@@ -190,21 +207,7 @@ def _ledger_options(required: bool):
     return deco
 
 
-def _run(fn):
-    """Turn embedlog errors into a clean message and exit code 2."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        try:
-            return fn(*a, **kw)
-        except EmbedlogError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-    return wrapper
-
-
-@click.group()
+@click.group(cls=EmbedlogGroup)
 def shell():
     """Inspect a stopped or running bookie's files (journal, entry logs, index, metadata)."""
 
@@ -214,7 +217,6 @@ def shell():
 
 @shell.command()
 @_common
-@_run
 def lastmark(directory, ledger_dirs, journal_dir, metadata_uri, as_json):
     """The LastLogMark of each ledger directory: where journal replay starts."""
     import struct
@@ -254,33 +256,14 @@ def lastmark(directory, ledger_dirs, journal_dir, metadata_uri, as_json):
 @click.option("--journal/--no-journal", "show_journal", default=True, help="List journal files.")
 @click.option("--entrylog/--no-entrylog", "show_logs", default=True, help="List entry logs.")
 @click.option("--index/--no-index", "show_index", default=True, help="List index files.")
-@_run
 def listfilesondisc(directory, ledger_dirs, journal_dir, metadata_uri, as_json, show_journal,
                     show_logs, show_index):
     """Journal files, entry logs and index files, with their sizes."""
+    from embedlog.bookie.files import list_files
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
-    out = []
-
-    def add(kind, path):
-        st = os.stat(path)
-        out.append({"kind": kind, "path": path, "bytes": st.st_size,
-                    "allocated_bytes": st.st_blocks * 512})
-    if show_journal:
-        for _i, p in sorted(_journal_paths(layout).items()):
-            add("journal", p)
-    if show_logs:
-        for current in layout.currents:
-            if os.path.isdir(current):
-                for n in sorted(os.listdir(current)):
-                    if n.endswith((".log", ".log.compacting", ".compaction")):
-                        add("entrylog" if n.endswith(".log") else "compaction", os.path.join(current, n))
-    if show_index:
-        for current in layout.currents:
-            for root in ("ledgers", "ledgers-scoped"):
-                for dirpath, _d, files in sorted(os.walk(os.path.join(current, root))):
-                    for n in sorted(files):
-                        if n.endswith(".idx"):
-                            add("index", os.path.join(dirpath, n))
+    kinds = (["journal"] if show_journal else []) + (["entrylog", "compaction"] if show_logs else []) \
+        + (["index"] if show_index else [])
+    out = list_files(layout.currents, layout.journal_dir, kinds)
 
     def human(rows):
         yield from _table([[r["kind"], r["path"], r["bytes"], r["allocated_bytes"]] for r in rows],
@@ -297,7 +280,6 @@ def listfilesondisc(directory, ledger_dirs, journal_dir, metadata_uri, as_json, 
 @click.argument("journal", required=False)
 @click.option("--ledger", "ledger_filter", type=int, default=None, help="Only records of this ledger id.")
 @click.option("--limit", type=int, default=None, help="At most this many records.")
-@_run
 def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, journal, ledger_filter,
                 limit):
     """The records of a journal file (hex id or path; default: the newest)."""
@@ -309,7 +291,7 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
     paths = _journal_paths(layout)
     if journal is None:
         if not paths:
-            raise click.ClickException(f"no journal files in {layout.journal_dir}")
+            raise IllegalOpError(f"no journal files in {layout.journal_dir}")
         path = paths[max(paths)]
     elif os.path.sep in journal or journal.endswith(".txn"):
         path = os.path.abspath(journal)
@@ -317,17 +299,19 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
         try:
             path = paths[int(journal, 16)]
         except (ValueError, KeyError):
-            raise click.ClickException(f"no journal {journal} in {layout.journal_dir}")
+            raise IllegalOpError(f"no journal {journal} in {layout.journal_dir}") from None
+    if not os.path.isfile(path):
+        raise IllegalOpError(f"no journal file {path}")
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < nj.HEADER_SIZE:
-            raise click.ClickException(f"{path} is shorter than a journal header")
+            raise CorruptedDataError(f"{path} is shorter than a journal header")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             try:
                 file_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
             except ValueError as exc:
-                raise click.ClickException(f"{path}: {exc}")
+                raise CorruptedDataError(f"{path}: {exc}") from None
             records, end, status, _ = nj.scan(mm, nj.HEADER_SIZE)
             rows = []
             for off, rtype, start, n in records:
@@ -374,7 +358,6 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
 @click.option("--ledger-scope-id", "scope_filter", type=int, default=None, help="... of this scope.")
 @click.option("--entry-id", type=int, default=None, help="Only this entry id.")
 @click.option("--limit", type=int, default=None, help="At most this many entries.")
-@_run
 def readlog(directory, ledger_dirs, journal_dir, metadata_uri, as_json, log, show_map, ledger_filter,
             scope_filter, entry_id, limit):
     """The entries of an entry log (hex id or path), or its ledgers map (--map)."""
@@ -428,7 +411,6 @@ def readlog(directory, ledger_dirs, journal_dir, metadata_uri, as_json, log, sho
 @_common
 @_ledger_options(True)
 @click.option("--limit", type=int, default=None, help="At most this many entries.")
-@_run
 def readledger(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id, scope_id,
                qualified_name, limit):
     """A ledger's index file: its state and where each entry is."""
@@ -438,7 +420,7 @@ def readledger(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledge
         raise click.UsageError("name a ledger: LEDGER_ID [--ledger-scope-id S] or --ledger-qualified-name")
     idx = _open_index(layout, key)
     if idx is None:
-        raise click.ClickException(f"no index file for ledger {_short(key)} in {', '.join(layout.currents)}")
+        raise NoSuchLedgerError(f"no index file for ledger {_short(key)} in {', '.join(layout.currents)}")
     entries = []
     for e in idx.entry_ids():
         loc = idx.get_location(e)
@@ -478,15 +460,14 @@ def _local_ledgers(layout: Layout) -> list:
 def _open_store(layout: Layout):
     from embedlog.meta import open_metadata_store
     if not layout.metadata_uri:
-        raise click.ClickException("no metadata store: pass --metadata URI")
-    return open_metadata_store(layout.metadata_uri)
+        raise ConfigError("no metadata store: pass --metadata URI")
+    return open_metadata_store(layout.metadata_uri, create=False)
 
 
 @shell.command()
 @_common
 @click.option("--from-metadata", is_flag=True, help="List the metadata store's ledgers instead.")
 @click.option("--ledger-scope-id", "scope_id", type=int, default=None, help="Only this scope.")
-@_run
 def listledgers(directory, ledger_dirs, journal_dir, metadata_uri, as_json, from_metadata, scope_id):
     """The ledgers this bookie holds an index for (or, --from-metadata, the store's)."""
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
@@ -507,7 +488,6 @@ def listledgers(directory, ledger_dirs, journal_dir, metadata_uri, as_json, from
 @shell.command()
 @_common
 @_ledger_options(True)
-@_run
 def ledgermetadata(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id, scope_id,
                    qualified_name):
     """A ledger's metadata from the metadata store."""
@@ -601,7 +581,6 @@ def check_ledger(layout: Layout, key, logs: dict, digest=None, mac_key=None) -> 
 @shell.command()
 @_common
 @_ledger_options(False)
-@_run
 def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id,
                           scope_id, qualified_name):
     """Check that every index location points at a readable entry with a good digest
@@ -614,7 +593,7 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
     if layout.metadata_uri:
         try:
             store = _open_store(layout)
-        except (EmbedlogError, click.ClickException):
+        except EmbedlogError:
             store = None
     logs: dict = {}
     reports = []

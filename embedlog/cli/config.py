@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from embedlog.cli_common import emit, handle_errors, json_option
+from embedlog.cli.common import EmbedlogGroup, emit, json_option, table
 
 
 def config_options(f):
@@ -33,13 +33,13 @@ def config_options(f):
 
 
 def effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port, autorecovery):
-    from embedlog.config_file import resolve, serve_options
+    from embedlog.cli.config_file import resolve, serve_options
     return resolve(conf_path, options=serve_options(
         settings=settings, listen=listen, advertised_address=advertised_address,
         metadata_uri=metadata_uri, http_port=http_port, autorecovery=autorecovery))
 
 
-@click.group()
+@click.group(cls=EmbedlogGroup)
 def config():
     """Show the effective configuration and the documented keys."""
 
@@ -47,7 +47,6 @@ def config():
 @config.command("show")
 @config_options
 @json_option
-@handle_errors
 def config_show(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
                 autorecovery, as_json):
     """Print the configuration a bookie would run with, and where each value came from
@@ -57,15 +56,13 @@ def config_show(conf_path, settings, listen, advertised_address, metadata_uri, h
     if as_json:
         emit(True, {"conf": eff.conf_path, "keys": eff.rows(), "unknown_env": eff.unknown_env})
         return
-    rows = eff.rows()
-    width = max(len(r["key"]) for r in rows)
-    vwidth = min(48, max(len(repr(r["value"])) for r in rows))
-    click.echo(f"# configuration file: {eff.conf_path or '(none)'}")
-    for r in rows:
-        value = r["value"]
-        shown = (f'"{value}"' if isinstance(value, str) else str(value).lower()
-                 if isinstance(value, bool) else str(value))
-        click.echo(f"{r['key']:<{width}}  {shown:<{vwidth}}  # {r['source']}")
+    def shown(value):
+        # as TOML writes it, so a line can be pasted into a configuration file
+        return (f'"{value}"' if isinstance(value, str) else str(value).lower()
+                if isinstance(value, bool) else str(value))
+
+    click.echo(f"configuration file: {eff.conf_path or '(none)'}")
+    table(["key", "value", "source"], [[r["key"], shown(r["value"]), r["source"]] for r in eff.rows()])
     for name in eff.unknown_env:
         click.echo(f"warning: {name} is set but is no configuration key", err=True)
 
@@ -76,7 +73,7 @@ def config_show(conf_path, settings, listen, advertised_address, metadata_uri, h
 def config_keys(markdown, as_json):
     """Every configuration key with its default, range, environment variable and meaning."""
     from embedlog.config import BookieConfig
-    from embedlog.config_file import env_name, markdown_table
+    from embedlog.cli.config_file import env_name, markdown_table
     if markdown:
         click.echo(markdown_table())
         return

@@ -9,10 +9,12 @@ import sys
 
 import click
 
-from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, U64_MAX,
-                                 confirm_delete, emit, follow, format_option, handle_errors,
-                                 json_option, ledger_dict, ledger_id_options, metadata_option,
-                                 open_client, print_entry, progress_option, resolve_ledger_id)
+from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt, U64_MAX,
+                                 confirm_delete, emit, follow, format_option,
+                                 json_option, ledger_id_options, metadata_option,
+                                 open_client, print_entry, progress_option, resolve_ledger_id,
+                                 table)
+from embedlog.meta.views import ledger_ref, metadata_dict
 
 DIGESTS = ["crc32", "crc32c", "mac", "dummy"]
 BATCH_ENTRIES = 1000      # entries per append_many while --entries runs: the Ctrl-C granularity
@@ -30,7 +32,7 @@ def generated_entry(entry_id: int, size: int) -> bytes:
     return (head + b"." * max(0, size - len(head)))[:max(size, 1)]
 
 
-@click.group()
+@click.group(cls=EmbedlogGroup)
 def ledger():
     """Create, list, inspect, read, tail, delete and recover ledgers."""
 
@@ -59,7 +61,6 @@ def ledger():
 @click.option("--keep-open", is_flag=True, help="Leave the ledger OPEN (for another writer's recovery).")
 @progress_option
 @json_option
-@handle_errors
 def ledger_create(metadata_uri, ensemble_size, write_quorum, ack_quorum, digest, password,
                   scope_id, ledger_id, qualified_name, use_uuid, custom, entries, entry_size,
                   input_file, keep_open, progress, as_json):
@@ -114,7 +115,7 @@ def ledger_create(metadata_uri, ensemble_size, write_quorum, ack_quorum, digest,
                 w.close()
             interrupted = stop()
         state = "OPEN" if keep_open else client.ledger_metadata(lid).state.name
-    out = {**ledger_dict(lid), "entries": written, "last_entry_id": written - 1, "state": state,
+    out = {**ledger_ref(lid), "entries": written, "last_entry_id": written - 1, "state": state,
            "interrupted": interrupted}
     emit(as_json, out, f"ledger {lid.qualified_name}: {written} entries, "
                        f"last entry id {written - 1}, {state}")
@@ -156,17 +157,15 @@ def _write_entries(w, entries, entry_size, input_file, progress, stop, done: lis
               help="Show each ledger's state, quorums and last entry.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many ledgers.")
 @json_option
-@handle_errors
 def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
     """List ledgers of one scope (default 0), or of every scope."""
-    from embedlog.admin.views import metadata_dict
     from embedlog.errors import NoSuchLedgerError
     out = []
     with open_client(metadata_uri) as client:
         for lid in client.list_ledgers(None if all_scopes else scope_id):
             if limit is not None and len(out) >= limit:
                 break
-            row = ledger_dict(lid)
+            row = ledger_ref(lid)
             if details:
                 try:
                     row = metadata_dict(client.ledger_metadata(lid))
@@ -176,22 +175,21 @@ def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
     if as_json:
         emit(True, out)
         return
-    for row in out:
-        line = f"{row['ledger_qualified_name']}  scope {row['ledger_scope_id']}  id {row['ledger_id']}"
-        if details:
-            line += (f"  {row['state']}  E/Qw/Qa {row['ensemble_size']}/{row['write_quorum']}/"
-                     f"{row['ack_quorum']}  last entry {row['last_entry_id']}  {row['length']} bytes")
-        click.echo(line)
+    header = ["qualified name", "scope", "ledger id"]
+    rows = [[r["ledger_qualified_name"], r["ledger_scope_id"], r["ledger_id"]] for r in out]
+    if details:
+        header += ["state", "E/Qw/Qa", "last entry", "bytes"]
+        rows = [row + [r["state"], f"{r['ensemble_size']}/{r['write_quorum']}/{r['ack_quorum']}",
+                       r["last_entry_id"], r["length"]] for row, r in zip(rows, out)]
+    table(header, rows, f"{len(out)} ledgers", right=("scope", "ledger id", "last entry", "bytes"))
 
 
 @ledger.command("metadata")
 @metadata_option
 @ledger_id_options
 @json_option
-@handle_errors
 def ledger_metadata(metadata_uri, ledger_id, scope_id, qualified_name, as_json):
     """Show a ledger's metadata: state, quorums, fragments and their ensembles."""
-    from embedlog.admin.views import metadata_dict
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
     with open_client(metadata_uri) as client:
         md = metadata_dict(client.ledger_metadata(lid))
@@ -218,7 +216,6 @@ def ledger_metadata(metadata_uri, ledger_id, scope_id, qualified_name, as_json):
               help="Fence and close an OPEN ledger first (stops its writer), as BookKeeper's open does.")
 @format_option
 @json_option
-@handle_errors
 def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, first, last,
                 recovery, fmt, as_json):
     """Print entries FIRST..LAST, one per line ("ENTRY_ID<TAB>DATA"; JSON lines with --json).
@@ -247,7 +244,6 @@ def ledger_read(metadata_uri, ledger_id, scope_id, qualified_name, password, fir
               help="Stop after this many entries.")
 @format_option
 @json_option
-@handle_errors
 def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, start, count, fmt,
                 as_json):
     """Follow a ledger: print entries as its writer's LAC passes them.
@@ -267,14 +263,13 @@ def ledger_tail(metadata_uri, ledger_id, scope_id, qualified_name, password, sta
 @ledger_id_options
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
-@handle_errors
 def ledger_delete(metadata_uri, ledger_id, scope_id, qualified_name, yes, as_json):
     """Delete a ledger's metadata; its bookies then collect its data (garbage collection)."""
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
     confirm_delete(f"ledger {lid.qualified_name}", yes, as_json)
     with open_client(metadata_uri) as client:
         client.delete_ledger(lid)
-    emit(as_json, {**ledger_dict(lid), "deleted": True}, f"deleted ledger {lid.qualified_name}")
+    emit(as_json, {**ledger_ref(lid), "deleted": True}, f"deleted ledger {lid.qualified_name}")
 
 
 @ledger.command("recover")
@@ -282,7 +277,6 @@ def ledger_delete(metadata_uri, ledger_id, scope_id, qualified_name, yes, as_jso
 @ledger_id_options
 @password_option
 @json_option
-@handle_errors
 def ledger_recover(metadata_uri, ledger_id, scope_id, qualified_name, password, as_json):
     """Recover an OPEN ledger: fence its bookies, find its last entry, close it.
 
@@ -293,7 +287,7 @@ def ledger_recover(metadata_uri, ledger_id, scope_id, qualified_name, password, 
         was = client.ledger_metadata(lid).state
         r = client.open_ledger(lid, password, recovery=True)
         md = r.metadata
-    out = {**ledger_dict(lid), "state": md.state.name, "last_entry_id": md.last_entry_id,
+    out = {**ledger_ref(lid), "state": md.state.name, "last_entry_id": md.last_entry_id,
            "length": md.length, "recovered": was != LedgerState.CLOSED}
     what = "recovered and closed" if out["recovered"] else "already closed"
     emit(as_json, out, f"ledger {lid.qualified_name} {what}: last entry id {md.last_entry_id}, "

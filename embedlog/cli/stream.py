@@ -10,14 +10,14 @@ import sys
 
 import click
 
-from embedlog.cli_common import (EXIT_INTERRUPTED, Progress, StopOnInterrupt, confirm_delete, emit,
-                                 follow, format_option, handle_errors, json_option,
-                                 metadata_option, open_client, print_entry, progress_option)
-from embedlog.cli_ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
+from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt,
+                                 confirm_delete, emit, follow, format_option, json_option,
+                                 metadata_option, open_client, print_entry, progress_option, table)
+from embedlog.cli.ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
+from embedlog.meta.views import ledger_ref, metadata_dict
 
 
 def _stream_dict(s) -> dict:
-    from embedlog.admin.views import ledger_ref
     md = s.metadata
     return {"name": s.name, **ledger_ref(s.ledger_id), "term": md.term,
             "first_position": getattr(md, "first_entry_id", 0), "fragments": len(md.fragments),
@@ -25,7 +25,7 @@ def _stream_dict(s) -> dict:
             "ack_quorum": md.ack_quorum}
 
 
-@click.group()
+@click.group(cls=EmbedlogGroup)
 def stream():
     """Create, list, delete, append to, read, tail and take over streams."""
 
@@ -47,7 +47,6 @@ def stream():
 @click.option("--retention-entries", type=click.IntRange(min=1), default=None,
               help="Keep about this many entries (whole fragments are dropped).")
 @json_option
-@handle_errors
 def stream_create(metadata_uri, name, ensemble_size, write_quorum, ack_quorum, digest, password,
                   rollover_entries, rollover_bytes, retention_ms, retention_entries, as_json):
     """Create the stream NAME (exit code 4 if it exists)."""
@@ -73,7 +72,6 @@ def stream_create(metadata_uri, name, ensemble_size, write_quorum, ack_quorum, d
 @click.argument("pattern", required=False)
 @click.option("-m", "--print-metadata", "details", is_flag=True, help="Show term and fragments.")
 @json_option
-@handle_errors
 def stream_list(metadata_uri, pattern, details, as_json):
     """List stream names, or those matching a glob PATTERN."""
     with open_client(metadata_uri) as client:
@@ -82,7 +80,6 @@ def stream_list(metadata_uri, pattern, details, as_json):
         for n in names:
             if details:
                 from embedlog.client.stream import find_stream
-                from embedlog.admin.views import metadata_dict
                 v, _ = find_stream(client.metadata, n)
                 if v is None:
                     continue
@@ -95,12 +92,13 @@ def stream_list(metadata_uri, pattern, details, as_json):
     if as_json:
         emit(True, rows)
         return
-    for r in rows:
-        if details:
-            click.echo(f"{r['name']}  ledger {r['ledger_qualified_name']}  term {r['term']}  "
-                       f"first position {r['first_position']}  {len(r['fragments'])} fragments")
-        else:
+    if not details:
+        for r in rows:
             click.echo(r["name"])
+        return
+    table(["stream", "ledger", "term", "first position", "fragments"],
+          [[r["name"], r["ledger_qualified_name"], r["term"], r["first_position"], len(r["fragments"])]
+           for r in rows], f"{len(rows)} streams", right=("term", "first position", "fragments"))
 
 
 @stream.command("delete")
@@ -108,7 +106,6 @@ def stream_list(metadata_uri, pattern, details, as_json):
 @click.argument("name")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
-@handle_errors
 def stream_delete(metadata_uri, name, yes, as_json):
     """Delete the stream NAME (its bookies collect the data)."""
     confirm_delete(f"stream {name!r}", yes, as_json)
@@ -131,13 +128,15 @@ def stream_delete(metadata_uri, name, yes, as_json):
               help="Create the stream if it does not exist.")
 @progress_option
 @json_option
-@handle_errors
 def stream_append(metadata_uri, name, data, password, input_file, entries, entry_size, create,
                   progress, as_json):
     """Append DATA arguments (or --input lines, or --entries generated ones) to stream NAME.
 
-    The command becomes the stream's writer (take-over: a new term), appends, and stops
-    writing. Ctrl-C stops after the batch under way (exit code 130)."""
+    The command becomes the stream's writer, appends, and stops writing cleanly (it
+    releases the stream): when the last writer released it too, the entries follow its
+    last position; when another writer may still be writing, the command takes the stream
+    over (a new term, a no-op position between). Ctrl-C stops after the batch under way
+    (exit code 130)."""
     sources = sum(bool(x) for x in (data, input_file, entries))
     if sources != 1:
         raise click.UsageError("give DATA..., --input or --entries (exactly one)")
@@ -194,7 +193,6 @@ def stream_append(metadata_uri, name, data, password, input_file, entries, entry
               help="Last position (default: the last committed one).")
 @format_option
 @json_option
-@handle_errors
 def stream_read(metadata_uri, name, password, start, end, fmt, as_json):
     """Print the entries of stream NAME ("POSITION<TAB>DATA"; JSON lines with --json)."""
     with open_client(metadata_uri) as client:
@@ -217,7 +215,6 @@ def stream_read(metadata_uri, name, password, start, end, fmt, as_json):
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after this many entries.")
 @format_option
 @json_option
-@handle_errors
 def stream_tail(metadata_uri, name, password, start, count, fmt, as_json):
     """Follow stream NAME, printing entries as they are committed, until Ctrl-C (exit 130)
     or --count entries (exit 0)."""
@@ -235,7 +232,6 @@ def stream_tail(metadata_uri, name, password, start, count, fmt, as_json):
 @click.argument("name")
 @password_option
 @json_option
-@handle_errors
 def stream_take_over(metadata_uri, name, password, as_json):
     """Become the writer of stream NAME: raise its term and recover its tail, so the
     previous writer can add no more. Prints the new term and the next position."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from embedlog.bookie.gc import check_config
 from embedlog.config import BookieConfig
 from embedlog.errors import ConfigError
 
@@ -33,7 +34,7 @@ CONF_ENV = "EMBEDLOG_CONF"
 ENV_ALIASES = {"metadata_service_uri": "EMBEDLOG_METADATA"}
 # EMBEDLOG_* variables that are not configuration keys (build switches, tests, tools)
 OTHER_ENV = {"EMBEDLOG_CONF", "EMBEDLOG_DEBUG", "EMBEDLOG_ANNOTATE", "EMBEDLOG_FAILPOINTS",
-             "EMBEDLOG_LEDGER_PASSWORD", "EMBEDLOG_ARTIFACTS"}
+             "EMBEDLOG_LEDGER_PASSWORD", "EMBEDLOG_ARTIFACTS", "EMBEDLOG_LOG_LEVEL"}
 MAX_CONF_BYTES = 1 << 20
 
 
@@ -140,7 +141,9 @@ def resolve(conf_path: str | None = None, environ=None, options: dict | None = N
     for key, (value, label) in (options or {}).items():
         values[key] = check(key, value, label)
         sources[key] = label
-    BookieConfig.from_dict(values)          # the whole, once more (cross-key checks live there)
+    # the whole, once more, with the checks across keys the bookie makes when it starts
+    # (thresholds that must be ordered): what config show accepts, bookie serve accepts
+    check_config(BookieConfig.from_dict(values))
     known = {env_name(k) for k in values} | OTHER_ENV
     unknown = sorted(n for n in environ if n.startswith(ENV_PREFIX) and n not in known
                      and not n.startswith("EMBEDLOG_CHAOS_") and not n.startswith("EMBEDLOG_CRASH_"))
@@ -166,7 +169,7 @@ def serve_options(*, settings=(), listen=None, advertised_address=None, metadata
     """The options of `bookie serve` (and `config show`) as keys for resolve()."""
     out = set_pairs(settings)
     if listen is not None:
-        from embedlog.net.serve import parse_listen
+        from embedlog.cli.serve import parse_listen
         host, port = parse_listen(listen)
         out["listening_interface"] = (host, "option --listen")
         out["bookie_port"] = (port, "option --listen")

@@ -1,58 +1,62 @@
 """The `embedlog` command."""
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 
 import click
 
-from embedlog.cli_config import config_options
-from embedlog.errors import EmbedlogError
+from embedlog.cli.common import (METADATA_ENV, EmbedlogGroup, emit, install_common_options,
+                                 json_option, log_level_option)
+from embedlog.cli.config import config_options
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=EmbedlogGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="embedlog")
+@log_level_option
 def main():
-    """embedlog: Apache BookKeeper's bookie, embedded in a Python process."""
+    """embedlog: Apache BookKeeper's bookie, embedded in a Python process.
+
+    Every command takes --log-level (or EMBEDLOG_LOG_LEVEL) and exits 0 done, 1 failed,
+    2 bad usage, 3 not found, 4 refused, 5 metadata store unreachable, 130 interrupted."""
 
 
 @main.command()
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default=None,
-              help="Fresh directory for the log (default: a new temporary one).")
+              help="Fresh directory for the log (default: a new temporary one, removed at the end).")
+@click.option("--keep", is_flag=True, help="Keep the temporary directory (its path is printed).")
 @click.option("--entries", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Entries to write.")
 @click.option("--ledgers", type=click.IntRange(min=1, max=10_000), default=8, show_default=True,
               help="Ledgers to spread them over.")
 @click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON (the table goes to stderr).")
-def demo(directory, entries, ledgers, seed, as_json):
+@json_option
+def demo(directory, keep, entries, ledgers, seed, as_json):
     """Write, SIGKILL, reopen, verify and read back an embedded log; print figures.
 
-    Ctrl-C stops it (exit 130) and removes the directory if the demo made it."""
-    import json
+    Progress goes to stderr, the figures to stdout. A directory the demo made is removed
+    when it ends (Ctrl-C too: exit 130) unless --keep; a --dir you gave is kept."""
     import shutil
     from rich.console import Console
-    from embedlog.demo import run
+    from embedlog.cli.demo import run
     made = directory is None
     directory = directory or tempfile.mkdtemp(prefix="embedlog-demo-")
     try:
         result = run(directory, ledgers=ledgers, entries=entries, seed=seed,
-                     console=Console(stderr=True) if as_json else None)
-    except EmbedlogError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        if made:
+                     console=Console(stderr=True), out=None if as_json else Console())
+    finally:
+        if made and not keep:
             shutil.rmtree(directory, ignore_errors=True)
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+        elif made:
+            click.echo(f"kept {directory}", err=True)
     if as_json:
-        click.echo(json.dumps({"directory": directory, **result}))
+        emit(True, {"directory": directory, "kept": keep or not made, **result})
 
 
-@main.group()
+@main.group(cls=EmbedlogGroup)
 def bookie():
-    """Run and inspect bookies."""
+    """Run, list and administer bookies."""
 
 
 @bookie.command("serve")
@@ -80,25 +84,25 @@ def bookie_serve(directory, conf_path, settings, listen, advertised_address, met
 
     Configuration: defaults < --conf TOML file < EMBEDLOG_* environment < options
     (`embedlog config show` with the same options prints the result). Exit code 2 when
-    the configuration is invalid or the directory is held by another process."""
-    from embedlog.cli_config import effective
-    from embedlog.net.serve import serve
+    it cannot start: an invalid configuration, a port in use, a directory it cannot use
+    or that another process holds; 5 when the metadata store cannot be reached."""
+    from embedlog.cli.config import effective
+    from embedlog.cli.serve import serve
+    eff = effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
+                    autorecovery)
+    v = eff.values
+    ar = (dict(interval_s=autorecovery_interval, lost_bookie_grace_s=lost_bookie_grace)
+          if v["auto_recovery_daemon_enabled"] else None)
     try:
-        eff = effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
-                        autorecovery)
-        v = eff.values
-        ar = (dict(interval_s=autorecovery_interval, lost_bookie_grace_s=lost_bookie_grace)
-              if v["auto_recovery_daemon_enabled"] else None)
         serve(directory, f"{v['listening_interface']}:{v['bookie_port']}",
               v["advertised_address"] or None, v["metadata_service_uri"] or None, read_only,
               v, ready_file, ar, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
               tls_ca_file=tls_ca_file, auth_token_file=auth_token_file)
-    except EmbedlogError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    except KeyboardInterrupt:          # Ctrl-C while starting (replaying the journal): a stop
+        click.echo("interrupted while starting", err=True)
 
 
-@main.group()
+@main.group(cls=EmbedlogGroup)
 def cluster():
     """A local cluster of bookie processes."""
 
@@ -107,44 +111,62 @@ def cluster():
 @click.option("--bookies", type=click.IntRange(1, 64), default=3, show_default=True)
 @click.option("--metadata", type=click.Choice(["sqlite", "zk", "etcd"]), default="sqlite", show_default=True)
 @click.option("--dir", "base_dir", default=None, type=click.Path(file_okay=False),
-              help="Where the bookies keep their data (default: a temporary directory).")
+              help="Where the bookies keep their data (kept at the end; `cluster up --dir` "
+                   "again serves it again). Default: a temporary directory, removed at the end.")
+@click.option("--keep", is_flag=True, help="Keep the temporary directory at the end (its path is printed).")
 @click.option("--http/--no-http", default=False, show_default=True,
               help="Run each bookie's admin HTTP server (status page, metrics) on a free port.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON line (metadata URI, bookies) once the cluster is up.")
-def cluster_up(bookies, metadata, base_dir, http, as_json):
+@json_option
+def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
     """Run a LocalCluster until interrupted (Ctrl-C or SIGTERM: exit 0), printing where each
-    bookie listens."""
+    bookie listens and the `export EMBEDLOG_METADATA=...` line other shells need.
+
+    With zk or etcd, ZooKeeper's or etcd's own data is throwaway: only the bookies'
+    directories (and a sqlite store) can be kept."""
+    import json
+    import shutil
     import signal
     import threading
     from embedlog.harness import LocalCluster
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     config = {"http_server_enabled": True, "http_server_port": 0} if http else None
-    with LocalCluster(bookies=bookies, metadata=metadata, base_dir=base_dir, bookie_config=config) as lc:
-        if not as_json:
-            click.echo(f"metadata: {lc.metadata_uri}")
-        admin = {}
-        if http:
-            with lc.client() as c:
-                rc = c.metadata.registration_client
-                admin = {r.bookie_id: (r.info or {}).get("http")
-                         for r in rc.get_all_bookies()}
-        rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.proxy(i).address,
-                 "dir": lc.bookie_dir(i), "http": admin.get(lc.bookie_id(i))} for i in range(len(lc))]
-        if as_json:
-            import json
-            click.echo(json.dumps({"metadata_uri": lc.metadata_uri, "bookies": rows}))
+    made = base_dir is None
+    base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="embedlog-cluster-"))
+    try:
+        with LocalCluster(bookies=bookies, metadata=metadata, base_dir=base_dir,
+                          bookie_config=config) as lc:
+            admin = {}
+            if http:
+                with lc.client() as c:
+                    rc = c.metadata.registration_client
+                    admin = {r.bookie_id: (r.info or {}).get("http") for r in rc.get_all_bookies()}
+            rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.proxy(i).address,
+                     "dir": lc.bookie_dir(i), "http": admin.get(lc.bookie_id(i))}
+                    for i in range(len(lc))]
+            if as_json:
+                click.echo(json.dumps({"metadata_uri": lc.metadata_uri, "dir": base_dir,
+                                       "bookies": rows}))
+            else:
+                click.echo(f"metadata: {lc.metadata_uri}")
+                for r in rows:
+                    extra = f", status page http://{r['http']}/status" if r["http"] else ""
+                    click.echo(f"bookie {r['index']}: {r['bookie_id']} at {r['address']} "
+                               f"(dir {r['dir']}){extra}")
+                click.echo(f"export {METADATA_ENV}={lc.metadata_uri}")
+            sys.stdout.flush()
+            removal = ("is removed" if made and not keep else "is kept") + f" when it stops ({base_dir})"
+            click.echo(f"Ctrl-C stops the cluster; its data {removal}.", err=True)
+            try:
+                stop.wait()
+            except KeyboardInterrupt:
+                pass
+    finally:
+        if made and not keep:
+            shutil.rmtree(base_dir, ignore_errors=True)
+            click.echo(f"cluster stopped; removed {base_dir}", err=True)
         else:
-            for r in rows:
-                extra = f", status page http://{r['http']}/status" if r["http"] else ""
-                click.echo(f"bookie {r['index']}: {r['bookie_id']} at {r['address']} (dir {r['dir']}){extra}")
-        sys.stdout.flush()
-        click.echo("Ctrl-C stops the cluster.", err=True)
-        try:
-            stop.wait()
-        except KeyboardInterrupt:
-            pass
+            click.echo(f"cluster stopped; its data is in {base_dir}", err=True)
 
 
 BENCH_SUITES = {"compare": "compare.py", "ingest": "ingest.py", "replication": "replication.py",
@@ -163,37 +185,32 @@ BENCH_SUITES = {"compare": "compare.py", "ingest": "ingest.py", "replication": "
 def bench(suite, quick, only, out, suite_args):
     """Run a benchmark suite from benchmarks/; arguments after -- go to the suite
     (e.g. `embedlog bench --suite ingest -- --entries 100000`)."""
-    import os
     import runpy
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from embedlog.errors import ConfigError
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = os.path.join(root, "benchmarks", BENCH_SUITES[suite])
     if not os.path.exists(script):
-        raise click.ClickException(f"benchmarks/{BENCH_SUITES[suite]} is not here (run from a source checkout)")
+        raise ConfigError(f"benchmarks/{BENCH_SUITES[suite]} is not here (run from a source checkout)")
     if suite != "compare" and (quick or only or out):
         raise click.UsageError("--quick, --only and --out are for --suite compare; pass a suite's "
                                "own options after --")
     argv = list(suite_args)
     argv += (["--quick"] if quick else []) + (["--only", only] if only else []) + (["--out", out] if out else [])
     sys.argv = [script] + argv
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    runpy.run_path(script, run_name="__main__")
 
 
 def _add_commands():
     # each group lives in its own module; imported here so `embedlog --help` lists them
-    from embedlog.cli_config import config
-    from embedlog.cli_ledger import ledger
-    from embedlog.cli_stream import stream
-    from embedlog.shell import shell
+    from embedlog.cli.config import config
+    from embedlog.cli.ledger import ledger
+    from embedlog.cli.stream import stream
+    from embedlog.cli.shell import shell
+    from embedlog.cli import operate
     for group in (config, ledger, stream, shell):
         main.add_command(group)
+    operate.add_to(main, bookie)
+    install_common_options(main)
 
 
 _add_commands()
-
-
-if __name__ == "__main__":
-    main(prog_name="embedlog")

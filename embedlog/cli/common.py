@@ -17,35 +17,51 @@ how it is meant to stop.
 """
 from __future__ import annotations
 
-import functools
 import json
+import logging
+import os
 import signal
 import sys
 
 import click
 
+from embedlog import errors as E
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_METADATA = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
 METADATA_ENV = "EMBEDLOG_METADATA"
+LOG_LEVEL_ENV = "EMBEDLOG_LOG_LEVEL"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+_JSON = "embedlog.json"          # ctx.meta key: the command was given --json
+
+log = logging.getLogger("embedlog.cli")
 
 
 def exit_code_for(exc: BaseException) -> int:
-    from embedlog import errors as E
+    """The exit code of an embedlog error (the table above)."""
     if isinstance(exc, (E.NoSuchLedgerError, E.NoSuchEntryError)):
         return EXIT_NOT_FOUND
     if isinstance(exc, (E.UnauthorizedAccessError, E.LedgerFencedError, E.LedgerClosedError,
                         E.LedgerExistsError, E.BadVersionError, E.InvalidTermError,
                         E.ReadOnlyBookieError)):
         return EXIT_REFUSED
-    if isinstance(exc, (E.ConfigError, E.IllegalOpError)):
+    if isinstance(exc, (E.ConfigError, E.IllegalOpError, E.DirectoryLockedError,
+                        E.InvalidCookieError)):
         return EXIT_USAGE
     if isinstance(exc, E.MetadataError):
         return EXIT_METADATA
     return EXIT_FAILED
 
 
-def fail(message: str, code: int, as_json: bool = False, exc: BaseException | None = None):
+def _json_wanted() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_JSON))
+
+
+def fail(message: str, code: int, as_json: bool | None = None, exc: BaseException | None = None):
     """Report an error on stderr (a JSON object with --json) and exit with ``code``."""
+    if as_json is None:
+        as_json = _json_wanted()
     if as_json:
         body = {"error": message, "exit_code": code}
         if exc is not None:
@@ -57,31 +73,136 @@ def fail(message: str, code: int, as_json: bool = False, exc: BaseException | No
     sys.exit(code)
 
 
-def handle_errors(f):
-    """Turn embedlog errors, Ctrl-C and a closed stdout pipe into an exit code and one line."""
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        from embedlog.errors import EmbedlogError
-        as_json = bool(kwargs.get("as_json"))
+def _quiet_stdout() -> None:
+    # the reader of stdout went away (`| head`): what is still buffered must not fail again
+    # at exit ("Exception ignored ... BrokenPipeError")
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+class EmbedlogGroup(click.Group):
+    """The `embedlog` group: the one error path of every command. Whatever a command raises
+    becomes one line on stderr (a JSON object with --json) and the exit code of the table
+    above; a traceback only with --log-level debug."""
+
+    def invoke(self, ctx):
         try:
-            return f(*args, **kwargs)
-        except EmbedlogError as exc:
-            fail(str(exc), exit_code_for(exc), as_json, exc)
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except click.UsageError as exc:
+            if ctx.meta.get(_JSON):
+                fail(exc.format_message(), exc.exit_code, True, exc)
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            fail(exc.format_message(), exc.exit_code, ctx.meta.get(_JSON), exc)
+        except E.EmbedlogError as exc:
+            log.debug("%s failed", ctx.invoked_subcommand, exc_info=True)
+            fail(str(exc), exit_code_for(exc), ctx.meta.get(_JSON), exc)
         except KeyboardInterrupt:
-            fail("interrupted", EXIT_INTERRUPTED, as_json)
+            fail("interrupted", EXIT_INTERRUPTED, ctx.meta.get(_JSON))
         except BrokenPipeError:
-            # the reader went away (`| head`): stop quietly, as a filter should
-            import os
-            try:
-                sys.stdout = open(os.devnull, "w")
-            except OSError:
-                pass
+            _quiet_stdout()
             sys.exit(EXIT_OK)
-    return wrapper
+        except OSError as exc:
+            log.debug("%s failed", ctx.invoked_subcommand, exc_info=True)
+            where = f": {exc.filename}" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}", EXIT_FAILED, ctx.meta.get(_JSON), exc)
+        except Exception as exc:            # a bug: say so in one line, keep the trace for debug
+            log.debug("%s failed", ctx.invoked_subcommand, exc_info=True)
+            fail(f"internal error: {type(exc).__name__}: {exc} (--log-level debug shows where)",
+                 EXIT_FAILED, ctx.meta.get(_JSON), exc)
+
+
+# -- logging ------------------------------------------------------------------------------
+
+_handler: logging.Handler | None = None
+
+
+def configure_logging(level: str | None) -> None:
+    """Log to stderr with the standard logging module: embedlog's loggers at ``level``
+    (default warning; EMBEDLOG_LOG_LEVEL), other libraries' at warning unless debug."""
+    global _handler
+    name = (level or "warning").upper()
+    numeric = logging.getLevelName(name)
+    if not isinstance(numeric, int):
+        raise click.BadParameter(f"{level!r} is not a log level ({', '.join(LOG_LEVELS)})",
+                                 param_hint="--log-level")
+    root = logging.getLogger()
+    if _handler is None:
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(_handler)
+    root.setLevel(min(numeric, logging.WARNING) if numeric <= logging.DEBUG else logging.WARNING)
+    logging.getLogger("embedlog").setLevel(numeric)
+
+
+def _log_level_callback(ctx, param, value):
+    # every command and group has the option: one not given (None) keeps what an outer one set
+    if value is not None or _handler is None:
+        configure_logging(value)
+    return value
+
+
+def log_level_option(f):
+    return click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+                        envvar=LOG_LEVEL_ENV, show_envvar=True, expose_value=False,
+                        is_eager=True, callback=_log_level_callback,
+                        help="Log to stderr from this level up (default: warning).")(f)
+
+
+def install_common_options(group: click.Group) -> None:
+    """--log-level on every command and group under ``group`` (and --json's error format)."""
+    for cmd in group.commands.values():
+        if not any(p.name == "log_level" for p in cmd.params):
+            log_level_option(cmd)
+        if isinstance(cmd, click.Group):
+            install_common_options(cmd)
+
+
+def _json_callback(ctx, param, value):
+    if value:
+        ctx.meta[_JSON] = True
+    return value
 
 
 def json_option(f):
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")(f)
+    return click.option("--json", "as_json", is_flag=True, callback=_json_callback,
+                        help="Print JSON for scripts (errors too, on stderr).")(f)
+
+
+def console():
+    """A rich Console on stdout: a terminal's width, or no wrapping at all when piped (so a
+    line a script greps for is never broken)."""
+    from rich.console import Console
+    return Console(width=None if sys.stdout.isatty() else 1 << 12, highlight=False)
+
+
+def make_table(header: list, rows: list, right: tuple = ()):
+    """A rich table (no borders but under the header); columns named in ``right`` are
+    right-aligned (numbers)."""
+    from rich import box
+    from rich.table import Table
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for h in header:
+        t.add_column(h, justify="right" if h in right else "left", no_wrap=True)
+    for r in rows:
+        t.add_row(*("-" if c is None else str(c) for c in r))
+    return t
+
+
+def table(header: list, rows: list, footer: str | None = None, right: tuple = ()) -> None:
+    """Print rows under a header as a rich table, then ``footer``."""
+    out = console()
+    if rows:
+        out.print(make_table(header, rows, right))
+    if footer:
+        click.echo(footer)
 
 
 def emit(as_json: bool, data, text: str | None = None) -> None:
@@ -101,11 +222,17 @@ def metadata_option(f):
         "or zk+hierarchical://127.0.0.1:2181/ledgers.")(f)
 
 
-def open_client(metadata_uri: str | None):
+def require_metadata(metadata_uri: str | None) -> str:
     if not metadata_uri:
         raise click.UsageError(f"no metadata service: pass --metadata URI or set {METADATA_ENV}")
+    return metadata_uri
+
+
+def open_client(metadata_uri: str | None):
+    require_metadata(metadata_uri)
     from embedlog.client import Client
-    return Client(metadata_uri)
+    # a URI that names no store is an error (exit 5), never a new, empty store
+    return Client(metadata_uri, create_metadata=False)
 
 
 # -- ledger ids (BP-35: a ledger id with --ledger-scope-id, or --ledger-qualified-name) -------
@@ -145,11 +272,6 @@ def resolve_ledger_id(ledger_id, scope_id, qualified_name):
         return LedgerId(scope_id or 0, ledger_id)
     except IllegalOpError as exc:
         raise click.BadParameter(str(exc), param_hint="LEDGER_ID") from None
-
-
-def ledger_dict(lid) -> dict:
-    return {"ledger_qualified_name": lid.qualified_name, "ledger_scope_id": lid.scope_id,
-            "ledger_id": lid.ledger_id}
 
 
 # -- Ctrl-C -----------------------------------------------------------------------------------
@@ -225,16 +347,6 @@ def format_data(data: bytes, fmt: str) -> str:
     return data.decode("utf-8", "backslashreplace")
 
 
-def data_dict(data: bytes) -> dict:
-    import base64
-    out = {"size": len(data), "data_base64": base64.b64encode(data).decode()}
-    try:
-        out["data"] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        out["data"] = None
-    return out
-
-
 def format_option(f):
     return click.option("--format", "fmt", type=click.Choice(["text", "hex", "base64"]),
                         default="text", show_default=True,
@@ -244,6 +356,7 @@ def format_option(f):
 def print_entry(key: str, number: int, data: bytes, fmt: str, as_json: bool) -> None:
     """One entry: "NUMBER<TAB>DATA", or a JSON line naming the number ``key``."""
     if as_json:
+        from embedlog.meta.views import data_dict
         click.echo(json.dumps({key: number, **data_dict(data)}))
     else:
         click.echo(f"{number}\t{format_data(data, fmt)}")

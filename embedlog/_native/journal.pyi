@@ -1,0 +1,46 @@
+# Type stubs of the Cython module embedlog._native.journal: journal records and file headers.
+from typing import Any
+
+from embedlog.errors import JournalCorruptedError as JournalCorruptedError
+
+_Buffer = bytes | bytearray | memoryview
+
+HEADER_SIZE: int
+MAX_MASTER_KEY: int
+MAGIC: bytes
+FORMAT_VERSION: int
+RECORD_TYPES: dict[int, str]
+ENTRY: int
+LEDGER_KEY: int
+FENCE: int
+EXPLICIT_LAC: int
+TERM: int
+TRUNCATE: int
+DELETE_LEDGER: int
+TRIM: int
+
+class JournalHeaderError(JournalCorruptedError, ValueError): ...
+
+class JournalBuffer:
+    """Records framed in memory, written to the journal file in one pwrite."""
+    def __init__(self, capacity: int = ...) -> None: ...
+    def add_record(self, rtype: int, body: _Buffer) -> None: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def nrecords(self) -> int: ...
+    def clear(self) -> None: ...
+    def swap(self, other: JournalBuffer) -> None: ...
+    def write_to(self, fd: int, offset: int) -> int: ...
+
+def file_header(log_id: int) -> bytes: ...
+def check_file_header(data: _Buffer) -> int: ...
+def decode_record(rtype: int, body: _Buffer) -> tuple[Any, ...] | None: ...
+def sync_fd(fd: int, data_only: bool = True) -> None: ...
+def write_zeros(fd: int, offset: int, length: int, sync: bool = True) -> None: ...
+def scan(data: Any, start: int = 512, max_record_size: int = ...,
+         skip_corrupt: bool = False) -> tuple[list[tuple[int, int, int, int]], int, str,
+                                              list[tuple[int, int]]]:
+    """(records as (offset, type, body start, body length), end, "clean" | "torn" |
+    "corrupt", skipped regions as (offset, length))."""
+def parse_entry_header(data: _Buffer) -> tuple[int, int, int, int, int, int, int | None]: ...

@@ -1,0 +1,388 @@
+"""What a BookKeeper operator does every day, against a cluster's metadata store:
+
+    embedlog bookie list                      every registered bookie: state, address, free disk
+    embedlog bookie readonly on|off BOOKIE    an operator's read-only mode (admin HTTP API)
+    embedlog bookie recover BOOKIE            copy a lost bookie's fragments to other bookies
+    embedlog bookie decommission BOOKIE       the same for a stopped bookie, then its cookie goes
+    embedlog autorecovery status | audit      the auditor, under-replicated ledgers; audit now
+    embedlog metadata format                  make a new, empty metadata store at a URI
+    embedlog cookie show | delete BOOKIE      a bookie's cookie in the metadata store
+
+Re-replication is autorecovery's (client/autorecovery.py): for each fragment of a CLOSED
+ledger, or a fragment of an OPEN one that is not its last (its writer handles that one),
+the entries the bookie should hold are copied from the surviving replicas to a new bookie,
+which replaces it in the ensemble by compare-and-set.
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import click
+
+from embedlog.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EmbedlogGroup, confirm_delete,
+                                 emit, fail, json_option, metadata_option, open_client,
+                                 require_metadata, table)
+from embedlog.errors import EmbedlogError, IllegalOpError, MetadataError
+from embedlog.meta.views import ledger_ref
+
+HTTP_TIMEOUT_S = 10.0
+STATE_WAIT_S = 15.0           # for a bookie's registration to follow its new state
+
+
+def _registration(client, bookie_id: str):
+    for r in client.metadata.registration_client.get_all_bookies():
+        if r.bookie_id == bookie_id:
+            return r
+    return None
+
+
+def _refuse_if_registered(client, bookie_id: str, what: str, as_json: bool) -> None:
+    if _registration(client, bookie_id) is not None:
+        fail(f"bookie {bookie_id} is registered (running); stop it before {what}", EXIT_REFUSED,
+             as_json)
+
+
+# -- bookie list / readonly ----------------------------------------------------------------------
+
+def bookie_rows(client) -> list:
+    regs = client.metadata.registration_client.get_all_bookies()
+    infos = client.bookie_info([r.bookie_id for r in regs])
+    rows = []
+    for r in regs:
+        info = infos.get(r.bookie_id)
+        row = {"bookie_id": r.bookie_id, "state": "read_only" if r.read_only else "writable",
+               "address": (r.info or {}).get("address"), "http": (r.info or {}).get("http"),
+               "reachable": info is not None}
+        if info is not None:
+            row.update(free_bytes=info.get("free_bytes"), total_bytes=info.get("total_bytes"),
+                       ledgers=info.get("ledgers"), read_only_reasons=info.get("read_only_reasons", []))
+        else:
+            row["state"] = "unreachable"
+        rows.append(row)
+    return rows
+
+
+def _gib(n) -> str:
+    return "-" if n is None else f"{n / (1 << 30):,.1f} GiB"
+
+
+@click.command("list")
+@metadata_option
+@json_option
+def bookie_list(metadata_uri, as_json):
+    """Every registered bookie: state (writable, read-only and why, unreachable), address,
+    admin address, free disk and ledgers (each bookie asked over the wire)."""
+    with open_client(metadata_uri) as client:
+        rows = bookie_rows(client)
+    if as_json:
+        emit(True, rows)
+        return
+    table(["bookie", "state", "address", "free disk", "disk", "ledgers", "admin"],
+          [[r["bookie_id"], r["state"] + (f" ({', '.join(r['read_only_reasons'])})"
+                                          if r.get("read_only_reasons") else ""),
+            r["address"] or "-", _gib(r.get("free_bytes")), _gib(r.get("total_bytes")),
+            r.get("ledgers", "-"), r["http"] or "-"] for r in rows],
+          f"{len(rows)} bookies registered")
+
+
+def admin_request(address: str, method: str, path: str, body: dict | None = None,
+                  token_file: str | None = None) -> dict:
+    """One request to a bookie's admin HTTP API; its JSON answer, or the error it gave as an
+    embedlog error (4xx/5xx: the server's message)."""
+    headers = {"Content-Type": "application/json"}
+    if token_file:
+        from embedlog.net.security import read_token
+        headers["Authorization"] = "Bearer " + read_token(token_file).decode("latin-1")
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://{address}{path}", data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+            return json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read())["error"]
+        except (ValueError, KeyError, TypeError):
+            message = exc.reason
+        from embedlog.errors import UnauthorizedAccessError
+        cls = UnauthorizedAccessError if exc.code in (401, 403) else EmbedlogError
+        raise cls(f"bookie admin {address}: {exc.code} {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise EmbedlogError(f"bookie admin {address} did not answer: "
+                            f"{getattr(exc, 'reason', exc)}") from None
+
+
+@click.command("readonly")
+@click.argument("mode", type=click.Choice(["on", "off"]))
+@click.argument("bookie_id")
+@metadata_option
+@click.option("--auth-token-file", type=click.Path(dir_okay=False), default=None,
+              help="The bookies' token (their --auth-token-file), for a cluster that has one.")
+@json_option
+def bookie_readonly(mode, bookie_id, metadata_uri, auth_token_file, as_json):
+    """Turn a running bookie's operator read-only mode on or off (through its admin HTTP
+    API, BookKeeper's PUT /api/v1/bookie/state/readonly), and wait until its registration
+    says so. A bookie its disks made read-only stays read-only until they have room."""
+    flag = mode == "on"
+    with open_client(metadata_uri) as client:
+        reg = _registration(client, bookie_id)
+        if reg is None:
+            fail(f"no bookie {bookie_id} is registered", EXIT_NOT_FOUND, as_json)
+        address = (reg.info or {}).get("http")
+        if not address:
+            raise IllegalOpError(f"bookie {bookie_id} runs no admin HTTP server (start it with "
+                                 f"--http-port, or send it SIGUSR1 / SIGUSR2)")
+        state = admin_request(address, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": flag},
+                              auth_token_file)
+        deadline = time.monotonic() + STATE_WAIT_S
+        while True:
+            reg = _registration(client, bookie_id)
+            if reg is not None and reg.read_only == state["readOnly"]:
+                break
+            if time.monotonic() > deadline:
+                raise EmbedlogError(f"bookie {bookie_id} did not re-register in {STATE_WAIT_S} s")
+            time.sleep(0.05)
+    out = {"bookie_id": bookie_id, "read_only": state["readOnly"], "reasons": state.get("reasons", [])}
+    why = f" ({', '.join(out['reasons'])})" if out["reasons"] else ""
+    emit(as_json, out, f"bookie {bookie_id} is {'read-only' if out['read_only'] else 'writable'}{why}")
+
+
+# -- recover / decommission ------------------------------------------------------------------------
+
+def rereplicate(store, bookie_id: str, progress=None) -> dict:
+    """Copy every fragment on ``bookie_id`` to other bookies where autorecovery can: CLOSED
+    ledgers, and OPEN ledgers' fragments before their last. {"replicated": [ledger dicts],
+    "left": [ledger dicts with the reason]}."""
+    from embedlog.client.autorecovery import AutoRecovery, ledgers_on
+    from embedlog.client.context import ClientConfig, ClientContext
+    from embedlog.meta.api import LedgerState
+    ctx = ClientContext(store, ClientConfig(client_name="embedlog-cli"))
+    try:
+        worker = AutoRecovery(ctx, "embedlog-cli")
+        mds = ledgers_on(store, bookie_id)
+        done, left = [], []
+        for k, md in enumerate(mds):
+            if progress is not None:
+                progress(k, len(mds))
+            try:
+                ok = worker.replicate_ledger(md.ledger_id, {bookie_id})
+            except EmbedlogError as exc:
+                left.append({**ledger_ref(md.ledger_id), "reason": str(exc)})
+                continue
+            if ok:
+                done.append(ledger_ref(md.ledger_id))
+            else:
+                reason = ("OPEN, and the bookie is in its last fragment: its writer replaces it, "
+                          "or `embedlog ledger recover` closes it"
+                          if md.state != LedgerState.CLOSED else "its metadata kept changing")
+                left.append({**ledger_ref(md.ledger_id), "reason": reason})
+        return {"replicated": done, "left": left}
+    finally:
+        ctx.close()
+
+
+def _report(bookie_id: str, result: dict, as_json: bool, extra: dict | None = None) -> None:
+    out = {"bookie_id": bookie_id, **result, **(extra or {})}
+    if as_json:
+        emit(True, out)
+    else:
+        click.echo(f"bookie {bookie_id}: {len(result['replicated'])} ledgers re-replicated, "
+                   f"{len(result['left'])} left")
+        for r in result["left"]:
+            click.echo(f"  ledger {r['ledger_qualified_name']}: {r['reason']}", err=True)
+
+
+@click.command("recover")
+@click.argument("bookie_id")
+@metadata_option
+@json_option
+def bookie_recover(bookie_id, metadata_uri, as_json):
+    """Copy a lost bookie's fragments to other bookies (BookKeeper's `recover`). The bookie
+    must not be registered. Exit 1 if some ledgers are left (their reasons on stderr)."""
+    with open_client(metadata_uri) as client:
+        _refuse_if_registered(client, bookie_id, "recovering its data elsewhere", as_json)
+        result = rereplicate(client.metadata, bookie_id)
+    _report(bookie_id, result, as_json)
+    if result["left"]:
+        raise SystemExit(1)
+
+
+@click.command("decommission")
+@click.argument("bookie_id")
+@metadata_option
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def bookie_decommission(bookie_id, metadata_uri, yes, as_json):
+    """Retire a stopped bookie: re-replicate every ledger that has a fragment on it, then
+    delete its cookie (BookKeeper's `decommissionbookie`). Its cookie stays, and the exit
+    code is 1, while any ledger still names it."""
+    confirm_delete(f"bookie {bookie_id} (its data is copied elsewhere first)", yes, as_json)
+    with open_client(metadata_uri) as client:
+        _refuse_if_registered(client, bookie_id, "decommissioning it", as_json)
+        result = rereplicate(client.metadata, bookie_id)
+        removed = False
+        if not result["left"]:
+            cookies = client.metadata.cookies
+            v = cookies.read_cookie(bookie_id)
+            if v is not None:
+                cookies.remove_cookie(bookie_id, v.version)
+                removed = True
+    _report(bookie_id, result, as_json, {"cookie_removed": removed,
+                                         "decommissioned": not result["left"]})
+    if result["left"]:
+        raise SystemExit(1)
+    if not as_json:
+        click.echo(f"bookie {bookie_id} decommissioned" + ("; its cookie is removed" if removed else ""))
+
+
+# -- autorecovery ----------------------------------------------------------------------------------
+
+@click.group(cls=EmbedlogGroup)
+def autorecovery():
+    """The auditor and the under-replicated ledgers."""
+
+
+def autorecovery_state(store) -> dict:
+    from embedlog.client.autorecovery import current_auditor
+    ur = store.underreplication.list_underreplicated()
+    return {"auditor": current_auditor(store),
+            "underreplicated": [{**ledger_ref(lid), "missing_bookies": list(missing)}
+                                for lid, missing in sorted(ur.items(), key=lambda kv: (
+                                    kv[0].scope_id, kv[0].ledger_id))]}
+
+
+@autorecovery.command("status")
+@metadata_option
+@json_option
+def autorecovery_status(metadata_uri, as_json):
+    """Who is the auditor, and which ledgers are marked under-replicated (missing bookies)."""
+    with open_client(metadata_uri) as client:
+        out = autorecovery_state(client.metadata)
+    if as_json:
+        emit(True, out)
+        return
+    click.echo(f"auditor: {out['auditor'] or '(none elected: no bookie runs --autorecovery)'}")
+    table(["under-replicated ledger", "missing bookies"],
+          [[r["ledger_qualified_name"], ", ".join(r["missing_bookies"])] for r in out["underreplicated"]],
+          f"{len(out['underreplicated'])} under-replicated ledgers")
+
+
+def run_audit(store) -> list:
+    """An audit now: mark every ledger with a fragment on a bookie that is not registered
+    (no grace period: the operator asked). The running replication workers copy them."""
+    from embedlog.client.autorecovery import AutoRecovery
+    from embedlog.client.context import ClientConfig, ClientContext
+    ctx = ClientContext(store, ClientConfig(client_name="embedlog-audit"))
+    try:
+        return AutoRecovery(ctx, "embedlog-audit", lost_bookie_grace_s=0.0).audit()
+    finally:
+        ctx.close()
+
+
+@autorecovery.command("audit")
+@metadata_option
+@json_option
+def autorecovery_audit(metadata_uri, as_json):
+    """Audit now (BookKeeper's triggeraudit): mark every ledger with a fragment on a bookie
+    that is not registered as under-replicated, for the autorecovery workers to copy."""
+    with open_client(metadata_uri) as client:
+        marked = run_audit(client.metadata)
+        ur = client.metadata.underreplication.list_underreplicated()
+    rows = [{**ledger_ref(lid), "missing_bookies": list(ur.get(lid, []))} for lid in marked]
+    emit(as_json, {"marked": rows}, f"audit: {len(rows)} ledgers marked under-replicated")
+    if not as_json:
+        for r in rows:
+            click.echo(f"  {r['ledger_qualified_name']}: missing {', '.join(r['missing_bookies'])}")
+
+
+# -- metadata format / cookies -------------------------------------------------------------------
+
+@click.group(cls=EmbedlogGroup)
+def metadata():
+    """The metadata store itself."""
+
+
+@metadata.command("format")
+@metadata_option
+@json_option
+def metadata_format(metadata_uri, as_json):
+    """Make a new, empty metadata store at the URI (its layout and instance id), as
+    BookKeeper's `metaformat` does for a new cluster. Exit 4 if one is there already: this
+    command never wipes a store."""
+    import os
+    from embedlog.meta import open_metadata_store, parse_metadata_uri
+    uri = require_metadata(metadata_uri)
+    scheme, _servers, path, _opts = parse_metadata_uri(uri)
+    try:
+        with open_metadata_store(uri, create=False) as store:
+            fail(f"{uri} already holds a metadata store (instance {store.instance_id}); "
+                 f"nothing was changed", EXIT_REFUSED, as_json)
+    except MetadataError as exc:
+        if "no metadata store" not in str(exc):
+            raise
+    if scheme == "sqlite":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o700, exist_ok=True)
+    with open_metadata_store(uri) as store:
+        out = {"metadata_uri": uri, "instance_id": store.instance_id, "formatted": True}
+    emit(as_json, out, f"formatted {uri}: instance {out['instance_id']}")
+
+
+@click.group(cls=EmbedlogGroup)
+def cookie():
+    """Bookie cookies in the metadata store (what ties a bookie's directories to it)."""
+
+
+def _read_cookie(store, bookie_id: str, as_json: bool):
+    v = store.cookies.read_cookie(bookie_id)
+    if v is None:
+        fail(f"no cookie for bookie {bookie_id} in {store.uri}", EXIT_NOT_FOUND, as_json)
+    return v
+
+
+@cookie.command("show")
+@click.argument("bookie_id")
+@metadata_option
+@json_option
+def cookie_show(bookie_id, metadata_uri, as_json):
+    """A bookie's cookie: its directories and the metadata store instance it belongs to."""
+    from embedlog.bookie.cookies import Cookie
+    with open_client(metadata_uri) as client:
+        v = _read_cookie(client.metadata, bookie_id, as_json)
+    try:
+        c = Cookie.from_bytes(bytes(v.value), f"cookie of {bookie_id}")
+        out = {"bookie_id": c.bookie_id, "instance_id": c.instance_id, "metadata_uri": c.metadata_uri,
+               "journal_dir": c.journal_dir, "ledger_dirs": list(c.ledger_dirs), "version": v.version}
+    except EmbedlogError:
+        # not a bookie's cookie (the auditor's lease lives beside them): show its bytes
+        out = {"bookie_id": bookie_id, "raw": bytes(v.value).decode("utf-8", "replace"),
+               "version": v.version}
+    if as_json:
+        emit(True, out)
+        return
+    for k, value in out.items():
+        click.echo(f"{k}: {', '.join(value) if isinstance(value, list) else value}")
+
+
+@cookie.command("delete")
+@click.argument("bookie_id")
+@metadata_option
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+def cookie_delete(bookie_id, metadata_uri, yes, as_json):
+    """Delete a bookie's cookie (a bookie whose directories were wiped can then start as
+    new). Refused (exit 4) while the bookie is registered."""
+    confirm_delete(f"the cookie of bookie {bookie_id}", yes, as_json)
+    with open_client(metadata_uri) as client:
+        _refuse_if_registered(client, bookie_id, "deleting its cookie", as_json)
+        v = _read_cookie(client.metadata, bookie_id, as_json)
+        client.metadata.cookies.remove_cookie(bookie_id, v.version)
+    emit(as_json, {"bookie_id": bookie_id, "deleted": True}, f"deleted the cookie of bookie {bookie_id}")
+
+
+def add_to(main: click.Group, bookie: click.Group) -> None:
+    for cmd in (bookie_list, bookie_readonly, bookie_recover, bookie_decommission):
+        bookie.add_command(cmd)
+    for group in (autorecovery, metadata, cookie):
+        main.add_command(group)

@@ -1,0 +1,189 @@
+"""`embedlog bookie serve`: one bookie process, registered in the metadata store while it lives.
+
+The process wires the layers together, which is why it lives with the command and not in
+the wire layer: a Bookie (bookie/), its metadata store (meta/), the BookieServer (net/),
+the admin HTTP server and its metrics (admin/), and autorecovery (client/).
+
+Read-only mode is the bookie's own state, with its reasons (Bookie.set_read_only):
+"operator" (--read-only, SIGUSR1 / SIGUSR2, the admin API's state/readonly) and "disk"
+(the disk monitor). This process only follows it: whenever the state changes, the bookie
+is registered again under its new state.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import sys
+
+from embedlog.admin.metrics import BookieMetrics
+from embedlog.bookie import Bookie
+from embedlog.config import BookieConfig
+from embedlog.errors import ConfigError
+from embedlog.meta import open_metadata_store
+from embedlog.net import security
+from embedlog.net.server import BookieServer
+
+log = logging.getLogger("embedlog.serve")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) < 65536):
+        raise ConfigError(f"--listen wants HOST:PORT, got {listen!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def make_directory(directory: str) -> str:
+    """The bookie's directory, absolute, created (0700) if missing; ConfigError if it cannot
+    be (a file there, no permission, a read-only file system)."""
+    directory = os.path.abspath(directory)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--dir {directory}: cannot create it: {exc.strerror}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"--dir {directory}: not writable by this user")
+    return directory
+
+
+def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: str | None = None,
+          metadata_uri: str | None = None, read_only: bool = False, config: dict | None = None,
+          ready_file: str | None = None, autorecovery: dict | None = None, *,
+          tls_cert_file: str | None = None, tls_key_file: str | None = None,
+          tls_ca_file: str | None = None, auth_token_file: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly.
+
+    TLS with ``tls_cert_file`` (and ``tls_key_file``); with ``tls_ca_file`` too, clients must
+    present a certificate signed by that CA. With ``auth_token_file`` every connection must
+    begin with AUTH carrying that file's token (docs/SECURITY.md). Whatever stops it from
+    starting (a port in use, a directory it cannot use) is a ConfigError naming it."""
+    host, port = parse_listen(listen)
+    bookie_config = BookieConfig.from_dict(config or {})
+    security_opts = {}
+    if tls_ca_file and not tls_cert_file:
+        raise ConfigError("--tls-ca-file (client certificates) needs --tls-cert-file")
+    if tls_cert_file:
+        security_opts["ssl_context"] = security.server_context(tls_cert_file, tls_key_file, tls_ca_file)
+    if auth_token_file:
+        security_opts["auth_token"] = security.read_token(auth_token_file)
+    # the auditor and the admin server talk to the other bookies as a client: with this
+    # bookie's certificate, trusting the same CA, with the same token
+    client_config = (dict(tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
+                          tls_key_file=tls_key_file, auth_token_file=auth_token_file)
+                     if tls_cert_file or auth_token_file else {})
+    if autorecovery is not None and client_config:
+        autorecovery = dict(autorecovery, client_config=client_config)
+    directory = make_directory(directory)
+    # the store first: the bookie's cookie names it, and its GC lists ledgers in it
+    meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
+    try:
+        try:
+            bookie = Bookie(directory, bookie_config, metadata=meta)
+        except OSError as exc:
+            raise ConfigError(f"--dir {directory}: {exc.strerror or exc}"
+                              + (f" ({exc.filename})" if exc.filename else "")) from None
+    except BaseException:
+        meta.close()
+        raise
+    try:
+        if read_only:
+            bookie.set_read_only("operator", True)
+        asyncio.run(_run(bookie, meta, host, port, advertised_address, ready_file,
+                         autorecovery, security_opts, client_config))
+    finally:
+        bookie.close()
+        meta.close()
+
+
+async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
+               security_opts=None, client_config=None) -> None:
+    metrics = BookieMetrics(bookie).count_written_entries(meta)
+    server = BookieServer(bookie, host, port, **(security_opts or {}))
+    metrics.watch(server)
+    try:
+        await server.start()
+    except OSError as exc:
+        what = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror or str(exc)
+        raise ConfigError(f"--listen {host}:{port}: cannot listen: {what}") from None
+    address = advertised or server.address
+    admin = None
+    info = {"address": address, "pid": os.getpid()}
+    if bookie.config.http_server_enabled:
+        from embedlog.admin.http import AdminServer
+        admin = AdminServer(bookie, server, meta, metrics=metrics,
+                            host=bookie.config.http_server_host,
+                            port=bookie.config.http_server_port, advertised_address=address,
+                            client_config=client_config)
+        try:
+            admin.start()
+        except BaseException:
+            await server.stop()
+            raise
+        server.info["http"] = info["http"] = admin.address
+        print(f"admin http://{admin.address}/status", flush=True)
+    loop = asyncio.get_running_loop()
+    registered = {"read_only": bookie.read_only}
+    meta.registration_manager.register_bookie(bookie.bookie_id, registered["read_only"], dict(info))
+
+    def follow_state() -> None:
+        # the registration follows the bookie's read-only state (whatever the reason);
+        # runs on the loop, so changes are applied one at a time, the last one last
+        flag = bookie.read_only
+        if flag == registered["read_only"]:
+            return
+        meta.registration_manager.unregister_bookie(bookie.bookie_id, registered["read_only"])
+        meta.registration_manager.register_bookie(bookie.bookie_id, flag, dict(info))
+        registered["read_only"] = flag
+        log.warning("bookie %s is %s (%s)", bookie.bookie_id, "read-only" if flag else "writable",
+                    ", ".join(sorted(bookie.read_only_reasons)) or "no reason left")
+
+    def on_state(read_only: bool, reasons) -> None:       # any thread (the disk checker)
+        loop.call_soon_threadsafe(follow_state)
+
+    bookie.read_only_listeners.append(on_state)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    # SIGUSR1 / SIGUSR2: the operator's read-only mode (the harness's set_read_only)
+    loop.add_signal_handler(signal.SIGUSR1, bookie.set_read_only, "operator", True)
+    loop.add_signal_handler(signal.SIGUSR2, bookie.set_read_only, "operator", False)
+    follow_state()          # a change between registering and listening
+    line = f"bookie {bookie.bookie_id} listening on {server.address} (advertised {address})"
+    print(line, flush=True)
+    log.info("%s, directory %s, metadata %s", line, bookie.directory, getattr(meta, "uri", "?"))
+    if ready_file:
+        tmp = ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{bookie.bookie_id} {server.address}\n")
+        os.replace(tmp, ready_file)
+    recovery = None
+    if autorecovery is not None:
+        from embedlog.client.autorecovery import AutoRecovery
+        from embedlog.client.context import ClientConfig, ClientContext
+        autorecovery = dict(autorecovery)
+        client_config = ClientConfig(**autorecovery.pop("client_config", {}))
+        recovery = AutoRecovery(ClientContext(meta, client_config), bookie.bookie_id,
+                                **autorecovery).start()
+    metrics.autorecovery = recovery
+    if admin is not None:
+        admin.autorecovery = recovery
+        admin.ready = True
+    try:
+        await stop.wait()
+    finally:
+        bookie.read_only_listeners.remove(on_state)
+        if admin is not None:
+            admin.shutting_down = True
+            await loop.run_in_executor(None, admin.stop)
+        if recovery is not None:
+            await loop.run_in_executor(None, recovery.stop)
+            recovery.ctx.close()
+        try:
+            meta.registration_manager.unregister_bookie(bookie.bookie_id, registered["read_only"])
+        finally:
+            await server.stop()
+            metrics.written.close()
+    print(f"bookie {bookie.bookie_id} stopped", file=sys.stderr, flush=True)

@@ -1,0 +1,156 @@
+"""Issue 17, items 4 and 6: one error path for every command (the exit codes of
+docs/OPERATIONS.md, one line on stderr, never a traceback) and logging to stderr at a
+chosen level."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import embedlog
+from cliutil import ROOT, cli, cli_env, start, wait_until
+
+
+def no_traceback(r) -> None:
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr
+
+
+# -- bookie serve ---------------------------------------------------------------------------------
+
+def test_bookie_serve_port_in_use_is_a_start_error(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = cli("bookie", "serve", "--dir", tmp_path / "b", "--listen", f"127.0.0.1:{port}")
+    assert r.returncode == 2 and "address already in use" in r.stderr.lower(), r.stderr
+    assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
+    no_traceback(r)
+
+
+def test_bookie_serve_impossible_dir_is_a_start_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = cli("bookie", "serve", "--dir", blocker / "bookie", "--listen", "127.0.0.1:0")
+    assert r.returncode == 2 and str(blocker) in r.stderr, r.stderr
+    no_traceback(r)
+
+
+def test_bookie_serve_creates_a_missing_dir(tmp_path):
+    """Its help says it creates --dir: with no --metadata too (the store lives in it)."""
+    d = tmp_path / "new" / "deeper" / "bookie"
+    ready = tmp_path / "ready"
+    proc = start("bookie", "serve", "--dir", d, "--listen", "127.0.0.1:0", "--ready-file", ready)
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, 60, "the bookie starting")
+        assert ready.exists(), proc.finish(1)
+        assert (d / "meta.db").exists() and oct(os.stat(d).st_mode & 0o777) == "0o700"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.finish(30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+
+
+def test_config_show_refuses_what_bookie_serve_refuses(tmp_path):
+    bad = ("--set", "disk_usage_threshold=0.9", "--set", "disk_usage_lwm_threshold=0.95")
+    r = cli("config", "show", *bad)
+    assert r.returncode == 2 and "disk_usage_lwm_threshold" in r.stderr
+    r = cli("bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0", *bad)
+    assert r.returncode == 2 and "disk_usage_lwm_threshold" in r.stderr
+    no_traceback(r)
+
+
+# -- shell -------------------------------------------------------------------------------------------
+
+def _bookie_with_entries(path, n=6000):
+    with embedlog.open(path) as log:
+        w = log.create_ledger()
+        w.append_many([b"x" * 40] * n)
+        w.close()
+        return w.ledger_id
+
+
+def test_shell_exit_codes_follow_the_table(tmp_path):
+    lid = _bookie_with_entries(tmp_path / "b")
+    r = cli("shell", "listledgers", "--dir", tmp_path)                   # not a bookie
+    assert r.returncode == 2 and "not a bookie directory" in r.stderr
+    r = cli("shell", "listledgers", "--dir", tmp_path / "nowhere")
+    assert r.returncode == 2
+    r = cli("shell", "readledger", "--dir", tmp_path / "b", lid.ledger_id + 1000)
+    assert r.returncode == 3 and "no index file" in r.stderr
+    r = cli("shell", "readledger", "--dir", tmp_path / "b", lid.ledger_id + 1000, "--json")
+    assert r.returncode == 3 and json.loads(r.stderr)["exit_code"] == 3
+    r = cli("shell", "readjournal", "--dir", tmp_path / "b", "ffff")
+    assert r.returncode == 2 and "no journal ffff" in r.stderr
+    r = cli("shell", "readlog", "--dir", tmp_path / "b", "zz")
+    assert r.returncode == 2
+    for r in (cli("shell", "listledgers", "--dir", tmp_path / "b"),
+              cli("shell", "ledgermetadata", "--dir", tmp_path / "b", lid.ledger_id)):
+        assert r.returncode == 0, r.stderr
+        no_traceback(r)
+
+
+def test_shell_into_head_stops_quietly(tmp_path):
+    _bookie_with_entries(tmp_path / "b")
+    cmd = (f"{sys.executable} -m embedlog.cli shell readjournal --dir {tmp_path / 'b'} | head -n 2; "
+           f"exit ${{PIPESTATUS[0]}}")
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=cli_env(),
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, (r.returncode, r.stderr)
+    assert r.stderr == ""
+
+
+# -- every command, one error path ------------------------------------------------------------------
+
+def test_every_client_command_reports_a_missing_store_the_same_way(tmp_path):
+    typo = f"sqlite://{tmp_path}/typo.db"
+    commands = [("ledger", "list"), ("ledger", "metadata", "1"), ("ledger", "read", "1"),
+                ("ledger", "tail", "1"), ("ledger", "delete", "1", "--yes"), ("ledger", "recover", "1"),
+                ("ledger", "create"), ("stream", "list"), ("stream", "read", "s"),
+                ("stream", "append", "s", "x"), ("stream", "create", "s"),
+                ("bookie", "list"), ("autorecovery", "status"), ("cookie", "show", "b")]
+    for args in commands:
+        r = cli(*args, "--metadata", typo, "--json")
+        assert r.returncode == 5, (args, r.returncode, r.stderr)
+        err = json.loads(r.stderr)
+        assert err["exit_code"] == 5 and typo in err["error"] and err["type"] == "MetadataError"
+    assert not (tmp_path / "typo.db").exists()
+
+
+# -- logging --------------------------------------------------------------------------------------------
+
+def test_log_level_shows_the_background_work(tmp_path):
+    """With --log-level info a bookie says what its autorecovery does (on stderr); by
+    default (warning) it does not."""
+    runs = []
+
+    def serve(*extra, env=None):
+        runs.append(extra)
+        ready = tmp_path / f"ready{len(runs)}"
+        proc = start(*extra, "bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0",
+                     "--ready-file", ready, "--autorecovery", "--autorecovery-interval", "0.1",
+                     env=env)
+        try:
+            wait_until(lambda: ready.exists() or proc.poll() is not None, 60, "the bookie starting")
+            if "--log-level" in extra or env is not None:
+                wait_until(lambda: "is the auditor now" in "".join(proc._err), 30, "the auditor log")
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.finish(30)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err
+        return err
+
+    err = serve("--log-level", "info")
+    assert "INFO embedlog.autorecovery" in err and "is the auditor now" in err
+    assert "INFO embedlog.serve" in err            # where it listens, its directory and store
+    err = serve(env=cli_env(EMBEDLOG_LOG_LEVEL="info"))
+    assert "is the auditor now" in err
+    err = serve()
+    assert "INFO" not in err
+    r = cli("ledger", "list", "--log-level", "loud")
+    assert r.returncode == 2 and "--log-level" in r.stderr

@@ -1,0 +1,64 @@
+"""Issue 17 item 8: normal runs end without shutdown warnings ("Task was destroyed but it is
+pending!", "Exception in callback ... CancelledError", unclosed loops and files), whether a
+program closes its client or leaves it to the interpreter's exit, and even while writers'
+messages are still on their way (delayed by the fault proxies)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from cliutil import ROOT, cli_env
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    import embedlog
+    from embedlog.harness import LocalCluster
+
+    def in_flight(w):
+        # the writer's explicit LAC (WRITE_LAC) has left and its answers are delayed
+        while w._lac_sent < w.last_add_confirmed:
+            time.sleep(0.01)
+
+    with LocalCluster(bookies=3, autorecovery=False) as cluster:
+        closed = cluster.client("closed")
+        w = closed.create_ledger(3, 3, 3)
+        w.append_many([b"x"] * 10)
+        s = closed.open_stream("s", ensemble_size=3, write_quorum=3, ack_quorum=3)
+        s.append(b"y")
+        left = embedlog.Client(cluster.metadata_uri)       # never closed by this program
+        w2 = left.create_ledger(3, 3, 3)
+        w2.append_many([b"z"] * 10)
+        for i in range(3):
+            cluster.proxy(i).delay(3)
+        w3 = closed.create_ledger(3, 3, 3)
+        f = w3.append_async(b"late")                      # an add still on its way at close
+        in_flight(w)
+        in_flight(w2)
+    print("done", flush=True)
+""")
+
+
+def test_no_shutdown_warnings(tmp_path):
+    r = subprocess.run([sys.executable, "-X", "dev", "-c", CHILD], capture_output=True, text=True,
+                       env=cli_env(TMPDIR=str(tmp_path)), cwd=ROOT, timeout=240)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr[-3000:]
+    for noise in ("Task was destroyed", "Exception in callback", "Exception ignored",
+                  "ResourceWarning", "Traceback", "never awaited"):
+        assert noise not in r.stderr, r.stderr[-3000:]
+
+
+def test_a_closed_client_leaves_no_task_and_closes_its_loop(tmp_path):
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
+        client = cluster.client()
+        w = client.create_ledger(3, 3, 3)
+        w.append_many([b"x"] * 10)
+        for i in range(3):
+            cluster.proxy(i).delay(3)
+        ctx = client._ctx
+        client.close()
+        import asyncio
+        assert ctx.loop.is_closed() and not asyncio.all_tasks(ctx.loop)
+        for i in range(3):
+            cluster.proxy(i).heal()
