@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 
+import embedlog
+from embedlog.client import Client as SyncClient
 from embedlog.errors import IllegalOpError
 
 __all__ = ["open", "Client", "AsyncEmbeddedLog", "AsyncWriteHandle", "AsyncReadHandle",
@@ -345,7 +347,6 @@ class AsyncEmbeddedLog:
 def open(path, **config) -> AsyncEmbeddedLog:
     """``embedlog.open(path, **config)`` for asyncio. Opening (which replays the journal)
     happens here, in the calling thread, as a program's start-up; use ``async with`` to close."""
-    import embedlog
     return AsyncEmbeddedLog(embedlog.open(path, **config))
 
 
@@ -356,7 +357,6 @@ class Client:
     Connecting to the metadata store happens in the constructor, in the calling thread."""
 
     def __init__(self, metadata_uri: str, **config):
-        from embedlog.client import Client as SyncClient
         self._c = SyncClient(metadata_uri, **config)
         self._bridge = _Bridge(self._c.context)
 

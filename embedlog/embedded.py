@@ -15,15 +15,15 @@ import threading
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
-from embedlog.fileio import private_dir
-from embedlog.config import BookieConfig
-from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError,
-                             LedgerClosedError, NoSuchEntryError,
-                             NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.client.client import password_bytes
-from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recovered
 from embedlog.client.context import ClientConfig, ClientContext
+from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recovered
+from embedlog.client.read import ReadHandle as Tailing
 from embedlog.client.stream import delete_stream, find_stream, list_streams, open_stream
+from embedlog.config import BookieConfig
+from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
+                             NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from embedlog.fileio import private_dir
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.net.server import BookieServer
@@ -461,7 +461,6 @@ class ReadHandle:
         tail over the in-process connection to this bookie); ends when the ledger is
         closed and read to its end, or when ``stop()`` is true. The LAC travels in the
         writer's next entry: its last entry shows once it writes another or closes."""
-        from embedlog.client.read import ReadHandle as Tailing
         reader = Tailing(self._log.client_context(), self._log.ledger_metadata(self.ledger_id),
                          self._md.password)
         yield from reader.tail(start, poll_timeout_ms, stop)

@@ -11,6 +11,8 @@ import pytest
 
 @pytest.fixture
 def embedlog_log(tmp_path):
+    # start-up cost: pytest loads this plugin in every session of every project that
+    # installs embedlog; the engine loads only when a test asks for the fixture
     import embedlog
     log = embedlog.open(tmp_path / "embedlog")
     try:
@@ -21,6 +23,7 @@ def embedlog_log(tmp_path):
 
 @pytest.fixture
 def embedlog_cluster_factory(tmp_path):
+    # start-up cost, as above: the harness loads only for a test that uses it
     from embedlog.harness import LocalCluster
     made = []
 

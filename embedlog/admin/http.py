@@ -54,9 +54,21 @@ import threading
 import time
 from urllib.parse import parse_qs, urlsplit
 
-from embedlog.meta.views import ledger_ref, metadata_dict
-from embedlog.errors import (EmbedlogError, IllegalOpError, MetadataError, NoSuchEntryError,
-                             NoSuchLedgerError)
+from prometheus_client import CONTENT_TYPE_LATEST
+
+import embedlog
+from embedlog._native.format import LedgerId
+from embedlog.admin.metrics import BookieMetrics, compaction_progress
+from embedlog.admin.status import render
+from embedlog.bookie.files import KINDS, list_files
+from embedlog.client.autorecovery import AutoRecovery, current_auditor
+from embedlog.client.context import ClientConfig, ClientContext
+from embedlog.client.read import ReadHandle
+from embedlog.errors import (ConfigError, EmbedlogError, IllegalOpError, MetadataError,
+                             NoSuchEntryError, NoSuchLedgerError)
+from embedlog.meta.views import data_dict, ledger_ref, metadata_dict
+from embedlog.net import protocol as P
+from embedlog.net.transport import BookieConnection
 
 log = logging.getLogger("embedlog.admin")
 
@@ -139,7 +151,6 @@ class Params:
 
     def ledger_id(self):
         """BP-35: ledger_id with ledger_scope_id (default 0), or ledger_qualified_name."""
-        from embedlog._native.format import LedgerId
         qname = self.values.get("ledger_qualified_name")
         scope = self.int("ledger_scope_id")
         if qname is not None:
@@ -335,7 +346,6 @@ class AdminServer:
         self.server = server                   # the BookieServer (wire address, stats)
         self.meta = meta
         if metrics is None:
-            from embedlog.admin.metrics import BookieMetrics
             metrics = BookieMetrics(bookie).watch(server)
         self.metrics = metrics
         self.metrics.underreplicated = self._underreplicated_count
@@ -406,7 +416,6 @@ class AdminServer:
         try:
             self._httpd = _PooledServer((self.host, self.port), _Handler, self, family)
         except OSError as exc:
-            from embedlog.errors import ConfigError
             raise ConfigError(f"http_server_port: cannot listen on {self.host}:{self.port}: "
                               f"{exc.strerror}") from None
         self.port = self._httpd.server_address[1]
@@ -438,7 +447,6 @@ class AdminServer:
         """A client context of this bookie's cluster (made on first use; closed by stop())."""
         with self._client_lock:
             if self._client_ctx is None:
-                from embedlog.client.context import ClientConfig, ClientContext
                 self._client_ctx = ClientContext(self.meta, ClientConfig(
                     client_name=f"admin-{self.bookie.bookie_id}", **self.client_config))
             return self._client_ctx
@@ -490,7 +498,6 @@ class AdminServer:
             "offset": offset}})
 
     def list_disk_file(self, p):
-        from embedlog.bookie.files import KINDS, list_files
         wanted = [k.strip() for k in (p.get("file_type") or ",".join(KINDS)).split(",") if k.strip()]
         for k in wanted:
             if k not in KINDS:
@@ -521,12 +528,10 @@ class AdminServer:
                       "stats": dict(self.bookie.gc.stats)})
 
     def bookie_info(self) -> dict:
-        from embedlog.admin.metrics import compaction_progress
         s = self.bookie.statistics()
         j = s.get("journal", {})
         disk = self.metrics.disk.get()
         cfg = self.bookie.config
-        import embedlog
         ver = getattr(embedlog, "__version__", "unknown")
         return {
             "bookie_id": self.bookie.bookie_id,
@@ -626,8 +631,6 @@ class AdminServer:
         """Entries of a ledger, read from its bookies as a client reads them (digests
         checked): start_entry_id (default 0) to end_entry_id (default the LAC), at most
         READ_ENTRIES_MAX of them."""
-        from embedlog.client.read import ReadHandle
-        from embedlog.meta.views import data_dict
         lid = p.ledger_id()
         md = self.meta.ledger_manager.read_ledger_metadata(lid).value
         r = ReadHandle(self.client_ctx(), md, md.password)
@@ -675,13 +678,11 @@ class AdminServer:
         return _json(out)
 
     def who_is_auditor(self, p):
-        from embedlog.client.autorecovery import current_auditor
         return _json({"auditor": current_auditor(self.meta)})
 
     def trigger_audit(self, p):
         """An audit now: every ledger with a fragment on an unregistered bookie is marked
         under-replicated (no grace period) for the replication workers."""
-        from embedlog.client.autorecovery import AutoRecovery
         marked = AutoRecovery(self.client_ctx(), self.bookie.bookie_id,
                               lost_bookie_grace_s=0.0).audit()
         return _json({"marked": [ledger_ref(lid) for lid in marked], "count": len(marked)})
@@ -689,7 +690,6 @@ class AdminServer:
     def cluster_info(self, p):
         """BookKeeper's cluster_info: bookie counts by state (unavailable: named in some
         ledger's ensemble, not registered), the auditor and the under-replicated count."""
-        from embedlog.client.autorecovery import current_auditor
         regs = self.meta.registration_client.get_all_bookies()
         registered = {r.bookie_id for r in regs}
         named, truncated = set(), False
@@ -769,14 +769,12 @@ class AdminServer:
                 "history": _rates(list(self._history)), "time": time.time()}
 
     def status_page(self, p):
-        from embedlog.admin.status import render
         return 200, "text/html; charset=utf-8", render(self.status_snapshot()).encode(), None
 
     def root(self, p):
         return 302, "text/plain", b"see /status\n", {"Location": "/status"}
 
     def prometheus(self, p):
-        from prometheus_client import CONTENT_TYPE_LATEST
         return 200, CONTENT_TYPE_LATEST, self.metrics.exposition(), None
 
 
@@ -799,8 +797,6 @@ def _rates(points: list) -> list:
 
 async def _bookie_infos(addresses: list) -> list:
     """BOOKIE_INFO of each address over the wire (None where it does not answer in time)."""
-    from embedlog.net import protocol as P
-    from embedlog.net.transport import BookieConnection
 
     async def one(addr):
         if not addr:

@@ -34,6 +34,7 @@ Figures BookKeeper operators watch, with BookKeeper's stat beside each (docs/OPE
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import threading
@@ -42,6 +43,8 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from embedlog._native.format import LedgerId
+from embedlog.errors import EmbedlogError, NoSuchLedgerError
 from embedlog.net import protocol as P
 from embedlog.net.server import ServerObserver
 
@@ -162,13 +165,10 @@ class WrittenEntries:
             self._pending[key] = self._pending.get(key, 0) + count
         if not asked:
             if self._worker is None:
-                import concurrent.futures
                 self._worker = concurrent.futures.ThreadPoolExecutor(1, "embedlog-written-entries")
             self._worker.submit(self._look_up, key)
 
     def _look_up(self, key) -> None:
-        from embedlog._native.format import LedgerId
-        from embedlog.errors import EmbedlogError, NoSuchLedgerError
         try:
             q = self.meta.ledger_manager.read_ledger_metadata(LedgerId(*key)).value.write_quorum
         except NoSuchLedgerError:

@@ -1,15 +1,29 @@
 """The `embedlog` command."""
 from __future__ import annotations
 
+import json
 import os
+import runpy
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 
 import click
+from rich.console import Console
 
+from embedlog.cli import operate
 from embedlog.cli.common import (METADATA_ENV, EmbedlogGroup, emit, install_common_options,
                                  json_option, log_level_option)
-from embedlog.cli.config import config_options
+from embedlog.cli.config import config_options, effective
+from embedlog.cli.demo import run
+from embedlog.cli.ledger import ledger
+from embedlog.cli.serve import serve
+from embedlog.cli.shell import shell
+from embedlog.cli.stream import stream
+from embedlog.errors import ConfigError
+from embedlog.harness import LocalCluster
 
 
 @click.group(cls=EmbedlogGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,9 +51,6 @@ def demo(directory, keep, entries, ledgers, seed, as_json):
 
     Progress goes to stderr, the figures to stdout. A directory the demo made is removed
     when it ends (Ctrl-C too: exit 130) unless --keep; a --dir you gave is kept."""
-    import shutil
-    from rich.console import Console
-    from embedlog.cli.demo import run
     made = directory is None
     directory = directory or tempfile.mkdtemp(prefix="embedlog-demo-")
     try:
@@ -86,8 +97,6 @@ def bookie_serve(directory, conf_path, settings, listen, advertised_address, met
     (`embedlog config show` with the same options prints the result). Exit code 2 when
     it cannot start: an invalid configuration, a port in use, a directory it cannot use
     or that another process holds; 5 when the metadata store cannot be reached."""
-    from embedlog.cli.config import effective
-    from embedlog.cli.serve import serve
     eff = effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port,
                     autorecovery)
     v = eff.values
@@ -123,11 +132,6 @@ def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
 
     With zk or etcd, ZooKeeper's or etcd's own data is throwaway: only the bookies'
     directories (and a sqlite store) can be kept."""
-    import json
-    import shutil
-    import signal
-    import threading
-    from embedlog.harness import LocalCluster
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     config = {"http_server_enabled": True, "http_server_port": 0} if http else None
@@ -185,8 +189,6 @@ BENCH_SUITES = {"compare": "compare.py", "ingest": "ingest.py", "replication": "
 def bench(suite, quick, only, out, suite_args):
     """Run a benchmark suite from benchmarks/; arguments after -- go to the suite
     (e.g. `embedlog bench --suite ingest -- --entries 100000`)."""
-    import runpy
-    from embedlog.errors import ConfigError
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     script = os.path.join(root, "benchmarks", BENCH_SUITES[suite])
     if not os.path.exists(script):
@@ -203,10 +205,6 @@ def bench(suite, quick, only, out, suite_args):
 def _add_commands():
     # each group lives in its own module; imported here so `embedlog --help` lists them
     from embedlog.cli.config import config
-    from embedlog.cli.ledger import ledger
-    from embedlog.cli.stream import stream
-    from embedlog.cli.shell import shell
-    from embedlog.cli import operate
     for group in (config, ledger, stream, shell):
         main.add_command(group)
     operate.add_to(main, bookie)

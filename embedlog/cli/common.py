@@ -17,6 +17,7 @@ how it is meant to stop.
 """
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -24,8 +25,18 @@ import signal
 import sys
 
 import click
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn
+from rich.progress import Progress as RichProgress
+from rich.progress import TextColumn, TimeRemainingColumn
+from rich.table import Table
 
 from embedlog import errors as E
+from embedlog._native.format import LedgerId
+from embedlog.client import Client
+from embedlog.errors import IllegalOpError
+from embedlog.meta.views import data_dict
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_METADATA = 0, 1, 2, 3, 4, 5
 EXIT_INTERRUPTED = 130
@@ -179,15 +190,12 @@ def json_option(f):
 def console():
     """A rich Console on stdout: a terminal's width, or no wrapping at all when piped (so a
     line a script greps for is never broken)."""
-    from rich.console import Console
     return Console(width=None if sys.stdout.isatty() else 1 << 12, highlight=False)
 
 
 def make_table(header: list, rows: list, right: tuple = ()):
     """A rich table (no borders but under the header); columns named in ``right`` are
     right-aligned (numbers)."""
-    from rich import box
-    from rich.table import Table
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for h in header:
         t.add_column(h, justify="right" if h in right else "left", no_wrap=True)
@@ -230,7 +238,6 @@ def require_metadata(metadata_uri: str | None) -> str:
 
 def open_client(metadata_uri: str | None):
     require_metadata(metadata_uri)
-    from embedlog.client import Client
     # a URI that names no store is an error (exit 5), never a new, empty store
     return Client(metadata_uri, create_metadata=False)
 
@@ -252,8 +259,6 @@ def ledger_id_options(f):
 
 def resolve_ledger_id(ledger_id, scope_id, qualified_name):
     """The LedgerId the three ledger options name; a UsageError (exit 2) when they disagree."""
-    from embedlog._native.format import LedgerId
-    from embedlog.errors import IllegalOpError
     if qualified_name is not None:
         if ledger_id is not None:
             raise click.UsageError("give LEDGER_ID or --ledger-qualified-name, not both")
@@ -317,9 +322,6 @@ class Progress:
             enabled = sys.stderr.isatty()
         self._bar = None
         if enabled:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress,
-                                       TextColumn, TimeRemainingColumn)
             self._bar = RichProgress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
                                      TimeRemainingColumn(), console=Console(stderr=True))
             self._task = self._bar.add_task(label, total=total)
@@ -342,7 +344,6 @@ def format_data(data: bytes, fmt: str) -> str:
     if fmt == "hex":
         return data.hex()
     if fmt == "base64":
-        import base64
         return base64.b64encode(data).decode()
     return data.decode("utf-8", "backslashreplace")
 
@@ -356,7 +357,6 @@ def format_option(f):
 def print_entry(key: str, number: int, data: bytes, fmt: str, as_json: bool) -> None:
     """One entry: "NUMBER<TAB>DATA", or a JSON line naming the number ``key``."""
     if as_json:
-        from embedlog.meta.views import data_dict
         click.echo(json.dumps({key: number, **data_dict(data)}))
     else:
         click.echo(f"{number}\t{format_data(data, fmt)}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 import click
 
 from embedlog.cli.common import EmbedlogGroup, emit, json_option, table
+from embedlog.cli.config_file import env_name, markdown_table, resolve, serve_options
+from embedlog.config import BookieConfig
 
 
 def config_options(f):
@@ -33,7 +35,6 @@ def config_options(f):
 
 
 def effective(conf_path, settings, listen, advertised_address, metadata_uri, http_port, autorecovery):
-    from embedlog.cli.config_file import resolve, serve_options
     return resolve(conf_path, options=serve_options(
         settings=settings, listen=listen, advertised_address=advertised_address,
         metadata_uri=metadata_uri, http_port=http_port, autorecovery=autorecovery))
@@ -72,8 +73,6 @@ def config_show(conf_path, settings, listen, advertised_address, metadata_uri, h
 @json_option
 def config_keys(markdown, as_json):
     """Every configuration key with its default, range, environment variable and meaning."""
-    from embedlog.config import BookieConfig
-    from embedlog.cli.config_file import env_name, markdown_table
     if markdown:
         click.echo(markdown_table())
         return

@@ -79,6 +79,7 @@ def check(key: str, value, source: str):
 
 
 def load_toml(path: str) -> dict:
+    # optional dependency: tomllib is stdlib from 3.11, tomli before
     try:
         import tomllib
     except ModuleNotFoundError:            # Python 3.10
@@ -169,6 +170,7 @@ def serve_options(*, settings=(), listen=None, advertised_address=None, metadata
     """The options of `bookie serve` (and `config show`) as keys for resolve()."""
     out = set_pairs(settings)
     if listen is not None:
+        # start-up cost: serve loads the bookie and the admin server; the fuzzers import this module
         from embedlog.cli.serve import parse_listen
         host, port = parse_listen(listen)
         out["listening_interface"] = (host, "option --listen")

@@ -19,6 +19,12 @@ import sys
 import time
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+import embedlog
+from embedlog import LedgerId
 
 
 def payload(ledger_index: int, entry_id: int) -> bytes:
@@ -31,7 +37,6 @@ def payload(ledger_index: int, entry_id: int) -> bytes:
 
 def writer(path: str, ledgers: int, entries: int, seed: int) -> None:
     """Runs in the child: append, print progress lines, never close cleanly."""
-    import embedlog
     rnd = random.Random(seed)
     log = embedlog.open(path)
     handles = [log.create_ledger(digest="crc32c") for _ in range(ledgers)]
@@ -74,12 +79,7 @@ def run(path: str, ledgers: int = 8, entries: int = 1_000_000, seed: int = 1, co
         out=None) -> dict:
     """The demo in ``path`` (a fresh directory); progress and messages on ``console`` (a rich
     Console, default stderr), the table of figures on ``out`` (default: ``console``)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    from rich.table import Table
 
-    import embedlog
-    from embedlog import LedgerId
 
     console = console or Console(stderr=True)
     out = out or console

@@ -9,11 +9,12 @@ import sys
 
 import click
 
-from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt, U64_MAX,
-                                 confirm_delete, emit, follow, format_option,
-                                 json_option, ledger_id_options, metadata_option,
-                                 open_client, print_entry, progress_option, resolve_ledger_id,
-                                 table)
+from embedlog.cli.common import (EXIT_INTERRUPTED, U64_MAX, EmbedlogGroup, Progress,
+                                 StopOnInterrupt, confirm_delete, emit, follow, format_option,
+                                 json_option, ledger_id_options, metadata_option, open_client,
+                                 print_entry, progress_option, resolve_ledger_id, table)
+from embedlog.errors import EmbedlogError, NoSuchLedgerError
+from embedlog.meta.api import LedgerState
 from embedlog.meta.views import ledger_ref, metadata_dict
 
 DIGESTS = ["crc32", "crc32c", "mac", "dummy"]
@@ -68,7 +69,6 @@ def ledger_create(metadata_uri, ensemble_size, write_quorum, ack_quorum, digest,
 
     Ctrl-C while writing stops after the batch under way and closes the ledger at its
     last acknowledged entry (exit code 130): nothing is left half-written."""
-    from embedlog.errors import EmbedlogError
     given = [name for name, v in (("--ledger-id", ledger_id), ("--ledger-qualified-name", qualified_name),
                                   ("--uuid", use_uuid or None)) if v is not None]
     if len(given) > 1:
@@ -159,7 +159,6 @@ def _write_entries(w, entries, entry_size, input_file, progress, stop, done: lis
 @json_option
 def ledger_list(metadata_uri, scope_id, all_scopes, details, limit, as_json):
     """List ledgers of one scope (default 0), or of every scope."""
-    from embedlog.errors import NoSuchLedgerError
     out = []
     with open_client(metadata_uri) as client:
         for lid in client.list_ledgers(None if all_scopes else scope_id):
@@ -281,7 +280,6 @@ def ledger_recover(metadata_uri, ledger_id, scope_id, qualified_name, password, 
     """Recover an OPEN ledger: fence its bookies, find its last entry, close it.
 
     Its writer, if still alive, can add no more. A CLOSED ledger is left as it is."""
-    from embedlog.meta.api import LedgerState
     lid = resolve_ledger_id(ledger_id, scope_id, qualified_name)
     with open_client(metadata_uri) as client:
         was = client.ledger_metadata(lid).state

@@ -16,17 +16,24 @@ which replaces it in the ensemble by compare-and-set.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
 
 import click
 
-from embedlog.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EmbedlogGroup, confirm_delete,
-                                 emit, fail, json_option, metadata_option, open_client,
-                                 require_metadata, table)
-from embedlog.errors import EmbedlogError, IllegalOpError, MetadataError
+from embedlog.bookie.cookies import Cookie
+from embedlog.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EmbedlogGroup, confirm_delete, emit,
+                                 fail, json_option, metadata_option, open_client, require_metadata,
+                                 table)
+from embedlog.client.autorecovery import AutoRecovery, current_auditor, ledgers_on
+from embedlog.client.context import ClientConfig, ClientContext
+from embedlog.errors import EmbedlogError, IllegalOpError, MetadataError, UnauthorizedAccessError
+from embedlog.meta import open_metadata_store, parse_metadata_uri
+from embedlog.meta.api import LedgerState
 from embedlog.meta.views import ledger_ref
+from embedlog.net.security import read_token
 
 HTTP_TIMEOUT_S = 10.0
 STATE_WAIT_S = 15.0           # for a bookie's registration to follow its new state
@@ -94,7 +101,6 @@ def admin_request(address: str, method: str, path: str, body: dict | None = None
     embedlog error (4xx/5xx: the server's message)."""
     headers = {"Content-Type": "application/json"}
     if token_file:
-        from embedlog.net.security import read_token
         headers["Authorization"] = "Bearer " + read_token(token_file).decode("latin-1")
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(f"http://{address}{path}", data=data, method=method, headers=headers)
@@ -106,7 +112,6 @@ def admin_request(address: str, method: str, path: str, body: dict | None = None
             message = json.loads(exc.read())["error"]
         except (ValueError, KeyError, TypeError):
             message = exc.reason
-        from embedlog.errors import UnauthorizedAccessError
         cls = UnauthorizedAccessError if exc.code in (401, 403) else EmbedlogError
         raise cls(f"bookie admin {address}: {exc.code} {message}") from None
     except (urllib.error.URLError, OSError) as exc:
@@ -155,9 +160,6 @@ def rereplicate(store, bookie_id: str, progress=None) -> dict:
     """Copy every fragment on ``bookie_id`` to other bookies where autorecovery can: CLOSED
     ledgers, and OPEN ledgers' fragments before their last. {"replicated": [ledger dicts],
     "left": [ledger dicts with the reason]}."""
-    from embedlog.client.autorecovery import AutoRecovery, ledgers_on
-    from embedlog.client.context import ClientConfig, ClientContext
-    from embedlog.meta.api import LedgerState
     ctx = ClientContext(store, ClientConfig(client_name="embedlog-cli"))
     try:
         worker = AutoRecovery(ctx, "embedlog-cli")
@@ -245,7 +247,6 @@ def autorecovery():
 
 
 def autorecovery_state(store) -> dict:
-    from embedlog.client.autorecovery import current_auditor
     ur = store.underreplication.list_underreplicated()
     return {"auditor": current_auditor(store),
             "underreplicated": [{**ledger_ref(lid), "missing_bookies": list(missing)}
@@ -272,8 +273,6 @@ def autorecovery_status(metadata_uri, as_json):
 def run_audit(store) -> list:
     """An audit now: mark every ledger with a fragment on a bookie that is not registered
     (no grace period: the operator asked). The running replication workers copy them."""
-    from embedlog.client.autorecovery import AutoRecovery
-    from embedlog.client.context import ClientConfig, ClientContext
     ctx = ClientContext(store, ClientConfig(client_name="embedlog-audit"))
     try:
         return AutoRecovery(ctx, "embedlog-audit", lost_bookie_grace_s=0.0).audit()
@@ -311,8 +310,6 @@ def metadata_format(metadata_uri, as_json):
     """Make a new, empty metadata store at the URI (its layout and instance id), as
     BookKeeper's `metaformat` does for a new cluster. Exit 4 if one is there already: this
     command never wipes a store."""
-    import os
-    from embedlog.meta import open_metadata_store, parse_metadata_uri
     uri = require_metadata(metadata_uri)
     scheme, _servers, path, _opts = parse_metadata_uri(uri)
     try:
@@ -347,7 +344,6 @@ def _read_cookie(store, bookie_id: str, as_json: bool):
 @json_option
 def cookie_show(bookie_id, metadata_uri, as_json):
     """A bookie's cookie: its directories and the metadata store instance it belongs to."""
-    from embedlog.bookie.cookies import Cookie
     with open_client(metadata_uri) as client:
         v = _read_cookie(client.metadata, bookie_id, as_json)
     try:

@@ -18,8 +18,11 @@ import os
 import signal
 import sys
 
+from embedlog.admin.http import AdminServer
 from embedlog.admin.metrics import BookieMetrics
 from embedlog.bookie import Bookie
+from embedlog.client.autorecovery import AutoRecovery
+from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.config import BookieConfig
 from embedlog.errors import ConfigError
 from embedlog.meta import open_metadata_store
@@ -112,7 +115,6 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
     admin = None
     info = {"address": address, "pid": os.getpid()}
     if bookie.config.http_server_enabled:
-        from embedlog.admin.http import AdminServer
         admin = AdminServer(bookie, server, meta, metrics=metrics,
                             host=bookie.config.http_server_host,
                             port=bookie.config.http_server_port, advertised_address=address,
@@ -161,8 +163,6 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
         os.replace(tmp, ready_file)
     recovery = None
     if autorecovery is not None:
-        from embedlog.client.autorecovery import AutoRecovery
-        from embedlog.client.context import ClientConfig, ClientContext
         autorecovery = dict(autorecovery)
         client_config = ClientConfig(**autorecovery.pop("client_config", {}))
         recovery = AutoRecovery(ClientContext(meta, client_config), bookie.bookie_id,

@@ -13,15 +13,24 @@ come from its cookie (``current/VERSION`` or ``journal/VERSION``), or from
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import struct
 import sys
 
 import click
 
+from embedlog._native import entrylog as nel
+from embedlog._native import index as nix
+from embedlog._native import journal as nj
+from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, parse_entry_header
+from embedlog.bookie.cookies import read_dir_cookie
+from embedlog.bookie.files import list_files
+from embedlog.bookie.journal import journal_ids
 from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
                              NoSuchLedgerError)
-
+from embedlog.meta import open_metadata_store
 
 # -- where things are -----------------------------------------------------------------------
 
@@ -39,7 +48,6 @@ class Layout:
 
 
 def _layout(directory, ledger_dirs, journal_dir, metadata_uri) -> Layout:
-    from embedlog.bookie.cookies import read_dir_cookie
     home = os.path.abspath(directory)
     if not os.path.isdir(home):
         raise ConfigError(f"--dir {home} is not a directory")
@@ -72,7 +80,6 @@ def _layout(directory, ledger_dirs, journal_dir, metadata_uri) -> Layout:
 
 
 def _ledger_key(ledger_id, scope_id, qualified_name):
-    from embedlog._native.format import LedgerId
     if qualified_name:
         if ledger_id is not None or scope_id:
             raise click.UsageError("give a ledger id or --ledger-qualified-name, not both")
@@ -89,7 +96,6 @@ def _ledger_key(ledger_id, scope_id, qualified_name):
 
 
 def _name(key) -> dict:
-    from embedlog._native.format import LedgerId
     return {"ledger_scope_id": key[0], "ledger_id": key[1],
             "qualified_name": LedgerId(*key).qualified_name}
 
@@ -99,7 +105,6 @@ def _short(key) -> str:
 
 
 def _index_file(layout: Layout, key):
-    from embedlog._native import index as nix
     for current in layout.currents:
         path = nix.index_path(current, key[0], key[1])
         if os.path.exists(path):
@@ -108,7 +113,6 @@ def _index_file(layout: Layout, key):
 
 
 def _open_index(layout: Layout, key):
-    from embedlog._native import index as nix
     current, _ = _index_file(layout, key)
     if current is None:
         return None
@@ -132,7 +136,6 @@ def _log_paths(layout: Layout) -> dict:
 
 
 def _open_log(layout: Layout, which: str):
-    from embedlog._native import entrylog as nel
     if os.path.sep in which or which.endswith(".log"):
         path = os.path.abspath(which)
         log_id = int(os.path.basename(path).split(".")[0], 16)
@@ -150,7 +153,6 @@ def _open_log(layout: Layout, which: str):
 
 
 def _journal_paths(layout: Layout) -> dict:
-    from embedlog.bookie.journal import journal_ids
     try:
         return {i: os.path.join(layout.journal_dir, "%x.txn" % i) for i in journal_ids(layout.journal_dir)}
     except FileNotFoundError:
@@ -219,8 +221,6 @@ def shell():
 @_common
 def lastmark(directory, ledger_dirs, journal_dir, metadata_uri, as_json):
     """The LastLogMark of each ledger directory: where journal replay starts."""
-    import struct
-    from embedlog._native.format import crc32c
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
     out = []
     for current in layout.currents:
@@ -259,7 +259,6 @@ def lastmark(directory, ledger_dirs, journal_dir, metadata_uri, as_json):
 def listfilesondisc(directory, ledger_dirs, journal_dir, metadata_uri, as_json, show_journal,
                     show_logs, show_index):
     """Journal files, entry logs and index files, with their sizes."""
-    from embedlog.bookie.files import list_files
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
     kinds = (["journal"] if show_journal else []) + (["entrylog", "compaction"] if show_logs else []) \
         + (["index"] if show_index else [])
@@ -283,10 +282,6 @@ def listfilesondisc(directory, ledger_dirs, journal_dir, metadata_uri, as_json, 
 def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, journal, ledger_filter,
                 limit):
     """The records of a journal file (hex id or path; default: the newest)."""
-    import mmap
-    import struct
-    from embedlog._native import journal as nj
-    from embedlog._native.format import parse_entry_header
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
     paths = _journal_paths(layout)
     if journal is None:
@@ -445,7 +440,6 @@ def readledger(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledge
 
 
 def _local_ledgers(layout: Layout) -> list:
-    from embedlog._native import index as nix
     keys = []
     for current in layout.currents:
         for scoped, root in ((False, "ledgers"), (True, "ledgers-scoped")):
@@ -458,7 +452,6 @@ def _local_ledgers(layout: Layout) -> list:
 
 
 def _open_store(layout: Layout):
-    from embedlog.meta import open_metadata_store
     if not layout.metadata_uri:
         raise ConfigError("no metadata store: pass --metadata URI")
     return open_metadata_store(layout.metadata_uri, create=False)
@@ -491,7 +484,6 @@ def listledgers(directory, ledger_dirs, journal_dir, metadata_uri, as_json, from
 def ledgermetadata(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledger_id, scope_id,
                    qualified_name):
     """A ledger's metadata from the metadata store."""
-    from embedlog._native.format import LedgerId
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
     key = _ledger_key(ledger_id, scope_id, qualified_name)
     if key is None:
@@ -525,8 +517,6 @@ def check_ledger(layout: Layout, key, logs: dict, digest=None, mac_key=None) -> 
     with a good digest. ``digest``: the ledger's digest code if known (from metadata);
     otherwise V2 entries name theirs and V1 entries are tried against CRC32C, CRC32 and
     DUMMY (a MAC ledger cannot be checked without its password)."""
-    from embedlog._native import entrylog as nel
-    from embedlog._native.format import decode_entry, parse_entry_header
     idx = _open_index(layout, key)
     report = {**_name(key), "entries": 0, "good": 0, "unchecked_digest": 0, "errors": []}
     if idx is None:
@@ -585,7 +575,6 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
                           scope_id, qualified_name):
     """Check that every index location points at a readable entry with a good digest
     (every ledger, or one). Exit status 1 if anything is wrong."""
-    from embedlog._native.format import LedgerId, mac_key
     layout = _layout(directory, ledger_dirs, journal_dir, metadata_uri)
     key = _ledger_key(ledger_id, scope_id, qualified_name)
     keys = [key] if key is not None else _local_ledgers(layout)

@@ -14,6 +14,8 @@ from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, Stop
                                  confirm_delete, emit, follow, format_option, json_option,
                                  metadata_option, open_client, print_entry, progress_option, table)
 from embedlog.cli.ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
+from embedlog.client.stream import find_stream
+from embedlog.errors import LedgerExistsError, NoSuchLedgerError
 from embedlog.meta.views import ledger_ref, metadata_dict
 
 
@@ -50,7 +52,6 @@ def stream():
 def stream_create(metadata_uri, name, ensemble_size, write_quorum, ack_quorum, digest, password,
                   rollover_entries, rollover_bytes, retention_ms, retention_entries, as_json):
     """Create the stream NAME (exit code 4 if it exists)."""
-    from embedlog.errors import LedgerExistsError, NoSuchLedgerError
     policy = {k: v for k, v in (("rollover_entries", rollover_entries), ("rollover_bytes", rollover_bytes),
                                 ("retention_ms", retention_ms), ("retention_entries", retention_entries))
               if v is not None}
@@ -79,7 +80,6 @@ def stream_list(metadata_uri, pattern, details, as_json):
         rows = []
         for n in names:
             if details:
-                from embedlog.client.stream import find_stream
                 v, _ = find_stream(client.metadata, n)
                 if v is None:
                     continue

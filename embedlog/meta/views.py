@@ -3,6 +3,8 @@ and the `embedlog` command both print (one spelling of each field, BP-35's names
 128-bit id)."""
 from __future__ import annotations
 
+import base64
+
 STREAM_NAME_KEY = "stream.name"
 
 
@@ -49,7 +51,6 @@ def metadata_dict(md) -> dict:
 def data_dict(data: bytes) -> dict:
     """An entry's bytes for JSON: ``data`` as UTF-8 text (None when it is not) and always
     ``data_base64``."""
-    import base64
     out = {"size": len(data), "data_base64": base64.b64encode(data).decode()}
     try:
         out["data"] = data.decode("utf-8")
