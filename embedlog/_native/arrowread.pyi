@@ -1,0 +1,16 @@
+"""Batch reads for Arrow: READ responses checked, then turned into BinaryArray buffers."""
+import numpy as np
+
+MAX_VALUES_BYTES: int
+KIND_DATA_UNTIMED: int
+KIND_NOOP: int
+KIND_DATA: int
+KIND_LINK: int
+
+Run = tuple[bytes | memoryview, int, int]     # (READ body, first entry id, entry count)
+
+def verify_run(body: bytes | memoryview, scope: int, ledger: int, first: int, last: int,
+               digest: int, mac_key: bytes | None = None) -> int: ...
+def payload_arrays(runs: list[Run], digest: int) -> tuple[np.ndarray, np.ndarray]: ...
+def stream_arrays(runs: list[Run], digest: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                          np.ndarray, np.ndarray, list]: ...
