@@ -172,6 +172,18 @@ class ReadHandle:
         self._check_range(first, last)
         return self._ctx.run(self._read_range(first, last))
 
+    def read_arrow(self, first: int, last: int):
+        """Payloads of entries first..last (inclusive, up to the LAC) as one
+        pyarrow.BinaryArray: ranged reads of up to 1024 entries a request, every digest
+        checked, one copy of each payload and no Python object per entry
+        (embedlog.client.scan). Needs pyarrow (the ``spark`` extra)."""
+        self._check_range(first, last)
+        # scan imports write_set from this module: imported here, not at the top
+        from embedlog._native.arrowread import payload_arrays
+        from embedlog.client.scan import binary_array, read_runs
+        runs = self._ctx.run(read_runs(self._ctx, self._md, self._mac_key, first, last))
+        return binary_array(*payload_arrays(runs, self._digest))
+
     def read(self, first: int, last: int, batch_size: int = 1024):
         self._check_range(first, last)
         pos = first
