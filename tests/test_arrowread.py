@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import struct
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -112,7 +113,7 @@ def test_stream_rows_skip_noops_and_set_links_aside():
     assert timed.tolist() == [False, True, True]
     assert times[timed].tolist() == [1_700_000_000_123, 1_700_000_001_000]
     assert binary(offsets, values).to_pylist() == [b"old", b"new", b""]
-    assert links == [(13, 1_700_000_000_500, 0x535041524B000002, 99, 5, 1000)]
+    assert links == [(13, 1_700_000_000_500, 0x535041524B000002, 99, 5, 1000, 1000, False)]
 
 
 @pytest.mark.parametrize("payload, message", [
@@ -120,6 +121,7 @@ def test_stream_rows_skip_noops_and_set_links_aside():
     (b"\x07abc", "unknown kind 7"),
     (b"\x02abc", "shorter than its kind byte and time"),
     (b"\x03" + b"\0" * 20, "stream link at position 0 has 21 bytes"),
+    (b"\x04" + b"\0" * 36, "stream link at position 0 has 37 bytes"),
 ])
 def test_stream_rows_refuse_what_no_writer_writes(payload, message):
     scope, lid = LEDGERS[1]
@@ -128,3 +130,31 @@ def test_stream_rows_refuse_what_no_writer_writes(payload, message):
     assert ar.verify_run(b, scope, lid, 0, 0, code) == 1
     with pytest.raises(CorruptedDataError, match=message):
         ar.stream_arrays([(b, 0, 1)], code)
+
+
+def test_packed_rows_round_trip():
+    rng = random.Random(7)
+    rows = [rng.randbytes(rng.choice([0, 1, 100, 1024, 70_000])) for _ in range(500)]
+    col = pa.array(rows, pa.binary())
+    _, offs_buf, vals_buf = col.buffers()
+    offsets = np.frombuffer(offs_buf, np.int32)[:len(rows) + 1]
+    values = np.frombuffer(vals_buf, np.uint8)
+    payloads, start = [], 0
+    while start < len(rows):
+        payload, start = ar.pack_rows(offsets, values, start, len(rows), 256 * 1024)
+        assert len(payload) <= 256 * 1024 or struct.unpack(">I", payload[:4])[0] == 1
+        payloads.append(payload)
+    assert len(payloads) > 10
+    scope, lid = LEDGERS[1]
+    items = entries(scope, lid, "crc32c", payloads)
+    b = body(items)
+    n = ar.verify_run(b, scope, lid, 0, len(items) - 1, digest_code("crc32c"))
+    offs, vals, per_entry = ar.packed_arrays([(b, 0, n)], digest_code("crc32c"))
+    assert binary(offs, vals).to_pylist() == rows
+    assert per_entry.sum() == len(rows) and len(per_entry) == len(payloads)
+    # sizes that do not add up to the payload are refused
+    bad = entries(scope, lid, "crc32c", [payloads[0][:-1]])
+    with pytest.raises(CorruptedDataError, match="packed entry 0"):
+        ar.packed_arrays([(body(bad), 0, 1)], digest_code("crc32c"))
+    with pytest.raises(IllegalOpError):
+        ar.pack_rows(offsets, values, 10, 5, 1024)

@@ -9,7 +9,8 @@ import pytest
 
 import embedlog
 from embedlog import LedgerId
-from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError,
+from embedlog.client.scan import pack_rows
+from embedlog.errors import (CorruptedDataError, EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError,
                              UnauthorizedAccessError)
 from embedlog.harness import LocalCluster
 
@@ -134,6 +135,33 @@ def test_links_are_rows_of_the_stream(client, name="linked"):
     with pytest.raises(NoSuchLedgerError, match=f"linked at position {last - 1}"):
         list(s.read(0))
     still_open.close()
+    s.close()
+
+
+def test_packed_links(client, name="packed"):
+    rows = [b"row-%d-" % i * (i % 300) for i in range(5000)]
+    h = client.create_ledger(3, 3, 2, scope_id=0x535041524B000002)
+    counts = []
+    for payload, n in pack_rows(pa.array(rows, pa.binary()), max_bytes=64 * 1024):
+        h.append(payload)
+        counts.append(n)
+    h.close()
+    assert len(counts) > 20 and sum(counts) == 5000
+    r = client.open_ledger(h.ledger_id)
+    assert r.read_arrow(0, len(counts) - 1, packed=True).to_pylist() == rows
+    s = client.open_stream(name)
+    half = len(counts) // 2
+    s.append_links([(h.ledger_id, 0, half, sum(counts[:half])),
+                    (h.ledger_id, half, len(counts) - half, sum(counts[half:]))], packed=True)
+    got = list(s.read(0))
+    assert [e.data for e in got] == rows
+    assert [e.index for e in got] == list(range(sum(counts[:half]))) + list(range(sum(counts[half:])))
+    links = s.read_arrow(0, s.last_position()).links
+    assert [(lk.packed, lk.rows) for lk in links] == [(True, sum(counts[:half])), (True, sum(counts[half:]))]
+    # a link that names more rows than its entries pack is refused by readers
+    s.append_links([(h.ledger_id, 0, 1, counts[0] + 1)], packed=True)
+    with pytest.raises(CorruptedDataError, match="names"):
+        list(s.read(0))
     s.close()
 
 

@@ -172,17 +172,30 @@ class ReadHandle:
         self._check_range(first, last)
         return self._ctx.run(self._read_range(first, last))
 
-    def read_arrow(self, first: int, last: int):
+    def read_arrow(self, first: int, last: int, packed: bool = False):
         """Payloads of entries first..last (inclusive, up to the LAC) as one
         pyarrow.BinaryArray: ranged reads of up to 1024 entries a request, every digest
         checked, one copy of each payload and no Python object per entry
-        (embedlog.client.scan). Needs pyarrow (the ``spark`` extra)."""
-        self._check_range(first, last)
+        (embedlog.client.scan). With ``packed``, the rows the entries pack
+        (scan.pack_rows' format), in order. Needs pyarrow (the ``spark`` extra)."""
         # scan imports write_set from this module: imported here, not at the top
         from embedlog._native.arrowread import payload_arrays
-        from embedlog.client.scan import binary_array, read_runs
-        runs = self._ctx.run(read_runs(self._ctx, self._md, self._mac_key, first, last))
-        return binary_array(*payload_arrays(runs, self._digest))
+        from embedlog.client.scan import binary_array
+        if packed:
+            return binary_array(*self.read_packed(first, last))
+        return binary_array(*payload_arrays(self._runs(first, last), self._digest))
+
+    def read_packed(self, first: int, last: int) -> tuple:
+        """(offsets int32[n + 1], values uint8[m]): the n rows packed in entries first..last,
+        as numpy arrays (no pyarrow needed)."""
+        from embedlog._native.arrowread import packed_arrays
+        offsets, values, _per_entry = packed_arrays(self._runs(first, last), self._digest)
+        return offsets, values
+
+    def _runs(self, first: int, last: int) -> list:
+        self._check_range(first, last)
+        from embedlog.client.scan import read_runs     # scan imports this module (see read_arrow)
+        return self._ctx.run(read_runs(self._ctx, self._md, self._mac_key, first, last))
 
     def read(self, first: int, last: int, batch_size: int = 1024):
         self._check_range(first, last)

@@ -23,20 +23,32 @@ from embedlog._native import arrowread
 from embedlog._native.format import decode_entry
 from embedlog.client.read import write_set
 from embedlog.errors import EmbedlogError, NoSuchEntryError
+from embedlog.meta.api import LedgerState
 from embedlog.net import protocol as P
 
 WINDOW_ENTRIES = 1024          # the bookie's MAX_READ_ENTRIES
-WINDOWS_IN_FLIGHT = 4          # per read: about 4 MiB of 1 KiB entries in flight
+WINDOW_BYTES = 1 << 20         # a window of large entries holds about this much
+WINDOWS_IN_FLIGHT = 4          # per read: about 4 MiB in flight
+
+
+def _window_entries(md) -> int:
+    """Entries per window: 1024, fewer for a closed ledger of large entries (its length
+    tells their mean size), so that big entries still spread over the replicas."""
+    if md.state != LedgerState.CLOSED or md.last_entry_id < 0 or md.length <= 0:
+        return WINDOW_ENTRIES
+    mean = md.length / (md.last_entry_id + 1)
+    return max(1, min(WINDOW_ENTRIES, int(WINDOW_BYTES // max(1.0, mean))))
 
 
 def _windows(md, first: int, last: int) -> list:
-    """(lo, hi) windows of at most WINDOW_ENTRIES that never cross a fragment boundary."""
+    """(lo, hi) windows that never cross a fragment boundary."""
     firsts = [f for f, _ in md.fragments]
+    size = _window_entries(md)
     out = []
     pos = first
     while pos <= last:
         k = max(0, bisect.bisect_right(firsts, pos) - 1)
-        end = min(last, pos + WINDOW_ENTRIES - 1)
+        end = min(last, pos + size - 1)
         if k + 1 < len(firsts):
             end = min(end, firsts[k + 1] - 1)
         out.append((pos, end))
@@ -81,7 +93,7 @@ async def _window(ctx, md, mac_key, lo: int, hi: int) -> list:
     pos = lo
     if md.write_quorum == md.ensemble_size:        # every bookie of the fragment holds every entry
         ws = write_set(md, lo)
-        start = lo // WINDOW_ENTRIES
+        start = lo // max(1, hi - lo + 1)
         for k in range(len(ws)):
             b = ws[(start + k) % len(ws)]
             while pos <= hi:       # a bookie answers at most half a frame: ask it again for the rest
@@ -121,3 +133,30 @@ def binary_array(offsets, values):
     import pyarrow as pa          # optional: only scans that return Arrow need it (spark extra)
     return pa.Array.from_buffers(pa.binary(), len(offsets) - 1,
                                  [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+
+
+PACK_BYTES = 256 * 1024        # a packed entry holds rows up to about this much
+
+
+def pack_rows(column, max_bytes: int = PACK_BYTES):
+    """Entry payloads packing the rows of a pyarrow binary (or string) array, in order:
+    ``count:u32 size:u32[count] rows`` (embedlog._native.arrowread), each at most
+    ``max_bytes`` unless one row alone is larger. Yields (payload, rows in it). Appending
+    them to a ledger and linking it with ``Stream.append_links(..., packed=True)`` pays the
+    per-entry costs of the add and read paths once per payload instead of once per row."""
+    import numpy as np
+    import pyarrow as pa          # optional: the caller holds an Arrow array (spark extra)
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
+            or pa.types.is_large_binary(column.type):
+        column = column.cast(pa.binary())
+    n = len(column)
+    if n == 0:
+        return
+    _validity, offs_buf, vals_buf = column.buffers()
+    offsets = np.frombuffer(offs_buf, np.int32)[column.offset:column.offset + n + 1]
+    values = np.frombuffer(vals_buf, np.uint8) if vals_buf is not None else np.empty(0, np.uint8)
+    start = 0
+    while start < n:
+        payload, end = arrowread.pack_rows(offsets, values, start, n, max_bytes)
+        yield payload, end - start
+        start = end

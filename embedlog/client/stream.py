@@ -20,8 +20,9 @@ Seed 001 ("Tweaking the BookKeeper Protocol - Unbounded Ledgers"), as verified i
 - Stream positions are entry ids. Each entry's payload starts with a kind byte:
   2 = data, after the writer's append time (ms since the epoch, never going backwards
   within one writer); 1 = no-op; 3 = a link, which makes entries of a closed ledger rows
-  of the stream at that one position without copying them (``append_links``); 0 = data
-  written before entries had times. Readers skip no-ops, so positions have gaps where
+  of the stream at that one position without copying them (``append_links``); 4 = a link
+  to entries that each pack many rows (embedlog.spark's ledgers); 0 = data written before
+  entries had times. Readers skip no-ops, so positions have gaps where
   they stand, and read a link's rows from its ledger. ``position_at`` finds the first
   position appended at or after a time, by binary search over positions.
 - Fragments roll over when they reach ``rollover_entries`` or ``rollover_bytes``, so a
@@ -49,7 +50,8 @@ from embedlog.client.read import ReadHandle, write_set
 from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
 from embedlog.client.scan import binary_array, read_runs
 from embedlog.client.write import WriteHandle, merge_local_fragments
-from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
+from embedlog.errors import (BadVersionError, CorruptedDataError, EmbedlogError, IllegalOpError,
+                             InvalidTermError,
                              LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
@@ -57,9 +59,11 @@ from embedlog.net import protocol as P
 
 STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
 # the kind byte of a stream entry's payload (docs/STREAMS.md, "Entries")
-KIND_UNTIMED, KIND_NOOP, KIND_DATA, KIND_LINK = b"\x00", b"\x01", b"\x02", b"\x03"
-TIME = struct.Struct(">q")                 # append time, ms since the epoch (kinds 2 and 3)
+KIND_UNTIMED, KIND_NOOP, KIND_DATA, KIND_LINK, KIND_PACKED_LINK = (
+    b"\x00", b"\x01", b"\x02", b"\x03", b"\x04")
+TIME = struct.Struct(">q")                 # append time, ms since the epoch (kinds 2, 3, 4)
 LINK = struct.Struct(">QQqI")              # linked ledger scope, ledger, first entry, count
+PACKED_LINK = struct.Struct(">QQqIQ")      # ... and the rows those entries pack
 MAX_LINK_ENTRIES = (1 << 32) - 1
 NAME_KEY = "stream.name"
 LINKS_KEY = "stream.links"                 # b"1" once the stream holds a link
@@ -83,12 +87,16 @@ class StreamEntry:
 
 class StreamLink:
     """Entries first..first + count - 1 of the closed ledger ``ledger_id``, linked into a
-    stream at ``position`` at ``timestamp`` (ms since the epoch)."""
-    __slots__ = ("position", "timestamp", "ledger_id", "first", "count")
+    stream at ``position`` at ``timestamp`` (ms since the epoch): ``rows`` rows, one per
+    entry, or, when ``packed``, the rows those entries pack (embedlog.client.scan)."""
+    __slots__ = ("position", "timestamp", "ledger_id", "first", "count", "rows", "packed")
 
-    def __init__(self, position: int, timestamp: int, ledger_id, first: int, count: int):
+    def __init__(self, position: int, timestamp: int, ledger_id, first: int, count: int,
+                 rows: int | None = None, packed: bool = False):
         self.position, self.timestamp, self.first, self.count = position, timestamp, first, count
         self.ledger_id = LedgerId.coerce(ledger_id)
+        self.rows = count if rows is None else rows
+        self.packed = packed
 
     @property
     def last(self) -> int:
@@ -163,9 +171,10 @@ def open_stream(ctx, name: str, *, create: bool = True, ensemble=(3, 3, 2), dige
 
 
 def _link_fields(t: tuple) -> tuple:
-    """StreamLink's arguments from arrowread's (position, time, scope, ledger, first, count)."""
-    position, time_ms, scope, ledger, first, count = t
-    return position, time_ms, LedgerId(scope, ledger), first, count
+    """StreamLink's arguments from arrowread's (position, time, scope, ledger, first, count,
+    rows, packed)."""
+    position, time_ms, scope, ledger, first, count, rows, packed = t
+    return position, time_ms, LedgerId(scope, ledger), first, count, rows, packed
 
 
 def list_streams(metadata, pattern: str | None = None) -> list:
@@ -328,12 +337,14 @@ class Stream:
         self._maybe_roll()
         return last
 
-    def append_links(self, links) -> int:
+    def append_links(self, links, packed: bool = False) -> int:
         """Make entries of closed ledgers part of the stream without copying them: each
         ``(ledger_id, first, count)`` becomes one position whose rows are entries
-        first..first + count - 1 of that ledger (readers read them from it). Returns the
-        last position. Each ledger must be closed, hold those entries and have the
-        stream's password.
+        first..first + count - 1 of that ledger (readers read them from it). With
+        ``packed``, each link is ``(ledger_id, first, count, rows)`` and the entries pack
+        ``rows`` rows in all (embedlog.client.scan.pack_rows' format). Returns the last
+        position. Each ledger must be closed, hold those entries and have the stream's
+        password.
 
         The stream does not own a linked ledger: whoever links it deletes it once no
         reader needs it (retention has removed its position, or the stream was deleted).
@@ -345,7 +356,11 @@ class Stream:
         checked: dict = {}
         payloads = []
         stamp = TIME.pack(self._append_time_ms())
-        for ledger_id, first, count in links:
+        for link in links:
+            if len(link) != (4 if packed else 3):
+                raise IllegalOpError(f"a link is (ledger id, first, count{', rows' if packed else ''}), "
+                                     f"got {link!r}")
+            ledger_id, first, count = link[:3]
             lid = LedgerId.coerce(ledger_id)
             md = checked.get(lid)
             if md is None:
@@ -359,7 +374,13 @@ class Stream:
                     and 1 <= count <= MAX_LINK_ENTRIES and first + count - 1 <= md.last_entry_id):
                 raise IllegalOpError(f"ledger {lid!r} has entries 0..{md.last_entry_id}; cannot link "
                                      f"{count!r} from {first!r}")
-            payloads.append(KIND_LINK + stamp + LINK.pack(lid.scope_id, lid.ledger_id, first, count))
+            if packed:
+                if not isinstance(link[3], int) or link[3] < 0:
+                    raise IllegalOpError(f"a packed link's row count is an int >= 0, got {link[3]!r}")
+                payloads.append(KIND_PACKED_LINK + stamp + PACKED_LINK.pack(
+                    lid.scope_id, lid.ledger_id, first, count, link[3]))
+            else:
+                payloads.append(KIND_LINK + stamp + LINK.pack(lid.scope_id, lid.ledger_id, first, count))
         w = self._leader()
         self._mark_links(w)
         step = self._ctx.config.max_entries_per_frame
@@ -586,8 +607,21 @@ class Stream:
         return None
 
     def _linked_rows(self, link: StreamLink):
-        for e in self._linked_handle(link).read(link.first, link.last):
-            yield StreamEntry(link.position, e.data, link.timestamp, e.entry_id - link.first)
+        h = self._linked_handle(link)
+        if not link.packed:
+            for e in h.read(link.first, link.last):
+                yield StreamEntry(link.position, e.data, link.timestamp, e.entry_id - link.first)
+            return
+        index = 0
+        for lo in range(link.first, link.last + 1, 64):
+            offsets, values = h.read_packed(lo, min(link.last, lo + 63))
+            for i in range(len(offsets) - 1):
+                yield StreamEntry(link.position, values[offsets[i]:offsets[i + 1]].tobytes(),
+                                  link.timestamp, index)
+                index += 1
+        if index != link.rows:
+            raise CorruptedDataError(f"stream {self.name!r}: the link at position {link.position} "
+                                     f"names {link.rows} rows; its entries pack {index}")
 
     def _linked_handle(self, link: StreamLink) -> ReadHandle:
         try:

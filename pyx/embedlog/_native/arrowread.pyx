@@ -22,6 +22,14 @@ Stream payloads (docs/STREAMS.md)::
       kind 2  data                                         rest := append_time_ms:i64 data
       kind 3  link: entries of a closed ledger             rest := append_time_ms:i64 scope:u64
                                                                    ledger:u64 first:i64 count:u32
+      kind 4  link: entries packing rows (below)           rest := append_time_ms:i64 scope:u64
+                                                                   ledger:u64 first:i64 count:u32
+                                                                   rows:u64
+
+Packed rows (the entries of the ledgers embedlog.spark writes: many rows per entry, so
+the per-entry costs of the add and read paths are paid once per ~256 KiB)::
+
+    packed := count:u32 size:u32[count] row_bytes[sum(size)]
 
 The runs handed to the array builders must be what ``verify_run`` accepted: they are
 walked again without checks.
@@ -36,7 +44,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from embedlog._native.format cimport (el_get32, el_get64, el_crc32, el_crc32c, el_crc_init,
+from embedlog._native.format cimport (el_get32, el_get64, el_put32, el_crc32, el_crc32c, el_crc_init,
                                       DIGEST_CRC32, DIGEST_CRC32C, DIGEST_DUMMY, DIGEST_MAC,
                                       V1_HEADER_SIZE, V2_HEADER_SIZE, digest_size)
 
@@ -50,6 +58,7 @@ cdef enum:
     ENTRY_HEAD = 12         # entry_id:i64 size:u32
     TIME_SIZE = 8
     LINK_SIZE = 28          # scope:u64 ledger:u64 first:i64 count:u32
+    PACKED_LINK_SIZE = 36   # ... rows:u64
 MAX_VALUES_BYTES = (1 << 31) - 1       # int32 offsets
 
 cdef enum:
@@ -57,8 +66,10 @@ cdef enum:
     K_NOOP = 1
     K_DATA = 2
     K_LINK = 3
+    K_PACKED_LINK = 4
 
-KIND_DATA_UNTIMED, KIND_NOOP, KIND_DATA, KIND_LINK = K_DATA_UNTIMED, K_NOOP, K_DATA, K_LINK
+KIND_DATA_UNTIMED, KIND_NOOP, KIND_DATA, KIND_LINK, KIND_PACKED_LINK = (
+    K_DATA_UNTIMED, K_NOOP, K_DATA, K_LINK, K_PACKED_LINK)
 
 
 cdef inline Py_ssize_t _header_size(const uint8_t *e, Py_ssize_t n) noexcept nogil:
@@ -192,7 +203,8 @@ def stream_arrays(runs, int digest):
     Returns (positions: int64[n], times_ms: int64[n], timed: bool[n], offsets: int32[n + 1],
     values: uint8[m], links) where row i is the data of the entry at positions[i] without
     its kind byte and time, times_ms[i] its append time where timed[i] (kind 2) and
-    ``links`` is a list of (position, append_time_ms, scope, ledger, first, count)."""
+    ``links`` is a list of (position, append_time_ms, scope, ledger, first, count, rows,
+    packed) (kinds 3 and 4; a kind 3 link has one row per entry)."""
     cdef Py_ssize_t ds = digest_size(digest)
     cdef Py_ssize_t total = 0, rows = 0, pos, h, plen
     cdef Py_ssize_t k, count
@@ -227,7 +239,16 @@ def stream_arrays(runs, int digest):
                                              f"not {1 + TIME_SIZE + LINK_SIZE}")
                 links.append((first + k, <int64_t>el_get64(&v[pos + h + 1]),
                               el_get64(&v[pos + h + 9]), el_get64(&v[pos + h + 17]),
-                              <int64_t>el_get64(&v[pos + h + 25]), el_get32(&v[pos + h + 33])))
+                              <int64_t>el_get64(&v[pos + h + 25]), el_get32(&v[pos + h + 33]),
+                              el_get32(&v[pos + h + 33]), False))
+            elif kind == K_PACKED_LINK:
+                if plen != 1 + TIME_SIZE + PACKED_LINK_SIZE:
+                    raise CorruptedDataError(f"stream link at position {first + k} has {plen} bytes, "
+                                             f"not {1 + TIME_SIZE + PACKED_LINK_SIZE}")
+                links.append((first + k, <int64_t>el_get64(&v[pos + h + 1]),
+                              el_get64(&v[pos + h + 9]), el_get64(&v[pos + h + 17]),
+                              <int64_t>el_get64(&v[pos + h + 25]), el_get32(&v[pos + h + 33]),
+                              el_get64(&v[pos + h + 37]), True))
             elif kind != K_NOOP:
                 raise CorruptedDataError(f"stream entry at position {first + k} has unknown kind {kind}")
             pos += size
@@ -270,3 +291,98 @@ def stream_arrays(runs, int digest):
                     off[r] = <int32_t>at
                 pos += size
     return positions, times, timed, offsets, values, links
+
+
+def packed_arrays(runs, int digest):
+    """(offsets: int32[n + 1], values: uint8[m], rows: int32[entries]) of the rows packed in
+    the entries of ``runs`` (format above): all rows in entry order, and how many rows each
+    entry held. An entry whose sizes do not add up to its payload is CorruptedDataError."""
+    cdef Py_ssize_t ds = digest_size(digest)
+    cdef Py_ssize_t total = 0, nrows = 0, entries = 0, pos, h, plen, need
+    cdef Py_ssize_t k, count, j
+    cdef int64_t first
+    cdef uint32_t size, c
+    cdef const uint8_t[::1] v
+    for body, first, count in runs:           # pass 1: check the framing, count rows and bytes
+        v = body
+        pos = _skip_to_entries(v)
+        for k in range(count):
+            size = el_get32(&v[pos + 8])
+            pos += ENTRY_HEAD
+            h = _header_size(&v[pos], size) + ds
+            plen = size - h
+            if plen < 4:
+                raise CorruptedDataError(f"packed entry {first + k} has no row count")
+            c = el_get32(&v[pos + h])
+            need = 4 + 4 * <Py_ssize_t>c
+            if need > plen:
+                raise CorruptedDataError(f"packed entry {first + k} is shorter than its {c} row sizes")
+            for j in range(c):
+                need += el_get32(&v[pos + h + 4 + 4 * j])
+            if need != plen:
+                raise CorruptedDataError(f"packed entry {first + k}: rows of {need - 4 - 4 * c} bytes "
+                                         f"in a payload of {plen}")
+            total += plen - 4 - 4 * c
+            nrows += c
+            entries += 1
+            pos += size
+    if total > MAX_VALUES_BYTES:
+        raise IllegalOpError(f"{total} bytes of rows do not fit one BinaryArray (int32 offsets); "
+                             "read a shorter range")
+    offsets = np.empty(nrows + 1, dtype=np.int32)
+    values = np.empty(total, dtype=np.uint8)
+    per_entry = np.empty(entries, dtype=np.int32)
+    cdef int32_t[::1] off = offsets
+    cdef int32_t[::1] per = per_entry
+    cdef uint8_t *out = <uint8_t *>cnp.PyArray_DATA(values)
+    cdef Py_ssize_t r = 0, at = 0, e = 0, data_at
+    off[0] = 0
+    for body, first, count in runs:           # pass 2: one copy of each entry's row bytes
+        v = body
+        pos = READ_HEAD
+        with nogil:
+            for k in range(count):
+                size = el_get32(&v[pos + 8])
+                pos += ENTRY_HEAD
+                h = _header_size(&v[pos], size) + ds
+                c = el_get32(&v[pos + h])
+                per[e] = c
+                e += 1
+                data_at = pos + h + 4 + 4 * c
+                plen = size - (data_at - pos)
+                if plen:
+                    memcpy(out + at, &v[data_at], plen)
+                for j in range(c):
+                    at += el_get32(&v[pos + h + 4 + 4 * j])
+                    r += 1
+                    off[r] = <int32_t>at
+                pos += size
+    return offsets, values, per_entry
+
+
+def pack_rows(offsets, values, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t max_bytes):
+    """(payload, next): rows start.. of a binary column (int32 ``offsets``, uint8 ``values``,
+    the buffers of a pyarrow BinaryArray, already sliced to the array's offset) packed into
+    one entry payload of at most ``max_bytes`` (but always at least one row), and the index
+    of the first row it did not take (``stop`` when it took them all)."""
+    cdef const int32_t[::1] off = offsets
+    cdef const uint8_t[::1] val = values
+    cdef Py_ssize_t n = stop, end = start, data = 0, row
+    if not 0 <= start < stop <= off.shape[0] - 1:
+        raise IllegalOpError(f"rows {start}..{stop} are outside the column's {off.shape[0] - 1}")
+    while end < n:
+        row = off[end + 1] - off[end]
+        if end > start and 4 + 4 * (end + 1 - start) + data + row > max_bytes:
+            break
+        data += row
+        end += 1
+    cdef Py_ssize_t c = end - start
+    out = PyBytes_FromStringAndSize(NULL, 4 + 4 * c + data)
+    cdef uint8_t *p = <uint8_t *>(<char *>out)
+    cdef Py_ssize_t j
+    el_put32(p, <uint32_t>c)
+    for j in range(c):
+        el_put32(p + 4 + 4 * j, <uint32_t>(off[start + j + 1] - off[start + j]))
+    if data:
+        memcpy(p + 4 + 4 * c, &val[off[start]], data)
+    return out, end
