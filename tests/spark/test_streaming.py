@@ -4,10 +4,13 @@ from __future__ import annotations
 import os
 import time
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from embedlog.spark import committed_batches
-from embedlog.spark.commit import TASK_SCOPE_ID, commit_job
+from embedlog.spark.commit import TASK_SCOPE_ID, Target, commit_job, data_scope
+from embedlog.spark.options import write_options
+from embedlog.spark.sink import write_task
 
 
 def stream_df(spark, uri, **opts):
@@ -98,27 +101,32 @@ def test_stop_and_restart_from_checkpoint_exactly_once(spark, uri, client, name,
     assert client.list_ledgers(TASK_SCOPE_ID) == []
 
 
-def test_interrupted_commit_is_rolled_forward_once(uri, client, name):
-    def task_ledger(items):
-        h = client.create_ledger(3, 3, 2, scope_id=TASK_SCOPE_ID)
-        h.append_many(items)
-        h.close()
-        return (h.ledger_id.qualified_name, len(items))
+def task_ledgers(uri, name, rows, job="job-x"):
+    """What a task of a write to stream ``name`` leaves for the commit (the real task code)."""
+    opts = write_options({"metadataServiceUri": uri, "stream": name}, streaming=False)
+    out = write_task(opts, job, "payload", None, [pa.record_batch([pa.array(rows, pa.binary())],
+                                                                  names=["payload"])])
+    return [(q, m, s) for _t, q, m, s in out.ledgers]
 
-    first = [task_ledger([b"a%d" % i for i in range(30)]), task_ledger([b"b%d" % i for i in range(30)])]
+
+def test_interrupted_commit_is_rolled_forward_once(uri, client, name):
+    first = task_ledgers(uri, name, [b"a%d" % i for i in range(30)]) + \
+        task_ledgers(uri, name, [b"b%d" % i for i in range(30)])
     try:
-        commit_job(client, name, "sink", 0, first, _crash_after_entries=40)
+        commit_job(client, name, "sink", 0, first, _crash_after_links=1)
     except RuntimeError:
         pass
     s = client.open_stream(name, create=False)
-    assert len(list(s.read(0))) == 40              # decided and half applied
+    assert [e.data for e in s.read(0)] == [b"a%d" % i for i in range(30)]     # decided, half applied
+    assert len(client.list_ledgers(TASK_SCOPE_ID)) == 2                       # markers still there
     # the next commit (any sink) finishes batch 0 first, then adds its own
-    assert commit_job(client, name, "sink", 1, [task_ledger([b"c0"])])
+    assert commit_job(client, name, "sink", 1, task_ledgers(uri, name, [b"c0"]))
     # a replay of batch 0 with fresh task ledgers changes nothing
-    assert not commit_job(client, name, "sink", 0, [task_ledger([b"zz"])])
+    assert not commit_job(client, name, "sink", 0, task_ledgers(uri, name, [b"zz"]))
     data = [e.data for e in s.read(0)]
     assert data == [b"a%d" % i for i in range(30)] + [b"b%d" % i for i in range(30)] + [b"c0"]
     assert client.list_ledgers(TASK_SCOPE_ID) == []
+    assert len(client.list_ledgers(data_scope(Target(stream=name)))) == 3     # the replay's went
     assert committed_batches(client, name) == {"sink": 1}
 
 
