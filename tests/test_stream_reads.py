@@ -177,3 +177,18 @@ def test_embedded_stream_times_and_links(tmp_path):
         assert [e.data for e in rows] == [b"x", b"a", b"b"]
         assert all(e.timestamp for e in rows)
         assert s.position_at(rows[0].timestamp) == 0
+
+
+def test_a_stream_taken_over_often_still_rolls_over(client, name="often"):
+    """Rollover counts the entries the last fragment holds, not those of one leader: a
+    stream that each writer takes over for a few appends (a commit log) still rolls over,
+    so its retention can remove old fragments."""
+    client.open_stream(name, rollover_entries=10, retention_entries=10).close()
+    for k in range(12):
+        s = client.open_stream(name, create=False)
+        s.append_many([b"%d-a" % k, b"%d-b" % k])
+        s.close()
+    md = client.open_stream(name, create=False).metadata
+    assert md.first_entry_id > 0 and len(md.fragments) <= 3
+    rows = list(client.open_stream(name, create=False).read(md.first_entry_id))
+    assert rows[-1].data == b"11-b"

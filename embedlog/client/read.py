@@ -182,15 +182,14 @@ class ReadHandle:
         from embedlog._native.arrowread import payload_arrays
         from embedlog.client.scan import binary_array
         if packed:
-            return binary_array(*self.read_packed(first, last))
+            return binary_array(*self.read_packed(first, last)[:2])
         return binary_array(*payload_arrays(self._runs(first, last), self._digest))
 
     def read_packed(self, first: int, last: int) -> tuple:
-        """(offsets int32[n + 1], values uint8[m]): the n rows packed in entries first..last,
-        as numpy arrays (no pyarrow needed)."""
+        """(offsets int32[n + 1], values uint8[m], rows per entry int32[last - first + 1]): the
+        n rows packed in entries first..last, as numpy arrays (no pyarrow needed)."""
         from embedlog._native.arrowread import packed_arrays
-        offsets, values, _per_entry = packed_arrays(self._runs(first, last), self._digest)
-        return offsets, values
+        return packed_arrays(self._runs(first, last), self._digest)
 
     def _runs(self, first: int, last: int) -> list:
         self._check_range(first, last)

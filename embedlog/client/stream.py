@@ -272,7 +272,10 @@ class Stream:
             self._writer = writer
             self._lost = None
             self._lac = writer.last_add_confirmed
-            self._frag_entries = self._frag_bytes = 0
+            # rollover counts the entries the last fragment holds, whoever wrote them: a
+            # stream taken over often (a commit log) still rolls over and meets retention
+            self._frag_entries = max(0, writer.next_entry_id - writer.metadata.fragments[-1][0])
+            self._frag_bytes = 0
             return self._lac + 1
 
     # -- appending ------------------------------------------------------------------------
@@ -614,7 +617,7 @@ class Stream:
             return
         index = 0
         for lo in range(link.first, link.last + 1, 64):
-            offsets, values = h.read_packed(lo, min(link.last, lo + 63))
+            offsets, values, _per_entry = h.read_packed(lo, min(link.last, lo + 63))
             for i in range(len(offsets) - 1):
                 yield StreamEntry(link.position, values[offsets[i]:offsets[i + 1]].tobytes(),
                                   link.timestamp, index)

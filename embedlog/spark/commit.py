@@ -60,7 +60,7 @@ LINK_KEY = "spark.link"                     # on a linked data ledger: stream:ct
 COMMIT_LOG_PREFIX = "__spark_commits__/"
 SCOPE_LOG_PREFIX = "__spark_scope_commits__/"
 LINK_ROWS = 8192                            # rows per link (a link is never split)
-LOG_ROLLOVER_ENTRIES = 64                   # the commit log keeps about its last 64..128 records
+LOG_ROLLOVER_ENTRIES = 16                   # the commit log keeps its last 16..32 positions
 LOOKBACK_POSITIONS = 64
 
 

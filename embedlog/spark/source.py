@@ -21,6 +21,8 @@ methods that run there and closed before they return.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 
 import numpy as np
@@ -46,6 +48,7 @@ ARROW_SCHEMA = pa.schema([("scope_id", pa.int64()), ("ledger_id", pa.int64()),
                           ("timestamp", pa.timestamp("us", tz="UTC"))])
 CHUNK_POSITIONS = 8192             # positions (or plain entries) per ranged read
 CHUNK_BYTES = 8 << 20              # packed entries per ranged read: about this many bytes
+PREFETCH_BATCHES = 2               # batches read ahead of Spark in each task
 
 
 def signed64(v: int) -> int:
@@ -209,9 +212,60 @@ def _stream_rows(client, opts, stream, seg, out: _Batches):
 
 
 def read_split(opts, split):
-    """Arrow record batches of one split, read straight from the bookies."""
+    """Arrow record batches of one split, read straight from the bookies; the next batch is
+    read while Spark takes the last one (PREFETCH_BATCHES ahead)."""
     if not isinstance(split, Split):
-        return                 # Spark hands a bare InputPartition when nothing was planned
+        return iter(())        # Spark hands a bare InputPartition when nothing was planned
+    return _prefetched(_read_split(opts, split), PREFETCH_BATCHES)
+
+
+def _prefetched(batches, depth: int):
+    """Run the generator ``batches`` in a thread of its own, at most ``depth`` items ahead;
+    an error there is raised here, and closing this generator stops that thread."""
+    items: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce():
+        try:
+            for b in batches:
+                while not stop.is_set():
+                    try:
+                        items.put((b, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    break
+        except BaseException as exc:        # handed to the consumer, raised there
+            items.put((done, exc))
+            return
+        finally:
+            if stop.is_set():
+                batches.close()
+        items.put((done, None))
+
+    t = threading.Thread(target=produce, name="embedlog-spark-read", daemon=True)
+    t.start()
+    try:
+        while True:
+            b, exc = items.get()
+            if exc is not None:
+                raise exc
+            if b is done:
+                return
+            yield b
+    finally:
+        stop.set()
+        while t.is_alive():               # unblock a producer waiting on a full queue
+            try:
+                items.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        t.join()
+
+
+def _read_split(opts, split):
     client = client_for(opts)
     try:
         if split.stream is None:
