@@ -5,7 +5,8 @@ import asyncio
 import bisect
 
 from embedlog._native.format import decode_entry, mac_key
-from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError)
+from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError,
+                             UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.net import protocol as P
 
@@ -122,13 +123,18 @@ class ReadHandle:
                 return P.parse_read_lac_body(resp.body)[0]
             except (NoSuchLedgerError, NoSuchEntryError):
                 return -1
-            except EmbedlogError:
+            except EmbedlogError as exc:
+                errors.append(exc)
                 return None
 
+        errors: list = []
         answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
         if not answers:
+            if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
+                raise errors[0]            # a refused token or certificate says so
             from embedlog.errors import TimeoutError
-            raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read")
+            raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read"
+                               + (f" (last error: {errors[-1]})" if errors else ""))
         return max(answers)
 
     # -- entries --------------------------------------------------------------------------

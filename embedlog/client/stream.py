@@ -522,13 +522,17 @@ class Stream:
                 answers.append(P.parse_read_lac_body(resp.body)[0])
             except ABSENT:
                 answers.append(-1)
-            except EmbedlogError:
-                pass
+            except EmbedlogError as exc:
+                errors.append(exc)
 
+        errors: list = []
         await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
         if not answers:
+            if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
+                raise errors[0]            # a refused token or certificate says so
             from embedlog.errors import TimeoutError
-            raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read")
+            raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read"
+                               + (f" (last error: {errors[-1]})" if errors else ""))
         return max(answers)
 
     def read(self, from_position: int = 0, to_position: int | None = None, batch: int = 1024):
