@@ -18,7 +18,7 @@ import random
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from embedlog import failpoints
 from embedlog.errors import ClientClosedError, NotEnoughBookiesError
@@ -46,12 +46,13 @@ class ClientConfig:
     tls_key_file: str | None = None
     tls_check_hostname: bool = True       # turn off only for certificates without the bookie's address
     auth_token_file: str | None = None
+    auth_token: bytes | None = field(default=None, repr=False)   # the token itself, instead of a file
     client_name: str = ""                 # names this client in logs and in fault rules
 
 
 # kinds of ledger metadata writes the protocol makes (a fault injector gates them by kind)
 METADATA_WRITES = ("recovery", "ensemble_change", "close", "term", "term_commit", "truncate",
-                   "rereplicate", "release")
+                   "rereplicate", "release", "links")
 SHUTDOWN_FLUSH_S = 1.0     # a client's close waits this long for its writers' last WRITE_LAC
 # threads for blocking work (metadata store calls): a gated write holds one for its pause
 _WORKERS = 16
@@ -78,7 +79,8 @@ class ClientContext:
         self._ssl = (security.client_context(config.tls_ca_file, config.tls_cert_file,
                                              config.tls_key_file, config.tls_check_hostname)
                      if config.tls_ca_file or config.tls_cert_file else None)
-        self._token = security.read_token(config.auth_token_file) if config.auth_token_file else None
+        self._token = (bytes(config.auth_token) if config.auth_token
+                       else security.read_token(config.auth_token_file) if config.auth_token_file else None)
         self.metadata = metadata
         self.config = config
         self.name = config.client_name

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import asyncio
 
+from embedlog._native.arrowread import packed_arrays, payload_arrays
 from embedlog._native.format import decode_entry, mac_key
-from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError, TimeoutError)
+from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError,
+                             TimeoutError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
+from embedlog.client.scan import binary_array, read_runs
 from embedlog.client.schedule import MAX_READ_ENTRIES, fragment_index, fragment_last, write_set
 from embedlog.net import protocol as P
 
@@ -127,12 +130,17 @@ class ReadHandle:
                 return P.parse_read_lac_body(resp.body)[0]
             except (NoSuchLedgerError, NoSuchEntryError):
                 return -1
-            except EmbedlogError:
+            except EmbedlogError as exc:
+                errors.append(exc)
                 return None
 
+        errors: list = []
         answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
         if not answers:
-            raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read")
+            if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
+                raise errors[0]            # a refused token or certificate says so
+            raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read"
+                               + (f" (last error: {errors[-1]})" if errors else ""))
         return max(answers)
 
     # -- entries --------------------------------------------------------------------------
@@ -186,6 +194,25 @@ class ReadHandle:
         """read_batch() as a coroutine of the client's event loop."""
         self._check_range(first, last)
         return await self._read_range(first, last)
+
+    def read_arrow(self, first: int, last: int, packed: bool = False):
+        """Payloads of entries first..last (inclusive, up to the LAC) as one
+        pyarrow.BinaryArray: ranged reads of up to 1024 entries a request, every digest
+        checked, one copy of each payload and no Python object per entry
+        (embedlog.client.scan). With ``packed``, the rows the entries pack
+        (scan.pack_rows' format), in order. Needs pyarrow (the ``spark`` extra)."""
+        if packed:
+            return binary_array(*self.read_packed(first, last)[:2])
+        return binary_array(*payload_arrays(self._runs(first, last), self._digest))
+
+    def read_packed(self, first: int, last: int) -> tuple:
+        """(offsets int32[n + 1], values uint8[m], rows per entry int32[last - first + 1]): the
+        n rows packed in entries first..last, as numpy arrays (no pyarrow needed)."""
+        return packed_arrays(self._runs(first, last), self._digest)
+
+    def _runs(self, first: int, last: int) -> list:
+        self._check_range(first, last)
+        return self._ctx.run(read_runs(self._ctx, self._md, self._mac_key, first, last))
 
     def read(self, first: int, last: int, batch_size: int = 1024):
         self._check_range(first, last)

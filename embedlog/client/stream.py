@@ -24,8 +24,14 @@ Seed 001 ("Tweaking the BookKeeper Protocol - Unbounded Ledgers"), as verified i
   no-op: the released leader wrote nothing past ``last`` (an add that failed leaves no
   release), so there is no dirty entry to truncate and no gap in the positions. A race of
   two take-overs is settled by the CAS: the loser finds no mark and recovers as usual.
-- Stream positions are entry ids. Each entry's payload starts with a kind byte
-  (0 = data, 1 = no-op); readers skip no-ops, so positions have gaps where they stand.
+- Stream positions are entry ids. Each entry's payload starts with a kind byte:
+  2 = data, after the writer's append time (ms since the epoch, never going backwards
+  within one writer); 1 = no-op; 3 = a link, which makes entries of a closed ledger rows
+  of the stream at that one position without copying them (``append_links``); 4 = a link
+  to entries that each pack many rows (embedlog.spark's ledgers); 0 = data written before
+  entries had times. Readers skip no-ops, so positions have gaps where
+  they stand, and read a link's rows from its ledger. ``position_at`` finds the first
+  position appended at or after a time, by binary search over positions.
 - Fragments roll over when they reach ``rollover_entries`` or ``rollover_bytes``, so a
   stream spreads over the cluster. Retention (``truncate_before``, or the policy given
   at creation: ``retention_ms``, ``retention_entries``) removes whole old fragments from
@@ -40,38 +46,85 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import hashlib
+import struct
 import threading
 import time
 
-from embedlog._native.format import (LedgerId, decode_entry, digest_code, encode_entry, mac_key,
+from embedlog._native.arrowread import stream_arrays
+from embedlog._native.format import (LedgerId, digest_code, encode_entry, mac_key,
                                      master_key, parse_entry_header)
-from embedlog.client.read import read_range
-from embedlog.client.schedule import write_set
-from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
 from embedlog.client.lifecycle import merge_local_fragments
+from embedlog.client.read import ReadHandle
+from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
+from embedlog.client.scan import binary_array, read_runs
+from embedlog.client.schedule import write_set
 from embedlog.client.write import WriteHandle
-from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
-                             LedgerExistsError, LedgerRecoveryError, NoSuchEntryError,
-                             NoSuchLedgerError, TimeoutError, UnauthorizedAccessError)
-from embedlog.meta.api import DigestType, LedgerMetadata, Versioned
+from embedlog.errors import (BadVersionError, CorruptedDataError, EmbedlogError, IllegalOpError,
+                             InvalidTermError, LedgerExistsError, LedgerRecoveryError,
+                             NoSuchEntryError, NoSuchLedgerError, TimeoutError,
+                             UnauthorizedAccessError)
+from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.net import protocol as P
 
 STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
-KIND_DATA, KIND_NOOP = b"\x00", b"\x01"
+# the kind byte of a stream entry's payload (docs/STREAMS.md, "Entries")
+KIND_UNTIMED, KIND_NOOP, KIND_DATA, KIND_LINK, KIND_PACKED_LINK = (
+    b"\x00", b"\x01", b"\x02", b"\x03", b"\x04")
+TIME = struct.Struct(">q")                 # append time, ms since the epoch (kinds 2, 3, 4)
+LINK = struct.Struct(">QQqI")              # linked ledger scope, ledger, first entry, count
+PACKED_LINK = struct.Struct(">QQqIQ")      # ... and the rows those entries pack
+MAX_LINK_ENTRIES = (1 << 32) - 1
 NAME_KEY = "stream.name"
 RELEASED_KEY = "stream.released"           # term:last position:length of a clean release
+LINKS_KEY = "stream.links"                 # b"1" once the stream holds a link
 _POLICY = ("rollover_entries", "rollover_bytes", "retention_ms", "retention_entries")
 _PROBES = 64
 
 
 class StreamEntry:
-    __slots__ = ("position", "data")
+    """One row of a stream: ``data`` at ``position``, appended at ``timestamp`` (ms since the
+    epoch; None for entries written before entries had times). A link's rows share its
+    position and time; ``index`` numbers them (0 for a plain entry)."""
+    __slots__ = ("position", "data", "timestamp", "index")
 
-    def __init__(self, position: int, data: bytes):
-        self.position, self.data = position, data
+    def __init__(self, position: int, data: bytes, timestamp: int | None = None, index: int = 0):
+        self.position, self.data, self.timestamp, self.index = position, data, timestamp, index
 
     def __repr__(self):
-        return f"StreamEntry(position={self.position}, {len(self.data)} bytes)"
+        extra = f", index={self.index}" if self.index else ""
+        return f"StreamEntry(position={self.position}{extra}, {len(self.data)} bytes)"
+
+
+class StreamLink:
+    """Entries first..first + count - 1 of the closed ledger ``ledger_id``, linked into a
+    stream at ``position`` at ``timestamp`` (ms since the epoch): ``rows`` rows, one per
+    entry, or, when ``packed``, the rows those entries pack (embedlog.client.scan)."""
+    __slots__ = ("position", "timestamp", "ledger_id", "first", "count", "rows", "packed")
+
+    def __init__(self, position: int, timestamp: int, ledger_id, first: int, count: int,
+                 rows: int | None = None, packed: bool = False):
+        self.position, self.timestamp, self.first, self.count = position, timestamp, first, count
+        self.ledger_id = LedgerId.coerce(ledger_id)
+        self.rows = count if rows is None else rows
+        self.packed = packed
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
+
+    def __repr__(self):
+        return (f"StreamLink(position={self.position}, {self.ledger_id.qualified_name} "
+                f"{self.first}..{self.last})")
+
+
+class StreamBatch:
+    """What ``Stream.read_arrow`` returns: ``rows``, a pyarrow.RecordBatch of the plain
+    entries (position int64, timestamp timestamp[ms, UTC] or null, data binary), and
+    ``links``, the StreamLinks of the range, whose rows the caller reads from their ledgers."""
+    __slots__ = ("rows", "links")
+
+    def __init__(self, rows, links: list):
+        self.rows, self.links = rows, links
 
 
 def _base_id(name: str) -> int:
@@ -130,6 +183,13 @@ def open_stream(ctx, name: str, *, create: bool = True, ensemble=(3, 3, 2), dige
     raise EmbedlogError(f"could not open stream {name!r}: its id kept changing hands")
 
 
+def _link_fields(t: tuple) -> tuple:
+    """StreamLink's arguments from arrowread's (position, time, scope, ledger, first, count,
+    rows, packed)."""
+    position, time_ms, scope, ledger, first, count, rows, packed = t
+    return position, time_ms, LedgerId(scope, ledger), first, count, rows, packed
+
+
 def list_streams(metadata, pattern: str | None = None) -> list:
     """Stream names (sorted), optionally those matching a glob pattern."""
     lm = metadata.ledger_manager
@@ -169,6 +229,7 @@ class Stream:
         self._frag_entries = 0
         self._frag_bytes = 0
         self._lac = -1
+        self._last_time_ms = 0               # appends never go back in time
         policy = self._md.custom_metadata
         self.rollover_entries = int(policy.get("stream.rollover_entries", b"0")) or None
         self.rollover_bytes = int(policy.get("stream.rollover_bytes", b"0")) or None
@@ -242,7 +303,10 @@ class Stream:
             self._writer = writer
             self._lost = None
             self._lac = writer.last_add_confirmed
-            self._frag_entries = self._frag_bytes = 0
+            # rollover counts the entries the last fragment holds, whoever wrote them: a
+            # stream taken over often (a commit log) still rolls over and meets retention
+            self._frag_entries = max(0, writer.next_entry_id - writer.metadata.fragments[-1][0])
+            self._frag_bytes = 0
             return self._lac + 1
 
     # -- appending ------------------------------------------------------------------------
@@ -264,11 +328,19 @@ class Stream:
             if not isinstance(item, (bytes, bytearray, memoryview)):
                 raise IllegalOpError(f"stream entries are bytes-like, got {type(item).__name__}")
         w = self._leader()
-        futs = w.append_many_async([KIND_DATA + bytes(d) for d in items])
+        head = KIND_DATA + TIME.pack(self._append_time_ms())
+        return self._send(w, [head + bytes(d) for d in items], sum(len(d) for d in items))
+
+    def _append_time_ms(self) -> int:
+        self._last_time_ms = max(self._last_time_ms, time.time_ns() // 1_000_000)
+        return self._last_time_ms
+
+    def _send(self, w, payloads: list, size_bytes: int) -> list:
+        futs = w.append_many_async(payloads)
         for f in futs:
             f.add_done_callback(self._watch)
-        self._frag_entries += len(items)
-        self._frag_bytes += sum(len(d) for d in items)
+        self._frag_entries += len(payloads)
+        self._frag_bytes += size_bytes
         return futs
 
     def _watch(self, fut) -> None:
@@ -298,6 +370,85 @@ class Stream:
             last = self._result(f)
         self._maybe_roll()
         return last
+
+    def append_links(self, links, packed: bool = False) -> int:
+        """Make entries of closed ledgers part of the stream without copying them: each
+        ``(ledger_id, first, count)`` becomes one position whose rows are entries
+        first..first + count - 1 of that ledger (readers read them from it). With
+        ``packed``, each link is ``(ledger_id, first, count, rows)`` and the entries pack
+        ``rows`` rows in all (embedlog.client.scan.pack_rows' format). Returns the last
+        position. Each ledger must be closed, hold those entries and have the stream's
+        password.
+
+        The stream does not own a linked ledger: whoever links it deletes it once no
+        reader needs it (retention has removed its position, or the stream was deleted).
+        embedlog.spark does so for the ledgers its writes link."""
+        links = list(links)
+        if not links:
+            raise IllegalOpError("append_links needs at least one link")
+        key = master_key(self._password)
+        checked: dict = {}
+        payloads = []
+        stamp = TIME.pack(self._append_time_ms())
+        for link in links:
+            if len(link) != (4 if packed else 3):
+                raise IllegalOpError(f"a link is (ledger id, first, count{', rows' if packed else ''}), "
+                                     f"got {link!r}")
+            ledger_id, first, count = link[:3]
+            lid = LedgerId.coerce(ledger_id)
+            md = checked.get(lid)
+            if md is None:
+                md = checked[lid] = self._ctx.metadata.ledger_manager.read_ledger_metadata(lid).value
+                if md.unbounded or md.state != LedgerState.CLOSED:
+                    raise IllegalOpError(f"only a closed ledger can be linked; {lid!r} is not")
+                if master_key(md.password) != key:
+                    raise UnauthorizedAccessError(f"ledger {lid!r} has another password than "
+                                                  f"stream {self.name!r}")
+            if not (isinstance(first, int) and isinstance(count, int) and first >= 0
+                    and 1 <= count <= MAX_LINK_ENTRIES and first + count - 1 <= md.last_entry_id):
+                raise IllegalOpError(f"ledger {lid!r} has entries 0..{md.last_entry_id}; cannot link "
+                                     f"{count!r} from {first!r}")
+            if packed:
+                if not isinstance(link[3], int) or link[3] < 0:
+                    raise IllegalOpError(f"a packed link's row count is an int >= 0, got {link[3]!r}")
+                payloads.append(KIND_PACKED_LINK + stamp + PACKED_LINK.pack(
+                    lid.scope_id, lid.ledger_id, first, count, link[3]))
+            else:
+                payloads.append(KIND_LINK + stamp + LINK.pack(lid.scope_id, lid.ledger_id, first, count))
+        w = self._leader()
+        self._mark_links(w)
+        step = self._ctx.config.max_entries_per_frame
+        futures = []
+        for i in range(0, len(payloads), step):
+            futures.extend(self._send(w, payloads[i:i + step], 0))
+        last = None
+        for f in futures:
+            last = self._result(f)
+        self._maybe_roll()
+        return last
+
+    @property
+    def has_links(self) -> bool:
+        """True once a link was appended (as of the metadata this handle last read)."""
+        return self._md.custom_metadata.get(LINKS_KEY) == b"1"
+
+    def _mark_links(self, w) -> None:
+        """Record in the metadata, before the first link, that the stream holds links (readers
+        that plan by rows read the entries of such a stream first)."""
+        if w.metadata.custom_metadata.get(LINKS_KEY) == b"1":
+            return
+        with self._lock:
+            md = w.metadata
+            new = md.with_(custom_metadata={**md.custom_metadata, LINKS_KEY: b"1"})
+            v = self._ctx.run(self._write_own("links", new, w.version))
+            self._md, self._version = v.value, v.version
+
+    async def _write_own(self, kind: str, md, version):
+        """A metadata write of this leader's (a BadVersionError means another took over)."""
+        v = await self._ctx.write_metadata(kind, md, version)
+        if self._writer is not None:
+            self._writer.adopt_metadata(v)
+        return v
 
     def _result(self, fut):
         try:
@@ -369,10 +520,7 @@ class Stream:
         raise BadVersionError(f"could not truncate stream {self.name!r}")
 
     async def _write_truncation(self, md, version):
-        v = await self._ctx.write_metadata("truncate", md, version)
-        if self._writer is not None:
-            self._writer.adopt_metadata(v)
-        return v
+        return await self._write_own("truncate", md, version)
 
     async def _trim(self, bookies, first_kept: int) -> None:
         key = master_key(self._password)
@@ -405,16 +553,21 @@ class Stream:
                 answers.append(P.parse_read_lac_body(resp.body)[0])
             except ABSENT:
                 answers.append(-1)
-            except EmbedlogError:
-                pass
+            except EmbedlogError as exc:
+                errors.append(exc)
 
+        errors: list = []
         await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
         if not answers:
-            raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read")
+            if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
+                raise errors[0]            # a refused token or certificate says so
+            raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read"
+                               + (f" (last error: {errors[-1]})" if errors else ""))
         return max(answers)
 
-    def read(self, from_position: int = 0, to_position: int | None = None, batch: int = 512):
-        """Data entries from ``from_position`` up to ``to_position`` (default: the LAC now)."""
+    def read(self, from_position: int = 0, to_position: int | None = None, batch: int = 1024):
+        """Rows from ``from_position`` up to ``to_position`` (default: the LAC now), in
+        position order, a link's rows in their ledger's order (StreamEntry)."""
         md = self.refresh()
         if from_position < md.first_entry_id:
             raise NoSuchEntryError(f"stream {self.name!r}: position {from_position} is gone "
@@ -423,22 +576,111 @@ class Stream:
         pos = from_position
         while pos <= last:
             end = min(last, pos + batch - 1)
-            for eid, data in zip(range(pos, end + 1), self._read_checked(pos, end)):
-                if data[:1] == KIND_DATA:
-                    yield StreamEntry(eid, data[1:])
+            digest, runs = self._runs_checked(pos, end)
+            positions, times, timed, offsets, values, links = stream_arrays(runs, digest)
+            k = 0
+            for i in range(len(positions)):
+                p = int(positions[i])
+                while k < len(links) and links[k][0] < p:
+                    yield from self._linked_rows(StreamLink(*_link_fields(links[k])))
+                    k += 1
+                yield StreamEntry(p, values[offsets[i]:offsets[i + 1]].tobytes(),
+                                  int(times[i]) if timed[i] else None)
+            for link in links[k:]:
+                yield from self._linked_rows(StreamLink(*_link_fields(link)))
             pos = end + 1
 
-    def _read_checked(self, first: int, last: int) -> list:
-        """Entries first..last, read on the fragments the store still holds once the read is
-        done. A take-over may have committed a fragment meanwhile that replaced a bookie
-        holding an older term's dirty copy of these positions; such copies are never served."""
+    def read_arrow(self, first: int, last: int) -> StreamBatch:
+        """Positions first..last (inclusive, at or below the LAC) in one ranged read: the plain
+        rows as a pyarrow.RecordBatch (no Python object per entry, every digest checked) and
+        the links, whose rows the caller reads from their ledgers (``ReadHandle.read_arrow``).
+        Needs pyarrow (the ``spark`` extra)."""
+        import pyarrow as pa          # optional: only Arrow reads need it (spark extra)
+        md = self.refresh()
+        if first < md.first_entry_id:
+            raise NoSuchEntryError(f"stream {self.name!r}: position {first} is gone (retention); "
+                                   f"the stream starts at {md.first_entry_id}")
+        if last > self._lac and last > self.last_position():
+            raise NoSuchEntryError(f"stream {self.name!r}: position {last} is past the LAC ({self._lac})")
+        digest, runs = self._runs_checked(first, last)
+        positions, times, timed, offsets, values, links = stream_arrays(runs, digest)
+        stamp = pa.timestamp("ms", tz="UTC")
+        rows = pa.RecordBatch.from_arrays(
+            [pa.array(positions), pa.array(times, stamp, mask=~timed), binary_array(offsets, values)],
+            names=["position", "timestamp", "data"])
+        return StreamBatch(rows, [StreamLink(*_link_fields(t)) for t in links])
+
+    def position_at(self, timestamp_ms: int) -> int:
+        """The first position appended at or after ``timestamp_ms`` (ms since the epoch), or
+        the LAC + 1 when none was: a binary search over positions, a few point reads.
+        Positions written before entries had times count as older than any time. It assumes
+        append times do not go backwards from one position to the next: each writer keeps
+        its own in order; writers that take over from one another need clocks in step."""
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+            raise IllegalOpError(f"a time is an int of ms since the epoch, got {timestamp_ms!r}")
+        lo, hi = self.refresh().first_entry_id, self.last_position() + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = self._first_time_from(mid, hi - 1)
+            if found is None or found[0] >= timestamp_ms:
+                hi = mid
+            else:
+                lo = found[1] + 1
+        return lo
+
+    def _first_time_from(self, first: int, last: int):
+        """(append time, position) of the first row at or after ``first`` (no-ops have none)."""
+        pos = first
+        while pos <= last:
+            end = min(last, pos + 15)
+            digest, runs = self._runs_checked(pos, end)
+            positions, times, timed, _o, _v, links = stream_arrays(runs, digest)
+            found = [(int(p), int(t) if ok else -1) for p, t, ok in zip(positions, times, timed)]
+            found += [(link[0], link[1]) for link in links]
+            if found:
+                p, t = min(found)
+                return t, p
+            pos = end + 1
+        return None
+
+    def _linked_rows(self, link: StreamLink):
+        h = self._linked_handle(link)
+        if not link.packed:
+            for e in h.read(link.first, link.last):
+                yield StreamEntry(link.position, e.data, link.timestamp, e.entry_id - link.first)
+            return
+        index = 0
+        for lo in range(link.first, link.last + 1, 64):
+            offsets, values, _per_entry = h.read_packed(lo, min(link.last, lo + 63))
+            for i in range(len(offsets) - 1):
+                yield StreamEntry(link.position, values[offsets[i]:offsets[i + 1]].tobytes(),
+                                  link.timestamp, index)
+                index += 1
+        if index != link.rows:
+            raise CorruptedDataError(f"stream {self.name!r}: the link at position {link.position} "
+                                     f"names {link.rows} rows; its entries pack {index}")
+
+    def _linked_handle(self, link: StreamLink) -> ReadHandle:
+        try:
+            md = self._ctx.metadata.ledger_manager.read_ledger_metadata(link.ledger_id).value
+        except NoSuchLedgerError:
+            raise NoSuchLedgerError(f"stream {self.name!r}: the ledger linked at position "
+                                    f"{link.position} ({link.ledger_id.qualified_name}) was deleted") from None
+        return ReadHandle(self._ctx, md, self._password)
+
+    def _runs_checked(self, first: int, last: int) -> tuple:
+        """(digest code, checked runs of positions first..last), read on the fragments the
+        store still holds once the read is done. A take-over may have committed a fragment
+        meanwhile that replaced a bookie holding an older term's dirty copy of these
+        positions; such copies are never served."""
+        mk = mac_key(self._password) if self._md.digest_type == DigestType.MAC else None
         for _ in range(16):
             md = self._md
-            got = self._ctx.run(self._read_range(md, first, last))
+            runs = self._ctx.run(read_runs(self._ctx, md, mk, first, last))
             fresh = self.refresh()
             if fresh.fragments == md.fragments or all(
                     write_set(md, e) == write_set(fresh, e) for e in range(first, last + 1)):
-                return got
+                return int(md.digest_type), runs
         raise EmbedlogError(f"stream {self.name!r}: its fragments kept changing during a read")
 
     def tail(self, from_position: int = 0, poll_timeout_ms: int = 500, stop=None):
@@ -471,11 +713,6 @@ class Stream:
 
         results = await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
         return max(results)
-
-    async def _read_range(self, md, first: int, last: int) -> list:
-        mk = mac_key(self._password) if md.digest_type == DigestType.MAC else None
-        return await read_range(self._ctx, md, mk, first, last,
-                                lambda e: _read_entry(self._ctx, md, self._password, e))
 
     def close(self) -> None:
         """Stop writing (pending appends finish); the stream itself never closes. A leader
@@ -510,26 +747,6 @@ def _released(md):
     except (KeyError, ValueError):
         return None
     return (last, length) if term == md.term else None
-
-
-async def _read_entry(ctx, md, password, eid, flags=0, term=0) -> bytes:
-    mk = mac_key(password) if md.digest_type == DigestType.MAC else None
-    ws = write_set(md, eid)
-    error: BaseException = NoSuchEntryError(f"no entry {eid} in stream ledger {md.ledger_id!r}")
-    for k in range(len(ws)):
-        b = ws[(eid + k) % len(ws)]
-        try:
-            resp = await ctx.call(b, lambda rid: P.read_request(
-                rid, md.ledger_id.scope_id, md.ledger_id.ledger_id, eid, flags=flags,
-                master_key=master_key(password) if flags else P.NO_KEY, term=term),
-                ctx.config.read_timeout_s)
-            entries = P.parse_read_body(resp.body)[1]
-            if entries:
-                return decode_entry(entries[0][1], md.ledger_id.scope_id, md.ledger_id.ledger_id,
-                                    eid, int(md.digest_type), mk)
-        except EmbedlogError as exc:
-            error = exc
-    raise error
 
 
 async def _recover_stream(ctx, versioned, password: bytes) -> WriteHandle:

@@ -16,12 +16,15 @@ except ImportError as exc:         # pragma: no cover - the extra is missing
     raise ImportError("embedlog.spark needs PySpark 4.3 and pyarrow: "
                       "pip install 'embedlog[spark]'") from exc
 
-from embedlog.spark.commit import committed_batches  # noqa: F401
-from embedlog.spark.options import read_options, write_options
-from embedlog.spark.source import SCHEMA, BatchReader, StreamReader
+from embedlog.errors import IllegalOpError
+from embedlog.spark.commit import committed_batches, delete_stream
+from embedlog.spark.options import check_at_load, read_options, write_options
+from embedlog.spark.session import local_session
 from embedlog.spark.sink import BatchWriter, StreamWriter
+from embedlog.spark.source import SCHEMA, BatchReader, StreamReader
 
-__all__ = ["EmbedlogDataSource", "register", "SCHEMA", "local_session", "committed_batches"]
+__all__ = ["EmbedlogDataSource", "register", "SCHEMA", "local_session", "committed_batches",
+           "delete_stream"]
 
 
 class EmbedlogDataSource(DataSource):
@@ -32,6 +35,9 @@ class EmbedlogDataSource(DataSource):
         return "embedlog"
 
     def schema(self):
+        # Spark asks for the schema when load() is called: what can be checked before the
+        # query is known to be a batch or a streaming one fails here, not after start()
+        check_at_load(self.options)
         return SCHEMA
 
     def reader(self, schema):
@@ -42,8 +48,7 @@ class EmbedlogDataSource(DataSource):
 
     def writer(self, schema, overwrite):
         if overwrite:
-            from embedlog.errors import IllegalOpError
-            raise IllegalOpError("embedlog: a stream is append-only; use mode('append')")
+            raise IllegalOpError("embedlog: streams and ledgers are append-only; use mode('append')")
         return BatchWriter(write_options(self.options, streaming=False), schema)
 
     def streamWriter(self, schema, overwrite):
@@ -53,8 +58,3 @@ class EmbedlogDataSource(DataSource):
 def register(spark) -> None:
     """Make format("embedlog") known to this SparkSession."""
     spark.dataSource.register(EmbedlogDataSource)
-
-
-def local_session(master: str = "local[2]", app_name: str = "embedlog", **conf):
-    from embedlog.spark.session import local_session as _ls
-    return _ls(master, app_name, **conf)

@@ -1,9 +1,12 @@
 """The options of the "embedlog" Spark data source, parsed and checked once, on the driver.
 
 Every bad value is an ``IllegalOpError`` naming the option, raised while Spark plans the
-query (DataSource creation, ``reader()``, ``writer()``), never from an executor. Spark
-hands options case-insensitively (lower-cased keys); the canonical spellings below are
-what docs/SPARK.md documents.
+query: when ``load()`` is called (the data source's schema), and by ``reader()``,
+``streamReader()``, ``writer()`` and ``streamWriter()`` for what depends on the kind of
+query; never from an executor. Spark hands options case-insensitively (lower-cased keys);
+the canonical spellings below are what docs/SPARK.md documents (its table maps Spark's
+Kafka options to these). Secrets (password, authToken) never appear in a repr, a plan or
+an error message.
 
 Read (batch and streaming):
   metadataServiceUri     required; BookKeeper's metadataServiceUri (sqlite:///..., zk+..., etcd://...)
@@ -13,39 +16,70 @@ Read (batch and streaming):
   streamPattern          a glob over stream names (fnmatch, case-sensitive)
                          (exactly one of ledgers / scope / streams / streamPattern;
                           streaming reads take streams or streamPattern only)
-  startingOffsets        "earliest" (default) | "latest" (streams) | JSON {name: position},
-                         inclusive; name is a stream name or a ledger qualified name
-  endingOffsets          batch only: "latest" (default, the LAC when planned) | JSON {name: position},
-                         exclusive
-  maxEntriesPerTrigger   streaming: at most this many positions per micro-batch (a limit, > 0)
-  entriesPerPartition    entries per Spark partition (default 100000)
-  password               the ledgers' / streams' password (default empty)
+  startingOffsets        "earliest" (default) | "latest" | JSON {name: position}, inclusive;
+                         a name is a stream name or a ledger qualified name; -2 = earliest,
+                         -1 = latest
+  endingOffsets          batch only: "latest" (default, the LAC when planned) | JSON {name:
+                         position}, exclusive; -1 = latest
+  startingTimestamp      streams: start every stream at its first position appended at or after
+                         this time (ms since the epoch); before startingOffsetsByTimestamp and
+                         startingOffsets
+  startingOffsetsByTimestamp  streams: JSON {name: ms}; before startingOffsets
+  startingOffsetsByTimestampStrategy  "error" (default: no position at or after the time is an
+                         error) | "latest"
+  endingTimestamp, endingOffsetsByTimestamp   batch, streams: end before the first position
+                         appended at or after the time
+  failOnDataLoss         "true" (default): a start that retention removed (or a linked ledger
+                         deleted) fails the query; "false": skip ahead and log how much
+  maxEntriesPerTrigger   streaming: at most this many rows per micro-batch (shared by lag)
+  minEntriesPerTrigger   streaming: wait for this many rows, up to maxTriggerDelay
+  maxTriggerDelay        streaming, with minEntriesPerTrigger: "15m" (default), "30s", "500ms"
+  entriesPerPartition    rows per Spark partition (default 100000)
+  minPartitions          at least this many Spark partitions (ranges are split further)
+  password, passwordFile the ledgers' / streams' password (default empty), or a file holding it
+  tlsCaFile, tlsCertFile, tlsKeyFile, tlsCheckHostname   TLS to the bookies (docs/SECURITY.md)
+  authToken, authTokenFile                               the bookies' shared token
 Write (batch and streaming):
   metadataServiceUri     required
-  stream                 required: the target stream (created if absent)
+  stream                 the target stream (created if absent); without it, the rows' ``stream``
+                         column names each row's stream
+  scope                  instead of a stream: each task's rows become one ledger of this scope
   sinkId                 the writer's identity for exactly-once (required for streaming writes;
                          batch writes may give it with batchId, e.g. inside foreachBatch)
   batchId                batch writes only, with sinkId: a replayed (sinkId, batchId) is skipped
-  ensembleSize, writeQuorum, ackQuorum   of the task ledgers (default 3, 3, 2)
-  password
+  ensembleSize, writeQuorum, ackQuorum   of the ledgers written (default 3, 3, 2)
+  password, passwordFile, TLS and token options as for reads
 """
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
 
 from embedlog._native.format import LedgerId
+from embedlog.client import Client
 from embedlog.errors import IllegalOpError
 
+CLIENT_KEYS = ("password", "passwordFile", "tlsCaFile", "tlsCertFile", "tlsKeyFile",
+               "tlsCheckHostname", "authToken", "authTokenFile")
 READ_KEYS = ("metadataServiceUri", "ledgers", "scope", "streams", "streamPattern",
-             "startingOffsets", "endingOffsets", "maxEntriesPerTrigger", "entriesPerPartition",
-             "password")
-WRITE_KEYS = ("metadataServiceUri", "stream", "sinkId", "batchId", "ensembleSize",
-              "writeQuorum", "ackQuorum", "password")
+             "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+             "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+             "startingOffsetsByTimestampStrategy", "failOnDataLoss",
+             "maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay",
+             "entriesPerPartition", "minPartitions") + CLIENT_KEYS
+WRITE_KEYS = ("metadataServiceUri", "stream", "scope", "sinkId", "batchId", "ensembleSize",
+              "writeQuorum", "ackQuorum") + CLIENT_KEYS
+SECRET_KEYS = ("password", "authToken")
 # keys Spark itself may pass through to a source or sink
 SPARK_KEYS = ("path", "checkpointLocation", "queryName")
 DEFAULT_ENTRIES_PER_PARTITION = 100_000
 MAX_ENTRIES_PER_PARTITION = 10_000_000
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+EARLIEST, LATEST = -2, -1          # Kafka's JSON offsets for "earliest" and "latest"
+_UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+             "d": 86_400_000}
 
 
 def _canonical(options, allowed) -> dict:
@@ -73,6 +107,26 @@ def _int(opts, key, default, lo, hi):
     return v
 
 
+def _bool(opts, key, default: bool) -> bool:
+    raw = opts.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise IllegalOpError(f"embedlog: option {key} is true or false, got {raw!r}")
+    return text == "true"
+
+
+def duration_ms(raw, key: str) -> int:
+    """Spark's time strings, as the Kafka source takes them: "15m", "30s", "500ms", "2h";
+    a bare number is milliseconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", str(raw).lower())
+    if m is None or m.group(2) not in ("",) + tuple(_UNITS_MS):
+        raise IllegalOpError(f"embedlog: option {key} is a duration such as 15m, 30s or 500ms, "
+                             f"got {raw!r}")
+    return int(m.group(1)) * _UNITS_MS.get(m.group(2), 1)
+
+
 def _uri(opts) -> str:
     uri = opts.get("metadataServiceUri")
     if not uri or "://" not in str(uri):
@@ -92,8 +146,9 @@ def parse_ledger(text: str) -> LedgerId:
                              f"or a 32-hex-digit qualified name): {exc}") from None
 
 
-def parse_positions(raw, what: str, words: tuple) -> str | dict:
-    """"earliest"/"latest" or a JSON object {name: non-negative int}."""
+def parse_positions(raw, what: str, words: tuple, allowed: tuple) -> str | dict:
+    """A word of ``words`` or a JSON object {name: position}, where a position is an int >= 0
+    or one of ``allowed`` (EARLIEST, LATEST)."""
     if raw is None:
         return words[0]
     text = str(raw).strip()
@@ -104,10 +159,62 @@ def parse_positions(raw, what: str, words: tuple) -> str | dict:
     except (ValueError, RecursionError):          # RecursionError: nesting too deep
         value = None
     if not isinstance(value, dict) or not all(
-            isinstance(k, str) and type(v) is int and v >= 0 for k, v in value.items()):
+            isinstance(k, str) and type(v) is int and (v >= 0 or v in allowed) for k, v in value.items()):
+        special = " (or " + ", ".join(f"{v} for {'earliest' if v == EARLIEST else 'latest'}"
+                                      for v in allowed) + ")" if allowed else ""
         raise IllegalOpError(f"embedlog: option {what} is {' or '.join(map(repr, words))} or a JSON "
-                             f"object of name -> non-negative position, got {text!r}")
+                             f"object of name -> non-negative position{special}, got {text!r}")
     return value
+
+
+def parse_times(raw, what: str) -> dict | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(str(raw))
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict) or not all(
+            isinstance(k, str) and type(v) is int and v >= 0 for k, v in value.items()):
+        raise IllegalOpError(f"embedlog: option {what} is a JSON object of stream name -> time "
+                             f"(ms since the epoch, >= 0), got {raw!r}")
+    return value
+
+
+def _client_config(opts) -> tuple[bytes, dict]:
+    """(password, ClientConfig options): files are checked to exist here, on the driver; a
+    password file is read here and travels with the options (never printed)."""
+    if opts.get("password") is not None and opts.get("passwordFile") is not None:
+        raise IllegalOpError("embedlog: give option password or passwordFile, not both")
+    if opts.get("authToken") is not None and opts.get("authTokenFile") is not None:
+        raise IllegalOpError("embedlog: give option authToken or authTokenFile, not both")
+    password = str(opts.get("password", "")).encode()
+    if opts.get("passwordFile") is not None:
+        path = str(opts["passwordFile"])
+        try:
+            with open(path, "rb") as f:
+                password = f.read().rstrip(b"\r\n")
+        except OSError as exc:
+            raise IllegalOpError(f"embedlog: option passwordFile: cannot read {path!r}: "
+                                 f"{exc.strerror}") from None
+    config: dict = {}
+    for key, name in (("tlsCaFile", "tls_ca_file"), ("tlsCertFile", "tls_cert_file"),
+                      ("tlsKeyFile", "tls_key_file"), ("authTokenFile", "auth_token_file")):
+        if opts.get(key) is not None:
+            path = str(opts[key])
+            if not os.path.isfile(path):
+                raise IllegalOpError(f"embedlog: option {key}: no file {path!r}")
+            config[name] = path
+    if opts.get("tlsCheckHostname") is not None:
+        config["tls_check_hostname"] = _bool(opts, "tlsCheckHostname", True)
+    if opts.get("authToken") is not None:
+        token = str(opts["authToken"]).strip().encode()
+        if not token:
+            raise IllegalOpError("embedlog: option authToken is empty")
+        config["auth_token"] = token
+    if config.get("tls_key_file") and not config.get("tls_cert_file"):
+        raise IllegalOpError("embedlog: option tlsKeyFile needs tlsCertFile")
+    return password, config
 
 
 @dataclass(frozen=True)
@@ -119,9 +226,19 @@ class ReadOptions:
     stream_pattern: str | None = None
     starting: object = "earliest"
     ending: object = "latest"
+    starting_time_ms: int | None = None
+    starting_times: dict | None = None
+    starting_time_strategy: str = "error"
+    ending_time_ms: int | None = None
+    ending_times: dict | None = None
+    fail_on_data_loss: bool = True
     max_entries_per_trigger: int | None = None
+    min_entries_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     entries_per_partition: int = DEFAULT_ENTRIES_PER_PARTITION
-    password: bytes = b""
+    min_partitions: int = 1
+    password: bytes = field(default=b"", repr=False)
+    client_config: dict = field(default_factory=dict, repr=False)
 
     @property
     def over_streams(self) -> bool:
@@ -150,32 +267,61 @@ def read_options(options) -> ReadOptions:
         pattern = str(opts["streamPattern"])
     over_streams = bool(streams) or pattern is not None
     starting = parse_positions(opts.get("startingOffsets"), "startingOffsets",
-                               ("earliest", "latest") if over_streams else ("earliest",))
-    ending = parse_positions(opts.get("endingOffsets"), "endingOffsets", ("latest",))
+                               ("earliest", "latest"), (EARLIEST, LATEST))
+    ending = parse_positions(opts.get("endingOffsets"), "endingOffsets", ("latest",), (LATEST,))
+    timed = [k for k in ("startingTimestamp", "startingOffsetsByTimestamp", "endingTimestamp",
+                         "endingOffsetsByTimestamp") if opts.get(k) is not None]
+    if timed and not over_streams:
+        raise IllegalOpError(f"embedlog: option {timed[0]} needs streams (only stream entries "
+                             "carry their append time)")
+    strategy = str(opts.get("startingOffsetsByTimestampStrategy", "error")).strip().lower()
+    if strategy not in ("error", "latest"):
+        raise IllegalOpError("embedlog: option startingOffsetsByTimestampStrategy is error or "
+                             f"latest, got {opts['startingOffsetsByTimestampStrategy']!r}")
+    max_trigger = _int(opts, "maxEntriesPerTrigger", None, 1, 1 << 62)
+    min_trigger = _int(opts, "minEntriesPerTrigger", None, 1, 1 << 62)
+    if max_trigger is not None and min_trigger is not None and min_trigger > max_trigger:
+        raise IllegalOpError(f"embedlog: minEntriesPerTrigger ({min_trigger}) is above "
+                             f"maxEntriesPerTrigger ({max_trigger})")
+    delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if opts.get("maxTriggerDelay") is not None:
+        delay = duration_ms(opts["maxTriggerDelay"], "maxTriggerDelay")
+    password, config = _client_config(opts)
     return ReadOptions(
         uri=_uri(opts), ledgers=ledgers, scope=scope, streams=streams, stream_pattern=pattern,
         starting=starting, ending=ending,
-        max_entries_per_trigger=_int(opts, "maxEntriesPerTrigger", None, 1, 1 << 62),
+        starting_time_ms=_int(opts, "startingTimestamp", None, 0, 1 << 62),
+        starting_times=parse_times(opts.get("startingOffsetsByTimestamp"), "startingOffsetsByTimestamp"),
+        starting_time_strategy=strategy,
+        ending_time_ms=_int(opts, "endingTimestamp", None, 0, 1 << 62),
+        ending_times=parse_times(opts.get("endingOffsetsByTimestamp"), "endingOffsetsByTimestamp"),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        max_entries_per_trigger=max_trigger, min_entries_per_trigger=min_trigger,
+        max_trigger_delay_ms=delay,
         entries_per_partition=_int(opts, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION,
                                    1, MAX_ENTRIES_PER_PARTITION),
-        password=str(opts.get("password", "")).encode())
+        min_partitions=_int(opts, "minPartitions", 1, 1, 1 << 20),
+        password=password, client_config=config)
 
 
 @dataclass(frozen=True)
 class WriteOptions:
     uri: str
-    stream: str
+    stream: str | None = None          # None: the rows' stream column routes them (or scope)
+    scope: int | None = None           # ledgers instead of a stream
     sink_id: str | None = None
     batch_id: int | None = None
     ensemble: tuple = field(default=(3, 3, 2))
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)
+    client_config: dict = field(default_factory=dict, repr=False)
 
 
 def write_options(options, streaming: bool) -> WriteOptions:
     opts = _canonical(options, WRITE_KEYS)
-    stream = opts.get("stream")
-    if not stream:
-        raise IllegalOpError("embedlog: option stream (the target stream) is required for writes")
+    stream = opts.get("stream") or None
+    scope = _int(opts, "scope", None, 0, (1 << 64) - 1)
+    if stream is not None and scope is not None:
+        raise IllegalOpError("embedlog: a write goes to option stream or to option scope, not both")
     sink_id = opts.get("sinkId") or None
     batch_id = _int(opts, "batchId", None, 0, 1 << 62)
     if streaming:
@@ -193,5 +339,24 @@ def write_options(options, streaming: bool) -> WriteOptions:
     qa = _int(opts, "ackQuorum", min(qw, 2), 1, 64)
     if not e >= qw >= qa:
         raise IllegalOpError(f"embedlog: need ensembleSize >= writeQuorum >= ackQuorum, got {e}, {qw}, {qa}")
-    return WriteOptions(uri=_uri(opts), stream=str(stream), sink_id=sink_id, batch_id=batch_id,
-                        ensemble=(e, qw, qa), password=str(opts.get("password", "")).encode())
+    password, config = _client_config(opts)
+    return WriteOptions(uri=_uri(opts), stream=None if stream is None else str(stream), scope=scope,
+                        sink_id=sink_id, batch_id=batch_id, ensemble=(e, qw, qa),
+                        password=password, client_config=config)
+
+
+def check_at_load(options) -> None:
+    """What can be checked when ``load()`` is called, before Spark knows whether the query
+    reads or writes, batch or streaming: the syntax of a read's options (a write's are
+    checked by writer()/streamWriter(), which Spark calls when the write starts)."""
+    keys = {k.lower() for k in dict(options)}
+    write_only = {k.lower() for k in WRITE_KEYS} - {k.lower() for k in READ_KEYS}
+    if keys & write_only:
+        _canonical(options, WRITE_KEYS)
+        return
+    read_options(options)
+
+
+def client_for(opts) -> Client:
+    """A client of the options' metadata service, with their TLS and token settings."""
+    return Client(opts.uri, **opts.client_config)

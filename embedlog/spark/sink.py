@@ -1,106 +1,184 @@
-"""Writing DataFrames into a stream: task ledgers on executors, the commit on the driver
-(embedlog.spark.commit says how the commit stays atomic and exactly once)."""
+"""Writing DataFrames to streams or ledgers: data ledgers on executors, the commit on the
+driver (embedlog.spark.commit says how the commit stays atomic and exactly once)."""
 from __future__ import annotations
 
+import collections
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 
+from embedlog.client.scan import pack_rows
 from embedlog.errors import IllegalOpError
-from embedlog.spark.commit import (JOB_KEY, SINK_KEY, TARGET_KEY, TASK_SCOPE_ID, commit_job,
-                                   delete_ledgers, sweep_job)
+from embedlog.spark.commit import (DATA_KEY, JOB_KEY, LINK_ROWS, PACKED_KEY, SINK_KEY, TARGET_KEY,
+                                   TASK_SCOPE_ID, Target, commit_job, data_scope, delete_ledgers,
+                                   sweep)
+from embedlog.spark.options import client_for
 
-APPEND_CHUNK_ENTRIES = 8192
+APPEND_GROUP_BYTES = 2 << 20       # payloads handed to the client at once (one frame a bookie)
+IN_FLIGHT_GROUPS = 8               # at most this many groups unacknowledged per data ledger
 
 
 @dataclass
-class TaskLedger(WriterCommitMessage):
-    """What one task wrote: its ledger's qualified name (None if it had no rows) and count."""
-    qualified_name: str | None
-    entries: int
+class TaskOutput(WriterCommitMessage):
+    """What one task wrote: per target, (Target, data ledger, marker, link slices), where a
+    slice is (first entry, entries, rows)."""
+    ledgers: list
 
 
-def check_input_schema(schema) -> str:
-    """The payload column: ``payload`` (binary or string), else ``value`` (Kafka's name)."""
+def check_input_schema(schema, opts) -> tuple[str, str | None]:
+    """(the payload column, the routing column or None). The payload is ``payload`` (binary or
+    string), else ``value`` (Kafka's name); without option stream or scope, a string column
+    ``stream`` names each row's stream (as Kafka's ``topic`` column; the option wins)."""
     fields = {f.name: f.dataType.typeName() for f in schema.fields}
+    payload = None
     for name in ("payload", "value"):
         if name in fields:
             if fields[name] not in ("binary", "string"):
                 raise IllegalOpError(f"embedlog: column {name!r} must be binary or string, "
                                      f"got {fields[name]}")
-            return name
-    raise IllegalOpError("embedlog: a DataFrame written to embedlog needs a binary or string column "
-                         f"named 'payload' (or 'value'); it has {sorted(fields)}")
+            payload = name
+            break
+    if payload is None:
+        raise IllegalOpError("embedlog: a DataFrame written to embedlog needs a binary or string column "
+                             f"named 'payload' (or 'value'); it has {sorted(fields)}")
+    if opts.stream is not None or opts.scope is not None:
+        return payload, None
+    if fields.get("stream") != "string":
+        raise IllegalOpError("embedlog: a write needs option stream, option scope, or a string column "
+                             "'stream' naming each row's stream")
+    return payload, "stream"
 
 
-def write_task(opts, job_id: str, column: str, batches) -> TaskLedger:
-    """Append every row's payload to a new ledger of this task; delete it if anything fails."""
-    import pyarrow as pa
-    from embedlog.client import Client
-    client = Client(opts.uri)
-    handle = None
-    count = 0
+class _DataLedger:
+    """One task's rows for one target: a marker first, then the data ledger, packed entries."""
+
+    def __init__(self, client, opts, job_id: str, target: Target):
+        self.client, self.target = client, target
+        scope = data_scope(target)
+        lid = client.metadata.id_generator.generate_ledger_id(scope)
+        tags = {JOB_KEY: job_id, TARGET_KEY: target.key}
+        if opts.sink_id is not None:
+            tags[SINK_KEY] = opts.sink_id
+        marker = client.create_ledger(1, 1, 1, scope_id=TASK_SCOPE_ID,
+                                      custom_metadata={**tags, DATA_KEY: lid.qualified_name})
+        marker.close()
+        self.marker = marker.ledger_id.qualified_name
+        e, qw, qa = opts.ensemble
+        self.handle = client.create_ledger(e, qw, qa, password=opts.password, scope_id=scope,
+                                           ledger_id=lid, custom_metadata={**tags, PACKED_KEY: "1"})
+        self.slices: list = []
+        self._entries = 0
+        self._group: list = []
+        self._group_bytes = 0
+        self._in_flight: collections.deque = collections.deque()
+
+    def write(self, column) -> None:
+        for payload, rows in pack_rows(column):
+            if self.slices and self.slices[-1][2] + rows <= LINK_ROWS:
+                first, count, total = self.slices[-1]
+                self.slices[-1] = (first, count + 1, total + rows)
+            else:
+                self.slices.append((self._entries, 1, rows))
+            self._entries += 1
+            self._group.append(payload)
+            self._group_bytes += len(payload)
+            if self._group_bytes >= APPEND_GROUP_BYTES:
+                self._send()
+
+    def _send(self) -> None:
+        if self._group:
+            self._in_flight.append(self.handle.append_many_async(self._group))
+            self._group, self._group_bytes = [], 0
+        while len(self._in_flight) > IN_FLIGHT_GROUPS:
+            for f in self._in_flight.popleft():
+                f.result()
+
+    def finish(self) -> tuple:
+        self._send()
+        while self._in_flight:
+            for f in self._in_flight.popleft():
+                f.result()
+        self.handle.close()
+        return (self.target, self.handle.ledger_id.qualified_name, self.marker, self.slices)
+
+    def discard(self) -> None:
+        try:
+            delete_ledgers(self.client, [self.handle.ledger_id.qualified_name, self.marker])
+        except Exception:
+            pass          # the job's abort sweeps it by its marker
+
+
+def _groups(batch, payload: str, route: str | None, opts):
+    """(Target, binary column) pairs of one Arrow batch."""
+    col = batch.column(batch.schema.get_field_index(payload))
+    if col.null_count:
+        raise IllegalOpError(f"embedlog: column {payload!r} has null payloads")
+    if route is None:
+        yield Target(stream=opts.stream, scope=opts.scope), col
+        return
+    names = batch.column(batch.schema.get_field_index(route))
+    if names.null_count:
+        raise IllegalOpError("embedlog: a row's 'stream' is null and option stream is not set")
+    for name in pc.unique(names).to_pylist():
+        if not name:
+            raise IllegalOpError("embedlog: a row's 'stream' is empty")
+        yield Target(stream=name), col.filter(pc.equal(names, pa.scalar(name)))
+
+
+def write_task(opts, job_id: str, payload: str, route: str | None, batches) -> TaskOutput:
+    """Pack every row's payload into the task's data ledger of its target; on any failure,
+    delete what this task made (the job's abort sweeps what a killed task leaves)."""
+    client = client_for(opts)
+    ledgers: dict = {}
     try:
         for batch in batches:
-            col = batch.column(batch.schema.get_field_index(column))
-            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                col = col.cast(pa.binary())
-            if col.null_count:
-                raise IllegalOpError(f"embedlog: column {column!r} has null payloads")
-            rows = col.to_pylist()
-            if not rows:
-                continue
-            if handle is None:
-                e, qw, qa = opts.ensemble
-                tags = {JOB_KEY: job_id, TARGET_KEY: opts.stream}
-                if opts.sink_id is not None:
-                    tags[SINK_KEY] = opts.sink_id
-                handle = client.create_ledger(e, qw, qa, password=opts.password, scope_id=TASK_SCOPE_ID,
-                                              custom_metadata=tags)
-            for i in range(0, len(rows), APPEND_CHUNK_ENTRIES):
-                handle.append_many(rows[i:i + APPEND_CHUNK_ENTRIES])
-            count += len(rows)
-        if handle is None:
-            return TaskLedger(None, 0)
-        handle.close()
-        return TaskLedger(handle.ledger_id.qualified_name, count)
+            for target, col in _groups(batch, payload, route, opts):
+                if len(col):
+                    if target not in ledgers:
+                        ledgers[target] = _DataLedger(client, opts, job_id, target)
+                    ledgers[target].write(col)
+        return TaskOutput([w.finish() for w in ledgers.values()])
     except BaseException:
-        if handle is not None:
-            try:
-                delete_ledgers(client, [handle.ledger_id.qualified_name])
-            except Exception:
-                pass          # the job's abort sweeps it by its tag
+        for w in ledgers.values():
+            w.discard()
         raise
     finally:
         client.close()
 
 
-def _ledgers(messages) -> list:
-    return [(m.qualified_name, m.entries) for m in messages
-            if isinstance(m, TaskLedger) and m.qualified_name is not None]
+def _outputs(messages) -> dict:
+    """{Target: [(data ledger, marker, slices)]} in task (partition) order."""
+    out: dict = {}
+    for m in messages:
+        if isinstance(m, TaskOutput):
+            for target, qname, marker, slices in m.ledgers:
+                out.setdefault(target, []).append((qname, marker, slices))
+    return out
 
 
-def _commit(opts, job_id, messages, sink_id, batch_id) -> bool:
-    from embedlog.client import Client
-    client = Client(opts.uri)
+def commit_write(opts, job_id: str, messages, sink_id: str, batch_id: int) -> None:
+    """The job commit: each target on its own, in name order (a replay of the same sink and
+    batch finishes the targets an interrupted commit did not reach)."""
+    client = client_for(opts)
     try:
-        ledgers = _ledgers(messages)
-        done = commit_job(client, opts.stream, sink_id, batch_id, ledgers, opts.password)
+        for target, ledgers in sorted(_outputs(messages).items()):
+            commit_job(client, target, sink_id, batch_id, ledgers, opts.password, opts.ensemble)
         # failed or speculative task attempts, and what earlier runs of this sink left
-        sweep_job(client, job_id, sink_id=opts.sink_id)
-        return done
+        sweep(client, job_id, sink_id=opts.sink_id)
     finally:
         client.close()
 
 
-def _abort(opts, job_id, messages) -> None:
-    from embedlog.client import Client
-    client = Client(opts.uri)
+def abort_write(opts, job_id: str, messages) -> None:
+    client = client_for(opts)
     try:
-        delete_ledgers(client, [q for q, _ in _ledgers(messages)])
-        sweep_job(client, job_id)
+        for ledgers in _outputs(messages).values():
+            delete_ledgers(client, [q for q, _m, _s in ledgers] + [m for _q, m, _s in ledgers])
+        sweep(client, job_id)
     finally:
         client.close()
 
@@ -108,32 +186,32 @@ def _abort(opts, job_id, messages) -> None:
 class BatchWriter(DataSourceArrowWriter):
     def __init__(self, opts, schema):
         self.opts = opts
-        self.column = check_input_schema(schema)
+        self.payload, self.route = check_input_schema(schema, opts)
         self.job_id = "batch-" + uuid.uuid4().hex
 
     def write(self, iterator):
-        return write_task(self.opts, self.job_id, self.column, iterator)
+        return write_task(self.opts, self.job_id, self.payload, self.route, iterator)
 
     def commit(self, messages):
         sink = self.opts.sink_id or self.job_id
         batch = self.opts.batch_id if self.opts.batch_id is not None else 0
-        _commit(self.opts, self.job_id, messages, sink, batch)
+        commit_write(self.opts, self.job_id, messages, sink, batch)
 
     def abort(self, messages):
-        _abort(self.opts, self.job_id, messages)
+        abort_write(self.opts, self.job_id, messages)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts, schema):
         self.opts = opts
-        self.column = check_input_schema(schema)
+        self.payload, self.route = check_input_schema(schema, opts)
         self.job_id = "stream-" + uuid.uuid4().hex     # this run of the query
 
     def write(self, iterator):
-        return write_task(self.opts, self.job_id, self.column, iterator)
+        return write_task(self.opts, self.job_id, self.payload, self.route, iterator)
 
     def commit(self, messages, batchId):
-        _commit(self.opts, self.job_id, messages, self.opts.sink_id, batchId)
+        commit_write(self.opts, self.job_id, messages, self.opts.sink_id, batchId)
 
     def abort(self, messages, batchId):
-        _abort(self.opts, self.job_id, messages)
+        abort_write(self.opts, self.job_id, messages)

@@ -50,7 +50,7 @@ def spark():
 def cluster(spark, tmp_path_factory):
     from embedlog.harness import LocalCluster
     c = LocalCluster(bookies=3, base_dir=str(tmp_path_factory.mktemp("spark-cluster")),
-                     autorecovery=False)
+                     autorecovery=False, proxies=False)
     yield c
     c.close()
 

@@ -27,10 +27,26 @@ def load(spark, uri, **opts):
     (dict(streams="x", entriesPerPartition="many"), "entriesPerPartition must be an integer"),
     (dict(streams="x", entriesPerPartition="0"), "entriesPerPartition must be in 1.."),
     (dict(streams="x", startingOffsets="{bad json"), "option startingOffsets is"),
+    (dict(streams="x", startingOffsets="newest"), "option startingOffsets is 'earliest' or 'latest'"),
+    (dict(streams="x", startingOffsets='{"x": -3}'), "-2 for earliest, -1 for latest"),
+    (dict(streams="x", endingOffsets='{"x": -2}'), "option endingOffsets is"),
+    (dict(streams="x", failOnDataLoss="maybe"), "failOnDataLoss is true or false"),
+    (dict(streams="x", maxTriggerDelay="soon"), "maxTriggerDelay is a duration"),
+    (dict(streams="x", minPartitions="0"), "minPartitions must be in 1.."),
+    (dict(streams="x", maxEntriesPerTrigger="10", minEntriesPerTrigger="20"), "is above maxEntriesPerTrigger"),
+    (dict(ledgers="1", startingTimestamp="5"), "startingTimestamp needs streams"),
+    (dict(streams="x", startingOffsetsByTimestamp="[1]"), "stream name -> time"),
+    (dict(streams="x", passwordFile="/no/such/file"), "passwordFile: cannot read"),
+    (dict(streams="x", tlsCaFile="/no/such/ca.pem"), "tlsCaFile: no file"),
+    (dict(streams="x", password="a", passwordFile="/etc/hostname"), "password or passwordFile, not both"),
 ])
 def test_bad_read_options(spark, uri, opts, message):
     with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
         load(spark, uri, **opts).collect()
+    if "no ledger" in message or "no stream" in message:
+        return                            # these need the metadata store: checked by reader()
+    with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
+        load(spark, uri, **opts)          # already when load() is called
 
 
 def test_missing_uri(spark):
@@ -40,7 +56,7 @@ def test_missing_uri(spark):
 
 def test_bad_write_options(spark, uri, tmp_path):
     df = spark.range(3).select(F.col("id").cast("string").alias("payload"))
-    with pytest.raises(Exception, match="option stream .*is required"):
+    with pytest.raises(Exception, match="needs option stream, option scope, or a string column 'stream'"):
         df.write.format("embedlog").option("metadataServiceUri", uri).mode("append").save()
     with pytest.raises(Exception, match="needs a binary or string column named 'payload'"):
         (spark.range(3).write.format("embedlog").option("metadataServiceUri", uri)
@@ -86,3 +102,55 @@ def test_malformed_checkpoint_offset(spark, uri, client, name, tmp_path):
     q = run()
     assert q.exception() is not None
     assert "malformed" in str(q.exception()) and "next position" in str(q.exception())
+
+
+@pytest.mark.parametrize("opts, message", [
+    (dict(streams="x", maxEntriesPerTrigger="lots"), "maxEntriesPerTrigger must be an integer"),
+    (dict(streams="x", colour="blue"), "unknown option 'colour'"),
+    (dict(streams="x", minEntriesPerTrigger="-1"), "minEntriesPerTrigger must be in 1.."),
+])
+def test_streaming_options_fail_at_load(spark, uri, opts, message):
+    """A bad option fails when load() is called, not seconds after start()."""
+    r = spark.readStream.format("embedlog").option("metadataServiceUri", uri)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    with pytest.raises(Exception, match=message):
+        r.load()
+
+
+def test_batch_options_fail_at_load(spark, uri):
+    r = spark.read.format("embedlog").option("metadataServiceUri", uri).option("streams", "x")
+    with pytest.raises(Exception, match="startingOffsets is 'earliest' or 'latest'"):
+        r.option("startingOffsets", "newest").load()
+
+
+def test_latest_in_a_batch_read_is_nothing(spark, uri, client, name):
+    s = client.open_stream(name)
+    s.append_many([b"a", b"b"])
+    s.close()
+    assert load(spark, uri, streams=name, startingOffsets="latest").count() == 0
+    assert load(spark, uri, streams=name, startingOffsets=json.dumps({name: -1})).count() == 0
+    assert load(spark, uri, streams=name, startingOffsets=json.dumps({name: -2}),
+                endingOffsets=json.dumps({name: -1})).count() == 2
+
+
+def test_secrets_stay_out_of_plans_and_messages(spark, uri, client, name, tmp_path):
+    secret = "hunter2-" + name
+    s = client.open_stream(name, password=secret.encode())
+    s.append(b"x")
+    s.close()
+    df = load(spark, uri, streams=name, password=secret)
+    plan = df._jdf.queryExecution().toString()
+    assert secret not in plan and df.count() == 1
+    # a wrong password fails without printing either
+    with pytest.raises(Exception) as failure:
+        load(spark, uri, streams=name, password=secret + "-wrong").collect()
+    assert "wrong password" in str(failure.value) and secret not in str(failure.value)
+    # and from a file
+    path = tmp_path / "pw"
+    path.write_text(secret + "\n")
+    assert load(spark, uri, streams=name, passwordFile=str(path)).count() == 1
+    from embedlog.spark.options import read_options
+    opts = read_options({"metadataServiceUri": uri, "streams": name, "password": secret,
+                         "authToken": "tok-" + secret})
+    assert secret not in repr(opts)
