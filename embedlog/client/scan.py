@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 
+import numpy as np
+
 from embedlog._native import arrowread
 from embedlog._native.format import decode_entry
 from embedlog.client.schedule import write_set
@@ -144,7 +146,6 @@ def pack_rows(column, max_bytes: int = PACK_BYTES):
     ``max_bytes`` unless one row alone is larger. Yields (payload, rows in it). Appending
     them to a ledger and linking it with ``Stream.append_links(..., packed=True)`` pays the
     per-entry costs of the add and read paths once per payload instead of once per row."""
-    import numpy as np
     import pyarrow as pa          # optional: the caller holds an Arrow array (spark extra)
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type) \
             or pa.types.is_large_binary(column.type):

@@ -21,6 +21,7 @@ def local_session(master: str = "local[2]", app_name: str = "embedlog", **conf):
 
     Spark's Python workers are started by the JVM: they run PYSPARK_PYTHON and import the
     data source by module name, so both point at this interpreter and this checkout."""
+    # optional dependency: pyspark comes with the spark extra
     from pyspark.sql import SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -43,6 +44,7 @@ def local_session(master: str = "local[2]", app_name: str = "embedlog", **conf):
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # cycle: embedlog.spark's __init__ re-exports this module's local_session
     from embedlog.spark import register
     register(spark)
     return spark

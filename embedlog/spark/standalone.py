@@ -41,6 +41,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 def spark_home() -> str:
     """The installed pyspark package directory: it holds bin/spark-class and the jars."""
+    # optional dependency: pyspark comes with the spark extra
     import pyspark
     return os.path.dirname(os.path.abspath(pyspark.__file__))
 
