@@ -14,6 +14,7 @@ from embedlog.client.schedule import write_set
 from embedlog.errors import (LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
                              UnauthorizedAccessError)
 from embedlog.harness import LocalCluster
+from embedlog.meta import open_metadata_store
 from embedlog.meta.api import LedgerState
 from embedlog.net import protocol as P
 
@@ -203,6 +204,32 @@ def test_read_only_bookie_is_avoided(cluster):
         w.close()
     cluster.set_read_only(0, False)
     assert cluster.bookie_id(0) in c.bookies()[0]
+
+
+def test_read_only_switch_is_one_registration_change(cluster):
+    """A served bookie turning read-only and back moves its registration in one call (one
+    transaction): a reader polling the bookie list as fast as it can never finds it in
+    neither list (unregister-then-register left such a moment at every switch)."""
+    bid = cluster.bookie_id(0)
+    seen, stop = [], threading.Event()
+    store = open_metadata_store(cluster.metadata_uri, create=False)
+
+    def poll():
+        while not stop.is_set():
+            regs = store.registration_client.get_all_bookies()
+            seen.append(sum(r.bookie_id == bid for r in regs))
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    try:
+        for k in range(20):
+            cluster.set_read_only(0, k % 2 == 0)
+    finally:
+        stop.set()
+        t.join()
+        store.close()
+    cluster.set_read_only(0, False)
+    assert len(seen) > 100 and set(seen) == {1}, (len(seen), seen.count(0), seen.count(2))
 
 
 def test_scope_ledgers_over_the_wire(cluster):

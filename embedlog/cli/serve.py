@@ -136,7 +136,8 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
         flag = bookie.read_only
         if flag == registered["read_only"]:
             return
-        meta.registration_manager.unregister_bookie(bookie.bookie_id, registered["read_only"])
+        # one call moves the registration in one transaction: never in neither list, and
+        # watchers see one change, not a removal and an addition
         meta.registration_manager.register_bookie(bookie.bookie_id, flag, dict(info))
         registered["read_only"] = flag
         log.warning("bookie %s is %s (%s)", bookie.bookie_id, "read-only" if flag else "writable",
