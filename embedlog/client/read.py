@@ -9,10 +9,9 @@ from embedlog.errors import (EmbedlogError, IllegalOpError, NoSuchEntryError, No
                              TimeoutError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.client.scan import binary_array, read_runs
-from embedlog.client.schedule import MAX_READ_ENTRIES, fragment_index, fragment_last, write_set
+from embedlog.client.schedule import write_set
 from embedlog.net import protocol as P
 
-READ_WINDOW = 256          # reads in flight for one read_batch
 
 
 class LedgerEntry:
@@ -25,50 +24,13 @@ class LedgerEntry:
         return f"LedgerEntry(entry_id={self.entry_id}, {len(self.data)} bytes)"
 
 
-async def read_range(ctx, md, mac_key, first: int, last: int, read_one) -> list:
-    """Checked payloads of first..last. Where a fragment's write quorum is its whole
-    ensemble, every bookie holds every entry, so chunks of up to MAX_READ_ENTRIES entries
-    are read with one ranged READ each (rotating over the bookies); entries a chunk misses,
-    and striped fragments, are read one by one with ``read_one(entry_id)`` (which fails
-    over between replicas)."""
-    scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
-    out = [None] * (last - first + 1)
-    sem = asyncio.Semaphore(READ_WINDOW)
-
-    async def one(e):
-        async with sem:
-            out[e - first] = await read_one(e)
-
-    async def chunk(lo, hi, bookie):
-        async with sem:
-            try:
-                resp = await ctx.call(bookie, lambda rid: P.read_request(
-                    rid, scope, ledger, lo, count=hi - lo + 1), ctx.config.read_timeout_s)
-                for eid, data in P.parse_read_body(resp.body)[1]:
-                    if lo <= eid <= hi:
-                        out[eid - first] = decode_entry(data, scope, ledger, eid,
-                                                        int(md.digest_type), mac_key)
-            except EmbedlogError:
-                pass                    # whatever is missing is read entry by entry below
-
-    jobs, singles = [], []
-    pos = first
-    while pos <= last:
-        k = fragment_index(md, pos)
-        frag_end = fragment_last(md, k)
-        end = last if frag_end is None else min(last, frag_end)
-        ens = md.fragments[k][1]
-        if md.write_quorum == md.ensemble_size:
-            w = MAX_READ_ENTRIES
-            for n, lo in enumerate(range(pos, end + 1, w)):
-                jobs.append(chunk(lo, min(end, lo + w - 1), ens[(lo // w + n) % len(ens)]))
-        else:
-            singles.extend(range(pos, end + 1))
-        pos = end + 1
-    await asyncio.gather(*jobs)
-    singles.extend(first + i for i, v in enumerate(out) if v is None and first + i not in singles)
-    await asyncio.gather(*(one(e) for e in sorted(set(singles))))
-    return out
+async def read_range(ctx, md, mac_key, first: int, last: int) -> list:
+    """Checked payloads of first..last, one bytes object each: the client's one ranged read
+    (client/scan.py: windows of up to 1024 entries, failing over entry by entry)."""
+    offsets, values = payload_arrays(await read_runs(ctx, md, mac_key, first, last),
+                                     int(md.digest_type))
+    view = memoryview(values)
+    return [bytes(view[offsets[i]:offsets[i + 1]]) for i in range(last - first + 1)]
 
 
 class ReadHandle:
@@ -166,7 +128,7 @@ class ReadHandle:
         raise last_error
 
     async def _read_range(self, first: int, last: int) -> list:
-        return await read_range(self._ctx, self._md, self._mac_key, first, last, self._read_one)
+        return await read_range(self._ctx, self._md, self._mac_key, first, last)
 
     def _check_range(self, first, last, unconfirmed=False):
         if not isinstance(first, int) or not isinstance(last, int):

@@ -17,18 +17,17 @@ each payload, no Python object per entry); ``binary_array`` wraps them for pyarr
 from __future__ import annotations
 
 import asyncio
-import bisect
 
 import numpy as np
 
 from embedlog._native import arrowread
 from embedlog._native.format import decode_entry
-from embedlog.client.schedule import write_set
+from embedlog.client.schedule import MAX_READ_ENTRIES, fragment_index, fragment_last, write_set
 from embedlog.errors import EmbedlogError, NoSuchEntryError
 from embedlog.meta.api import LedgerState
 from embedlog.net import protocol as P
 
-WINDOW_ENTRIES = 1024          # the bookie's MAX_READ_ENTRIES
+WINDOW_ENTRIES = MAX_READ_ENTRIES   # the most entries a bookie returns for one READ
 WINDOW_BYTES = 1 << 20         # a window of large entries holds about this much
 WINDOWS_IN_FLIGHT = 4          # per read: about 4 MiB in flight
 
@@ -44,15 +43,14 @@ def _window_entries(md) -> int:
 
 def _windows(md, first: int, last: int) -> list:
     """(lo, hi) windows that never cross a fragment boundary."""
-    firsts = [f for f, _ in md.fragments]
     size = _window_entries(md)
     out = []
     pos = first
     while pos <= last:
-        k = max(0, bisect.bisect_right(firsts, pos) - 1)
         end = min(last, pos + size - 1)
-        if k + 1 < len(firsts):
-            end = min(end, firsts[k + 1] - 1)
+        frag_end = fragment_last(md, fragment_index(md, pos))
+        if frag_end is not None:
+            end = min(end, frag_end)
         out.append((pos, end))
         pos = end + 1
     return out
