@@ -76,12 +76,10 @@ def _take(iterator, n: int) -> list:
 
 # -- ledgers ----------------------------------------------------------------------------------------
 
-class AsyncWriteHandle:
-    """The writer of one ledger; ``await append(data)`` returns the entry id once durable."""
+class _Handle:
+    """What both async handles show of the synchronous handle underneath."""
 
-    def __init__(self, handle, bridge: _Bridge):
-        self._h = handle
-        self._bridge = bridge
+    _h = None
 
     @property
     def ledger_id(self):
@@ -93,8 +91,17 @@ class AsyncWriteHandle:
 
     @property
     def handle(self):
-        """The synchronous WriteHandle underneath."""
+        """The synchronous handle underneath."""
         return self._h
+
+
+class AsyncWriteHandle(_Handle):
+    """The writer of one ledger; ``await append(data)`` returns the entry id once durable."""
+
+    def __init__(self, handle, bridge: _Bridge):
+        self._h = handle
+        self._bridge = bridge
+
 
     async def append(self, data) -> int:
         return await asyncio.wrap_future(self._h.append_async(data))
@@ -128,7 +135,7 @@ class AsyncWriteHandle:
         return f"AsyncWriteHandle({self._h!r})"
 
 
-class AsyncReadHandle:
+class AsyncReadHandle(_Handle):
     """Reads of one ledger: ``await read_entry(i)``, ``await read_batch(a, b)``,
     ``async for e in read(a, b)`` and ``async for e in tail(start)``."""
 
@@ -138,17 +145,6 @@ class AsyncReadHandle:
         self._remote = remote           # a client ReadHandle (cluster), or a factory of one
         self._poll_timeout_ms = poll_timeout_ms
 
-    @property
-    def ledger_id(self):
-        return self._h.ledger_id
-
-    @property
-    def last_add_confirmed(self) -> int:
-        return self._h.last_add_confirmed
-
-    @property
-    def handle(self):
-        return self._h
 
     async def read_entry(self, entry_id: int) -> bytes:
         if self._h is self._remote:

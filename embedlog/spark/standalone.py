@@ -26,17 +26,11 @@ import urllib.request
 
 from embedlog.errors import EmbedlogError
 from embedlog.harness.servers import free_ports
+from embedlog.spark.session import LOG4J2 as SESSION_LOG4J2
 
 READY_TIMEOUT_S = 120.0
-LOG4J2 = """status = error
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
+# the daemons log warnings too (a lost worker is worth seeing), the sessions only errors
+LOG4J2 = SESSION_LOG4J2.replace("rootLogger.level = error", "rootLogger.level = warn")
 
 
 def spark_home() -> str:
