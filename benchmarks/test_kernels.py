@@ -28,7 +28,7 @@ def test_encode_journal_and_memtable(benchmark):
     state = {"eid": 0}
 
     def run():
-        n, _ = nmt.add_payloads(jb, mt, 0, 1, state["eid"], -1, 0, 3, None, PAYLOADS, 0, 1 << 20)
+        n, _ = nj.add_payloads(jb, mt, 0, 1, state["eid"], -1, 0, 3, None, PAYLOADS, 0, 1 << 20)
         state["eid"] += n
         jb.clear()
         if mt.size_bytes > (512 << 20):

@@ -12,7 +12,7 @@ import pytest
 
 from cliutil import ROOT
 
-NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader"]
+NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader", "arrowread"]
 CONFIG = """[mypy-embedlog.*]
 ignore_errors = True
 [mypy-embedlog._native.*]

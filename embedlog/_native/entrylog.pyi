@@ -7,10 +7,14 @@ from embedlog.errors import CorruptedDataError as CorruptedDataError, NoSuchEntr
 
 HEADER_SIZE: int
 ALLOC_CHUNK: int
+CRC_BLOCK: int
+errno_ENOSPC: int
 MAGIC: bytes
 MAP_MARKER: int
 
 class MappedLog:
+    def damaged_blocks(self) -> list[tuple[int, int]] | None:
+        """(start, end) offsets of blocks that no longer match their seal's checksums."""
     @property
     def log_id(self) -> int: ...
     @property

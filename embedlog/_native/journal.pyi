@@ -1,7 +1,10 @@
-# Type stubs of the Cython module embedlog._native.journal: journal records and file headers.
+# Type stubs of the Cython module embedlog._native.journal: journal records and file headers,
+# and the add-path kernels that frame entries into the journal buffer and the memtable.
 from typing import Any
 
-from embedlog.errors import JournalCorruptedError as JournalCorruptedError
+from embedlog._native.memtable import MemTable
+from embedlog.errors import (EntryTooLargeError as EntryTooLargeError, IllegalOpError as IllegalOpError,
+                             JournalCorruptedError as JournalCorruptedError)
 
 _Buffer = bytes | bytearray | memoryview
 
@@ -32,8 +35,12 @@ class JournalBuffer:
     def clear(self) -> None: ...
     def swap(self, other: JournalBuffer) -> None: ...
     def write_to(self, fd: int, offset: int) -> int: ...
+    def entry_ids(self) -> list[tuple[int, int, int]]:
+        """(scope, ledger, entry id) of every ENTRY record framed in the buffer."""
 
-def file_header(log_id: int) -> bytes: ...
+def file_header(log_id: int, prev_log_id: int = 0) -> bytes: ...
+def file_chain(data: _Buffer) -> int | None:
+    """The id of the journal written before this one (0: none), None for an unchained header."""
 def check_file_header(data: _Buffer) -> int: ...
 def decode_record(rtype: int, body: _Buffer) -> tuple[Any, ...] | None: ...
 def sync_fd(fd: int, data_only: bool = True) -> None: ...
@@ -44,3 +51,9 @@ def scan(data: Any, start: int = 512, max_record_size: int = ...,
     """(records as (offset, type, body start, body length), end, "clean" | "torn" |
     "corrupt", skipped regions as (offset, length))."""
 def parse_entry_header(data: _Buffer) -> tuple[int, int, int, int, int, int, int | None]: ...
+
+def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_eid: int, lac: int,
+                 length: int, digest: int, mac_key: bytes | None, payloads: list[Any], start: int,
+                 max_entry_size: int) -> tuple[int, int]:
+    """(entries taken, ledger length after them)."""
+def add_encoded_entries(jb: JournalBuffer, mt: MemTable, entries: list[Any], start: int) -> int: ...

@@ -1,9 +1,8 @@
 # Type stubs of the Cython module embedlog._native.memtable: the sorted in-memory table of
-# entries and the add-path kernels that frame journal records.
+# entries (journal.pyi has the add-path kernels that feed it).
 from typing import Any
 
-from embedlog._native.journal import JournalBuffer
-from embedlog.errors import EntryTooLargeError as EntryTooLargeError, IllegalOpError as IllegalOpError
+from embedlog.errors import EntryTooLargeError as EntryTooLargeError
 
 _Buffer = bytes | bytearray | memoryview
 
@@ -17,6 +16,7 @@ class MemTable:
     def read_payload(self, scope: int, lid: int, eid: int, digest: int,
                      mac_key: bytes | None) -> bytes | None: ...
     def contains(self, scope: int, lid: int, eid: int) -> bool: ...
+    def last_entry_id(self, scope: int, lid: int) -> int: ...
     @property
     def size_bytes(self) -> int: ...
     @property
@@ -29,9 +29,3 @@ class MemTable:
     def sorted_records(self) -> Any:
         """A numpy structured array (scope, ledger, entry, offset, size), in flush order."""
     def arena_view(self) -> memoryview: ...
-
-def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_eid: int, lac: int,
-                 length: int, digest: int, mac_key: bytes | None, payloads: list[Any], start: int,
-                 max_entry_size: int) -> tuple[int, int]:
-    """(entries taken, ledger length after them)."""
-def add_encoded_entries(jb: JournalBuffer, mt: MemTable, entries: list[Any], start: int) -> int: ...

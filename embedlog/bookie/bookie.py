@@ -26,7 +26,6 @@ import threading
 import uuid
 
 from embedlog._native import journal as nj
-from embedlog._native import memtable as nmt
 from embedlog._native.reader import LedgerReader
 from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key, parse_entry_header
 from embedlog.bookie import cookies, disks, gc
@@ -344,7 +343,7 @@ class Bookie:
             total = len(payloads)
             start_length = length
             while True:
-                n, length = nmt.add_payloads(
+                n, length = nj.add_payloads(
                     self.journal.buffer, self.storage.active, key[0], key[1], first_entry_id + done,
                     lac, length, digest, mac_key, payloads, done, self.config.max_entry_size_bytes)
                 done += n
@@ -405,7 +404,7 @@ class Bookie:
             self.journal.make_room()
             done = 0
             while done < len(entries):
-                done += nmt.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
+                done += nj.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
                 if done < len(entries):
                     self.storage.make_room(self.journal.note_appended())
             for e, (_v, scope, lid, eid, lac, _len, _d) in zip(entries, headers):

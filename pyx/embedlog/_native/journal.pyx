@@ -32,11 +32,15 @@ from libc.string cimport memcpy, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite, fdatasync, fsync
 
+from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+
 from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
-                                      el_crc_init, parse_ids)
+                                      el_crc_init, parse_ids, encode_into, encoded_size)
+from embedlog._native.memtable cimport MemTable
 
 from embedlog._native.format import parse_entry_header
-from embedlog.errors import JournalCorruptedError
+from embedlog.errors import EntryTooLargeError, IllegalOpError, JournalCorruptedError
 
 el_crc_init()
 
@@ -332,3 +336,80 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
             return off
         off += 1
     return -1
+
+
+# -- the add path: framing entries into the journal buffer, the memtable fed in the same pass --
+
+def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
+                 int64_t first_eid, int64_t lac, int64_t length, int digest, object mac_key,
+                 list payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
+    """Encode payloads[start:] as entries first_eid, first_eid+1, ... into the journal
+    buffer and the memtable, stopping early when the memtable is full.
+
+    Returns (count, length): how many were taken and the ledger length after them.
+    """
+    cdef Py_ssize_t i, n, enc, total = PyList_GET_SIZE(payloads)
+    cdef Py_ssize_t count = 0
+    cdef object item
+    cdef const uint8_t *src
+    cdef const uint8_t[::1] view
+    cdef uint8_t *rec
+    cdef uint8_t *dst
+    cdef int64_t eid = first_eid
+    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
+    for i in range(start, total):
+        item = <object>PyList_GET_ITEM(payloads, i)
+        if PyBytes_Check(item):
+            src = <const uint8_t *>PyBytes_AS_STRING(item)
+            n = PyBytes_GET_SIZE(item)
+        else:
+            try:
+                view = item
+            except (TypeError, ValueError):
+                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+            n = view.shape[0]
+            src = &view[0] if n else NULL
+        if n > max_entry_size:
+            raise EntryTooLargeError(
+                f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
+        enc = hdr + n
+        dst = mt.reserve(enc)
+        if dst == NULL:
+            if enc > mt.limit_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+            break
+        length += n
+        rec = jb.reserve(RECORD_HEADER_SIZE + enc)
+        encode_into(rec + RECORD_HEADER_SIZE, scope, lid, eid, lac, length, digest, mac_key, src, n)
+        jb.seal(rec, enc, REC_ENTRY)
+        memcpy(dst, rec + RECORD_HEADER_SIZE, enc)
+        mt.commit(scope, lid, eid, dst, enc)
+        eid += 1
+        count += 1
+    return count, length
+
+
+def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t start):
+    """Journal and store already-encoded entries (the bookie server path); stops
+    early when the memtable is full. Returns how many were taken."""
+    cdef Py_ssize_t i, n, total = PyList_GET_SIZE(entries)
+    cdef const uint8_t[::1] v
+    cdef uint64_t s, l
+    cdef int64_t e
+    cdef uint8_t *dst
+    cdef uint8_t *rec
+    for i in range(start, total):
+        v = <object>PyList_GET_ITEM(entries, i)
+        n = v.shape[0]
+        parse_ids(&v[0], n, &s, &l, &e)
+        dst = mt.reserve(n)
+        if dst == NULL:
+            if n > mt.limit_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+            return i - start
+        rec = jb.reserve(RECORD_HEADER_SIZE + n)
+        memcpy(rec + RECORD_HEADER_SIZE, &v[0], n)
+        jb.seal(rec, n, REC_ENTRY)
+        memcpy(dst, &v[0], n)
+        mt.commit(s, l, e, dst, n)
+    return total - start

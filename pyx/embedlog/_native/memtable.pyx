@@ -7,24 +7,22 @@ open-addressing hash table maps the key to the newest record. A flush walks the
 records sorted by (scope, ledger, entry) so entry logs keep a ledger's entries
 together, as BookKeeper's SortedLedgerStorage does.
 
-``add_payloads`` is the embedded write path: it encodes each payload once into
-the journal buffer (as a framed ENTRY record) and copies it into the arena.
+The add path (journal.pyx's ``add_payloads`` and ``add_encoded_entries``) frames each
+entry into the journal buffer and copies it into the arena in the same pass.
 """
 
 from libc.stdlib cimport malloc, realloc, free, qsort
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
-from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
-from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import numpy as np
 cimport numpy as cnp
 
-from embedlog._native.format cimport (encode_into, encoded_size, decode_payload, parse_ids,
+from embedlog._native.format cimport (decode_payload, parse_ids,
                                       el_crc_init, DIGEST_MAC)
-from embedlog._native.journal cimport JournalBuffer, RECORD_HEADER_SIZE, REC_ENTRY
 
-from embedlog.errors import EntryTooLargeError, IllegalOpError
+from embedlog.errors import EntryTooLargeError
 
 el_crc_init()
 cnp.import_array()
@@ -329,78 +327,3 @@ cdef class MemTable:
         if self.arena_used == 0:
             return memoryview(b"")
         return memoryview(<uint8_t[:self.arena_used]>self.arena).toreadonly()
-
-
-def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
-                 int64_t first_eid, int64_t lac, int64_t length, int digest, object mac_key,
-                 list payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
-    """Encode payloads[start:] as entries first_eid, first_eid+1, ... into the journal
-    buffer and the memtable, stopping early when the memtable is full.
-
-    Returns (count, length): how many were taken and the ledger length after them.
-    """
-    cdef Py_ssize_t i, n, enc, total = PyList_GET_SIZE(payloads)
-    cdef Py_ssize_t count = 0
-    cdef object item
-    cdef const uint8_t *src
-    cdef const uint8_t[::1] view
-    cdef uint8_t *rec
-    cdef uint8_t *dst
-    cdef int64_t eid = first_eid
-    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
-    for i in range(start, total):
-        item = <object>PyList_GET_ITEM(payloads, i)
-        if PyBytes_Check(item):
-            src = <const uint8_t *>PyBytes_AS_STRING(item)
-            n = PyBytes_GET_SIZE(item)
-        else:
-            try:
-                view = item
-            except (TypeError, ValueError):
-                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
-            n = view.shape[0]
-            src = &view[0] if n else NULL
-        if n > max_entry_size:
-            raise EntryTooLargeError(
-                f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
-        enc = hdr + n
-        dst = mt.reserve(enc)
-        if dst == NULL:
-            if enc > mt.limit_bytes:
-                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
-            break
-        length += n
-        rec = jb.reserve(RECORD_HEADER_SIZE + enc)
-        encode_into(rec + RECORD_HEADER_SIZE, scope, lid, eid, lac, length, digest, mac_key, src, n)
-        jb.seal(rec, enc, REC_ENTRY)
-        memcpy(dst, rec + RECORD_HEADER_SIZE, enc)
-        mt.commit(scope, lid, eid, dst, enc)
-        eid += 1
-        count += 1
-    return count, length
-
-
-def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t start):
-    """Journal and store already-encoded entries (the bookie server path); stops
-    early when the memtable is full. Returns how many were taken."""
-    cdef Py_ssize_t i, n, total = PyList_GET_SIZE(entries)
-    cdef const uint8_t[::1] v
-    cdef uint64_t s, l
-    cdef int64_t e
-    cdef uint8_t *dst
-    cdef uint8_t *rec
-    for i in range(start, total):
-        v = <object>PyList_GET_ITEM(entries, i)
-        n = v.shape[0]
-        parse_ids(&v[0], n, &s, &l, &e)
-        dst = mt.reserve(n)
-        if dst == NULL:
-            if n > mt.limit_bytes:
-                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
-            return i - start
-        rec = jb.reserve(RECORD_HEADER_SIZE + n)
-        memcpy(rec + RECORD_HEADER_SIZE, &v[0], n)
-        jb.seal(rec, n, REC_ENTRY)
-        memcpy(dst, &v[0], n)
-        mt.commit(s, l, e, dst, n)
-    return total - start
