@@ -74,3 +74,4 @@ def name(request):
 @pytest.fixture
 def uri(cluster):
     return cluster.metadata_uri
+

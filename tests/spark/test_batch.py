@@ -7,11 +7,12 @@ import time
 
 import pyarrow as pa
 import pytest
+from sparkutil import markers
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from embedlog.spark import committed_batches, delete_stream
-from embedlog.spark.commit import TASK_SCOPE_ID, Target, data_scope
+from embedlog.spark.commit import Target, data_scope
 
 
 def read(spark, uri, **opts):
@@ -36,7 +37,7 @@ def test_million_rows_round_trip(spark, uri, client, name):
     n = 1_000_000
     df = spark.range(0, n, 1, 4).select(F.col("id").cast("string").alias("payload"))
     write(df, uri, name, ensembleSize=2, writeQuorum=2, ackQuorum=2)
-    assert client.list_ledgers(TASK_SCOPE_ID) == []           # no marker left after the commit
+    assert markers(client, name) == []                        # no marker left after the commit
     back = read(spark, uri, streams=name, entriesPerPartition=200_000)
     assert back.rdd.getNumPartitions() >= 5
     got = back.select(F.col("payload").cast("string").cast("long").alias("v"), "position", "index")
@@ -97,7 +98,7 @@ def test_task_order_and_killed_job_leaves_nothing(spark, uri, client, name):
     with pytest.raises(Exception, match="task killed in the middle"):
         write(bad, uri, name)
     assert read(spark, uri, streams=name).count() == 300          # nothing of the failed job
-    assert client.list_ledgers(TASK_SCOPE_ID) == []                # no marker left behind
+    assert markers(client, name) == []                             # no marker left behind
     assert len(client.list_ledgers(data_scope(Target(stream=name)))) == 3   # the first write's
 
 
@@ -236,7 +237,9 @@ def test_writing_ledgers_of_a_scope(spark, uri, client):
 def test_spark_written_stream_keeps_what_readers_need(spark, uri, client, name):
     """Links, their ledgers after retention, the commit log's own retention, delete_stream."""
     client.open_stream(name, rollover_entries=4, retention_entries=8).close()
-    for k in range(12):
+    # 18 batches: two commit-log records each, enough to fill two of the commit log's
+    # 16-entry fragments, so its retention must have trimmed the first
+    for k in range(18):
         write(spark.range(0, 20, 1, 2).select(F.format_string(f"{k}-%d", "id").alias("payload")),
               uri, name, sinkId="keep", batchId=k)
     s = client.open_stream(name, create=False)
@@ -251,7 +254,7 @@ def test_spark_written_stream_keeps_what_readers_need(spark, uri, client, name):
     assert len(rows) == 20 * len({bytes(r.payload).split(b"-")[0] for r in rows})
     log_md = client.open_stream("__spark_commits__/" + name, create=False).metadata
     assert log_md.first_entry_id > 0 and len(log_md.fragments) <= 3     # the commit log is trimmed
-    assert committed_batches(client, name) == {"keep": 11}
+    assert committed_batches(client, name) == {"keep": 17}
     s.close()
     delete_stream(client, name)
     assert client.list_ledgers(scope) == []

@@ -7,11 +7,12 @@ import time
 
 import pyarrow as pa
 import pytest
+from sparkutil import markers
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from embedlog.spark import committed_batches
-from embedlog.spark.commit import TASK_SCOPE_ID, Target, commit_job, data_scope
+from embedlog.spark.commit import Target, commit_job, data_scope
 from embedlog.spark.options import read_options, write_options
 from embedlog.spark.sink import write_task
 from embedlog.spark.source import StreamReader, shares_by_lag
@@ -102,7 +103,7 @@ def test_stop_and_restart_from_checkpoint_exactly_once(spark, uri, client, name,
     assert any(p["batchId"] == last and p["numInputRows"] > 0 for p in q.recentProgress)  # replayed
     assert payloads(spark, uri, dst) == want
     assert committed_batches(client, dst)["restart-test"] == last
-    assert client.list_ledgers(TASK_SCOPE_ID) == []
+    assert markers(client, dst) == []
 
 
 def task_ledgers(uri, name, rows, job="job-x"):
@@ -122,14 +123,14 @@ def test_interrupted_commit_is_rolled_forward_once(uri, client, name):
         pass
     s = client.open_stream(name, create=False)
     assert [e.data for e in s.read(0)] == [b"a%d" % i for i in range(30)]     # decided, half applied
-    assert len(client.list_ledgers(TASK_SCOPE_ID)) == 2                       # markers still there
+    assert len(markers(client, name)) == 2                                    # markers still there
     # the next commit (any sink) finishes batch 0 first, then adds its own
     assert commit_job(client, name, "sink", 1, task_ledgers(uri, name, [b"c0"]))
     # a replay of batch 0 with fresh task ledgers changes nothing
     assert not commit_job(client, name, "sink", 0, task_ledgers(uri, name, [b"zz"]))
     data = [e.data for e in s.read(0)]
     assert data == [b"a%d" % i for i in range(30)] + [b"b%d" % i for i in range(30)] + [b"c0"]
-    assert client.list_ledgers(TASK_SCOPE_ID) == []
+    assert markers(client, name) == []
     assert len(client.list_ledgers(data_scope(Target(stream=name)))) == 3     # the replay's went
     assert committed_batches(client, name) == {"sink": 1}
 

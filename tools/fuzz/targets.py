@@ -288,12 +288,13 @@ def fuzz_metadata(data: bytes) -> None:
 def fuzz_spark_offset(data: bytes) -> None:
     """A streaming offset as Spark hands it back (JSON Spark decoded), and the
     startingOffsets/endingOffsets options (JSON embedlog decodes)."""
-    from embedlog.spark.options import parse_positions
+    from embedlog.spark.options import EARLIEST, LATEST, parse_positions
     from embedlog.spark.source import check_offset
     text = data.decode("utf-8", "surrogateescape")
-    for words in (("earliest", "latest"), ("latest",)):
-        got = _expect(parse_positions, text, "startingOffsets", words)
-        _check(got is None or got in words or isinstance(got, dict), "positions")
+    for words, allowed in ((("earliest", "latest"), (EARLIEST, LATEST)), (("latest",), (LATEST,))):
+        got = _expect(parse_positions, text, "startingOffsets", words, allowed)
+        _check(got is None or got in words or isinstance(got, dict) and all(
+            v >= 0 or v in allowed for v in got.values()), "positions")
     try:
         value = json.loads(data)        # Spark's own decoding of its checkpoint: not ours
     except (ValueError, RecursionError):
