@@ -29,8 +29,8 @@ run: venv-core build-ext
 	$(BIN)/embedlog demo --entries $${ENTRIES:-1000000}
 
 # Debian's ZooKeeper 3.8 and etcd 3.4 run as children of the tests (never as services);
-# Debian's chromium loads the status page headless in tests/test_status_page.py; clang
-# builds the Cython modules with coverage hooks for the fuzzer (tests/test_fuzz.py)
+# Debian's chromium loads the status page headless in tests/admin/test_status_page.py; clang
+# builds the Cython modules with coverage hooks for the fuzzer (tests/shared/test_fuzz.py)
 servers:
 	@if ! dpkg -s zookeeper etcd-server etcd-client chromium clang >/dev/null 2>&1; then \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \

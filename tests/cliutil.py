@@ -10,7 +10,8 @@ import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))       # the helpers and child scripts
+ROOT = os.path.dirname(TESTS)
 
 
 def cli_env(**extra) -> dict:

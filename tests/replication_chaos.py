@@ -1,6 +1,6 @@
 """A seeded chaos schedule against a LocalCluster, and the checks that must hold after it.
 
-Used by tests/test_replication_random.py (short) and tools/replication_soak.py (hours).
+Used by tests/client/test_replication_random.py (short) and tools/replication_soak.py (hours).
 Invariants checked (seed 004; Vanlightly's TLA+ properties):
 - every acknowledged entry is readable with its bytes (AllAckedEntriesAreReadable);
 - every reader sees a prefix of the same sequence: no two values for one entry id;

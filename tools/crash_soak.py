@@ -3,7 +3,7 @@
 
     python tools/crash_soak.py --cycles 5000 [--dir D]
 
-The same cycle as tests/test_crash.py (which runs 20 in the default test run).
+The same cycle as tests/bookie/test_crash.py (which runs 20 in the default test run).
 """
 import argparse
 import os

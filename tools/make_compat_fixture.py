@@ -2,7 +2,7 @@
 """Write the on-disk compatibility fixture: tests/fixtures/embedded-v1.tar.gz + .json.
 
 Run once per on-disk format version; every later version must open the fixture
-and read it identically (tests/test_compat.py). Do not regenerate an existing one.
+and read it identically (tests/bookie/test_compat.py). Do not regenerate an existing one.
 """
 import hashlib
 import json

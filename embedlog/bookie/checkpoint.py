@@ -4,7 +4,7 @@ A checkpoint flushes the memtables into the entry logs, makes the entry logs and
 dirty index page and header durable, persists the deleted-ledger memory, then the
 LastLogMark at the journal position the last flushed memtable covers, and trims journals
 older than it (keeping journal_max_backups). In that order: the mark never passes data
-that is not durable elsewhere (tests/test_power_loss.py cuts every file back to what was
+that is not durable elsewhere (tests/bookie/test_power_loss.py cuts every file back to what was
 durable and checks it). Records after the mark (entries still in memory, fences, LACs)
 are replayed after a crash.
 """

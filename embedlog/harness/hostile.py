@@ -1,6 +1,6 @@
 """Hostile clients for the harness: a reader that never reads its answers and a flood of
 requests, to show a bookie's back-pressure and bounded memory (docs/SECURITY.md;
-tests/test_limits.py and benchmarks/backpressure.py use them)."""
+tests/net/test_limits.py and benchmarks/backpressure.py use them)."""
 from __future__ import annotations
 
 import collections

@@ -8,7 +8,7 @@ check...) is a crash. Segfaults, hangs and memory blow-ups are caught by the run
 (tools/fuzz.py: libFuzzer's -timeout and -rss_limit_mb).
 
 Used by tools/fuzz.py (atheris), tools/fuzz/make_corpus.py (seeds) and
-tests/test_fuzz.py (corpus replay, hypothesis).
+tests/shared/test_fuzz.py (corpus replay, hypothesis).
 """
 from __future__ import annotations
 

@@ -4,10 +4,11 @@ import json
 import os
 import tarfile
 
+from cliutil import TESTS
 import embedlog
 from embedlog import LedgerId
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+FIXTURES = os.path.join(TESTS, "fixtures")
 
 
 def test_version_1_directory_reads_identically(tmp_path):

@@ -7,17 +7,17 @@ import sys
 import threading
 import time
 
+from cliutil import ROOT, TESTS
 import embedlog
 from embedlog import LedgerId
 from crash_child import payload
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_cycle(path, seed, rnd):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE,
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS,
                                                        os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen([sys.executable, os.path.join(HERE, "crash_child.py"), str(path),
+    child = subprocess.Popen([sys.executable, os.path.join(TESTS, "crash_child.py"), str(path),
                               str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
     acked = {}

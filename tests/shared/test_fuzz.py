@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cliutil import ROOT
 from embedlog._native import format as F
 from embedlog._native import journal as nj
 from embedlog.net import protocol as P
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FUZZ = os.path.join(ROOT, "tools", "fuzz")
 sys.path.insert(0, FUZZ)
 import targets  # noqa: E402

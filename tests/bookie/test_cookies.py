@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
+from cliutil import ROOT
 import embedlog
 from embedlog.bookie.cookies import Cookie, read_dir_cookie
 from embedlog.errors import InvalidCookieError
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def dirs_config(tmp_path, *names, **extra):
@@ -99,7 +99,7 @@ def test_another_metadata_store_is_refused(tmp_path):
     msg = str(e.value)
     assert instance in msg and "would see every ledger as deleted" in msg and "--metadata" in msg
     # the bookie process says so too, and exits without serving
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     r = subprocess.run([sys.executable, "-m", "embedlog.cli", "bookie", "serve", "--dir", str(path),
                         "--listen", "127.0.0.1:0", "--metadata", other],
                        capture_output=True, text=True, env=env, timeout=60)

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
+from cliutil import ROOT, TESTS
 from embedlog.harness import LocalCluster
 from embedlog.meta.api import LedgerState
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 QUIET = {"explicit_lac_interval_ms": 10 ** 9}
 
 
@@ -22,8 +22,8 @@ def cluster(tmp_path):
 def run_child(cluster, tmp_path, point, scenario, *args):
     acks = tmp_path / f"{scenario}.acks"
     env = dict(os.environ, EMBEDLOG_FAILPOINTS=f"{point}=crash")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(HERE), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "client_child.py"), scenario,
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, os.path.join(TESTS, "client_child.py"), scenario,
                            cluster.metadata_uri, str(acks), *map(str, args)],
                           env=env, capture_output=True, timeout=120)
     assert proc.returncode == -9, (proc.returncode, proc.stderr.decode()[-2000:])

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from cliutil import ROOT, TESTS
 import embedlog
 from embedlog import LedgerId
 from embedlog.cli.shell import Layout, check_ledger
@@ -14,7 +15,6 @@ from embedlog.cli.shell import Layout, check_ledger
 from crash_child import payload
 from gc_child import CONFIG
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 POINTS = ["gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
           "compaction.during_copy", "compaction.after_write", "compaction.after_manifest",
           "compaction.after_rename", "compaction.after_index_flush",
@@ -23,8 +23,8 @@ POINTS = ["gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete
 
 def run_child(path, point):
     env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash",
-           "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.run([sys.executable, os.path.join(HERE, "gc_child.py"), str(path)],
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, os.path.join(TESTS, "gc_child.py"), str(path)],
                            capture_output=True, text=True, env=env, timeout=120)
     live, dead = {}, []
     for line in child.stdout.splitlines():

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from cliutil import ROOT
 import embedlog
 from embedlog import LedgerId
 from embedlog.bookie.disks import DiskMonitor, resolve_dirs
@@ -254,10 +255,9 @@ def test_a_served_bookie_reregisters_read_only_when_its_disk_fills(small_fs, tmp
     registration to read-only; freeing it moves it back."""
     import sys
     from embedlog.meta import open_metadata_store
-    here = os.path.dirname(os.path.abspath(__file__))
     meta_uri = "sqlite://" + str(tmp_path / "meta.db")
     ready = tmp_path / "ready"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(here), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "embedlog.cli", "bookie", "serve", "--dir", str(small_fs / "b"),
          "--listen", "127.0.0.1:0", "--metadata", meta_uri, "--ready-file", str(ready),

@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
+from cliutil import ROOT, TESTS
 import embedlog
 from embedlog import LedgerId, failpoints
 from crash_child import payload
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 POINTS = ["journal.before_write", "journal.before_sync", "journal.after_sync",
           "journal.prealloc_before_zero", "memtable.before_flush",
           "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark"]
@@ -25,8 +25,8 @@ def test_killed_at_a_named_point_loses_nothing(tmp_path, point):
     # crash on a later hit, so the writer has acknowledged entries and checkpointed first
     # (journals of 8 MiB, so the preallocator writes zeros ahead of 1 MiB chunks)
     env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash:5", "CRASH_CHILD_JOURNAL_MB": "8",
-           "PYTHONPATH": os.pathsep.join([os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "crash_child.py"), str(tmp_path), "7"],
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, os.path.join(TESTS, "crash_child.py"), str(tmp_path), "7"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-2000:])
     acked = {}
@@ -43,7 +43,7 @@ def test_killed_at_a_named_point_loses_nothing(tmp_path, point):
 
 
 def test_every_failure_point_is_armed_by_some_test():
-    text = "".join(open(f).read() for f in glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True)
+    text = "".join(open(f).read() for f in glob.glob(os.path.join(TESTS, "**", "*.py"), recursive=True)
                    if not f.endswith("test_crash_points.py")) + " ".join(POINTS)
     unarmed = [p for p in failpoints.POINTS if not re.search(re.escape(p) + r"\b", text)]
     assert not unarmed, f"failure points no test arms: {unarmed}"
