@@ -130,11 +130,23 @@ def http(address: str, path: str, method: str = "GET", timeout_s: float = 10.0,
         conn.close()
 
 
-def http_json(address: str, path: str, method: str = "GET", status: int = 200):
-    code, headers, body = http(address, path, method)
+def http_json(address: str, path: str, method: str = "GET", status: int = 200,
+              headers: dict | None = None):
+    code, headers, body = http(address, path, method, headers=headers)
     assert code == status, (path, code, body)
     assert headers["content-type"].startswith("application/json"), headers
     return json.loads(body)
+
+
+def admin_auth(client, address: str) -> dict:
+    """The Authorization header for changing requests to the admin server at ``address``:
+    its bookie registers where its admin token is (tests run as the bookies' user)."""
+    for r in client.metadata.registration_client.get_all_bookies():
+        info = r.info or {}
+        if info.get("http") == address:
+            with open(info["admin_token_file"]) as f:
+                return {"Authorization": "Bearer " + f.read().strip()}
+    raise AssertionError(f"no bookie registered admin address {address}")
 
 
 def admin_addresses(client) -> dict:

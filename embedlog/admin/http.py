@@ -28,28 +28,38 @@ is a 400 (a misspelt ``ledger_scope_id`` must not silently mean scope 0)::
     PUT    /api/v1/autorecovery/trigger_audit             mark ledgers on unregistered bookies now
     GET    /api/v1/status/rates                          add/read counts of every bookie
     GET    /api/v1/status/history                        this bookie's add/read rates, last 5 min
+    GET    /api/v1/bookie/missing_ledgers                ledgers held here that the store lacks
+    DELETE /api/v1/bookie/missing_ledgers[?ledger]       delete them (an operator's confirmation)
     GET    /metrics                                      Prometheus text format
     GET    /status                                       the status page (HTML); / redirects there
 
-When the bookie requires the shared token (``--auth-token-file``), requests that change
-something (every method but GET) must carry ``Authorization: Bearer <token>``, or get 401;
-reads stay open, as the status page is viewed in a browser (docs/SECURITY.md).
+Requests that change something (every method but GET) must carry ``Authorization: Bearer
+<token>``, or get 401: the bookie's shared token (``--auth-token-file``) when it has one,
+else the admin token generated at its first start in ``<bookie dir>/admin-token`` (0600).
+Reads stay open, as the status page is viewed in a browser (docs/SECURITY.md).
 
-Requests are served by a fixed pool of worker threads behind a bounded queue (a full queue
-answers 503 at once): the metadata drivers keep a connection per thread, so a thread per
-request would open connections without bound.
+One reader thread receives every request whole (a deadline of REQUEST_DEADLINE_S each, so
+slow or half-sent requests hold sockets, not threads); a fixed pool of worker threads
+answers them, behind a bounded queue (a full queue answers 503 at once): the metadata
+drivers keep a connection per thread, so a thread per request would open connections
+without bound.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import hmac
+import io
 import http.server
 import json
 import logging
 import os
 import queue
+import re
+import secrets
+import selectors
 import socket
+import socketserver
 import threading
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -64,6 +74,8 @@ from embedlog.bookie.files import KINDS, list_files
 from embedlog.client.autorecovery import AutoRecovery, current_auditor
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.read import ReadHandle
+from embedlog.fileio import atomic_write
+from embedlog.net.security import read_token
 from embedlog.errors import (ConfigError, EmbedlogError, IllegalOpError, MetadataError,
                              NoSuchEntryError, NoSuchLedgerError)
 from embedlog.meta.views import data_dict, ledger_ref, metadata_dict
@@ -76,8 +88,11 @@ U64_MAX = (1 << 64) - 1
 WORKERS = 4
 MAX_BODY_BYTES = 64 * 1024       # a request body (PUT's JSON)
 READ_ENTRIES_MAX = 1000          # entries /api/v1/ledger/read answers at most
-QUEUE_LIMIT = 64                 # connections waiting for a worker; past it: 503
-REQUEST_TIMEOUT_S = 10.0         # a client that sends nothing for this long is dropped
+QUEUE_LIMIT = 64                 # whole requests waiting for a worker; past it: 503
+REQUEST_TIMEOUT_S = 10.0         # a worker's socket timeout while it answers
+REQUEST_DEADLINE_S = 5.0         # a request must arrive whole within this; then it is dropped
+PENDING_LIMIT = 1024             # connections still sending their request; past it: 503
+MAX_HEAD_BYTES = 64 * 1024       # request line and headers
 LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX = 1000, 100_000
 STATUS_LEDGERS_MAX = 200         # ledgers the status page shows
 HISTORY_POINTS = 300             # this bookie's rate history, one point a second
@@ -179,13 +194,27 @@ LEDGER_PARAMS = ("ledger_id", "ledger_scope_id", "ledger_qualified_name")
 # -- the server -----------------------------------------------------------------------------------
 
 class _PooledServer(http.server.HTTPServer):
-    """HTTPServer whose connections are handled by a fixed pool of threads."""
+    """HTTPServer whose requests are read whole by one reader thread (a selector over every
+    connection still sending, each with REQUEST_DEADLINE_S to finish), then answered by a
+    fixed pool of workers. A slow or half-sent request holds a socket, never a worker, so
+    80 of them cannot make /heartbeat wait or answer 503."""
 
     def __init__(self, address, handler, admin, family=socket.AF_INET):
         self.admin = admin
         self.address_family = family
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_LIMIT)
+        self._pending: dict = {}          # socket -> [client address, bytes so far, deadline]
+        self._incoming: queue.SimpleQueue = queue.SimpleQueue()
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._local = threading.local()
+        self._stopping = False
         super().__init__(address, handler)
+        self._reader = threading.Thread(target=self._read_requests, name="embedlog-admin-reader",
+                                        daemon=True)
+        self._reader.start()
         self._workers = [threading.Thread(target=self._work, name=f"embedlog-admin-{i}", daemon=True)
                          for i in range(WORKERS)]
         for t in self._workers:
@@ -193,28 +222,104 @@ class _PooledServer(http.server.HTTPServer):
 
     def server_bind(self):
         # HTTPServer.server_bind asks DNS for the host's FQDN; an admin port needs no name
-        import socketserver
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
 
     def process_request(self, request, client_address):
+        self._incoming.put((request, client_address))
         try:
-            self._queue.put_nowait((request, client_address))
-        except queue.Full:
-            body = b'{"error": "admin server busy", "status": 503}'
-            try:
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-            except OSError:
-                pass
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass
+
+    def _refuse(self, request, status: bytes, message: bytes) -> None:
+        body = b'{"error": "%s", "status": %s}' % (message, status[:3])
+        try:
+            request.setblocking(True)
+            request.settimeout(1.0)
+            request.sendall(b"HTTP/1.0 " + status + b"\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def _read_requests(self):
+        while not self._stopping:
+            for key, _ in self._selector.select(timeout=0.25):
+                if key.fileobj is self._wake_r:
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                    continue
+                self._read_more(key.fileobj)
+            while True:
+                try:
+                    request, client_address = self._incoming.get_nowait()
+                except queue.Empty:
+                    break
+                if len(self._pending) >= PENDING_LIMIT:
+                    self._refuse(request, b"503 Service Unavailable", b"admin server busy")
+                    continue
+                request.setblocking(False)
+                self._pending[request] = [client_address, b"", time.monotonic() + REQUEST_DEADLINE_S]
+                self._selector.register(request, selectors.EVENT_READ)
+            now = time.monotonic()
+            for request in [r for r, (_a, _b, deadline) in self._pending.items() if deadline <= now]:
+                self._drop(request)
+                self._refuse(request, b"408 Request Timeout", b"the request did not arrive in time")
+
+    def _drop(self, request) -> None:
+        self._pending.pop(request, None)
+        try:
+            self._selector.unregister(request)
+        except (KeyError, ValueError):
+            pass
+
+    def _read_more(self, request) -> None:
+        entry = self._pending.get(request)
+        if entry is None:
+            return
+        try:
+            chunk = request.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:                          # the client went away
+            self._drop(request)
             self.shutdown_request(request)
+            return
+        entry[1] += chunk
+        data = entry[1]
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            if len(data) > MAX_HEAD_BYTES:
+                self._drop(request)
+                self._refuse(request, b"431 Request Header Fields Too Large", b"headers too large")
+            return
+        m = re.search(rb"(?im)^content-length:[ \t]*(\d{1,12})[ \t]*$", data[:end])
+        need = end + 4 + (int(m.group(1)) if m else 0)
+        if need - end - 4 > MAX_BODY_BYTES:
+            self._drop(request)
+            self._refuse(request, b"413 Payload Too Large", b"request body too large")
+            return
+        if len(data) < need:
+            return
+        self._drop(request)
+        request.setblocking(True)
+        try:
+            self._queue.put_nowait((request, entry[0], data))
+        except queue.Full:
+            self._refuse(request, b"503 Service Unavailable", b"admin server busy")
 
     def _work(self):
         while True:
             item = self._queue.get()
             if item is None:
                 return
-            request, client_address = item
+            request, client_address, data = item
+            self._local.data = data
             try:
                 self.finish_request(request, client_address)
             except Exception:
@@ -222,11 +327,27 @@ class _PooledServer(http.server.HTTPServer):
             finally:
                 self.shutdown_request(request)
 
+    def request_bytes(self) -> bytes:
+        """The request the current worker is answering, as the reader received it."""
+        return self._local.data
+
     def handle_error(self, request, client_address):
         log.exception("admin request from %s failed", client_address)
 
     def server_close(self):
         super().server_close()
+        self._stopping = True
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass
+        self._reader.join(timeout=2)
+        for request in list(self._pending):
+            self._drop(request)
+            self.shutdown_request(request)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
         for _ in self._workers:
             try:
                 self._queue.put(None, timeout=1)
@@ -240,6 +361,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = "embedlog-admin"
     protocol_version = "HTTP/1.0"
     timeout = REQUEST_TIMEOUT_S
+
+    def setup(self):
+        # the reader thread has received the whole request: parse it from memory
+        self.connection = self.request
+        self.connection.settimeout(self.timeout)
+        self.rfile = io.BytesIO(self.server.request_bytes())
+        self.wfile = self.connection.makefile("wb", buffering=0)
 
     def log_message(self, fmt, *args):          # no access log on stderr
         log.debug("admin %s " + fmt, self.client_address[0], *args)
@@ -335,13 +463,28 @@ def _json(obj, status: int = 200):
     return status, "application/json", json.dumps(obj, default=str).encode(), None
 
 
+ADMIN_TOKEN_FILE = "admin-token"
+
+
+def admin_token(path: str) -> bytes:
+    """The admin token in ``path``, made (random, 0600) if the file does not exist yet."""
+    if not os.path.exists(path):
+        atomic_write(path, secrets.token_hex(32).encode() + b"\n")
+        log.warning("admin HTTP: changing requests need the token in %s", path)
+    return read_token(path)
+
+
 class AdminServer:
     """Serves the endpoints above for one bookie; start() binds, stop() closes."""
 
     def __init__(self, bookie, server, meta, *, host: str = "127.0.0.1", port: int = 8080,
                  metrics=None, advertised_address: str | None = None, client_config: dict | None = None):
         """``client_config``: ClientConfig options (TLS, token) for what this server asks of
-        other bookies as a client (reading a ledger's entries, an audit)."""
+        other bookies as a client (reading a ledger's entries, an audit).
+
+        Requests that change something always need a token: the bookie's wire token when it
+        has one (``--auth-token-file``), else the one in ``<bookie dir>/admin-token``,
+        generated (0600) at the first start (``token_file`` names it)."""
         self.bookie = bookie
         self.server = server                   # the BookieServer (wire address, stats)
         self.meta = meta
@@ -351,8 +494,14 @@ class AdminServer:
         self.metrics.underreplicated = self._underreplicated_count
         self.host, self.port = host, port
         self.advertised_address = advertised_address
-        # the wire's shared token, when the bookie has one, also guards what changes things here
+        # the wire's shared token, when the bookie has one, guards what changes things here;
+        # without one, a token of the admin server's own (never no token: anyone reaching the
+        # port could delete ledgers)
         self.auth_token: bytes | None = getattr(server, "auth_token", None)
+        self.token_file: str | None = None
+        if self.auth_token is None:
+            self.token_file = os.path.join(bookie.directory, ADMIN_TOKEN_FILE)
+            self.auth_token = admin_token(self.token_file)
         self.autorecovery = None
         self.client_config = dict(client_config or {})
         self._client_ctx = None
@@ -381,6 +530,7 @@ class AdminServer:
             "/api/v1/bookie/list_disk_file": (("GET",), self.list_disk_file, ("file_type",)),
             "/api/v1/bookie/state/readonly": (("GET", "PUT"), self.readonly, ()),
             "/api/v1/bookie/gc": (("GET", "PUT"), self.gc, ("force_major", "force_minor")),
+            "/api/v1/bookie/missing_ledgers": (("GET", "DELETE"), self.missing_ledgers, LEDGER_PARAMS),
             "/api/v1/config/server_config": (("GET",), self.server_config, ()),
             "/api/v1/ledger/list": (("GET",), self.ledger_list,
                                     ("ledger_scope_id", "print_metadata", "limit")),
@@ -400,12 +550,11 @@ class AdminServer:
         }
 
     def check_token(self, authorization: str | None) -> None:
-        if self.auth_token is None:
-            return
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"),
                                                                  self.auth_token):
-            raise HttpError(401, "this bookie requires its token: send "
+            raise HttpError(401, "changing requests need the bookie's token (its --auth-token-file, "
+                                 "else the admin-token file in its directory): send "
                                  "'Authorization: Bearer <token>'",
                             {"WWW-Authenticate": 'Bearer realm="embedlog"'})
 
@@ -526,6 +675,17 @@ class AdminServer:
         running = self._gc_thread is not None and self._gc_thread.is_alive()
         return _json({"is_in_force_gc": running, "last": self._gc_last,
                       "stats": dict(self.bookie.gc.stats)})
+
+    def missing_ledgers(self, p):
+        """GET: the ledgers this bookie holds that the metadata store has neither a row nor a
+        deletion record for (GC keeps them: docs/METADATA.md); DELETE: an operator's
+        confirmation, for one ledger (a ledger parameter) or all of them."""
+        gc = self.bookie.gc
+        if p.method == "DELETE":
+            one = p.ledger_id() if any(p.values.get(k) is not None for k in LEDGER_PARAMS) else None
+            return _json({"deleted": gc.delete_missing(None if one is None else [one])})
+        rows = [{**ledger_ref(lid), "first_seen_ms": ms} for lid, ms in gc.missing_ledgers()]
+        return _json({"count": len(rows), "missing": rows})
 
     def bookie_info(self) -> dict:
         s = self.bookie.statistics()

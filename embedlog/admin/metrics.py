@@ -327,6 +327,9 @@ class _Snapshot:
         yield counter("embedlog_gc_cycles", "Garbage collection cycles", gc.get("cycles", 0))
         yield counter("embedlog_gc_ledgers_deleted", "Ledgers whose data GC dropped",
                       gc.get("ledgers_deleted", 0))
+        yield gauge("embedlog_gc_missing_ledgers", "Ledgers held here that the metadata store "
+                    "lacks without a deletion record (kept; an operator decides)",
+                    gc.get("missing_ledgers", 0))
         kinds = CounterMetricFamily("embedlog_compactions", "Compactions by kind", labels=["kind"])
         kinds.add_metric(["major"], gc.get("major_compactions", 0))
         kinds.add_metric(["minor"], gc.get("minor_compactions", 0))

@@ -21,7 +21,8 @@ GarbageCollectorThread:
    | snapshot (another index object)                   |                                   |
    | a candidate with no deletion record (missing: a   | kept, and reported (stats         |
    | lost metadata row, a restored older backup, a     | ``missing_ledgers``, the log, the |
-   | wrong ZooKeeper root)                             | shell and admin API)              |
+   | wrong ZooKeeper root)                             | metric, `bookie missing`, the     |
+   |                                                   | shell and the admin API)          |
    | a candidate whose deletion record the store keeps | deleted, journalled (DELETE_LEDGER)|
 
    Deletion is positive (docs/METADATA.md): a ledger's data goes only when the metadata
@@ -212,7 +213,7 @@ class GarbageCollector:
         if new:
             log.warning("%d ledger(s) held by this bookie are missing from the metadata store "
                         "with no deletion record; they are kept, not deleted (first: %s). Restore "
-                        "the metadata, or confirm their deletion (shell: deletemissing)",
+                        "the metadata, or confirm their deletion (`embedlog bookie missing --delete`)",
                         len(new), ", ".join(repr(LedgerId(*k)) for k in new[:5]))
 
     def missing_ledgers(self) -> list:

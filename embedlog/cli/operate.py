@@ -119,12 +119,55 @@ def admin_request(address: str, method: str, path: str, body: dict | None = None
                             f"{getattr(exc, 'reason', exc)}") from None
 
 
+@click.command("missing")
+@click.argument("bookie_id")
+@metadata_option
+@click.option("--delete", "delete", is_flag=True,
+              help="Delete them: the operator's confirmation that they are gone for good.")
+@click.option("--ledger", "ledgers", multiple=True, metavar="QUALIFIED_NAME",
+              help="With --delete: only this ledger (repeatable).")
+@click.option("--auth-token-file", type=click.Path(dir_okay=False), default=None,
+              help="The bookie's token, for --delete (as for `bookie readonly`).")
+@json_option
+def bookie_missing(bookie_id, metadata_uri, delete, ledgers, auth_token_file, as_json):
+    """Ledgers a running bookie holds that the metadata store lacks without a deletion
+    record (a lost row, a restored older backup, a wrong root). GC keeps them; this lists
+    them, and with --delete removes them (through the bookie's admin HTTP API)."""
+    with open_client(metadata_uri) as client:
+        reg = _registration(client, bookie_id)
+    if reg is None:
+        fail(f"no bookie {bookie_id} is registered", EXIT_NOT_FOUND, as_json)
+    address = (reg.info or {}).get("http")
+    if not address:
+        raise IllegalOpError(f"bookie {bookie_id} runs no admin HTTP server (start it with --http-port)")
+    path = "/api/v1/bookie/missing_ledgers"
+    if not delete:
+        out = admin_request(address, "GET", path)
+        if as_json:
+            emit(True, out)
+            return
+        table(["ledger", "missing since"],
+              [[m["ledger_qualified_name"], time.strftime("%Y-%m-%d %H:%M:%S",
+                                                          time.localtime(m["first_seen_ms"] / 1000))]
+               for m in out["missing"]], f"{out['count']} ledgers missing from the metadata store")
+        return
+    if auth_token_file is None:
+        local = (reg.info or {}).get("admin_token_file")
+        auth_token_file = local if local and os.access(local, os.R_OK) else None
+    deleted = 0
+    for q in ledgers or [None]:
+        query = "" if q is None else f"?ledger_qualified_name={q}"
+        deleted += admin_request(address, "DELETE", path + query, token_file=auth_token_file)["deleted"]
+    emit(as_json, {"deleted": deleted}, f"deleted {deleted} missing ledgers")
+
+
 @click.command("readonly")
 @click.argument("mode", type=click.Choice(["on", "off"]))
 @click.argument("bookie_id")
 @metadata_option
 @click.option("--auth-token-file", type=click.Path(dir_okay=False), default=None,
-              help="The bookies' token (their --auth-token-file), for a cluster that has one.")
+              help="The bookie's token: its --auth-token-file, else the admin-token file in "
+                   "its directory (the admin API needs one for every change).")
 @json_option
 def bookie_readonly(mode, bookie_id, metadata_uri, auth_token_file, as_json):
     """Turn a running bookie's operator read-only mode on or off (through its admin HTTP
@@ -139,6 +182,11 @@ def bookie_readonly(mode, bookie_id, metadata_uri, auth_token_file, as_json):
         if not address:
             raise IllegalOpError(f"bookie {bookie_id} runs no admin HTTP server (start it with "
                                  f"--http-port, or send it SIGUSR1 / SIGUSR2)")
+        if auth_token_file is None:
+            # a bookie without a wire token registers where its admin token is: usable here
+            # when this host and user can read it
+            local = (reg.info or {}).get("admin_token_file")
+            auth_token_file = local if local and os.access(local, os.R_OK) else None
         state = admin_request(address, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": flag},
                               auth_token_file)
         deadline = time.monotonic() + STATE_WAIT_S
@@ -378,7 +426,7 @@ def cookie_delete(bookie_id, metadata_uri, yes, as_json):
 
 
 def add_to(main: click.Group, bookie: click.Group) -> None:
-    for cmd in (bookie_list, bookie_readonly, bookie_recover, bookie_decommission):
+    for cmd in (bookie_list, bookie_readonly, bookie_missing, bookie_recover, bookie_decommission):
         bookie.add_command(cmd)
     for group in (autorecovery, metadata, cookie):
         main.add_command(group)

@@ -52,6 +52,9 @@ def make_directory(directory: str) -> str:
     return directory
 
 
+WILDCARDS = ("0.0.0.0", "::", "[::]", "*")
+
+
 def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: str | None = None,
           metadata_uri: str | None = None, read_only: bool = False, config: dict | None = None,
           ready_file: str | None = None, autorecovery: dict | None = None, *,
@@ -64,6 +67,10 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
     begin with AUTH carrying that file's token (docs/SECURITY.md). Whatever stops it from
     starting (a port in use, a directory it cannot use) is a ConfigError naming it."""
     host, port = parse_listen(listen)
+    if host in WILDCARDS and not advertised_address:
+        # a wildcard would be registered as the address clients dial: say where they reach us
+        raise ConfigError(f"--listen {listen} listens on every interface: give "
+                          "--advertised-address HOST:PORT, the address clients connect to")
     bookie_config = BookieConfig.from_dict(config or {})
     security_opts = {}
     if tls_ca_file and not tls_cert_file:
@@ -126,6 +133,11 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
             raise
         server.info["http"] = info["http"] = admin.address
         print(f"admin http://{admin.address}/status", flush=True)
+        if admin.token_file is not None:
+            # where the token is, not the token: an operator on this host, as this user, can
+            # read it (`embedlog bookie readonly` does); anyone else needs it handed over
+            info["admin_token_file"] = admin.token_file
+            print(f"admin token (for changing requests) in {admin.token_file}", flush=True)
     loop = asyncio.get_running_loop()
     registered = {"read_only": bookie.read_only}
     meta.registration_manager.register_bookie(bookie.bookie_id, registered["read_only"], dict(info))

@@ -27,6 +27,7 @@ from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, par
 from embedlog.bookie.cookies import read_dir_cookie
 from embedlog.bookie.files import list_files
 from embedlog.bookie.journal import journal_ids
+from embedlog.bookie.scrub import damaged_records
 from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
                              NoSuchLedgerError)
@@ -603,21 +604,45 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
         if store is not None:
             store.close()
     bad = [r for r in reports if r["errors"]]
+    # entry-log blocks whose bytes changed since the seal (every ledger, DUMMY ones too), and
+    # index files the bookie set aside as damaged and rebuilt
+    scrub = damaged_records(_log_paths(layout).items())
+    set_aside = _damaged_index_files(layout)
     out = {"ledgers": len(reports), "entries": sum(r["entries"] for r in reports),
            "good": sum(r["good"] for r in reports),
            "unchecked_digest": sum(r["unchecked_digest"] for r in reports),
            "errors": [{**{k: r[k] for k in ("ledger_scope_id", "ledger_id", "qualified_name")}, **err}
                       for r in bad for err in r["errors"]],
-           "ok": not bad}
+           "damaged_entry_log_blocks": scrub,
+           "damaged_index_files": set_aside,
+           "ok": not bad and not scrub}
 
     def human(o):
         for err in o["errors"]:
             where = f"entry {err['entry_id']}" if err.get("entry_id") is not None else "ledger"
             yield f"ledger {_short((err['ledger_scope_id'], err['ledger_id']))} {where}: {err['error']}"
+        for b in o["damaged_entry_log_blocks"]:
+            what = b.get("error") or f"bytes {b['offset']}..{b['end']} changed since the seal"
+            held = ", ".join(f"{q} entry {e}" for q, e in b["entries"][:5])
+            more = f" (+{len(b['entries']) - 5} more)" if len(b["entries"]) > 5 else ""
+            yield f"entry log {b['file']}: {what}" + (f"; holds {held}{more}" if held else "")
+        for f in o["damaged_index_files"]:
+            yield f"index file set aside as damaged (its ledger's index was rebuilt): {f}"
         yield f"{o['ledgers']} ledgers, {o['entries']} entries: {o['good']} good, " \
-              f"{len(o['errors'])} bad" + (f" ({o['unchecked_digest']} digests not checked: MAC "
-                                          f"ledgers without metadata)" if o["unchecked_digest"] else "")
+              f"{len(o['errors'])} bad, {len(o['damaged_entry_log_blocks'])} damaged entry-log " \
+              f"blocks" + (f" ({o['unchecked_digest']} digests not checked: MAC "
+                           f"ledgers without metadata)" if o["unchecked_digest"] else "")
         yield "OK" if o["ok"] else "INCONSISTENT"
     _emit(as_json, out, human)
-    if bad:
+    if not out["ok"]:
         sys.exit(1)
+
+
+def _damaged_index_files(layout: Layout) -> list:
+    """Index files a bookie set aside (``<file>.damaged``) when it rebuilt their ledger's index."""
+    found = []
+    for current in layout.currents:
+        for root in ("ledgers", "ledgers-scoped"):
+            for dirpath, _d, files in os.walk(os.path.join(current, root)):
+                found.extend(os.path.join(dirpath, n) for n in files if n.endswith(".damaged"))
+    return sorted(found)

@@ -1,12 +1,13 @@
 """The admin HTTP server of real bookie processes: every endpoint, BP-35's ledger_scope_id,
 bad parameters answered 4xx with a JSON error, and metrics that move with traffic."""
 import json
+import os
 import socket
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cliutil import admin_addresses, http, http_json, wait_until
+from cliutil import admin_addresses, admin_auth, http, http_json, wait_until
 from embedlog import LedgerId
 from embedlog.harness import LocalCluster
 
@@ -49,8 +50,8 @@ def ledgers(client):
     return out
 
 
-def error_of(address, path, status, method="GET"):
-    code, headers, body = http(address, path, method)
+def error_of(address, path, status, method="GET", headers=None):
+    code, headers, body = http(address, path, method, headers=headers)
     assert code == status, (path, code, body)
     assert headers["content-type"] == "application/json"
     doc = json.loads(body)
@@ -168,12 +169,14 @@ def test_ledger_delete_takes_scope(one, client):
     w.append(b"x")
     w.close()
     lid = w.ledger_id
-    error_of(one, f"/api/v1/ledger/delete?ledger_id={lid.ledger_id}&ledger_scope_id=6", 404, "DELETE")
-    out = http_json(one, f"/api/v1/ledger/delete?ledger_id={lid.ledger_id}&ledger_scope_id=5", "DELETE")
+    auth = admin_auth(client, one)
+    error_of(one, f"/api/v1/ledger/delete?ledger_id={lid.ledger_id}&ledger_scope_id=6", 404, "DELETE", auth)
+    out = http_json(one, f"/api/v1/ledger/delete?ledger_id={lid.ledger_id}&ledger_scope_id=5", "DELETE",
+                    headers=auth)
     assert out == {"ledger_qualified_name": lid.qualified_name, "ledger_scope_id": 5,
                    "ledger_id": lid.ledger_id, "deleted": True}
     error_of(one, f"/api/v1/ledger/metadata?ledger_qualified_name={lid.qualified_name}", 404)
-    error_of(one, f"/api/v1/ledger/delete?ledger_qualified_name={lid.qualified_name}", 404, "DELETE")
+    error_of(one, f"/api/v1/ledger/delete?ledger_qualified_name={lid.qualified_name}", 404, "DELETE", auth)
     assert lid not in client.list_ledgers(5)
 
 
@@ -329,3 +332,40 @@ def test_status_page_is_self_contained(one, admin, ledgers, client):
     for attr in re.findall(r'(?:src|href)="([^"]*)"', page):
         assert attr.startswith("/") or attr.startswith("http://127.0.0.1:"), attr
     assert "<link" not in page and "@import" not in page and "url(" not in page
+
+
+def test_changes_need_a_token_even_when_the_bookie_has_none(cluster, client, one):
+    """Issue 13.14: without a wire token, the admin server makes its own (0600, in the
+    bookie's directory, named in its registration); changing requests without it get 401."""
+    w = client.create_ledger(3, 3, 2)
+    w.append(b"keep me")
+    w.close()
+    path = f"/api/v1/ledger/delete?ledger_qualified_name={w.ledger_id.qualified_name}"
+    for headers in ({}, {"Authorization": "Bearer not-the-token-at-all-0123456789"}):
+        code, got, body = http(one, path, "DELETE", headers=headers)
+        assert code == 401 and got["www-authenticate"].startswith("Bearer"), body
+    assert client.ledger_metadata(w.ledger_id).last_entry_id == 0          # nothing changed
+    token_files = {(r.info or {}).get("admin_token_file")
+                   for r in client.metadata.registration_client.get_all_bookies()}
+    assert len(token_files) == 3 and all(f and os.stat(f).st_mode & 0o777 == 0o600 for f in token_files)
+    assert http_json(one, path, "DELETE", headers=admin_auth(client, one))["deleted"] is True
+
+
+def test_half_sent_requests_hold_no_worker(one):
+    """Issue 13.14: 80 requests that never finish arriving do not make /heartbeat wait or
+    answer 503; each is dropped with 408 once its deadline passes."""
+    host, _, port = one.rpartition(":")
+    slow = []
+    try:
+        for _ in range(80):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            s.sendall(b"GET /heartbeat HTTP/1.0\r\nHost: x\r\n")          # no blank line: not done
+            slow.append(s)
+        for _ in range(5):
+            code, _, body = http(one, "/heartbeat", timeout_s=30)
+            assert code == 200, body
+        reply = slow[0].recv(4096)                  # waits for the server's deadline
+        assert reply.startswith(b"HTTP/1.0 408"), reply
+    finally:
+        for s in slow:
+            s.close()

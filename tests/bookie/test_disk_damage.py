@@ -1,13 +1,16 @@
 """Damaged files on disk: one bad index file costs its ledger's writes on this bookie,
 never the bookie; entries and files that do not validate are refused where they enter or
 are opened, with the file and offset named."""
+import json
 import os
 
 import pytest
+from click.testing import CliRunner
 
 import embedlog
 from embedlog._native import index as nix
 from embedlog._native.format import encode_entry, master_key
+from embedlog.cli.shell import shell
 from embedlog.errors import CorruptedDataError, EntryTooLargeError
 
 CFG = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=1 << 16)
@@ -48,6 +51,9 @@ def test_one_bad_index_file_costs_one_ledger_not_the_bookie(tmp_path, damage):
             log.bookie.add_payloads(victim, master_key(b""), 300, 299, 0, 3, None, [b"x"])
         w = log.create_ledger()                 # the bookie takes other writes
         assert w.append(b"fine") == 0
+    # and the shell's consistency check names the file set aside
+    out = shell_json("localconsistencycheck", "--dir", tmp_path)
+    assert out["damaged_index_files"] == [path + ".damaged"]
     with embedlog.open(tmp_path, **CFG) as log:  # the rebuilt index is a good file now
         assert log.open_ledger(victim).read_batch(299, 299)[0].endswith(b"-299")
 
@@ -128,6 +134,17 @@ def test_a_flipped_byte_in_a_dummy_ledger_is_found_by_the_block_checksums(tmp_pa
     found = damaged_records(logs)
     assert len(found) == 1 and found[0]["file"] == path and found[0]["offset"] <= off < found[0]["end"]
     assert (lid.qualified_name, int(eids[k])) in found[0]["entries"]
+    # the shell's consistency check reports it (and fails), though the DUMMY digest cannot
+    out = shell_json("localconsistencycheck", "--dir", tmp_path, code=1)
+    assert out["ok"] is False and not out["errors"]
+    [block] = out["damaged_entry_log_blocks"]
+    assert block["file"] == path and [lid.qualified_name, int(eids[k])] in block["entries"]
     with embedlog.open(tmp_path, **cfg) as log:             # DUMMY serves the flipped bytes as is
         got = log.open_ledger(lid).read_entry(int(eids[k]))
         assert got != b"%05d" % int(eids[k]) + bytes(2000)
+
+
+def shell_json(*args, code=0):
+    r = CliRunner().invoke(shell, [str(a) for a in args] + ["--json"], catch_exceptions=False)
+    assert r.exit_code == code, r.output
+    return json.loads(r.output)

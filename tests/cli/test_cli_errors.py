@@ -154,3 +154,11 @@ def test_log_level_shows_the_background_work(tmp_path):
     assert "INFO" not in err
     r = cli("ledger", "list", "--log-level", "loud")
     assert r.returncode == 2 and "--log-level" in r.stderr
+
+
+def test_bookie_serve_on_every_interface_needs_an_advertised_address(tmp_path):
+    """Issue 13.15: --listen 0.0.0.0 would register 0.0.0.0 as the address clients dial."""
+    r = cli("bookie", "serve", "--dir", tmp_path / "b", "--listen", "0.0.0.0:0")
+    assert r.returncode == 2 and "--advertised-address" in r.stderr, r.stderr
+    no_traceback(r)
+    assert not (tmp_path / "b").exists()              # refused before anything was made

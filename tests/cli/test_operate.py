@@ -12,10 +12,12 @@ unless a test asks for an audit.
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 
 import pytest
 
-from cliutil import cli, cli_json, http, http_json, wait_until
+from cliutil import ROOT, admin_auth, cli, cli_json, http, http_json, wait_until
 from embedlog.harness import LocalCluster
 
 
@@ -98,7 +100,9 @@ def test_admin_ledger_read(cluster, client):
 def test_admin_gc_log_mark_and_disk_files(cluster, client):
     address = admin_of(client, cluster.bookie_id(0))
     before = http_json(address, "/api/v1/bookie/gc")["stats"]["cycles"]
-    code, _, body = http(address, "/api/v1/bookie/gc?force_minor=true", "PUT")
+    assert http(address, "/api/v1/bookie/gc?force_minor=true", "PUT")[0] == 401     # no token
+    code, _, body = http(address, "/api/v1/bookie/gc?force_minor=true", "PUT",
+                         headers=admin_auth(client, address))
     assert code == 200, body
     wait_until(lambda: not http_json(address, "/api/v1/bookie/gc")["is_in_force_gc"], 60, "the GC cycle")
     after = http_json(address, "/api/v1/bookie/gc")
@@ -216,7 +220,8 @@ def test_audit_now(cluster, client, md):
     for lid in ledgers:
         assert victim not in client.ledger_metadata(lid).fragments[0][1]
     address = admin_of(client, client.bookies()[0][0])
-    assert http_json(address, "/api/v1/autorecovery/trigger_audit", "PUT")["count"] == 0
+    assert http_json(address, "/api/v1/autorecovery/trigger_audit", "PUT",
+                     headers=admin_auth(client, address))["count"] == 0
     info = http_json(address, "/api/v1/bookie/cluster_info")
     assert info["unavailable_bookies_count"] == 0 and not info["cluster_under_replicated"]
 
@@ -224,10 +229,8 @@ def test_audit_now(cluster, client, md):
 def test_grafana_dashboard_names_only_metrics_a_bookie_exports(cluster, client):
     """docs/grafana-dashboard.json: every metric an expression names, and every label it
     selects or groups by, is in a live bookie's /metrics (with autorecovery running)."""
-    import os
     import re
     from prometheus_client.parser import text_string_to_metric_families
-    from cliutil import ROOT
     dash = json.load(open(os.path.join(ROOT, "docs", "grafana-dashboard.json")))
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids)) and dash["uid"] and dash["templating"]["list"]
@@ -251,3 +254,32 @@ def test_grafana_dashboard_names_only_metrics_a_bookie_exports(cluster, client):
                 if label not in ("le", "instance"):      # le: histograms; instance: Prometheus's
                     assert any(label in labels[n] for n in re.findall(r"embedlog_[a-z0-9_]+", expr)), \
                         (label, expr)
+
+
+def test_missing_ledgers_are_reported_and_deleted_only_when_confirmed(cluster, client, md):
+    """Issue 13.1: a ledger whose metadata row is lost (no deletion record) is kept by GC
+    and reported (metric, `bookie missing`, admin API) until an operator confirms."""
+    [lid] = closed_ledgers(client, 1)
+    bid = client.ledger_metadata(lid).fragments[0][1][0]
+    address = admin_of(client, bid)
+    db = cluster.metadata_uri[len("sqlite://"):]
+    with sqlite3.connect(db) as c:                      # a lost row, not a deletion
+        c.execute("DELETE FROM ledgers WHERE name=?", (lid.qualified_name,))
+    auth = admin_auth(client, address)
+
+    def gc_once():
+        assert http(address, "/api/v1/bookie/gc", "PUT", headers=auth)[0] == 200
+        wait_until(lambda: not http_json(address, "/api/v1/bookie/gc")["is_in_force_gc"], 60, "GC")
+
+    gc_once()
+    out = cli_json("bookie", "missing", bid, *md)
+    assert [m["ledger_qualified_name"] for m in out["missing"]] == [lid.qualified_name]
+    metrics = http(address, "/metrics")[2].decode()
+    assert "embedlog_gc_missing_ledgers 1.0" in metrics
+    gc_once()                                           # kept, cycle after cycle
+    assert cli_json("bookie", "missing", bid, *md)["count"] == 1
+    info = client.bookie_info([bid])[bid]
+    assert info["ledgers"] >= 1
+    assert cli_json("bookie", "missing", bid, "--delete", "--ledger", lid.qualified_name, *md) == \
+        {"deleted": 1}
+    assert cli_json("bookie", "missing", bid, *md)["count"] == 0
