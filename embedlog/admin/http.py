@@ -298,7 +298,7 @@ class _PooledServer(http.server.HTTPServer):
                 self._drop(request)
                 self._refuse(request, b"431 Request Header Fields Too Large", b"headers too large")
             return
-        m = re.search(rb"(?im)^content-length:[ \t]*(\d{1,12})[ \t]*$", data[:end])
+        m = re.search(rb"(?im)^content-length:[ \t]*(\d{1,12})[ \t]*\r?$", data[:end])
         need = end + 4 + (int(m.group(1)) if m else 0)
         if need - end - 4 > MAX_BODY_BYTES:
             self._drop(request)

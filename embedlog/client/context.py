@@ -104,10 +104,12 @@ class ClientContext:
         # stopped by close(): a task made after the shutdown (a writer's explicit-LAC timer
         # firing meanwhile) is cancelled and run to its end here, in the loop's own thread,
         # and the loop closed, so nothing is left to be destroyed pending at exit
-        left = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-        for t in left:
-            t.cancel()
-        if left:
+        for _ in range(8):            # a cancelled task may have started another: again
+            left = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            if not left:
+                break
+            for t in left:
+                t.cancel()
             self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()

@@ -27,10 +27,14 @@ class LedgerEntry:
 async def read_range(ctx, md, mac_key, first: int, last: int) -> list:
     """Checked payloads of first..last, one bytes object each: the client's one ranged read
     (client/scan.py: windows of up to 1024 entries, failing over entry by entry)."""
-    offsets, values = payload_arrays(await read_runs(ctx, md, mac_key, first, last),
-                                     int(md.digest_type))
-    view = memoryview(values)
-    return [bytes(view[offsets[i]:offsets[i + 1]]) for i in range(last - first + 1)]
+    out = []
+    for run in await read_runs(ctx, md, mac_key, first, last):
+        # run by run (each at most 1024 entries and half a frame): the arrays' int32 offsets
+        # never overflow, however large the range
+        offsets, values = payload_arrays([run], int(md.digest_type))
+        view = memoryview(values)
+        out.extend(bytes(view[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1))
+    return out
 
 
 class ReadHandle:

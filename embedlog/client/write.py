@@ -454,6 +454,7 @@ class WriteHandle:
             raise self._error
 
     async def _change_ensemble(self) -> None:
+        cancelled = False
         try:
             for _ in range(self._ctx.config.ensemble_change_retries):
                 failed = [b for b in self._failed if b in self._ensemble]
@@ -496,9 +497,13 @@ class WriteHandle:
         except Exception as exc:  # metadata unreachable and the like: the handle is done
             self._unrecoverable(exc if isinstance(exc, EmbedlogError) else
                                 EmbedlogError(f"ensemble change failed: {exc}"))
+        except asyncio.CancelledError:
+            cancelled = True          # the client is closing: start no other attempt
+            raise
         finally:
             self._changing = False
-            if (self._error is None and not self._closed and not self._ctx.loop.is_closed()
+            if (not cancelled and self._error is None and not self._closed
+                    and not self._ctx.loop.is_closed()
                     and any(b in self._ensemble for b in self._failed)):
                 self._changing = True
                 self._ctx.loop.create_task(self._change_ensemble())

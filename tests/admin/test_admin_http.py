@@ -369,3 +369,27 @@ def test_half_sent_requests_hold_no_worker(one):
     finally:
         for s in slow:
             s.close()
+
+
+def test_a_body_sent_after_its_headers_is_read_whole(client, one):
+    """The reader waits for Content-Length bytes after the headers (a client that sends the
+    body in a second write, as urllib does, must not get 'not JSON')."""
+    host, _, port = one.rpartition(":")
+    body = b'{"readOnly": false}'
+    auth = admin_auth(client, one)["Authorization"].encode()
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"PUT /api/v1/bookie/state/readonly HTTP/1.0\r\nContent-Length: %d\r\n"
+                  b"Host: x\r\nContent-Type: application/json\r\nAuthorization: %s\r\n\r\n"
+                  % (len(body), auth))
+        reply = b""
+        s.settimeout(0.5)
+        try:
+            reply = s.recv(4096)              # nothing yet: the body is still to come
+        except socket.timeout:
+            pass
+        assert reply == b""
+        s.settimeout(30)
+        s.sendall(body)
+        while chunk := s.recv(4096):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.0 200") and b'"readOnly": false' in reply, reply
