@@ -46,6 +46,27 @@ def _registration(client, bookie_id: str):
     return None
 
 
+def _admin_of(client, bookie_id: str, as_json: bool, hint: str = "") -> tuple:
+    """(registration, admin HTTP address) of a registered bookie, or exit with why not."""
+    reg = _registration(client, bookie_id)
+    if reg is None:
+        fail(f"no bookie {bookie_id} is registered", EXIT_NOT_FOUND, as_json)
+    address = (reg.info or {}).get("http")
+    if not address:
+        raise IllegalOpError(f"bookie {bookie_id} runs no admin HTTP server (start it with "
+                             f"--http-port{hint})")
+    return reg, address
+
+
+def _token_file(reg, given: str | None) -> str | None:
+    """The token file for changing requests: the one given, else the admin token the bookie
+    registered, when this host and user can read it."""
+    if given is not None:
+        return given
+    local = (reg.info or {}).get("admin_token_file")
+    return local if local and os.access(local, os.R_OK) else None
+
+
 def _refuse_if_registered(client, bookie_id: str, what: str, as_json: bool) -> None:
     if _registration(client, bookie_id) is not None:
         fail(f"bookie {bookie_id} is registered (running); stop it before {what}", EXIT_REFUSED,
@@ -134,12 +155,7 @@ def bookie_missing(bookie_id, metadata_uri, delete, ledgers, auth_token_file, as
     record (a lost row, a restored older backup, a wrong root). GC keeps them; this lists
     them, and with --delete removes them (through the bookie's admin HTTP API)."""
     with open_client(metadata_uri) as client:
-        reg = _registration(client, bookie_id)
-    if reg is None:
-        fail(f"no bookie {bookie_id} is registered", EXIT_NOT_FOUND, as_json)
-    address = (reg.info or {}).get("http")
-    if not address:
-        raise IllegalOpError(f"bookie {bookie_id} runs no admin HTTP server (start it with --http-port)")
+        reg, address = _admin_of(client, bookie_id, as_json)
     path = "/api/v1/bookie/missing_ledgers"
     if not delete:
         out = admin_request(address, "GET", path)
@@ -151,9 +167,7 @@ def bookie_missing(bookie_id, metadata_uri, delete, ledgers, auth_token_file, as
                                                           time.localtime(m["first_seen_ms"] / 1000))]
                for m in out["missing"]], f"{out['count']} ledgers missing from the metadata store")
         return
-    if auth_token_file is None:
-        local = (reg.info or {}).get("admin_token_file")
-        auth_token_file = local if local and os.access(local, os.R_OK) else None
+    auth_token_file = _token_file(reg, auth_token_file)
     deleted = 0
     for q in ledgers or [None]:
         query = "" if q is None else f"?ledger_qualified_name={q}"
@@ -175,20 +189,9 @@ def bookie_readonly(mode, bookie_id, metadata_uri, auth_token_file, as_json):
     says so. A bookie its disks made read-only stays read-only until they have room."""
     flag = mode == "on"
     with open_client(metadata_uri) as client:
-        reg = _registration(client, bookie_id)
-        if reg is None:
-            fail(f"no bookie {bookie_id} is registered", EXIT_NOT_FOUND, as_json)
-        address = (reg.info or {}).get("http")
-        if not address:
-            raise IllegalOpError(f"bookie {bookie_id} runs no admin HTTP server (start it with "
-                                 f"--http-port, or send it SIGUSR1 / SIGUSR2)")
-        if auth_token_file is None:
-            # a bookie without a wire token registers where its admin token is: usable here
-            # when this host and user can read it
-            local = (reg.info or {}).get("admin_token_file")
-            auth_token_file = local if local and os.access(local, os.R_OK) else None
+        reg, address = _admin_of(client, bookie_id, as_json, ", or send it SIGUSR1 / SIGUSR2")
         state = admin_request(address, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": flag},
-                              auth_token_file)
+                              _token_file(reg, auth_token_file))
         deadline = time.monotonic() + STATE_WAIT_S
         while True:
             reg = _registration(client, bookie_id)
