@@ -205,13 +205,14 @@ class _PooledServer(http.server.HTTPServer):
         self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_LIMIT)
         self._pending: dict = {}          # socket -> [client address, bytes so far, deadline]
         self._incoming: queue.SimpleQueue = queue.SimpleQueue()
+        self._local = threading.local()
+        self._stopping = False
+        super().__init__(address, handler)
+        # after the bind: a port in use leaves nothing open behind
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
-        self._local = threading.local()
-        self._stopping = False
-        super().__init__(address, handler)
         self._reader = threading.Thread(target=self._read_requests, name="embedlog-admin-reader",
                                         daemon=True)
         self._reader.start()
