@@ -52,6 +52,8 @@ def test_recovery_killed_before_its_close(cluster, tmp_path):
     c = cluster.client("writer", **QUIET)
     w = c.create_ledger(3, 3, 2)
     acked = [w.append(b"r%d" % i) for i in range(30)]
+    c.close()           # the writer goes away (ledger left OPEN): it makes no ensemble change of its own
+    c = cluster.client("observer")
     before = c.ledger_metadata(w.ledger_id)
     cluster.kill_bookie(cluster.index_of(before.fragments[0][1][0]))   # write-back needs a new bookie
     run_child(cluster, tmp_path, "client.recovery.before_close", "recovery", w.ledger_id.ledger_id)
