@@ -46,6 +46,10 @@ class BookieConfig:
     journal_pre_alloc_size_mb: int = _key(
         16, "MiB of zeros written ahead of the journal tail, so the common fdatasync only "
         "flushes data (journalPreAllocSizeMB).", 1, 1024)
+    journal_remove_pages_from_page_cache: bool = _key(
+        True, "drop the journal's synced pages from the page cache (journalRemoveFromPageCache): "
+        "the journal is read only by replay, so its pages would only push entry-log pages, which "
+        "readers use, out of the cache.")
     journal_max_memory_size_mb: int = _key(
         128, "MiB of journal records framed but not yet taken by a group commit; an add "
         "that finds more waits for the group in flight to finish, so a writer faster than "

@@ -136,6 +136,7 @@ class Journal:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._file_id, self._offset = fd, new_id, nj.HEADER_SIZE
+        self._dropped_to = 0                 # pages below this were dropped from the cache
         self._path = path
         self._zero_end = nj.HEADER_SIZE + min(self._prealloc, 4 << 20)
         self.files.append((self.written_seq, new_id, nj.HEADER_SIZE))
@@ -239,6 +240,7 @@ class Journal:
                 self.stats["fsync_time_s"] += fsync_s
                 fileio.durable(self._path, self._offset)
                 failpoints.hit("journal.after_sync")
+                self._drop_synced_pages()
         except BaseException as exc:
             self.cv.acquire()
             lost = []
@@ -290,6 +292,14 @@ class Journal:
             self._writer_cv.notify()
         if self._zero_end - self._offset < self._prealloc:
             self._prealloc_cv.notify()
+
+    def _drop_synced_pages(self) -> None:
+        """Give the whole synced pages back to the kernel (the leader, outside the lock)."""
+        end = self._offset & ~4095
+        if self.config.journal_remove_pages_from_page_cache and end > self._dropped_to:
+            os.posix_fadvise(self._fd, self._dropped_to, end - self._dropped_to,
+                             os.POSIX_FADV_DONTNEED)
+            self._dropped_to = end
 
     def _open_file_locked_out(self, start_seq: int, sync_old: bool = True) -> None:
         if sync_old and self._fd >= 0:

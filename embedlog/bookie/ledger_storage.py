@@ -100,7 +100,6 @@ class SortedLedgerStorage:
         """Write a snapshot into the entry logs and set its index locations."""
         failpoints.hit("memtable.before_flush")
         with self.lock:
-            records = snap.sorted_records()
             before = self.entry_logger.last_log_id
 
             def on_location(scope, lid, eids, locs):
@@ -108,7 +107,7 @@ class SortedLedgerStorage:
                 if idx is not None:                   # deleted while in the memtable: drop
                     idx.set_locations(eids, locs)
 
-            self.entry_logger.flush_memtable(snap, records, on_location)
+            self.entry_logger.flush_memtable(snap, on_location)
             self.stats["memtable_flushes"] += 1
             self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
 

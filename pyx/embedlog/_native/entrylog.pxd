@@ -17,6 +17,7 @@ cdef class MappedLog:
     cdef _check_header(self)
     cdef _write_block_crcs(self, uint8_t *p, Py_ssize_t end, Py_ssize_t nblocks)
     cdef uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil
+    cdef int write_end(self, const uint8_t *data, Py_ssize_t n) except -1
     cdef const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil
 
 cdef class EntryLogger:
@@ -31,3 +32,4 @@ cdef class EntryLogger:
     cdef readonly uint64_t last_log_id
     cdef MappedLog _log(self, uint64_t log_id)
     cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL
+    cdef _account(self, uint64_t scope, uint64_t lid, Py_ssize_t nbytes)

@@ -37,3 +37,4 @@ cdef class MemTable:
                     Py_ssize_t n) except -1
     cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
                             Py_ssize_t *n) noexcept nogil
+    cdef Py_ssize_t flush_order(self, int32_t *out) except -1

@@ -3,9 +3,10 @@
 
 Encoded entries are copied into one arena (bounded by ``limit_bytes``); a
 record array holds (scope, ledger, entry, arena offset, size) and an
-open-addressing hash table maps the key to the newest record. A flush walks the
-records sorted by (scope, ledger, entry) so entry logs keep a ledger's entries
-together, as BookKeeper's SortedLedgerStorage does.
+open-addressing hash table maps the key to the newest record. Entries are grouped in
+blocks of 64 consecutive ids of one ledger; a flush sorts the blocks (not the entries)
+and walks their slots, so entry logs keep a ledger's entries together in id order, as
+BookKeeper's SortedLedgerStorage does.
 
 The add path (journal.pyx's ``add_payloads`` and ``add_encoded_entries``) frames each
 entry into the journal buffer and copies it into the arena in the same pass.
@@ -36,18 +37,22 @@ cdef inline uint64_t _hash(uint64_t scope, uint64_t lid, int64_t eid) noexcept n
     return h
 
 
-cdef int _cmp_recs(const void *a, const void *b) noexcept nogil:
-    cdef const mt_rec *x = <const mt_rec *>a
-    cdef const mt_rec *y = <const mt_rec *>b
+ctypedef struct blk_key:
+    uint64_t scope
+    uint64_t lid
+    int64_t hi
+    Py_ssize_t index
+
+
+cdef int _cmp_blocks(const void *a, const void *b) noexcept nogil:
+    cdef const blk_key *x = <const blk_key *>a
+    cdef const blk_key *y = <const blk_key *>b
     if x.scope != y.scope:
         return -1 if x.scope < y.scope else 1
     if x.lid != y.lid:
         return -1 if x.lid < y.lid else 1
-    if x.eid != y.eid:
-        return -1 if x.eid < y.eid else 1
-    # same key twice (a re-add): the later record sorts last and wins
-    if x.offset != y.offset:
-        return -1 if x.offset < y.offset else 1
+    if x.hi != y.hi:
+        return -1 if x.hi < y.hi else 1
     return 0
 
 
@@ -300,26 +305,43 @@ cdef class MemTable:
                     best = (blk.hi << 6) + k
         return best
 
-    def sorted_records(self):
-        """(scope, ledger, entry, arena offset, size) of the live records, sorted; a
-        numpy structured array, the order a flush writes them in."""
-        cdef mt_rec *copy = <mt_rec *>malloc(max(self.nrecs, 1) * sizeof(mt_rec))
-        cdef Py_ssize_t i, k = 0
-        cdef Py_ssize_t n_ = 0
-        if copy == NULL:
+    cdef Py_ssize_t flush_order(self, int32_t *out) except -1:
+        """Fill ``out`` (room for ``live`` items) with the indexes of the live records sorted
+        by (scope, ledger, entry): the blocks are sorted, then walked slot by slot, so a
+        re-added entry's newest record is the one taken. Returns how many."""
+        cdef blk_key *keys = <blk_key *>malloc(max(self.nblocks, 1) * sizeof(blk_key))
+        cdef Py_ssize_t b, k, n = 0
+        cdef int32_t cur
+        if keys == NULL:
             raise MemoryError()
-        for i in range(self.nrecs):
-            r = self.recs[i]
-            if r.size != 0xFFFFFFFF and self.get(r.scope, r.lid, r.eid, &n_) == self.arena + r.offset:
-                copy[k] = r
-                k += 1
-        qsort(copy, k, sizeof(mt_rec), _cmp_recs)
+        with nogil:
+            for b in range(self.nblocks):
+                keys[b].scope = self.blocks[b].scope
+                keys[b].lid = self.blocks[b].lid
+                keys[b].hi = self.blocks[b].hi
+                keys[b].index = b
+            qsort(keys, self.nblocks, sizeof(blk_key), _cmp_blocks)
+            for b in range(self.nblocks):
+                for k in range(64):
+                    cur = self.blocks[keys[b].index].slot[k]
+                    if cur:
+                        out[n] = cur - 1
+                        n += 1
+        free(keys)
+        return n
+
+    def sorted_records(self):
+        """(scope, ledger, entry, arena offset, size) of the live records in flush order, as
+        a numpy structured array (tests and tools; the flush itself uses flush_order)."""
+        order_a = np.empty(max(self.live, 1), dtype=np.int32)
+        cdef int32_t[::1] order = order_a
+        cdef Py_ssize_t i, k = self.flush_order(&order[0])
         dt = np.dtype([("scope", "<u8"), ("lid", "<u8"), ("eid", "<i8"), ("offset", "<u8"),
                        ("size", "<u4")], align=True)
         out = np.empty(k, dtype=dt)
-        if k:
-            memcpy(cnp.PyArray_DATA(out), copy, k * sizeof(mt_rec))
-        free(copy)
+        cdef mt_rec *dst = <mt_rec *>cnp.PyArray_DATA(out)
+        for i in range(k):
+            dst[i] = self.recs[order[i]]
         return out
 
     def arena_view(self):
