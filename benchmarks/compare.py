@@ -4,8 +4,10 @@
     python benchmarks/compare.py [--quick] [--out FILE]
 
 Stores: embedlog, SQLite (WAL, synchronous=FULL), LMDB (sync=True), RocksDB via
-rocksdict (WriteOptions sync=True) and a plain file (pwrite into pre-zeroed space
-+ os.fdatasync). Every store gets the same work: entries keyed by (ledger, entry)
+rocksdict (WriteOptions sync=True); two references: a plain file (records framed
+before the clock, pwrite into pre-zeroed space + os.fdatasync) and the floor, a bare C
+loop doing the least work for the same result (benchmarks/floor.pyx, built on first use:
+V1 framing with CRC32C, one pwrite and one fdatasync per batch). Every store gets the same work: entries keyed by (ledger, entry)
 over 8 interleaved ledgers (batch i goes to ledger i % 8; peers key an entry by
 the 16-byte big-endian pair), "durable" meaning the store's synchronous commit
 (an fdatasync for the plain file) per batch before the next batch starts.
@@ -48,8 +50,9 @@ NTHREADS = 16
 KEY = struct.Struct(">QQ")
 REC = struct.Struct(">IQQ")          # plain-file record: payload length, ledger, entry
 LEN = struct.Struct(">I")            # plain-file per-ledger read files: payload length
-PEERS = ("sqlite", "lmdb", "rocksdb", "file")
-STORES = ("embedlog",) + PEERS
+PEERS = ("sqlite", "lmdb", "rocksdb")
+REFERENCES = ("file", "floor")      # not stores: the disk's ceiling and the least work
+STORES = ("embedlog",) + PEERS + REFERENCES
 MB = 1_000_000
 perf = time.perf_counter
 
@@ -425,7 +428,90 @@ class FileStore:
         os.close(self.fd)
 
 
-CLASSES = {c.name: c for c in (EmbedlogStore, SqliteStore, LmdbStore, RocksStore, FileStore)}
+def load_floor():
+    """benchmarks/floor.pyx, compiled on first use (pyximport, cached under ~/.pyxbld)."""
+    import pyximport
+    pyximport.install(setup_args={"include_dirs": [os.path.join(REPO, "pyx", "embedlog", "_native")]},
+                      language_level=3)
+    import floor
+    return floor
+
+
+class FloorStore(FileStore):
+    """The floor: the same entries framed as V1 with a CRC32C digest by a bare C loop
+    (benchmarks/floor.pyx) into one log file, one pwrite + fdatasync per batch; reads from
+    one mapped file per ledger of the same records, digests checked."""
+    name = "floor"
+
+    def __init__(self, path: str, nledgers: int = NLEDGERS):
+        super().__init__(path, nledgers)
+        self.native = load_floor()
+        self.writer = self.native.Writer()
+        self.lengths = [0] * nledgers
+        self.readers = None
+
+    def prep_batch(self, ledger, first, payloads):
+        self.ensure(len(payloads) * (40 + max(map(len, payloads))))
+        return ledger, first, payloads
+
+    def commit_batch(self, prepared):
+        ledger, first, payloads = prepared
+        n, self.lengths[ledger] = self.writer.frame(payloads, ledger, first, self.lengths[ledger])
+        self.off += self.writer.write(self.fd, self.off, n)
+
+    def prep_one(self, ledger, entry, data):
+        return self.prep_batch(ledger, entry, [data])
+
+    commit_one = commit_batch
+
+    def thread_appender(self, t):
+        lock, fd, native = self.lock, self.fd, self.native
+        writer = native.Writer()
+        length = [0]
+
+        def append(entry, data):
+            n, length[0] = writer.frame([data], t, entry, length[0])
+            with lock:
+                self.ensure(n)
+                off = self.off
+                self.off += n
+            writer.write(fd, off, n)       # the fdatasync flushes every page written so far
+        return append
+
+    def load_read_files(self, per_ledger: list):
+        import mmap
+        self.maps, self.files, self.readers = [], [], []
+        for l, payloads in enumerate(per_ledger):
+            p = os.path.join(self.path, f"ledger-{l}")
+            n, _ = self.writer.frame(payloads, l, 0, 0)
+            with open(p, "wb") as f:
+                f.write(self.writer.framed(n))
+                f.flush()
+                os.fdatasync(f.fileno())
+            f = open(p, "rb")
+            self.files.append(f)
+            self.maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            self.readers.append(self.native.Reader(self.maps[-1]))
+
+    def get_many(self, pairs):
+        rs = self.readers
+        for l, e in pairs:
+            rs[l].get(e)
+        return len(pairs)
+
+    def get(self, l, e):
+        return self.readers[l].get(e)
+
+    def scan(self, ledger, n):
+        return self.readers[ledger].scan()
+
+    def close(self):
+        self.readers = None
+        super().close()
+
+
+CLASSES = {c.name: c for c in (EmbedlogStore, SqliteStore, LmdbStore, RocksStore, FileStore,
+                                FloorStore)}
 
 
 # ----------------------------------------------------------------------------------------
@@ -612,7 +698,7 @@ class Runner:
             if name == "embedlog":
                 s.writers.extend(s.log.create_ledger(digest="crc32c")
                                  for _ in range(NTHREADS - len(s.writers)))
-            if name == "file":
+            if name in ("file", "floor"):
                 s.ensure(256 << 20 if not self.quick else 32 << 20)
             appenders[name] = [s.thread_appender(t) for t in range(NTHREADS)]
             next_eid[name] = [0] * NTHREADS
@@ -675,7 +761,7 @@ class Runner:
 
         def setup(name, s):
             # the data set, untimed: 8 ledgers interleaved, batches of 1000
-            if name == "file":
+            if name in ("file", "floor"):
                 s.load_read_files([[expect(l, e) for e in range(per_ledger)] for l in range(NLEDGERS)])
             else:
                 for first in range(0, per_ledger, 1000):
@@ -710,7 +796,8 @@ class Runner:
             n, t0 = 0, perf()
             deadline = t0 + seconds
             while True:
-                n += len(s.scan(n // per_ledger % NLEDGERS, per_ledger))
+                for v in s.scan(n // per_ledger % NLEDGERS, per_ledger):
+                    n += 1                  # every store's entries are touched in Python alike
                 now = perf()
                 if now >= deadline:
                     break
@@ -737,7 +824,7 @@ class Runner:
             "parent times the open (plus one read). embedlog: s per GB of journal replayed; "
             "peers: s per GB of payload ingested before the kill.")
         for store in STORES:
-            if store == "file":
+            if store in ("file", "floor"):
                 self.record(work, "s/GB", store, None)
                 continue
             d = self.fresh_dir(f"crash-{store}")
@@ -954,21 +1041,25 @@ def ratio(a, b):
 
 
 def table(results) -> list:
-    out = ["| work | unit | embedlog | sqlite | lmdb | rocksdb | file | best peer ratio |",
-           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out = ["| work | unit | embedlog | sqlite | lmdb | rocksdb | file | floor | embedlog/best peer "
+           "| embedlog/floor |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (work, unit), row in results.items():
         e = row.get("embedlog")
         cells = [work, unit, fmt(e, unit)]
         lower_better = unit == "s/GB"
         best, best_name = None, None
-        for p in PEERS:
+        for p in PEERS + REFERENCES:
             v = row.get(p)
             r = ratio(e, v)
             cells.append(fmt(v, unit) + (f" ({r:.2f}x)" if r is not None else ""))
-            if v is not None and (best is None or (v < best if lower_better else v > best)):
+            if p in PEERS and v is not None and (
+                    best is None or (v < best if lower_better else v > best)):
                 best, best_name = v, p
         r = ratio(e, best)
-        cells.append(f"{r:.2f}x vs {best_name}" if r is not None else "n/a")
+        cells.append(f"{r:.2f}x ({best_name})" if r is not None else "n/a")
+        r = ratio(e, row.get("floor"))
+        cells.append(f"{r:.2f}x" if r is not None else "n/a")
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -1009,9 +1100,13 @@ def main(argv=None):
              f"in {r.rounds} round-robin segments)", ""]
     lines += facts + [f"- load average at end {loadavg()}", ""]
     lines += table(r.results) + [""]
-    lines.append("Peer cells show the peer's figure and, in brackets, the ratio embedlog / peer; "
-                 "the last column compares embedlog with the best peer (highest throughput, "
-                 "lowest s/GB). MB = 10^6 bytes of payload.")
+    lines.append("Cells show each store's figure and, in brackets, the ratio embedlog / it. "
+                 "\"best peer\" is the best of SQLite, LMDB and RocksDB (highest throughput, "
+                 "lowest s/GB); \"file\" writes records framed before the clock (the disk's "
+                 "ceiling); \"floor\" is the least work for the same result as a bare C loop "
+                 "(benchmarks/floor.pyx: V1 framing with one CRC32C pass, one pwrite and one "
+                 "fdatasync per batch; reads from mapped files with digests checked). "
+                 "MB = 10^6 bytes of payload.")
     lines.append("")
     lines += ["- " + n for n in r.notes]
     lines += ["", "Spread (slowest..fastest segment) behind each median:", ""]
