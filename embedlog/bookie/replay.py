@@ -71,7 +71,7 @@ def _trim(bookie, fields, _body) -> None:
     bookie.storage.erase((fields[0], fields[1]), 0, fields[2] - 1)
 
 
-HANDLERS = {nj.ENTRY: _entry, nj.LEDGER_KEY: _ledger_key, nj.FENCE: _fence,
+HANDLERS = {nj.ENTRY: _entry, nj.ENTRY_CRC32C: _entry, nj.LEDGER_KEY: _ledger_key, nj.FENCE: _fence,
             nj.EXPLICIT_LAC: _explicit_lac, nj.TERM: _term, nj.TRUNCATE: _truncate,
             nj.DELETE_LEDGER: _delete, nj.TRIM: _trim}
 

@@ -314,7 +314,7 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
                 body = mm[start:start + n]
                 row = {"offset": off, "type": nj.RECORD_TYPES.get(rtype, f"unknown({rtype})"),
                        "bytes": n}
-                if rtype == nj.ENTRY:
+                if rtype in nj.ENTRY_TYPES:
                     v, s, l, e, lac, length, _d = parse_entry_header(body)
                     row.update(_name((s, l)), entry_id=e, lac=lac, length=length, format=f"V{v}")
                 elif n >= 16:

@@ -299,3 +299,56 @@ def test_an_add_framed_during_a_write_waits_for_its_own_group(tmp_path):
             failpoints.disarm()
             go.set()
         assert f2.result(10) == 2
+
+
+@pytest.mark.parametrize("scope", [0, 7])          # V1 and V2 entries
+def test_an_entry_record_checks_every_byte_of_header_digest_and_payload(tmp_path, scope):
+    """ENTRY_CRC32C records: the record checksum covers the entry's header and digest, the
+    digest covers the payload; a bit flipped anywhere makes the record bad. Other digests
+    keep ENTRY records (checksum over the whole body)."""
+    from embedlog._native import journal as nj, memtable as nmt
+    from embedlog._native.format import DIGEST_CODES
+
+    def framed(digest, payloads):
+        jb = nj.JournalBuffer()
+        n, _ = nj.add_payloads(jb, nmt.MemTable(1 << 20), scope, 5, 0, -1, 0,
+                               DIGEST_CODES[digest], None, payloads, 0, 1 << 20)
+        assert n == len(payloads)
+        p = tmp_path / f"{digest}.bin"
+        fd = os.open(p, os.O_RDWR | os.O_CREAT)
+        try:
+            jb.write_to(fd, 0)
+        finally:
+            os.close(fd)
+        return bytearray(p.read_bytes())
+
+    for digest in ("crc32", "dummy"):
+        records, _end, status, _ = nj.scan(bytes(framed(digest, [b"x" * 30])), 0)
+        assert status == "clean" and [r[1] for r in records] == [nj.ENTRY]
+    data = framed("crc32c", [b"first", os.urandom(300)])
+    records, end, status, _ = nj.scan(bytes(data), 0)
+    assert status == "clean" and end == len(data)
+    assert [r[1] for r in records] == [nj.ENTRY_CRC32C] * 2
+    last = records[-1][0]
+    for i in range(last, len(data)):
+        for bit in (0, 7):
+            bad = bytearray(data)
+            bad[i] ^= 1 << bit
+            got, end, status, _ = nj.scan(bytes(bad), 0)
+            assert len(got) == 1 and end == last and status == "torn", (i, bit)
+
+
+def test_journal_headers_of_version_1_still_open_and_unknown_versions_do_not():
+    from embedlog._native import journal as nj
+    from embedlog._native.format import crc32c
+
+    def with_version(v):
+        h = bytearray(nj.file_header(0x1234))
+        h[4:8] = v.to_bytes(4, "big")
+        h[16:20] = crc32c(bytes(h[:16])).to_bytes(4, "big")
+        return bytes(h)
+
+    assert nj.check_file_header(nj.file_header(0x1234)) == 0x1234
+    assert nj.check_file_header(with_version(1)) == 0x1234
+    with pytest.raises(JournalCorruptedError, match="unknown journal format version 3"):
+        nj.check_file_header(with_version(3))

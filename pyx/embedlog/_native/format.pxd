@@ -7,6 +7,7 @@ cdef extern from "native.h":
     uint64_t el_get64(const uint8_t *p) nogil
     uint32_t el_get32(const uint8_t *p) nogil
     uint32_t el_crc32c(uint32_t crc, const uint8_t *p, size_t n) nogil
+    uint32_t el_crc32c_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t n) nogil
     uint32_t el_crc32(uint32_t crc, const uint8_t *p, size_t n) nogil
     void el_crc_init()
     int el_crc_hw
@@ -30,6 +31,8 @@ cdef Py_ssize_t encoded_size(uint64_t scope, int digest, Py_ssize_t n) except -1
 cdef Py_ssize_t encode_into(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t eid,
                             int64_t lac, int64_t length, int digest, object mac_key,
                             const uint8_t *payload, Py_ssize_t n) except -1
+cdef Py_ssize_t put_header(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t eid,
+                           int64_t lac, int64_t length, int digest) noexcept nogil
 cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
                            int64_t eid, int digest, object mac_key)
 cdef int parse_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope, uint64_t *lid,

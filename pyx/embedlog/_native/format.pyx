@@ -196,8 +196,9 @@ cdef Py_ssize_t encoded_size(uint64_t scope, int digest, Py_ssize_t n) except -1
     return (V1_HEADER_SIZE if scope == 0 else V2_HEADER_SIZE) + digest_size(digest) + n
 
 
-cdef inline Py_ssize_t _put_header(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t eid,
-                                   int64_t lac, int64_t length, int digest) noexcept nogil:
+cdef Py_ssize_t put_header(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t eid,
+                           int64_t lac, int64_t length, int digest) noexcept nogil:
+    """Write an entry's header (V1 for scope 0, V2 otherwise); returns its size."""
     if scope == 0:
         el_put64(dst, lid)
         el_put64(dst + 8, <uint64_t>eid)
@@ -223,7 +224,7 @@ cdef Py_ssize_t encode_into(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t 
                             int64_t lac, int64_t length, int digest, object mac_key,
                             const uint8_t *payload, Py_ssize_t n) except -1:
     """Write one encoded entry at ``dst`` (room for encoded_size bytes); returns its size."""
-    cdef Py_ssize_t h = _put_header(dst, scope, lid, eid, lac, length, digest)
+    cdef Py_ssize_t h = put_header(dst, scope, lid, eid, lac, length, digest)
     cdef uint32_t c
     cdef bytes m
     if digest == DIGEST_CRC32C:

@@ -10,6 +10,7 @@ cdef enum:
     REC_TRUNCATE = 6
     REC_DELETE_LEDGER = 7
     REC_TRIM = 8
+    REC_ENTRY_CRC32C = 9        # an entry whose own CRC32C digest covers its payload
 
 cdef class JournalBuffer:
     cdef uint8_t *data

@@ -5,14 +5,18 @@ group-commit leader runs without the GIL, and the replay scanner.
 Grammar (big-endian; see docs/FORMATS.md)::
 
     journal_file := header(512) record* zeros*
-    header       := "ELJN" version:u32(=1) log_id:u64 header_crc:u32
+    header       := "ELJN" version:u32(=2; 1 before ENTRY_CRC32C) log_id:u64 header_crc:u32
                     prev_log_id:u64 chain_crc:u32 zeros(484)
                     # header_crc = crc32c(bytes 0..15); chain_crc = crc32c(bytes 0..27): the
                     # journal written before this one (0: none), so a missing file is seen;
                     # headers written before the chain existed hold zeros there
     record       := len:u32 crc:u32 type:u8 body[len]     # len > 0
-    crc          := crc32c(len:u32 type:u8 body)
+    crc          := crc32c(len:u32 type:u8 body)          # all types but ENTRY_CRC32C
     type ENTRY(1)        body := encoded entry (V1 or V2), as the client sent it
+    type ENTRY_CRC32C(9) body := encoded entry (V1 or V2) with a CRC32C digest; crc covers
+                                 len, type and the entry's header and digest only: the digest
+                                 (crc32c of header and payload) covers the payload, so the
+                                 add path reads each payload once. Valid = both match.
     type LEDGER_KEY(2)   body := scope:u64 ledger:u64 master_key
     type FENCE(3)        body := scope:u64 ledger:u64
     type EXPLICIT_LAC(4) body := scope:u64 ledger:u64 lac:i64
@@ -36,7 +40,9 @@ from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
-                                      el_crc_init, parse_ids, encode_into, encoded_size)
+                                      el_crc32c_copy, el_crc32, el_crc_init, parse_ids,
+                                      encode_into, encoded_size, put_header, DIGEST_CRC32,
+                                      DIGEST_CRC32C, DIGEST_MAC, V1_HEADER_SIZE, V2_HEADER_SIZE)
 from embedlog._native.memtable cimport MemTable
 
 from embedlog._native.format import parse_entry_header
@@ -47,13 +53,16 @@ el_crc_init()
 HEADER_SIZE = 512
 MAX_MASTER_KEY = 64            # what an index file can hold (index.pyx MAX_KEY)
 MAGIC = b"ELJN"
-FORMAT_VERSION = 1
-RECORD_TYPES = {REC_ENTRY: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
+FORMAT_VERSION = 2            # 2: ENTRY_CRC32C records (a version 1 reader would skip them)
+READABLE_VERSIONS = (1, 2)
+RECORD_TYPES = {REC_ENTRY: "entry", REC_ENTRY_CRC32C: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
                 REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
                 REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim"}
 ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER, TRIM = (
     REC_ENTRY, REC_LEDGER_KEY, REC_FENCE, REC_EXPLICIT_LAC, REC_TERM, REC_TRUNCATE,
     REC_DELETE_LEDGER, REC_TRIM)
+ENTRY_CRC32C = REC_ENTRY_CRC32C
+ENTRY_TYPES = (REC_ENTRY, REC_ENTRY_CRC32C)
 
 
 def file_header(unsigned long long log_id, unsigned long long prev_log_id=0):
@@ -89,7 +98,7 @@ def check_file_header(data):
         raise JournalHeaderError("not an embedlog journal (bad magic)")
     if el_get32(&v[16]) != el_crc32c(0, &v[0], 16):
         raise JournalHeaderError("journal header checksum mismatch")
-    if el_get32(&v[4]) != FORMAT_VERSION:
+    if el_get32(&v[4]) not in READABLE_VERSIONS:
         raise JournalHeaderError(f"unknown journal format version {el_get32(&v[4])}")
     return el_get64(&v[8])
 
@@ -102,7 +111,7 @@ def decode_record(int rtype, body):
     JournalCorruptedError when the body does not fit its type."""
     cdef const uint8_t[::1] v = body
     cdef Py_ssize_t n = v.shape[0]
-    if rtype == REC_ENTRY:
+    if rtype == REC_ENTRY or rtype == REC_ENTRY_CRC32C:
         return parse_entry_header(body)
     if rtype not in RECORD_TYPES:
         return None
@@ -192,7 +201,7 @@ cdef class JournalBuffer:
         out = []
         while off + RECORD_HEADER_SIZE <= self.size:
             n = el_get32(self.data + off)
-            if self.data[off + 8] == REC_ENTRY:
+            if self.data[off + 8] == REC_ENTRY or self.data[off + 8] == REC_ENTRY_CRC32C:
                 parse_ids(self.data + off + RECORD_HEADER_SIZE, n, &s, &l, &e)
                 out.append((s, l, e))
             off += RECORD_HEADER_SIZE + n
@@ -279,6 +288,17 @@ cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max
     if avail < RECORD_HEADER_SIZE or n > max_len or n > avail - RECORD_HEADER_SIZE:
         return -1
     cdef uint32_t c = el_crc32c(0, p, 4)
+    cdef Py_ssize_t h
+    if p[8] == REC_ENTRY_CRC32C:
+        h = V2_HEADER_SIZE if p[RECORD_HEADER_SIZE] & 0x80 else V1_HEADER_SIZE
+        if n < h + 4:
+            return -1
+        c = el_crc32c(c, p + 8, 1 + h + 4)
+        if c != el_get32(p + 4):
+            return -1
+        c = el_crc32c(0, p + RECORD_HEADER_SIZE, h)
+        c = el_crc32c(c, p + RECORD_HEADER_SIZE + h + 4, n - h - 4)
+        return n if c == el_get32(p + RECORD_HEADER_SIZE + h) else -1
     c = el_crc32c(c, p + 8, n + 1)
     if c != el_get32(p + 4):
         return -1
@@ -346,29 +366,124 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
     """Encode payloads[start:] as entries first_eid, first_eid+1, ... into the journal
     buffer and the memtable, stopping early when the memtable is full.
 
-    Returns (count, length): how many were taken and the ledger length after them.
+    One pass per entry without the GIL: header, then the payload copied and checksummed
+    together (CRC32C digests; the record's own checksum then covers only the header, see
+    ENTRY_CRC32C), then the encoded entry copied into the memtable. The GIL is held only to
+    take the payloads' addresses and sizes first. Returns (count, length): how many were
+    taken and the ledger length after them.
     """
+    cdef Py_ssize_t total = PyList_GET_SIZE(payloads)
+    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
+    cdef Py_ssize_t i, k, n, enc, count = 0, mbytes = 0
+    cdef Py_ssize_t room = mt.limit_bytes - mt.arena_used
+    cdef object item
+    cdef const uint8_t[::1] view
+    cdef const uint8_t **src
+    cdef Py_ssize_t *lens
+    cdef uint8_t *rec
+    cdef uint8_t *body
+    cdef uint8_t *dst
+    cdef uint32_t c
+    cdef int64_t eid = first_eid
+    if digest == DIGEST_MAC:
+        return _add_payloads_mac(jb, mt, scope, lid, first_eid, lac, length, mac_key, payloads,
+                                 start, max_entry_size)
+    if start >= total:
+        return 0, length
+    src = <const uint8_t **>malloc((total - start) * sizeof(void *))
+    lens = <Py_ssize_t *>malloc((total - start) * sizeof(Py_ssize_t))
+    held = []                   # buffers of non-bytes items stay exported (not resizable)
+    try:
+        if src == NULL or lens == NULL:
+            raise MemoryError()
+        for i in range(start, total):
+            item = <object>PyList_GET_ITEM(payloads, i)
+            if PyBytes_Check(item):
+                src[count] = <const uint8_t *>PyBytes_AS_STRING(item)
+                n = PyBytes_GET_SIZE(item)
+            else:
+                try:
+                    item = memoryview(item)
+                    view = item
+                except (TypeError, ValueError):
+                    raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+                held.append(item)
+                n = view.shape[0]
+                src[count] = &view[0] if n else NULL
+            if n > max_entry_size:
+                raise EntryTooLargeError(
+                    f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
+            enc = hdr + n
+            if mbytes + enc > room:
+                if count == 0 and mt.arena_used == 0:
+                    raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+                break
+            lens[count] = n
+            mbytes += enc
+            count += 1
+        if count == 0:
+            return 0, length
+        rec = jb.reserve(mbytes + count * RECORD_HEADER_SIZE)
+        dst = mt.reserve(mbytes)
+        if dst == NULL:
+            raise MemoryError()
+        mt.prepare(count)
+        with nogil:
+            for i in range(count):
+                n = lens[i]
+                length += n
+                body = rec + RECORD_HEADER_SIZE
+                k = put_header(body, scope, lid, eid, lac, length, digest)
+                if digest == DIGEST_CRC32C:
+                    c = el_crc32c(0, body, k)
+                    el_put32(body + k, el_crc32c_copy(c, body + k + 4, src[i], n))
+                    enc = k + 4 + n
+                    el_put32(rec, <uint32_t>enc)
+                    rec[8] = REC_ENTRY_CRC32C
+                    c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + k + 4)
+                else:
+                    if digest == DIGEST_CRC32:
+                        c = el_crc32(el_crc32(0, body, k), src[i], n)
+                        el_put64(body + k, c)
+                        k += 8
+                    if n:
+                        memcpy(body + k, src[i], n)
+                    enc = k + n
+                    el_put32(rec, <uint32_t>enc)
+                    rec[8] = REC_ENTRY
+                    c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + enc)
+                el_put32(rec + 4, c)
+                memcpy(dst, body, enc)
+                mt.commit(scope, lid, eid, dst, enc)
+                dst += enc
+                rec += RECORD_HEADER_SIZE + enc
+                eid += 1
+        jb.size += mbytes + count * RECORD_HEADER_SIZE
+        jb.records += count
+        return count, length
+    finally:
+        free(src)
+        free(lens)
+
+
+def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
+                      int64_t first_eid, int64_t lac, int64_t length, object mac_key,
+                      list payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
+    """add_payloads for HMAC-SHA1 digests, an entry at a time (hmac needs the GIL)."""
     cdef Py_ssize_t i, n, enc, total = PyList_GET_SIZE(payloads)
     cdef Py_ssize_t count = 0
-    cdef object item
-    cdef const uint8_t *src
     cdef const uint8_t[::1] view
     cdef uint8_t *rec
     cdef uint8_t *dst
     cdef int64_t eid = first_eid
-    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
+    cdef Py_ssize_t hdr = encoded_size(scope, DIGEST_MAC, 0)
     for i in range(start, total):
-        item = <object>PyList_GET_ITEM(payloads, i)
-        if PyBytes_Check(item):
-            src = <const uint8_t *>PyBytes_AS_STRING(item)
-            n = PyBytes_GET_SIZE(item)
-        else:
-            try:
-                view = item
-            except (TypeError, ValueError):
-                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
-            n = view.shape[0]
-            src = &view[0] if n else NULL
+        try:
+            view = <object>PyList_GET_ITEM(payloads, i)
+        except (TypeError, ValueError):
+            raise IllegalOpError(f"entries are bytes-like, got "
+                                 f"{type(<object>PyList_GET_ITEM(payloads, i)).__name__}") from None
+        n = view.shape[0]
         if n > max_entry_size:
             raise EntryTooLargeError(
                 f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
@@ -380,9 +495,11 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
             break
         length += n
         rec = jb.reserve(RECORD_HEADER_SIZE + enc)
-        encode_into(rec + RECORD_HEADER_SIZE, scope, lid, eid, lac, length, digest, mac_key, src, n)
+        encode_into(rec + RECORD_HEADER_SIZE, scope, lid, eid, lac, length, DIGEST_MAC, mac_key,
+                    &view[0] if n else NULL, n)
         jb.seal(rec, enc, REC_ENTRY)
         memcpy(dst, rec + RECORD_HEADER_SIZE, enc)
+        mt.prepare(1)
         mt.commit(scope, lid, eid, dst, enc)
         eid += 1
         count += 1
@@ -398,6 +515,7 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
     cdef int64_t e
     cdef uint8_t *dst
     cdef uint8_t *rec
+    mt.prepare(total - start)
     for i in range(start, total):
         v = <object>PyList_GET_ITEM(entries, i)
         n = v.shape[0]

@@ -124,19 +124,33 @@ cdef class MemTable:
                 return cur - 1
             pos = (pos + 1) & mask
 
-    cdef Py_ssize_t _make_block(self, uint64_t scope, uint64_t lid, int64_t hi) except -1:
-        cdef Py_ssize_t cap, i, pos, mask, n
+    cdef int prepare(self, Py_ssize_t count) except -1:
+        """Room for ``count`` more records and the blocks they may open, so that commit
+        (called without the GIL by the add path) never has to allocate."""
+        cdef Py_ssize_t need, cap, i, pos, mask, n
+        cdef mt_rec *r
         cdef mt_block *nb
         cdef int32_t *s
-        if self.nblocks == self.blocks_capacity:
-            cap = max(self.blocks_capacity * 2, 256)
+        need = self.nrecs + count
+        if need > self.recs_capacity:
+            cap = max(self.recs_capacity * 2, 4096, need)
+            r = <mt_rec *>realloc(self.recs, cap * sizeof(mt_rec))
+            if r == NULL:
+                raise MemoryError()
+            self.recs = r
+            self.recs_capacity = cap
+        need = self.nblocks + count // 64 + 2
+        if need > self.blocks_capacity:
+            cap = max(self.blocks_capacity * 2, 256, need)
             nb = <mt_block *>realloc(self.blocks, cap * sizeof(mt_block))
             if nb == NULL:
                 raise MemoryError()
             self.blocks = nb
             self.blocks_capacity = cap
-        if (self.nblocks + 1) * 2 > self.nbslots:
+        if need * 2 > self.nbslots:
             n = max(self.nbslots * 2, 1024)
+            while need * 2 > n:
+                n *= 2
             s = <int32_t *>malloc(n * sizeof(int32_t))
             if s == NULL:
                 raise MemoryError()
@@ -150,12 +164,15 @@ cdef class MemTable:
                 while s[pos]:
                     pos = (pos + 1) & mask
                 s[pos] = <int32_t>(i + 1)
-        i = self.nblocks
+        return 0
+
+    cdef Py_ssize_t _make_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil:
+        """A new block (room was made by prepare)."""
+        cdef Py_ssize_t i = self.nblocks, pos, mask = self.nbslots - 1
         self.blocks[i].scope = scope
         self.blocks[i].lid = lid
         self.blocks[i].hi = hi
         memset(self.blocks[i].slot, 0, sizeof(self.blocks[i].slot))
-        mask = self.nbslots - 1
         pos = _hash(scope, lid, hi) & mask
         while self.bslots[pos]:
             pos = (pos + 1) & mask
@@ -164,22 +181,15 @@ cdef class MemTable:
         self.last_block = i
         return i
 
-    cdef int commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
-                    Py_ssize_t n) except -1:
-        """Index n bytes already written at ``data`` == reserve(n); a re-add of a key wins."""
-        cdef Py_ssize_t cap
+    cdef void commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
+                     Py_ssize_t n) noexcept nogil:
+        """Index n bytes already written at ``data`` == reserve(n), after prepare(1) or more;
+        a re-add of a key wins."""
         cdef mt_rec *r
         cdef int64_t hi = eid >> 6
         cdef Py_ssize_t blk = self._find_block(scope, lid, hi)
         if blk < 0:
             blk = self._make_block(scope, lid, hi)
-        if self.nrecs == self.recs_capacity:
-            cap = max(self.recs_capacity * 2, 4096)
-            r = <mt_rec *>realloc(self.recs, cap * sizeof(mt_rec))
-            if r == NULL:
-                raise MemoryError()
-            self.recs = r
-            self.recs_capacity = cap
         r = &self.recs[self.nrecs]
         r.scope = scope
         r.lid = lid
@@ -191,7 +201,6 @@ cdef class MemTable:
         if self.blocks[blk].slot[eid & 63] == 0:
             self.live += 1
         self.blocks[blk].slot[eid & 63] = <int32_t>self.nrecs
-        return 0
 
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
                  Py_ssize_t n) except -2:
@@ -202,6 +211,7 @@ cdef class MemTable:
                 raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
             return -1
         memcpy(dst, data, n)
+        self.prepare(1)
         self.commit(scope, lid, eid, dst, n)
         return 0
 

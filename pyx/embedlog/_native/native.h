@@ -143,6 +143,29 @@ static inline uint32_t el_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
     return ~el_crc_sw(el_crc32c_tab, c, p, n);
 }
 
+/* el_crc32c over src while copying it to dst: one pass over the bytes (the add path). */
+#if EL_HAVE_HW
+__attribute__((target("sse4.2")))
+static uint32_t el_crc32c_copy_hw(uint32_t c, uint8_t *dst, const uint8_t *src, size_t n) {
+    uint64_t c0 = c;
+    while (n >= 8) {
+        uint64_t w; memcpy(&w, src, 8); memcpy(dst, &w, 8);
+        c0 = _mm_crc32_u64(c0, w); src += 8; dst += 8; n -= 8;
+    }
+    while (n--) { *dst = *src; c0 = _mm_crc32_u8((uint32_t)c0, *src++); dst++; }
+    return (uint32_t)c0;
+}
+#endif
+
+static inline uint32_t el_crc32c_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t n) {
+#if EL_HAVE_HW
+    /* short payloads: one pass; long ones: memcpy and the three-way CRC are faster apart */
+    if (el_crc_hw && n < 3 * EL_CRC_SHORT) return ~el_crc32c_copy_hw(~crc, dst, src, n);
+#endif
+    memcpy(dst, src, n);
+    return el_crc32c(crc, dst, n);
+}
+
 /* Standard CRC-32 (IEEE, as zlib.crc32 and java.util.zip.CRC32). */
 static inline uint32_t el_crc32(uint32_t crc, const uint8_t *p, size_t n) {
     return ~el_crc_sw(el_crc32_tab, ~crc, p, n);
