@@ -12,8 +12,11 @@ HEADER_SIZE: int
 MAX_MASTER_KEY: int
 MAGIC: bytes
 FORMAT_VERSION: int
+READABLE_VERSIONS: tuple[int, ...]
 RECORD_TYPES: dict[int, str]
 ENTRY: int
+ENTRY_CRC32C: int
+ENTRY_TYPES: tuple[int, ...]
 LEDGER_KEY: int
 FENCE: int
 EXPLICIT_LAC: int
