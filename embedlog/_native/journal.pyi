@@ -3,7 +3,8 @@
 from typing import Any
 
 from embedlog._native.memtable import MemTable
-from embedlog.errors import (EntryTooLargeError as EntryTooLargeError, IllegalOpError as IllegalOpError,
+from embedlog.errors import (CorruptedDataError as CorruptedDataError,
+                             EntryTooLargeError as EntryTooLargeError, IllegalOpError as IllegalOpError,
                              JournalCorruptedError as JournalCorruptedError)
 
 _Buffer = bytes | bytearray | memoryview
@@ -60,3 +61,6 @@ def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_ei
                  max_entry_size: int) -> tuple[int, int]:
     """(entries taken, ledger length after them)."""
 def add_encoded_entries(jb: JournalBuffer, mt: MemTable, entries: list[Any], start: int) -> int: ...
+
+def replay_entries(data: Any, records: list[tuple[int, int, int, int]], i: int, mt: MemTable,
+                   seen: dict[tuple[int, int], int]) -> int: ...

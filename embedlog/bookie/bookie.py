@@ -138,6 +138,7 @@ class Bookie:
                 raise
             log.error("bookie %s: no room to checkpoint after replay (%s); starting read-only",
                       self.bookie_id, exc)
+        self.storage.on_flushed = self.checkpointer.request
         self.storage.start()
         self.checkpointer.start()
         self.disks.listeners.append(lambda full: self.set_read_only("disk", full))

@@ -7,10 +7,15 @@ older than it (keeping journal_max_backups). In that order: the mark never passe
 that is not durable elsewhere (tests/bookie/test_power_loss.py cuts every file back to what was
 durable and checks it). Records after the mark (entries still in memory, fences, LACs)
 are replayed after a crash.
+
+Checkpoints run every flush_interval_ms and, as in BookKeeper's SortedLedgerStorage, as soon
+as a full memtable has been flushed, so a crash replays at most about two memtables of
+journal however fast the writes come.
 """
 from __future__ import annotations
 
 import threading
+import time
 
 from embedlog import failpoints
 from embedlog.errors import EmbedlogError
@@ -21,12 +26,17 @@ class Checkpointer:
         self.bookie = bookie
         self.last_seq = 0                 # journal seq the last checkpoint covered
         self._stop = threading.Event()
+        self._wake = threading.Event()       # a memtable was flushed: checkpoint now
         self._thread: threading.Thread | None = None
 
-    def checkpoint(self) -> tuple[int, int]:
+    def checkpoint(self, flush_active: bool = True) -> tuple[int, int]:
+        """Make durable what the entry logs hold and move the mark past it. With
+        ``flush_active`` the active memtable is flushed first; without, only memtables
+        already flushed are covered (the checkpoint after a full memtable's flush)."""
         b = self.bookie
         with b.cv:
-            b.storage.make_room(b.journal.note_appended())
+            if flush_active:
+                b.storage.make_room(b.journal.note_appended())
             b.storage.wait_flushed()
             seq = b.storage.flushed_seq
             b.journal.wait_durable(seq)
@@ -47,8 +57,13 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._loop, name="embedlog-sync", daemon=True)
         self._thread.start()
 
+    def request(self) -> None:
+        """Checkpoint soon (a memtable flush finished; called with the bookie's lock held)."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -57,13 +72,24 @@ class Checkpointer:
         interval_s = b.config.flush_interval_ms / 1000.0
         if interval_s <= 0:
             return
-        while not self._stop.wait(interval_s):
+        next_full = time.monotonic() + interval_s
+        while True:
+            woken = self._wake.wait(max(0.0, next_full - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            full = time.monotonic() >= next_full
             with b.cv:
-                due = b.journal.appended_seq != self.last_seq or not b.storage.active.is_empty()
+                if full:
+                    due = b.journal.appended_seq != self.last_seq or not b.storage.active.is_empty()
+                else:
+                    due = woken and b.storage.flushed_seq > self.last_seq
+            if full:
+                next_full = time.monotonic() + interval_s
             if not due:
                 continue
             try:
-                self.checkpoint()
+                self.checkpoint(flush_active=full)
             except (EmbedlogError, OSError):
                 if b._closed:
                     return

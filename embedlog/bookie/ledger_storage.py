@@ -61,6 +61,7 @@ class SortedLedgerStorage:
         self.stats = {"memtable_flushes": 0, "entry_log_rolls": 0, "throttled_adds": 0,
                       "memtable_flush_errors": 0}
         self.on_flush_error = None           # (exc) -> None: e.g. a disk check
+        self.on_flushed = None               # () -> None, cv held: a snapshot is in the logs
 
     # -- the flusher ---------------------------------------------------------------------
 
@@ -117,6 +118,8 @@ class SortedLedgerStorage:
         self.snapshot = None
         self.flushed_seq = max(self.flushed_seq, seq)
         self.cv.notify_all()
+        if self.on_flushed is not None:
+            self.on_flushed()
 
     # -- called with the bookie's lock held ------------------------------------------------
 

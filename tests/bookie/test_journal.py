@@ -352,3 +352,25 @@ def test_journal_headers_of_version_1_still_open_and_unknown_versions_do_not():
     assert nj.check_file_header(with_version(1)) == 0x1234
     with pytest.raises(JournalCorruptedError, match="unknown journal format version 3"):
         nj.check_file_header(with_version(3))
+
+
+def test_a_flushed_memtable_moves_the_last_log_mark_so_a_crash_replays_little(tmp_path):
+    """As BookKeeper's SortedLedgerStorage: a full memtable's flush is followed by a
+    checkpoint, without waiting for flush_interval_ms (an hour here)."""
+    from cliutil import wait_until
+    log = embedlog.open(tmp_path, skip_list_size_limit=1 << 16, flush_interval_ms=3_600_000)
+    w = log.create_ledger()
+    start = log.bookie.mark.persisted
+    payloads = [os.urandom(1000) for _ in range(400)]          # about 6 memtables
+    for i in range(0, 400, 50):
+        w.append_many(payloads[i:i + 50])
+    wait_until(lambda: log.bookie.mark.persisted > start, what="the mark to move")
+    wait_until(lambda: log.bookie.checkpointer.last_seq >= log.bookie.journal.synced_seq - (2 << 16),
+               what="a checkpoint within two memtables of the tail")
+    journalled = log.bookie.journal.stats["bytes_written"]
+    lid = w.ledger_id
+    abandon(log)
+    with embedlog.open(tmp_path) as log:
+        r = log.open_ledger(lid)
+        assert r.read_batch(0, r.last_add_confirmed) == payloads
+        assert 0 < log.bookie.replay_report["bytes"] < journalled / 2

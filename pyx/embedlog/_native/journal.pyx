@@ -46,7 +46,8 @@ from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el
 from embedlog._native.memtable cimport MemTable
 
 from embedlog._native.format import parse_entry_header
-from embedlog.errors import EntryTooLargeError, IllegalOpError, JournalCorruptedError
+from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
+                             JournalCorruptedError)
 
 el_crc_init()
 
@@ -531,3 +532,39 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
         memcpy(dst, &v[0], n)
         mt.commit(s, l, e, dst, n)
     return total - start
+
+
+# -- replay: runs of entry records straight from the mapped journal into the memtable --------
+
+def replay_entries(data, list records, Py_ssize_t i, MemTable mt, dict seen):
+    """Put the entries of records[i:] (scan()'s tuples over ``data``) into the memtable,
+    up to the first record that is not an entry or that the memtable has no room for;
+    returns its index. ``seen`` gets {(scope, ledger): highest entry id} of what was put.
+    JournalCorruptedError ("offset N: ...") for an entry whose header does not parse."""
+    cdef const uint8_t[::1] v = data
+    cdef Py_ssize_t n = PyList_GET_SIZE(records), start, blen
+    cdef uint64_t s, l, cs = 0, cl = 0
+    cdef int64_t e, top = -1
+    cdef bint have = False
+    cdef tuple rec
+    while i < n:
+        rec = <tuple>PyList_GET_ITEM(records, i)
+        if rec[1] != REC_ENTRY and rec[1] != REC_ENTRY_CRC32C:
+            break
+        start, blen = rec[2], rec[3]
+        try:
+            parse_ids(&v[start], blen, &s, &l, &e)
+            if mt.put(s, l, e, &v[start], blen) < 0:
+                break
+        except (CorruptedDataError, EntryTooLargeError) as exc:
+            raise JournalCorruptedError(f"offset {rec[0]}: {exc}") from None
+        if not have or s != cs or l != cl:
+            if have and top > seen.get((cs, cl), -1):
+                seen[(cs, cl)] = top
+            cs, cl, top, have = s, l, e, True
+        elif e > top:
+            top = e
+        i += 1
+    if have and top > seen.get((cs, cl), -1):
+        seen[(cs, cl)] = top
+    return i
