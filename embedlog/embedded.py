@@ -19,6 +19,7 @@ from embedlog.client.client import password_bytes
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recovered
 from embedlog.client.read import ReadHandle as Tailing
+from embedlog.client.scan import binary_array
 from embedlog.client.stream import delete_stream, find_stream, list_streams, open_stream
 from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
@@ -444,6 +445,20 @@ class ReadHandle:
         """Payloads of first..last inclusive: the fast scan path."""
         self._check_range(first, last)
         raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
+
+    def read_arrays(self, first: int, last: int) -> tuple:
+        """(offsets int32[n + 1], values uint8[m]) of the payloads of first..last inclusive,
+        numpy arrays: every digest checked, each payload copied once, no Python object per
+        entry (the scan path for columnar consumers)."""
+        if self._reader is None:
+            self._check_range(first, last)
+            raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
+        return self._reader.read_arrays(first, last)
+
+    def read_arrow(self, first: int, last: int):
+        """The payloads of first..last inclusive as one pyarrow.BinaryArray over
+        read_arrays' buffers (no copy). Needs pyarrow (the ``spark`` extra)."""
+        return binary_array(*self.read_arrays(first, last))
 
     def read(self, first: int, last: int, batch_size: int = 4096):
         """Yield LedgerEntry objects for first..last inclusive."""

@@ -144,3 +144,21 @@ def test_ledger_id_names_and_order():
     for bad in ((-1, 0), (0, -1), (1 << 64, 0), ("a", 1)):
         with pytest.raises(IllegalOpError):
             LedgerId(*bad)
+
+
+def test_add_path_copy_and_checksum_in_one_pass_matches_the_library_every_length():
+    """The add path copies and checksums each payload in one pass (el_crc32c_copy): the
+    digest it writes is google-crc32c's over header and payload, at every length and
+    source alignment up to past the one-pass limit."""
+    from embedlog._native import journal as nj, memtable as nmt
+    rnd = random.Random(11)
+    data = bytes(rnd.getrandbits(8) for _ in range(1000))
+    payloads = [memoryview(data)[n % 8:n % 8 + n] for n in range(0, 900)]
+    mt = nmt.MemTable(1 << 24)
+    n, _ = nj.add_payloads(nj.JournalBuffer(), mt, 0, 9, 0, -1, 0, fmt.DIGEST_CODES["crc32c"], None,
+                           payloads, 0, 1 << 20)
+    assert n == len(payloads)
+    for eid, p in enumerate(payloads):
+        e = mt.get_encoded(0, 9, eid)
+        assert e[36:] == p and int.from_bytes(e[32:36], "big") == google_crc32c.value(e[:32] + e[36:])
+        assert fmt.decode_entry(e, 0, 9, eid, "crc32c") == p

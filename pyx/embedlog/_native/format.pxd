@@ -33,6 +33,8 @@ cdef Py_ssize_t encode_into(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t 
                             const uint8_t *payload, Py_ssize_t n) except -1
 cdef Py_ssize_t put_header(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t eid,
                            int64_t lac, int64_t length, int digest) noexcept nogil
+cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
+                            int64_t eid, int digest, object mac_key) except -1
 cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
                            int64_t eid, int digest, object mac_key)
 cdef int parse_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope, uint64_t *lid,

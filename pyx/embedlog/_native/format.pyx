@@ -270,9 +270,11 @@ cdef int parse_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope, uint64_t *
     return 1
 
 
-cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
-                           int64_t eid, int digest, object mac_key):
-    """Check an encoded entry against what the reader expected; return its payload."""
+cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
+                            int64_t eid, int digest, object mac_key) except -1:
+    """Check an encoded entry against what the reader expected (ids, digest); returns where
+    its payload starts. For MAC digests the entry is copied first (hashing may release the
+    GIL, and buf may point into a mapping or a memtable)."""
     cdef uint64_t s, l
     cdef int64_t e
     cdef Py_ssize_t h
@@ -308,14 +310,26 @@ cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uin
         if <uint64_t>c != el_get64(buf + h):
             raise DigestMismatchError(f"CRC32 mismatch on entry {eid} of ledger ({scope}, {lid})")
     elif d == DIGEST_MAC:
-        # copy first: hashing may release the GIL, and buf may point into a mapping
         whole = PyBytes_FromStringAndSize(<char *>buf, n)
         m = _mac(mac_key, <const uint8_t *>PyBytes_AS_STRING(whole), h,
                  <const uint8_t *>PyBytes_AS_STRING(whole) + h + 20, n - h - 20)
         if not hmac.compare_digest(m, whole[h:h + 20]):
             raise DigestMismatchError(f"MAC mismatch on entry {eid} of ledger ({scope}, {lid})")
-        return whole[h + 20:]
-    return PyBytes_FromStringAndSize(<char *>buf + h + ds, n - h - ds)
+    return h + ds
+
+
+cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
+                           int64_t eid, int digest, object mac_key):
+    """Check an encoded entry against what the reader expected; return its payload."""
+    cdef Py_ssize_t h
+    if digest == DIGEST_MAC:
+        # copy first: hashing may release the GIL, and buf may point into a mapping
+        whole = PyBytes_FromStringAndSize(<char *>buf, n)
+        h = check_entry(<const uint8_t *>PyBytes_AS_STRING(whole), n, scope, lid, eid, digest,
+                        mac_key)
+        return whole[h:]
+    h = check_entry(buf, n, scope, lid, eid, digest, mac_key)
+    return PyBytes_FromStringAndSize(<char *>buf + h, n - h)
 
 
 def encode_entry(scope_id, ledger_id, entry_id, lac, length, digest, payload, mac_key=None):

@@ -39,3 +39,4 @@ cdef class MemTable:
     cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
                             Py_ssize_t *n) noexcept nogil
     cdef Py_ssize_t flush_order(self, int32_t *out) except -1
+    cdef bint holds_range(self, uint64_t scope, uint64_t lid, int64_t lo, int64_t hi) noexcept nogil

@@ -9,7 +9,10 @@ and walks their slots, so entry logs keep a ledger's entries together in id orde
 BookKeeper's SortedLedgerStorage does.
 
 The add path (journal.pyx's ``add_payloads`` and ``add_encoded_entries``) frames each
-entry into the journal buffer and copies it into the arena in the same pass.
+entry into the journal buffer and copies it into the arena in the same pass; add_payloads
+does it without the GIL, after ``prepare`` made room, while readers (reader.pyx, under the
+GIL, without the bookie lock) may look entries up: everything is allocated before, and
+a record is complete before the slot that publishes it is set (``el_publish``).
 """
 
 from libc.stdlib cimport malloc, realloc, free, qsort
@@ -22,6 +25,9 @@ cimport numpy as cnp
 
 from embedlog._native.format cimport (decode_payload, parse_ids,
                                       el_crc_init, DIGEST_MAC)
+
+cdef extern from "native.h" nogil:
+    void el_publish()
 
 from embedlog.errors import EntryTooLargeError
 
@@ -176,6 +182,7 @@ cdef class MemTable:
         pos = _hash(scope, lid, hi) & mask
         while self.bslots[pos]:
             pos = (pos + 1) & mask
+        el_publish()                      # the block before the hash slot naming it
         self.bslots[pos] = <int32_t>(i + 1)
         self.nblocks += 1
         self.last_block = i
@@ -200,6 +207,7 @@ cdef class MemTable:
         self.nrecs += 1
         if self.blocks[blk].slot[eid & 63] == 0:
             self.live += 1
+        el_publish()                      # the record and its bytes before the slot
         self.blocks[blk].slot[eid & 63] = <int32_t>self.nrecs
 
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
@@ -214,6 +222,25 @@ cdef class MemTable:
         self.prepare(1)
         self.commit(scope, lid, eid, dst, n)
         return 0
+
+    cdef bint holds_range(self, uint64_t scope, uint64_t lid, int64_t lo, int64_t hi) noexcept nogil:
+        """False when no entry lo..hi of the ledger can be here (a scan then reads the
+        index alone instead of probing the memtable for every entry)."""
+        cdef Py_ssize_t b
+        cdef int64_t h
+        cdef const mt_block *blk
+        if self.nblocks == 0 or hi < lo:
+            return False
+        if (hi >> 6) - (lo >> 6) < self.nblocks:
+            for h in range(lo >> 6, (hi >> 6) + 1):
+                if self._find_block(scope, lid, h) >= 0:
+                    return True
+            return False
+        for b in range(self.nblocks):
+            blk = &self.blocks[b]
+            if blk.scope == scope and blk.lid == lid and lo >> 6 <= blk.hi <= hi >> 6:
+                return True
+        return False
 
     cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
                             Py_ssize_t *n) noexcept nogil:

@@ -14,6 +14,12 @@
 #include <stddef.h>
 #include <string.h>
 
+/* Readers look entries up in the memtable without a lock while the add path fills it
+ * without the GIL: a record and its bytes are written before the slot that publishes
+ * them. On x86 stores are seen in program order; this keeps the compiler from moving
+ * them (and orders them on weaker CPUs). */
+static inline void el_publish(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
+
 static inline void el_put64(uint8_t *p, uint64_t v) { v = __builtin_bswap64(v); memcpy(p, &v, 8); }
 static inline void el_put32(uint8_t *p, uint32_t v) { v = __builtin_bswap32(v); memcpy(p, &v, 4); }
 static inline uint64_t el_get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
@@ -85,6 +91,14 @@ static inline uint32_t el_shift(uint32_t shift[4][256], uint32_t c) {
 __attribute__((target("sse4.2")))
 static uint32_t el_crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = crc;
+    if (n < 3 * EL_CRC_SHORT) {
+        /* short buffers (entry headers, small payloads): unaligned 8-byte steps, no
+         * byte-by-byte alignment prologue (unaligned loads cost nothing extra on x86) */
+        while (n >= 8) { uint64_t a; memcpy(&a, p, 8); c0 = _mm_crc32_u64(c0, a); p += 8; n -= 8; }
+        if (n >= 4) { uint32_t a; memcpy(&a, p, 4); c0 = _mm_crc32_u32((uint32_t)c0, a); p += 4; n -= 4; }
+        while (n--) c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        return (uint32_t)c0;
+    }
     while (n && ((uintptr_t)p & 7)) { c0 = _mm_crc32_u8((uint32_t)c0, *p++); n--; }
     while (n >= 3 * EL_CRC_LONG) {
         uint64_t c1 = 0, c2 = 0;

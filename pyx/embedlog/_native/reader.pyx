@@ -10,12 +10,14 @@ memtable, and a sealed log is unmapped before it is dropped (a reader then
 maps it again read-only).
 """
 
-from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, int32_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 cimport numpy as cnp
 
-from embedlog._native.format cimport decode_payload
+from embedlog._native.format cimport decode_payload, check_entry, DIGEST_MAC
 from embedlog._native.memtable cimport MemTable
 from embedlog._native.entrylog cimport EntryLogger, MappedLog
 from embedlog._native.index cimport LedgerIndex
@@ -23,6 +25,7 @@ from embedlog._native.index cimport LedgerIndex
 from embedlog.errors import CorruptedDataError, IllegalOpError, NoSuchEntryError
 
 cnp.import_array()
+cdef Py_ssize_t MAX_VALUES = (1 << 31) - 1       # int32 offsets of a BinaryArray
 
 
 cdef class LedgerReader:
@@ -71,17 +74,17 @@ cdef class LedgerReader:
         self.cur_locs = <const uint64_t *>cnp.PyArray_DATA(page)
         return True
 
-    cdef object _read(self, int64_t eid):
-        cdef Py_ssize_t n = 0
-        cdef const uint8_t *p = self.mt.get(self.scope, self.lid, eid, &n)
+    cdef const uint8_t *_locate(self, int64_t eid, Py_ssize_t *n) except NULL:
+        """The encoded entry, in a memtable or an entry log (valid while the GIL is held)."""
+        cdef const uint8_t *p = self.mt.get(self.scope, self.lid, eid, n)
         cdef uint64_t loc = 0
         if p == NULL:
-            p = self.mt2.get(self.scope, self.lid, eid, &n)   # the other memtable (active or flushing)
+            p = self.mt2.get(self.scope, self.lid, eid, n)   # the other memtable (active or flushing)
         cdef int64_t page_no = eid >> 10
         cdef MappedLog m
         cdef int attempt
         if p != NULL:
-            return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+            return p
         for attempt in range(3):
             loc = 0
             if page_no == self.cur_page_no and self.cur_page is not None:
@@ -91,12 +94,11 @@ cdef class LedgerReader:
                 if self._use_page(page_no):
                     loc = self.cur_locs[eid & 1023]
                 if loc == 0:
-                    p = self.mt.get(self.scope, self.lid, eid, &n)   # flushed meanwhile?
+                    p = self.mt.get(self.scope, self.lid, eid, n)   # flushed meanwhile?
                     if p == NULL:
-                        p = self.mt2.get(self.scope, self.lid, eid, &n)
+                        p = self.mt2.get(self.scope, self.lid, eid, n)
                     if p != NULL:
-                        return decode_payload(p, n, self.scope, self.lid, eid, self.digest,
-                                              self.mac_key)
+                        return p
                     raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
             m = self.last_log
             if m is None or m.log_id != (loc >> 32) or m.base == NULL:
@@ -104,9 +106,9 @@ cdef class LedgerReader:
                 self.last_log = m
             p = NULL
             if m is not None:
-                p = m.entry_at(<uint32_t>loc, &n)
+                p = m.entry_at(<uint32_t>loc, n)
             if p != NULL:
-                return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+                return p
             # compaction may have moved the entry and deleted its old log since this page
             # copy was taken (an evicted page): look the location up in the index again
             self.cur_page = None
@@ -116,6 +118,28 @@ cdef class LedgerReader:
         raise CorruptedDataError(
             f"index of ledger ({self.scope}, {self.lid}) points entry {eid} at {loc:#x}, "
             "where no entry is")
+
+    cdef const uint8_t *_locate_logged(self, int64_t eid, Py_ssize_t *n) except NULL:
+        """_locate for an entry the memtables do not hold: the cached index page and entry
+        log first."""
+        cdef int64_t page_no = eid >> 10
+        cdef uint64_t loc = 0
+        cdef const uint8_t *p = NULL
+        cdef MappedLog m
+        if page_no == self.cur_page_no and self.cur_page is not None:
+            loc = self.cur_locs[eid & 1023]
+        if loc != 0:
+            m = self.last_log
+            if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
+                p = m.entry_at(<uint32_t>loc, n)
+        if p == NULL:
+            return self._locate(eid, n)      # the careful path: page reload, other log, ...
+        return p
+
+    cdef object _read(self, int64_t eid):
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p = self._locate(eid, &n)
+        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
 
     cdef int _check(self, int64_t first, int64_t last) except -1:
         if first < 0 or last < first:
@@ -137,9 +161,64 @@ cdef class LedgerReader:
         cdef Py_ssize_t i, count = last - first + 1
         cdef list out = PyList_New(count)
         cdef object item
-        for i in range(count):
-            item = self._read(first + i)
-            Py_INCREF(item)
-            PyList_SET_ITEM(out, i, item)
+        if self.mt.holds_range(self.scope, self.lid, first, last) or \
+                self.mt2.holds_range(self.scope, self.lid, first, last):
+            for i in range(count):
+                item = self._read(first + i)
+                Py_INCREF(item)
+                PyList_SET_ITEM(out, i, item)
+        else:
+            # none in the memtables when the scan began: entries only move from memtables to
+            # logs, so each is looked up in the index first (a miss falls back to _locate)
+            for i in range(count):
+                item = self._read_logged(first + i)
+                Py_INCREF(item)
+                PyList_SET_ITEM(out, i, item)
         self.reads += count
         return out
+
+    cdef object _read_logged(self, int64_t eid):
+        cdef Py_ssize_t n = 0
+        cdef const uint8_t *p = self._locate_logged(eid, &n)
+        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+
+    def read_arrays(self, int64_t first, int64_t last):
+        """(offsets int32[n + 1], values uint8[m]): the payloads of first..last, every
+        digest checked, copied once into one buffer: the two buffers of a
+        pyarrow.BinaryArray, with no Python object per entry."""
+        import numpy as np
+        self._check(first, last)
+        if self.digest == DIGEST_MAC:            # hashing may release the GIL: entry by entry
+            items = self.read_batch(first, last)
+            sizes = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+            offsets = np.zeros(len(items) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+            return offsets.astype(np.int32), np.frombuffer(b"".join(items), dtype=np.uint8)
+        cdef Py_ssize_t i, count = last - first + 1, n = 0, h, total = 0, cap, plen
+        cdef bint logged = not (self.mt.holds_range(self.scope, self.lid, first, last) or
+                                self.mt2.holds_range(self.scope, self.lid, first, last))
+        cdef const uint8_t *p
+        offsets = np.empty(count + 1, dtype=np.int32)
+        cdef int32_t[::1] offs = offsets
+        values = bytearray()
+        cap = 0
+        offs[0] = 0
+        for i in range(count):
+            # each payload is copied as soon as it is found and checked: a lookup that
+            # loads an index page or maps a log releases the GIL, after which an earlier
+            # pointer could be stale
+            p = self._locate_logged(first + i, &n) if logged else self._locate(first + i, &n)
+            h = check_entry(p, n, self.scope, self.lid, first + i, self.digest, self.mac_key)
+            plen = n - h
+            if total + plen > MAX_VALUES:
+                raise IllegalOpError(f"payloads of entries {first}..{last} pass 2 GiB, more "
+                                     "than one BinaryArray holds: read a shorter range")
+            if total + plen > cap:
+                cap = max(2 * cap, total + plen, (plen + 16) * count)
+                PyByteArray_Resize(values, cap)
+            memcpy(<uint8_t *>PyByteArray_AS_STRING(values) + total, p + h, plen)
+            total += plen
+            offs[i + 1] = <int32_t>total
+        PyByteArray_Resize(values, total)
+        self.reads += count
+        return offsets, np.frombuffer(values, dtype=np.uint8)
