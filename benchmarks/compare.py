@@ -94,6 +94,12 @@ class EmbedlogStore:
         w, data = prepared
         w.append(data)
 
+    def prep_multi(self, batches):
+        return [(self.writers[ledger], payloads) for ledger, _first, payloads in batches]
+
+    def commit_multi(self, prepared):
+        self.log.append_many_ledgers(prepared)    # one group commit for every ledger
+
     def thread_appender(self, t):
         w = self.writers[t]
 
@@ -348,6 +354,12 @@ class FileStore:
         self.off += len(buf)
         os.fdatasync(self.fd)
 
+    def prep_multi(self, batches):
+        buf = b"".join([REC.pack(len(p), ledger, first + i) + p
+                        for ledger, first, payloads in batches for i, p in enumerate(payloads)])
+        self.ensure(len(buf))
+        return buf
+
     def prep_one(self, ledger, entry, data):
         buf = REC.pack(len(data), ledger, entry) + data
         self.ensure(len(buf))
@@ -464,6 +476,17 @@ class FloorStore(FileStore):
 
     commit_one = commit_batch
 
+    def prep_multi(self, batches):
+        self.ensure(sum(len(p) * (40 + max(map(len, p))) for _l, _f, p in batches))
+        return batches
+
+    def commit_multi(self, batches):
+        end = 0
+        for ledger, first, payloads in batches:
+            end, self.lengths[ledger] = self.writer.frame(payloads, ledger, first,
+                                                          self.lengths[ledger], end)
+        self.off += self.writer.write(self.fd, self.off, end)
+
     def thread_appender(self, t):
         lock, fd, native = self.lock, self.fd, self.native
         writer = native.Writer()
@@ -508,6 +531,19 @@ class FloorStore(FileStore):
     def close(self):
         self.readers = None
         super().close()
+
+
+def prep_multi(store, batches):
+    """One durable commit's worth of (ledger, first, payloads) batches: a store's own
+    prep_multi, or its batches' rows in one transaction."""
+    if hasattr(store, "prep_multi"):
+        return store.prep_multi(batches)
+    return [row for ledger, first, payloads in batches
+            for row in store.prep_batch(ledger, first, payloads)]
+
+
+def commit_multi(store, prepared):
+    getattr(store, "commit_multi", store.commit_batch)(prepared)
 
 
 CLASSES = {c.name: c for c in (EmbedlogStore, SqliteStore, LmdbStore, RocksStore, FileStore,
@@ -646,6 +682,35 @@ class Runner:
                                   f"journalled, {st['memtable_flushes']} memtable flushes, "
                                   f"{st['checkpoints']} checkpoints, fdatasync time "
                                   f"{st['journal']['fsync_time_s']:.2f} s in {st['journal']['fsyncs']:,} syncs")
+        finally:
+            self.close_all(work, stores)
+
+    def multi(self, work="append_multi8x125_100B", per_ledger=125, size=100):
+        """One durable commit per call for 125 entries to each of the 8 ledgers."""
+        pool = payload_pool(size, per_ledger)
+        state = {}
+
+        def segment(name, s, seconds):
+            next_eid = state.setdefault(name, [0] * NLEDGERS)
+            timed = 0.0
+            n = 0
+            deadline = perf() + seconds
+            while perf() < deadline:
+                prepared = prep_multi(s, [(l, next_eid[l], pool) for l in range(NLEDGERS)])
+                t0 = perf()
+                commit_multi(s, prepared)
+                timed += perf() - t0
+                for l in range(NLEDGERS):
+                    next_eid[l] += per_ledger
+                n += per_ledger * NLEDGERS
+            return n, timed
+        stores = self.open_all(work)
+        try:
+            self.rounds_of(work, stores, segment, [("entries/s", 1)])
+            if "embedlog" in stores:
+                j = stores["embedlog"].log.statistics()["journal"]
+                self.notes.append(f"{work} / embedlog: append_many_ledgers, {j['records_written']:,} "
+                                  f"journal records in {j['fsyncs']:,} fdatasyncs")
         finally:
             self.close_all(work, stores)
 
@@ -1087,6 +1152,7 @@ def main(argv=None):
             ("append_batch100_100B", lambda: r.batches("append_batch100_100B", 100, 100)),
             ("append_batch1000_100B", lambda: r.batches("append_batch1000_100B", 1000, 100)),
             ("append_batch1000_1KiB", lambda: r.batches("append_batch1000_1KiB", 1000, 1024, mbs=True)),
+            ("append_multi8x125_100B", lambda: r.multi()),
             ("append_concurrent16_100B", lambda: r.concurrent()),
             ("read", lambda: r.reads()),
             ("reopen_after_crash", lambda: r.crash()),

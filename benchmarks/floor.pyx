@@ -49,10 +49,12 @@ cdef class Writer:
         free(self.src)
         free(self.lens)
 
-    def frame(self, list payloads, uint64_t lid, int64_t first_eid, int64_t length):
-        """Frame payloads (bytes) as entries first_eid, ... into the buffer, without the
-        GIL after the pointers are taken; returns (bytes framed, ledger length after)."""
-        cdef Py_ssize_t i, n = PyList_GET_SIZE(payloads), total = 0, pos = 0, k
+    def frame(self, list payloads, uint64_t lid, int64_t first_eid, int64_t length,
+              Py_ssize_t at=0):
+        """Frame payloads (bytes) as entries first_eid, ... into the buffer from offset
+        ``at``, without the GIL after the pointers are taken; returns (end offset, ledger
+        length after)."""
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(payloads), total = at, pos = at, k
         cdef object item
         cdef uint8_t *p
         cdef uint32_t c

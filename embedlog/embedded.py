@@ -128,6 +128,47 @@ class EmbeddedLog:
             except NoSuchLedgerError:
                 pass                # garbage collection found it gone first
 
+    def append_many_ledgers(self, batches) -> list:
+        """Append to several ledgers, all made durable by one group commit.
+
+        ``batches``: (WriteHandle, entries) pairs; each handle's entries are appended in
+        order, and one fdatasync covers them all (BookKeeper's journal shares its syncs
+        between ledgers; this lets one caller ask for it). Returns the last entry id of
+        each batch, in order. If a batch cannot be appended (a closed handle, an entry that
+        is not bytes), the batches before it are still made durable and acknowledged, and
+        the error is raised."""
+        self._check_open()
+        framed, error = [], None
+        for handle, items in batches:
+            if not isinstance(handle, WriteHandle) or handle._log is not self:
+                error = IllegalOpError(f"not a writer of this log: {handle!r}")
+                break
+            items = items if isinstance(items, list) else list(items)
+            if not items:
+                error = IllegalOpError("append_many_ledgers needs at least one entry per ledger")
+                break
+            try:
+                framed.append((handle,) + handle._add(items))
+            except EmbedlogError as exc:
+                error = exc
+                break
+        out = []
+        if framed:
+            try:
+                self.bookie.wait_durable(max(seq for _h, seq, _last in framed))
+            except EmbedlogError as exc:
+                for handle, _seq, _last in framed:
+                    handle._broken = handle._broken or exc
+                raise
+            for handle, _seq, last in framed:
+                try:
+                    out.append(handle._deliver(last))
+                except LedgerClosedError as exc:      # closed meanwhile: the others still count
+                    error = error or exc
+        if error is not None:
+            raise error
+        return out
+
     def list_ledgers(self, scope_id: int = 0) -> list:
         self._check_open()
         return list(self.metadata.ledger_manager.iterate_ledgers(scope_id))

@@ -374,3 +374,25 @@ def test_a_flushed_memtable_moves_the_last_log_mark_so_a_crash_replays_little(tm
         r = log.open_ledger(lid)
         assert r.read_batch(0, r.last_add_confirmed) == payloads
         assert 0 < log.bookie.replay_report["bytes"] < journalled / 2
+
+
+def test_appends_to_many_ledgers_share_one_fdatasync(tmp_path):
+    from embedlog.errors import LedgerClosedError
+    log = embedlog.open(tmp_path, **CFG)
+    ws = [log.create_ledger() for _ in range(8)]
+    ws[0].append(b"first")
+    before = log.bookie.journal.stats["fsyncs"]
+    lasts = log.append_many_ledgers([(w, [b"%d-%d" % (i, k) for k in range(20)])
+                                     for i, w in enumerate(ws)])
+    assert log.bookie.journal.stats["fsyncs"] - before == 1
+    assert lasts == [20] + [19] * 7 and [w.last_add_confirmed for w in ws] == lasts
+    ws[3].close()
+    with pytest.raises(LedgerClosedError):          # the batch before the closed one counts
+        log.append_many_ledgers([(ws[1], [b"kept"]), (ws[3], [b"refused"]), (ws[5], [b"never"])])
+    assert (ws[1].last_add_confirmed, ws[5].last_add_confirmed) == (20, 19)
+    ids = [w.ledger_id for w in ws]
+    abandon(log)
+    with embedlog.open(tmp_path, **CFG) as log:
+        got = [log.open_ledger(i) for i in ids]
+        assert got[1].read_batch(0, 20)[-1] == b"kept" and got[5].last_add_confirmed == 19
+        assert got[7].read_batch(0, 19) == [b"7-%d" % k for k in range(20)]
