@@ -26,6 +26,7 @@ from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.config import BookieConfig
 from embedlog.errors import ConfigError
 from embedlog.meta import open_metadata_store
+from embedlog.net import loop as event_loop
 from embedlog.net import security
 from embedlog.net.server import BookieServer
 
@@ -101,7 +102,7 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
     try:
         if read_only:
             bookie.set_read_only("operator", True)
-        asyncio.run(_run(bookie, meta, host, port, advertised_address, ready_file,
+        event_loop.run(_run(bookie, meta, host, port, advertised_address, ready_file,
                          autorecovery, security_opts, client_config))
     finally:
         bookie.close()

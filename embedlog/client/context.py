@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from embedlog import failpoints
 from embedlog.errors import ClientClosedError, NotEnoughBookiesError
+from embedlog.net import loop as event_loop
 from embedlog.net import security
 from embedlog.net.transport import BookieConnection, BookieUnavailableError
 
@@ -86,7 +87,7 @@ class ClientContext:
         self.name = config.client_name
         self.faults = faults                          # a fault injector (testing), or None
         self._workers = concurrent.futures.ThreadPoolExecutor(_WORKERS, "embedlog-client-io")
-        self.loop = asyncio.new_event_loop()
+        self.loop = event_loop.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="embedlog-client", daemon=True)
         self._thread.start()
         self._conns: dict[str, BookieConnection] = {}
