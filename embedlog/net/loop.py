@@ -26,7 +26,7 @@ def loop_name() -> str:
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
     if loop_name() == "uvloop":
-        import uvloop
+        import uvloop          # optional dependency (the fast extra)
         return uvloop.new_event_loop()
     return asyncio.new_event_loop()
 
