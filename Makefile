@@ -22,6 +22,7 @@ venv: $(BIN)/python
 
 build-ext: $(BIN)/python
 	$(BIN)/python setup.py build_ext --inplace
+	$(BIN)/python benchmarks/compare.py --build-floor
 
 build: venv build-ext
 

@@ -441,10 +441,13 @@ class FileStore:
 
 
 def load_floor():
-    """benchmarks/floor.pyx, compiled on first use (pyximport, cached under ~/.pyxbld)."""
+    """benchmarks/floor.pyx, built on first use into build/pyxbld (pyximport, with
+    embedlog's native.h); `make build-ext` builds it ahead (compare.py --build-floor)."""
+    if HERE not in sys.path:
+        sys.path.insert(0, HERE)
     import pyximport
-    pyximport.install(setup_args={"include_dirs": [os.path.join(REPO, "pyx", "embedlog", "_native")]},
-                      language_level=3)
+    pyximport.install(build_dir=os.path.join(REPO, "build", "pyxbld"), language_level=3,
+                      setup_args={"include_dirs": [os.path.join(REPO, "pyx", "embedlog", "_native")]})
     import floor
     return floor
 
@@ -678,10 +681,16 @@ class Runner:
             self.rounds_of(work, stores, segment, units)
             if "embedlog" in stores:
                 st = stores["embedlog"].log.statistics()
-                self.notes.append(f"{work} / embedlog: {st['journal']['bytes_written'] / 2**20:,.0f} MiB "
-                                  f"journalled, {st['memtable_flushes']} memtable flushes, "
-                                  f"{st['checkpoints']} checkpoints, fdatasync time "
-                                  f"{st['journal']['fsync_time_s']:.2f} s in {st['journal']['fsyncs']:,} syncs")
+                j = st["journal"]
+                payload = sum(state["embedlog"]) * size
+                per = (lambda b: b / payload) if payload else (lambda b: 0.0)
+                self.notes.append(
+                    f"{work} / embedlog: {j['bytes_written'] / 2**20:,.0f} MiB journalled, "
+                    f"{st['memtable_flushes']} memtable flushes, {st['checkpoints']} checkpoints, "
+                    f"fdatasync time {j['fsync_time_s']:.2f} s in {j['fsyncs']:,} syncs; bytes "
+                    f"written per payload byte: journal {per(j['bytes_written']):.2f} + "
+                    f"preallocation zeros {per(j['zeros_written']):.2f} + entry logs "
+                    f"{per(st['entry_log_bytes_written']):.2f} (the rest was still in the memtable)")
         finally:
             self.close_all(work, stores)
 
@@ -1138,7 +1147,12 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="0.5 s per item and store, small data")
     ap.add_argument("--out", help="also write the markdown report to this file")
     ap.add_argument("--only", help="comma-separated work items to run (for debugging)")
+    ap.add_argument("--build-floor", action="store_true",
+                    help="build the floor's native module (benchmarks/floor.pyx) and exit")
     args = ap.parse_args(argv)
+    if args.build_floor:
+        print(f"floor: {load_floor().__file__}")
+        return 0
     budget = 0.5 if args.quick else 3.0
     root = tempfile.mkdtemp(prefix="embedlog-compare-", dir="/tmp")
     t_start = perf()

@@ -74,7 +74,8 @@ class Journal:
         self._async: collections.deque = collections.deque()   # (seq, callback)
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
-                          records_written=0, fsync_time_s=0.0, memory_throttled=0)
+                          records_written=0, fsync_time_s=0.0, memory_throttled=0,
+                          zeros_written=0)
         # called after each group (lock held; must be quick): (trigger, records, bytes,
         # fsync seconds or None) -- the admin server's histograms
         self.group_observer = None
@@ -417,6 +418,8 @@ class Journal:
                 wrote = False             # closed under us by a roll, or no room: retry later
             with self.cv:
                 self._claim = None
+                if wrote:
+                    self.stats["zeros_written"] += chunk
                 if wrote and self._file_id == file_id:
                     self._zero_end = start + chunk
                 self.cv.notify_all()

@@ -59,7 +59,7 @@ class SortedLedgerStorage:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.stats = {"memtable_flushes": 0, "entry_log_rolls": 0, "throttled_adds": 0,
-                      "memtable_flush_errors": 0}
+                      "memtable_flush_errors": 0, "entry_log_bytes_written": 0}
         self.on_flush_error = None           # (exc) -> None: e.g. a disk check
         self.on_flushed = None               # () -> None, cv held: a snapshot is in the logs
 
@@ -108,8 +108,9 @@ class SortedLedgerStorage:
                 if idx is not None:                   # deleted while in the memtable: drop
                     idx.set_locations(eids, locs)
 
-            self.entry_logger.flush_memtable(snap, on_location)
+            written = self.entry_logger.flush_memtable(snap, on_location)
             self.stats["memtable_flushes"] += 1
+            self.stats["entry_log_bytes_written"] += written
             self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
 
     def _finish(self, snap, seq: int) -> None:

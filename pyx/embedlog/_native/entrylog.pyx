@@ -615,7 +615,8 @@ cdef class EntryLogger:
         a batch-append run's CPU) and held the GIL while appenders waited. The map shares the
         page cache, so readers see the bytes once ``position`` passes them. Calls
         ``on_location(scope, lid, eids, locations)`` (numpy arrays) once per ledger run, after
-        its entries are written, so the index is updated a ledger at a time.
+        its entries are written, so the index is updated a ledger at a time. Returns the
+        bytes written.
         """
         import numpy as np
         order_a = np.empty(max(mt.live, 1), dtype=np.int32)
@@ -630,6 +631,7 @@ cdef class EntryLogger:
         cdef const mt_rec *r
         cdef MappedLog cur
         cdef _Stage st = _Stage(STAGE_BYTES)
+        cdef Py_ssize_t written = 0
         while i < total:
             start = i
             scope, lid = mt.recs[order[i]].scope, mt.recs[order[i]].lid
@@ -654,11 +656,13 @@ cdef class EntryLogger:
                                    cur.position, (cur.log_id << 32), &eids[0], &locs[0], &staged)
                 cur.write_end(st.data, staged)
                 run_bytes += staged
+                written += staged
                 i = j
                 if i >= total or mt.recs[order[i]].scope != scope or mt.recs[order[i]].lid != lid:
                     break
             self._account(scope, lid, run_bytes)
             on_location(scope, lid, eids_arr[start:i], locs_arr[start:i])
+        return written
 
     cdef _account(self, uint64_t scope, uint64_t lid, Py_ssize_t nbytes):
         if nbytes:
