@@ -98,3 +98,29 @@ def test_index_lookup(benchmark, tmp_path):
     picks = [random.randrange(100_000) for _ in range(N)]
     get = idx.get_location
     benchmark(lambda: [get(i) for i in picks])
+
+
+@pytest.fixture(scope="module")
+def scanned_ledger(tmp_path_factory):
+    """One ledger of 125,000 x 100 B in the entry logs (checkpointed), warm in the page cache."""
+    import embedlog
+    log = embedlog.open(tmp_path_factory.mktemp("scan"))
+    w = log.create_ledger(digest="crc32c")
+    for _ in range(125):
+        w.append_many(PAYLOADS)
+    w.close()
+    log.bookie.checkpoint()
+    r = log.open_ledger(w.ledger_id)
+    r.read_batch(0, 124_999)
+    yield r
+    log.close()
+
+
+@pytest.mark.benchmark(group="scan_125k_x_100B")
+def test_scan_read_batch(benchmark, scanned_ledger):
+    benchmark(scanned_ledger.read_batch, 0, 124_999)
+
+
+@pytest.mark.benchmark(group="scan_125k_x_100B")
+def test_scan_read_arrays(benchmark, scanned_ledger):
+    benchmark(scanned_ledger.read_arrays, 0, 124_999)
