@@ -50,6 +50,12 @@ class BookieConfig:
         True, "drop the journal's synced pages from the page cache (journalRemoveFromPageCache): "
         "the journal is read only by replay, so its pages would only push entry-log pages, which "
         "readers use, out of the cache.")
+    journal_direct_writes: bool = _key(
+        True, "write groups and preallocation zeros with O_DIRECT in whole 4 KiB blocks (the "
+        "block the last group ended in is written again, unchanged), so they bypass the page "
+        "cache: no copy into it, no dirty pages for fdatasync to write back, nothing to drop. "
+        "Falls back to buffered writes where the file system refuses O_DIRECT (tmpfs). "
+        "Not in BookKeeper.")
     journal_max_memory_size_mb: int = _key(
         128, "MiB of journal records framed but not yet taken by a group commit; an add "
         "that finds more waits for the group in flight to finish, so a writer faster than "

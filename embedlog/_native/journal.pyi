@@ -10,6 +10,7 @@ from embedlog.errors import (CorruptedDataError as CorruptedDataError,
 _Buffer = bytes | bytearray | memoryview
 
 HEADER_SIZE: int
+DIRECT_ALIGN_BYTES: int
 MAX_MASTER_KEY: int
 MAGIC: bytes
 FORMAT_VERSION: int
@@ -39,6 +40,8 @@ class JournalBuffer:
     def clear(self) -> None: ...
     def swap(self, other: JournalBuffer) -> None: ...
     def write_to(self, fd: int, offset: int) -> int: ...
+    def set_lead(self, file_offset: int) -> None: ...
+    def write_direct(self, fd: int, offset: int, tail: bytes) -> bytes: ...
     def entry_ids(self) -> list[tuple[int, int, int]]:
         """(scope, ledger, entry id) of every ENTRY record framed in the buffer."""
 

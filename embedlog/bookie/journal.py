@@ -31,6 +31,7 @@ from embedlog.errors import EmbedlogError, TimeoutError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
+ALIGN = nj.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
 
 
 def journal_ids(directory: str) -> list[int]:
@@ -81,6 +82,9 @@ class Journal:
         self.group_observer = None
         self.files: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
         self._fd = -1
+        self._dfd = -1                    # the same file opened O_DIRECT (journal_direct_writes)
+        self._direct = config.journal_direct_writes
+        self._tail = b""                  # the file's bytes in the block the next group starts in
         self._file_id = 0
         self._offset = 0
         self._zero_end = 0
@@ -117,11 +121,16 @@ class Journal:
         new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
         path = os.path.join(self.directory, "%x.txn" % new_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        dfd = -1
+        header = nj.file_header(new_id, max(existing, default=0))
         try:
-            if os.pwrite(fd, nj.file_header(new_id, max(existing, default=0)), 0) != nj.HEADER_SIZE:
+            # the header's whole block, so O_DIRECT writes start on block boundaries after it
+            if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
                 raise OSError(errno.ENOSPC, "short write of a journal header")
+            dfd = self._open_direct(path)
+            zero_end = ALIGN + min(self._prealloc, 4 << 20)
             try:
-                nj.write_zeros(fd, nj.HEADER_SIZE, min(self._prealloc, 4 << 20), sync=False)
+                nj.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN, sync=False)
             except OSError as exc:
                 if not _no_space(exc):
                     raise               # zeros ahead are a speed-up: without room, none
@@ -132,16 +141,37 @@ class Journal:
                 self._mark.write_head(new_id)
         except BaseException:
             os.close(fd)                # no half-made journal file is left for replay
+            if dfd >= 0:
+                os.close(dfd)
             os.unlink(path)
             raise
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd, self._file_id, self._offset = fd, new_id, nj.HEADER_SIZE
+        for old in (self._fd, self._dfd):
+            if old >= 0:
+                os.close(old)
+        self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, nj.HEADER_SIZE
+        self._tail = header
+        self.buffer.set_lead(nj.HEADER_SIZE)      # an empty buffer's records start there
         self._dropped_to = 0                 # pages below this were dropped from the cache
         self._path = path
-        self._zero_end = nj.HEADER_SIZE + min(self._prealloc, 4 << 20)
+        self._zero_end = zero_end
         self.files.append((self.written_seq, new_id, nj.HEADER_SIZE))
         del self.files[:-64]
+
+    def _open_direct(self, path: str) -> int:
+        """The journal file opened O_DIRECT, or -1 where that is off or refused (tmpfs)."""
+        if not self._direct:
+            return -1
+        try:
+            return os.open(path, os.O_RDWR | os.O_DIRECT)
+        except OSError as exc:
+            log.info("journal %s: O_DIRECT refused (%s); buffered writes", path, exc)
+            self._direct = False
+            return -1
+
+    @property
+    def direct_writes(self) -> bool:
+        """Whether groups are written with O_DIRECT (journal_direct_writes, if allowed)."""
+        return self._dfd >= 0
 
     @property
     def current_file_id(self) -> int:
@@ -224,13 +254,14 @@ class Journal:
         self._rolling = rolled
         # the preallocator must stay beyond what this write covers (it runs meanwhile)
         self._reserved_end = (nj.HEADER_SIZE if rolled else self._offset) + buf.nbytes
+        self.buffer.set_lead(self._reserved_end)         # where the next group will start
         self.stats[trigger] += 1
         self.cv.release()
         try:
             failpoints.hit("journal.before_write")
             if rolled:
                 self._open_file_locked_out(start_seq, sync_old=not self._needs_roll)
-            buf.write_to(self._fd, self._offset)
+            self._write(buf)
             self._offset += buf.nbytes
             sync = self.config.journal_sync_data
             if sync:
@@ -294,10 +325,27 @@ class Journal:
         if self._zero_end - self._offset < self._prealloc:
             self._prealloc_cv.notify()
 
+    def _write(self, buf) -> None:
+        """The group at the tail (the leader, outside the lock)."""
+        if self._dfd >= 0:
+            try:
+                self._tail = buf.write_direct(self._dfd, self._offset, self._tail)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                log.warning("journal %s: O_DIRECT write refused (%s); buffered writes from now on",
+                            self._path, exc)
+                self._direct = False
+                os.close(self._dfd)
+                self._dfd = -1
+        buf.write_to(self._fd, self._offset)
+
     def _drop_synced_pages(self) -> None:
-        """Give the whole synced pages back to the kernel (the leader, outside the lock)."""
+        """Give the whole synced pages back to the kernel (the leader, outside the lock);
+        O_DIRECT writes left none there."""
         end = self._offset & ~4095
-        if self.config.journal_remove_pages_from_page_cache and end > self._dropped_to:
+        if self._dfd < 0 and self.config.journal_remove_pages_from_page_cache and end > self._dropped_to:
             os.posix_fadvise(self._fd, self._dropped_to, end - self._dropped_to,
                              os.POSIX_FADV_DONTNEED)
             self._dropped_to = end
@@ -401,11 +449,12 @@ class Journal:
                     self._prealloc_cv.wait(0.5)
                 if self._closed:
                     return
-                fd, file_id = self._fd, self._file_id
+                fd, file_id = (self._dfd if self._dfd >= 0 else self._fd), self._file_id
                 # contiguous with the zeros already written, but never under the write in
-                # progress (reserved_end) nor right at the head where the next group lands
+                # progress (reserved_end) nor right at the head where the next group lands;
+                # whole blocks, as O_DIRECT needs
                 head = max(self._offset, self._reserved_end) + self.buffer.nbytes + (1 << 20)
-                start = max(self._zero_end, head)
+                start = -(-max(self._zero_end, head) // ALIGN) * ALIGN
                 if start + chunk > self._max_bytes + chunk:
                     self._prealloc_cv.wait(0.5)
                     continue
@@ -436,9 +485,10 @@ class Journal:
             self._prealloc_cv.notify_all()
         for t in self._threads:
             t.join(timeout=5)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        for fd in (self._fd, self._dfd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._dfd = -1
 
     # -- retention ---------------------------------------------------------------------
 

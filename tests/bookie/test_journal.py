@@ -396,3 +396,55 @@ def test_appends_to_many_ledgers_share_one_fdatasync(tmp_path):
         got = [log.open_ledger(i) for i in ids]
         assert got[1].read_batch(0, 20)[-1] == b"kept" and got[5].last_add_confirmed == 19
         assert got[7].read_batch(0, 19) == [b"7-%d" % k for k in range(20)]
+
+
+def _journal_bytes(path):
+    with open(newest_journal(path), "rb") as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_each_group_leaves_every_acknowledged_byte_of_the_journal_as_it_was(tmp_path, direct):
+    """O_DIRECT writes the block the last group ended in again: what it held before is
+    written back unchanged, and the rest of the last block is zeros (the end of the log)."""
+    rnd = __import__("random").Random(5)
+    with embedlog.open(tmp_path, journal_direct_writes=direct, **CFG) as log:
+        journal = log.bookie.journal
+        assert journal.direct_writes == direct
+        w = log.create_ledger()
+        before = _journal_bytes(tmp_path)
+        acked = journal.synced_seq
+        want = []
+        # group sizes around and across 4 KiB blocks, one entry and many
+        for size, count in [(1, 1), (4000, 1), (4096, 1), (10, 300), (70_000, 1), (1, 1),
+                            (4087, 2), (333, 50), (0, 3), (9000, 7)]:
+            want += [rnd.randbytes(size) for _ in range(count)]
+            w.append_many(want[-count:])
+            _file_id, end = journal.position_of(journal.synced_seq)
+            now = _journal_bytes(tmp_path)
+            _f, prev_end = journal.position_of(acked)
+            assert now[:prev_end] == before[:prev_end]
+            assert not any(now[end:-(-end // 4096) * 4096])
+            before, acked = now, journal.synced_seq
+        lid, last = w.ledger_id, w.last_add_confirmed
+        abandon(log)
+    with embedlog.open(tmp_path, **CFG) as log:
+        assert log.open_ledger(lid).read_batch(0, last) == want
+
+
+def test_direct_writes_off_where_the_file_system_refuses_o_direct(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def refuse_direct(path, flags, *a):
+        if flags & os.O_DIRECT:
+            raise OSError(22, "Invalid argument")
+        return real_open(path, flags, *a)
+    monkeypatch.setattr(os, "open", refuse_direct)
+    with embedlog.open(tmp_path, **CFG) as log:
+        assert not log.bookie.journal.direct_writes
+        w = log.create_ledger()
+        w.append_many([b"x" * 5000] * 10)
+        lid = w.ledger_id
+    monkeypatch.undo()
+    with embedlog.open(tmp_path, **CFG) as log:
+        assert log.open_ledger(lid).read_batch(0, 9) == [b"x" * 5000] * 10

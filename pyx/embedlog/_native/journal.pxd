@@ -12,7 +12,12 @@ cdef enum:
     REC_TRIM = 8
     REC_ENTRY_CRC32C = 9        # an entry whose own CRC32C digest covers its payload
 
+cdef enum:
+    DIRECT_ALIGN = 4096         # O_DIRECT writes: address, length and file offset
+
 cdef class JournalBuffer:
+    cdef uint8_t *base          # DIRECT_ALIGN-aligned; data = base + lead
+    cdef Py_ssize_t lead        # file offset % DIRECT_ALIGN the records are expected at
     cdef uint8_t *data
     cdef Py_ssize_t size
     cdef Py_ssize_t capacity

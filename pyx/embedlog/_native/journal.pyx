@@ -32,7 +32,7 @@ crc, so newer record types can be added.
 """
 
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memmove, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite, fdatasync, fsync
 
@@ -52,6 +52,7 @@ from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpEr
 el_crc_init()
 
 HEADER_SIZE = 512
+DIRECT_ALIGN_BYTES = DIRECT_ALIGN
 MAX_MASTER_KEY = 64            # what an index file can hold (index.pyx MAX_KEY)
 MAGIC = b"ELJN"
 FORMAT_VERSION = 2            # 2: ENTRY_CRC32C records (a version 1 reader would skip them)
@@ -132,19 +133,38 @@ def decode_record(int rtype, body):
     return el_get64(&v[0]), el_get64(&v[8]), <int64_t>el_get64(&v[16])
 
 
+cdef extern from "stdlib.h" nogil:
+    int posix_memalign(void **memptr, size_t alignment, size_t size)
+
+
+cdef uint8_t *_aligned_alloc(Py_ssize_t n) noexcept nogil:
+    cdef void *p = NULL
+    if posix_memalign(&p, DIRECT_ALIGN, n) != 0:
+        return NULL
+    return <uint8_t *>p
+
+
 cdef class JournalBuffer:
-    """Framed records waiting to be written; appenders fill it under the bookie lock."""
+    """Framed records waiting to be written; appenders fill it under the bookie lock.
+
+    The records start ``lead`` bytes into a DIRECT_ALIGN-aligned block, ``lead`` being the
+    file offset % DIRECT_ALIGN they are expected at (set_lead), so write_direct can put the
+    file's partial block in front of them and write whole aligned blocks without a copy.
+    The allocation keeps DIRECT_ALIGN spare at each end for that block and the zero padding.
+    """
 
     def __cinit__(self, Py_ssize_t capacity=1 << 20):
-        self.data = <uint8_t *>malloc(capacity)
-        if self.data == NULL:
+        self.base = _aligned_alloc(capacity + 2 * DIRECT_ALIGN)
+        if self.base == NULL:
             raise MemoryError()
+        self.lead = 0
+        self.data = self.base
         self.capacity = capacity
         self.size = 0
         self.records = 0
 
     def __dealloc__(self):
-        free(self.data)
+        free(self.base)
 
     cdef uint8_t *reserve(self, Py_ssize_t n) except NULL:
         """Room for n more bytes at the end (grows by doubling)."""
@@ -153,12 +173,21 @@ cdef class JournalBuffer:
         if self.size + n > cap:
             while self.size + n > cap:
                 cap *= 2
-            p = <uint8_t *>realloc(self.data, cap)
+            p = _aligned_alloc(cap + 2 * DIRECT_ALIGN)
             if p == NULL:
                 raise MemoryError()
-            self.data = p
+            memcpy(p + self.lead, self.data, self.size)
+            free(self.base)
+            self.base = p
+            self.data = p + self.lead
             self.capacity = cap
         return self.data + self.size
+
+    def set_lead(self, Py_ssize_t file_offset):
+        """The file offset the next records will be written at (an empty buffer only)."""
+        if self.size == 0:
+            self.lead = file_offset % DIRECT_ALIGN
+            self.data = self.base + self.lead
 
     cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil:
         """Finish the record whose body was written at rec + RECORD_HEADER_SIZE."""
@@ -210,6 +239,8 @@ cdef class JournalBuffer:
 
     def swap(self, JournalBuffer other):
         """Exchange contents with ``other`` (an emptied spare), so writing needs no lock."""
+        self.base, other.base = other.base, self.base
+        self.lead, other.lead = other.lead, self.lead
         self.data, other.data = other.data, self.data
         self.size, other.size = other.size, self.size
         self.capacity, other.capacity = other.capacity, self.capacity
@@ -234,6 +265,41 @@ cdef class JournalBuffer:
         return done
 
 
+    def write_direct(self, int fd, long long offset, bytes tail):
+        """Write the records at ``offset`` through ``fd`` opened with O_DIRECT: whole
+        DIRECT_ALIGN blocks from ``offset - len(tail)``, ``tail`` being the file's bytes in
+        front of ``offset`` in its block (written again, unchanged, so a torn block write
+        leaves either version of them), the last block padded with zeros (the end of the
+        log). Returns the new tail: the bytes of the last partial block written."""
+        cdef Py_ssize_t lag = offset % DIRECT_ALIGN, end, padded, done = 0
+        cdef ssize_t r
+        cdef int err = 0
+        cdef uint8_t *start
+        if PyBytes_GET_SIZE(tail) != lag:
+            raise ValueError(f"tail of {PyBytes_GET_SIZE(tail)} bytes for offset {offset}")
+        if lag != self.lead:                  # written elsewhere than expected (a new file)
+            memmove(self.base + lag, self.data, self.size)
+            self.lead = lag
+            self.data = self.base + lag
+        start = self.base
+        memcpy(start, PyBytes_AS_STRING(tail), lag)
+        end = lag + self.size
+        padded = (end + DIRECT_ALIGN - 1) & ~(<Py_ssize_t>DIRECT_ALIGN - 1)
+        memset(start + end, 0, padded - end)
+        with nogil:
+            while done < padded:
+                r = pwrite(fd, start + done, padded - done, offset - lag + done)
+                if r < 0:
+                    if errno == EINTR:
+                        continue
+                    err = errno
+                    break
+                done += r
+        if err:
+            raise OSError(err, "journal write failed")
+        return start[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
+
+
 def sync_fd(int fd, bint data_only=True):
     """fdatasync (or fsync) without the GIL."""
     cdef int r, err = 0
@@ -246,9 +312,10 @@ def sync_fd(int fd, bint data_only=True):
 
 
 def write_zeros(int fd, long long offset, long long length, bint sync=True):
-    """Preallocate [offset, offset+length) with real zeros (so later fdatasyncs are cheap)."""
+    """Preallocate [offset, offset+length) with real zeros (so later fdatasyncs are cheap).
+    The buffer is aligned, so ``fd`` may be an O_DIRECT one (with offset and length aligned)."""
     cdef Py_ssize_t chunk = 1 << 20
-    cdef uint8_t *z = <uint8_t *>malloc(chunk)
+    cdef uint8_t *z = _aligned_alloc(chunk)
     cdef long long done = 0
     cdef ssize_t r
     cdef int err = 0
