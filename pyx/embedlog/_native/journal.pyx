@@ -52,6 +52,7 @@ from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpEr
 el_crc_init()
 
 HEADER_SIZE = 512
+cdef Py_ssize_t NOGIL_MIN_BYTES = 64 << 10   # add_payloads releases the GIL from this size
 DIRECT_ALIGN_BYTES = DIRECT_ALIGN
 MAX_MASTER_KEY = 64            # what an index file can hold (index.pyx MAX_KEY)
 MAGIC = b"ELJN"
@@ -428,31 +429,70 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
 
 # -- the add path: framing entries into the journal buffer, the memtable fed in the same pass --
 
+cdef int64_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const uint8_t **src,
+                            const Py_ssize_t *lens, Py_ssize_t count, uint64_t scope,
+                            uint64_t lid, int64_t eid, int64_t lac, int64_t length,
+                            int digest) noexcept nogil:
+    """add_payloads' pass: each entry framed as a journal record at ``rec`` and copied into
+    the memtable at ``dst`` (room made beforehand); returns the ledger length after them."""
+    cdef Py_ssize_t i, k, n, enc
+    cdef uint8_t *body
+    cdef uint32_t c
+    for i in range(count):
+        n = lens[i]
+        length += n
+        body = rec + RECORD_HEADER_SIZE
+        k = put_header(body, scope, lid, eid, lac, length, digest)
+        if digest == DIGEST_CRC32C:
+            c = el_crc32c(0, body, k)
+            el_put32(body + k, el_crc32c_copy(c, body + k + 4, src[i], n))
+            enc = k + 4 + n
+            el_put32(rec, <uint32_t>enc)
+            rec[8] = REC_ENTRY_CRC32C
+            c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + k + 4)
+        else:
+            if digest == DIGEST_CRC32:
+                c = el_crc32(el_crc32(0, body, k), src[i], n)
+                el_put64(body + k, c)
+                k += 8
+            if n:
+                memcpy(body + k, src[i], n)
+            enc = k + n
+            el_put32(rec, <uint32_t>enc)
+            rec[8] = REC_ENTRY
+            c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + enc)
+        el_put32(rec + 4, c)
+        memcpy(dst, body, enc)
+        mt.commit(scope, lid, eid, dst, enc)
+        dst += enc
+        rec += RECORD_HEADER_SIZE + enc
+        eid += 1
+    return length
+
+
 def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
                  int64_t first_eid, int64_t lac, int64_t length, int digest, object mac_key,
                  list payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
     """Encode payloads[start:] as entries first_eid, first_eid+1, ... into the journal
     buffer and the memtable, stopping early when the memtable is full.
 
-    One pass per entry without the GIL: header, then the payload copied and checksummed
-    together (CRC32C digests; the record's own checksum then covers only the header, see
-    ENTRY_CRC32C), then the encoded entry copied into the memtable. The GIL is held only to
-    take the payloads' addresses and sizes first. Returns (count, length): how many were
-    taken and the ledger length after them.
+    One pass per entry (_frame_entries), without the GIL for batches of NOGIL_MIN_BYTES or
+    more: header, then the payload copied and checksummed together (CRC32C digests; the
+    record's own checksum then covers only the header, see ENTRY_CRC32C), then the encoded
+    entry copied into the memtable. The GIL is held only to take the payloads' addresses
+    and sizes first. Returns (count, length): how many were taken and the ledger length
+    after them.
     """
     cdef Py_ssize_t total = PyList_GET_SIZE(payloads)
     cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
-    cdef Py_ssize_t i, k, n, enc, count = 0, mbytes = 0
+    cdef Py_ssize_t i, n, enc, count = 0, mbytes = 0
     cdef Py_ssize_t room = mt.limit_bytes - mt.arena_used
     cdef object item
     cdef const uint8_t[::1] view
     cdef const uint8_t **src
     cdef Py_ssize_t *lens
     cdef uint8_t *rec
-    cdef uint8_t *body
     cdef uint8_t *dst
-    cdef uint32_t c
-    cdef int64_t eid = first_eid
     if digest == DIGEST_MAC:
         return _add_payloads_mac(jb, mt, scope, lid, first_eid, lac, length, mac_key, payloads,
                                  start, max_entry_size)
@@ -496,36 +536,15 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
         if dst == NULL:
             raise MemoryError()
         mt.prepare(count)
-        with nogil:
-            for i in range(count):
-                n = lens[i]
-                length += n
-                body = rec + RECORD_HEADER_SIZE
-                k = put_header(body, scope, lid, eid, lac, length, digest)
-                if digest == DIGEST_CRC32C:
-                    c = el_crc32c(0, body, k)
-                    el_put32(body + k, el_crc32c_copy(c, body + k + 4, src[i], n))
-                    enc = k + 4 + n
-                    el_put32(rec, <uint32_t>enc)
-                    rec[8] = REC_ENTRY_CRC32C
-                    c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + k + 4)
-                else:
-                    if digest == DIGEST_CRC32:
-                        c = el_crc32(el_crc32(0, body, k), src[i], n)
-                        el_put64(body + k, c)
-                        k += 8
-                    if n:
-                        memcpy(body + k, src[i], n)
-                    enc = k + n
-                    el_put32(rec, <uint32_t>enc)
-                    rec[8] = REC_ENTRY
-                    c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + enc)
-                el_put32(rec + 4, c)
-                memcpy(dst, body, enc)
-                mt.commit(scope, lid, eid, dst, enc)
-                dst += enc
-                rec += RECORD_HEADER_SIZE + enc
-                eid += 1
+        # the GIL goes only for batches worth it: another thread takes it for its whole
+        # time slice, and a one-entry add then waits that long (16 threads appending)
+        if mbytes >= NOGIL_MIN_BYTES:
+            with nogil:
+                length = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid,
+                                        lac, length, digest)
+        else:
+            length = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid, lac,
+                                    length, digest)
         jb.size += mbytes + count * RECORD_HEADER_SIZE
         jb.records += count
         return count, length
