@@ -462,13 +462,12 @@ class Bookie:
         self.wait_durable(self.add_entries([entry], master_key, recovery))
 
     def wait_durable(self, seq: int, timeout: float | None = None) -> None:
-        with self.cv:
-            self.journal.wait_durable(seq, timeout)
+        self.journal.wait_durable(seq, timeout)
 
     def wait_all_durable(self, timeout: float | None = None) -> None:
         """Wait until everything journalled so far is durable (raises if the journal failed)."""
         with self.cv:
-            self.journal.wait_durable(self.journal.appended_seq, timeout)
+            self.journal.wait_durable_locked(self.journal.appended_seq, timeout)
 
     def on_durable(self, seq: int, callback) -> None:
         with self.cv:

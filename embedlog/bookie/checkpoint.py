@@ -39,7 +39,7 @@ class Checkpointer:
                 b.storage.make_room(b.journal.note_appended())
             b.storage.wait_flushed()
             seq = b.storage.flushed_seq
-            b.journal.wait_durable(seq)
+            b.journal.wait_durable_locked(seq)
             mark = b.journal.position_of(seq)
         b.storage.sync()
         b.deleted.persist()          # deletes before the mark are replayed no more

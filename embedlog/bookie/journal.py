@@ -50,6 +50,7 @@ class Journal:
         self.directory = directory
         self.config = config
         self.cv = cv                                   # sync waiters: a group is durable
+        self.durable = nj.DurableSeq()                 # the same, for waiters outside the lock
         # the writer and the preallocator wait on conditions of their own (same lock), so a
         # finished group wakes only those who need it
         self._writer_cv = threading.Condition(lock)
@@ -290,6 +291,7 @@ class Journal:
             self._syncing = False
             self._rolling = False
             self.cv.notify_all()
+            self.durable.wake()
             if self.on_failure is not None:
                 try:
                     self.on_failure(exc, lost)
@@ -320,6 +322,7 @@ class Journal:
                 pass
         self._syncing = False
         self.cv.notify_all()
+        self.durable.publish(self.synced_seq)
         if self._async:
             self._writer_cv.notify()
         if self._zero_end - self._offset < self._prealloc:
@@ -357,29 +360,51 @@ class Journal:
         self.files[-1] = (start_seq, self._file_id, nj.HEADER_SIZE)
 
     def wait_durable(self, seq: int, timeout: float | None = None) -> None:
-        """Block until the journal is durable up to ``seq`` (cv held by caller)."""
+        """Block until the journal is durable up to ``seq``; the caller holds no lock.
+        While a group is being synced the waiter sleeps in ``durable`` outside the bookie
+        lock, and returns without taking it again once the sync covers it."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.durable.synced >= seq and not self._failed_at(seq):
+                return
+            with self.cv:
+                epoch = self.durable.epoch
+                if self._step(seq, deadline):
+                    return
+            left = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+            self.durable.wait(seq, epoch, min(left, 1.0))
+
+    def wait_durable_locked(self, seq: int, timeout: float | None = None) -> None:
+        """wait_durable for a caller holding cv (it is released while waiting)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._step(seq, deadline):
+            self.cv.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+
+    def _step(self, seq: int, deadline) -> bool:
+        """One look at ``seq`` (cv held): True once durable; leads a group when none is
+        under way, or waits for the group timer; False while another leader's sync is under
+        way (the caller waits for it). Raises when it failed or the deadline passed."""
         while True:
             self._raise_failed(seq)
             if self.synced_seq >= seq:
-                return
+                return True
             if self._error is not None:
                 raise EmbedlogError(f"journal failed: {self._error}") from self._error
             if self._closed:
                 raise EmbedlogError("journal closed before the add was durable")
-            if not self._syncing:
-                trigger, wait_s = self._trigger(time.monotonic())
-                if trigger:
-                    self._lead(trigger)
-                    continue
-            else:
-                wait_s = None
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("journal did not become durable in time")
-                wait_s = left if wait_s is None else min(wait_s, left)
-            self.cv.wait(wait_s)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError("journal did not become durable in time")
+            if self._syncing:
+                return False
+            trigger, wait_s = self._trigger(time.monotonic())
+            if trigger:
+                self._lead(trigger)
+                continue
+            self.cv.wait(wait_s if left is None else min(wait_s, left))
+
+    def _failed_at(self, seq: int) -> bool:
+        return bool(self._failed) and any(lo < seq <= hi for lo, hi, _exc in tuple(self._failed))
 
     def _raise_failed(self, seq: int) -> None:
         """A seq in a group a full disk failed is never durable."""
@@ -410,7 +435,7 @@ class Journal:
                     return
                 try:
                     if self._async:
-                        self.wait_durable(self._async[-1][0])
+                        self.wait_durable_locked(self._async[-1][0])
                     elif self.buffer.nbytes and not self._syncing:
                         trigger, wait_s = self._trigger(time.monotonic())
                         if trigger:
@@ -478,9 +503,10 @@ class Journal:
     def close(self) -> None:
         with self.cv:
             if self.buffer.nbytes and self._error is None:
-                self.wait_durable(self.appended_seq)
+                self.wait_durable_locked(self.appended_seq)
             self._closed = True
             self.cv.notify_all()
+            self.durable.wake()
             self._writer_cv.notify_all()
             self._prealloc_cv.notify_all()
         for t in self._threads:

@@ -448,3 +448,63 @@ def test_direct_writes_off_where_the_file_system_refuses_o_direct(tmp_path, monk
     monkeypatch.undo()
     with embedlog.open(tmp_path, **CFG) as log:
         assert log.open_ledger(lid).read_batch(0, 9) == [b"x" * 5000] * 10
+
+
+def _threads_appending(log, n, results):
+    handles = [log.create_ledger() for _ in range(n)]
+
+    def work(i):
+        try:
+            results[i] = handles[i].append(b"t%d" % i)
+        except Exception as exc:             # the test reads what each waiter got
+            results[i] = exc
+    return [threading.Thread(target=work, args=(i,)) for i in range(n)]
+
+
+def test_sync_appenders_waiting_outside_the_lock_return_only_after_their_fdatasync(tmp_path):
+    """Appenders whose group is being synced sleep outside the bookie lock: none may come
+    back before the sync that covers it, and all come back after it."""
+    with embedlog.open(tmp_path, **CFG) as log:
+        results = {}
+        reached, release = threading.Event(), threading.Event()
+        failpoints.arm("journal.before_sync", lambda: (reached.set(), release.wait(10)))
+        try:
+            threads = _threads_appending(log, 8, results)
+            [t.start() for t in threads]
+            assert reached.wait(10)
+            # the other seven frame their adds and wait for the sync in flight (outside
+            # the lock) or lead the next group into the same held failpoint
+            deadline = time.monotonic() + 10
+            while log.bookie.stats["adds"] < 8:       # every add framed
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            assert results == {}
+        finally:
+            failpoints.disarm()
+            release.set()
+        [t.join(10) for t in threads]
+        assert results == {i: 0 for i in range(8)}
+
+
+def test_a_failed_sync_wakes_every_waiter_with_the_error(tmp_path):
+    log = embedlog.open(tmp_path, **CFG)
+    results = {}
+    reached, release = threading.Event(), threading.Event()
+
+    def fail():
+        reached.set()
+        release.wait(10)
+        raise OSError(5, "Input/output error (injected)")
+    failpoints.arm("journal.before_sync", fail)
+    try:
+        threads = _threads_appending(log, 8, results)
+        [t.start() for t in threads]
+        assert reached.wait(10)
+        release.set()
+        [t.join(10) for t in threads]
+        assert not any(t.is_alive() for t in threads)
+        assert len(results) == 8 and all(isinstance(r, Exception) for r in results.values()), results
+    finally:
+        failpoints.disarm()
+        release.set()
+        abandon(log)

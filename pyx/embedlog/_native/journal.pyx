@@ -35,6 +35,7 @@ from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite, fdatasync, fsync
+from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
 
 from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -299,6 +300,90 @@ cdef class JournalBuffer:
         if err:
             raise OSError(err, "journal write failed")
         return start[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
+
+
+cdef extern from "native.h" nogil:
+    uint64_t el_load_acquire(const uint64_t *p)
+    void el_store_release(uint64_t *p, uint64_t v)
+
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+    ctypedef struct pthread_cond_t:
+        pass
+    int pthread_mutex_init(pthread_mutex_t *, void *)
+    int pthread_mutex_destroy(pthread_mutex_t *)
+    int pthread_mutex_lock(pthread_mutex_t *)
+    int pthread_mutex_unlock(pthread_mutex_t *)
+    int pthread_cond_init(pthread_cond_t *, void *)
+    int pthread_cond_destroy(pthread_cond_t *)
+    int pthread_cond_broadcast(pthread_cond_t *)
+    int pthread_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *)
+
+
+cdef class DurableSeq:
+    """How far the journal is durable, for waiters outside the bookie's lock: a waiter
+    whose group is being synced sleeps here without the GIL, and the leader's ``publish``
+    wakes every one of them at once (16 threads appending: no herd through the lock).
+    ``epoch`` moves on every publish and ``wake``, so a waiter also wakes when a group
+    ends without covering it (it failed, the journal closed) and looks again."""
+    cdef pthread_mutex_t mu
+    cdef pthread_cond_t cond
+    cdef uint64_t _synced
+    cdef uint64_t _epoch
+
+    def __cinit__(self):
+        pthread_mutex_init(&self.mu, NULL)
+        pthread_cond_init(&self.cond, NULL)
+        self._synced = 0
+        self._epoch = 0
+
+    def __dealloc__(self):
+        pthread_cond_destroy(&self.cond)
+        pthread_mutex_destroy(&self.mu)
+
+    @property
+    def synced(self):
+        return el_load_acquire(&self._synced)
+
+    @property
+    def epoch(self):
+        return el_load_acquire(&self._epoch)
+
+    def publish(self, uint64_t synced):
+        """The journal is durable up to ``synced``: wake every waiter."""
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            if synced > self._synced:
+                el_store_release(&self._synced, synced)
+            el_store_release(&self._epoch, self._epoch + 1)
+            pthread_cond_broadcast(&self.cond)
+            pthread_mutex_unlock(&self.mu)
+
+    def wake(self):
+        """Something changed that waiters must look at (a failed group, a close)."""
+        self.publish(0)
+
+    def wait(self, uint64_t seq, uint64_t epoch, double timeout_s):
+        """Sleep until durable up to ``seq``, the epoch moves past ``epoch`` or
+        ``timeout_s`` passes; returns whether ``seq`` is durable."""
+        cdef timespec ts
+        cdef bint reached
+        clock_gettime(CLOCK_REALTIME, &ts)
+        ts.tv_sec += <long>timeout_s
+        ts.tv_nsec += <long>((timeout_s - <long>timeout_s) * 1e9)
+        if ts.tv_nsec >= 1000000000:
+            ts.tv_sec += 1
+            ts.tv_nsec -= 1000000000
+        with nogil:
+            pthread_mutex_lock(&self.mu)
+            while self._synced < seq and self._epoch == epoch:
+                if pthread_cond_timedwait(&self.cond, &self.mu, &ts) != 0:
+                    break           # timed out (the caller looks at its deadline)
+            reached = self._synced >= seq
+            pthread_mutex_unlock(&self.mu)
+        return reached
 
 
 def sync_fd(int fd, bint data_only=True):

@@ -19,6 +19,8 @@
  * them. On x86 stores are seen in program order; this keeps the compiler from moving
  * them (and orders them on weaker CPUs). */
 static inline void el_publish(void) { __atomic_thread_fence(__ATOMIC_RELEASE); }
+static inline uint64_t el_load_acquire(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void el_store_release(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 static inline void el_put64(uint8_t *p, uint64_t v) { v = __builtin_bswap64(v); memcpy(p, &v, 8); }
 static inline void el_put32(uint8_t *p, uint32_t v) { v = __builtin_bswap32(v); memcpy(p, &v, 4); }
