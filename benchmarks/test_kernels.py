@@ -39,6 +39,44 @@ def test_encode_journal_and_memtable(benchmark):
     benchmark(run)
 
 
+@pytest.fixture
+def bookie_ledger(tmp_path):
+    """A bookie with one ledger; its group commit never syncs during the benchmark (nobody
+    waits), so the figures are the add path alone: checks, framing, memtable."""
+    import embedlog
+    log = embedlog.open(tmp_path, journal_sync_data=False)
+    w = log.create_ledger(digest="crc32c")
+    yield log.bookie, w.ledger_id, fmt.master_key(b"")
+    log.close()
+
+
+@pytest.mark.benchmark(group="add_path_per_call")
+def test_add_path_one_entry_per_call(benchmark, bookie_ledger):
+    """The fixed cost of one call of the bookie's add path (µs per call), one entry."""
+    bookie, lid, key = bookie_ledger
+    state = {"eid": 0, "length": 0}
+    one = PAYLOADS[:1]
+
+    def run():
+        _seq, state["length"] = bookie.add_payloads(lid, key, state["eid"], -1, state["length"],
+                                                    3, None, one)
+        state["eid"] += 1
+    benchmark(run)
+
+
+@pytest.mark.benchmark(group="add_path_per_call")
+def test_add_path_1000_entries_per_call(benchmark, bookie_ledger):
+    """The same path with 1000 x 100 B per call: µs per call = ns per entry."""
+    bookie, lid, key = bookie_ledger
+    state = {"eid": 0, "length": 0}
+
+    def run():
+        _seq, state["length"] = bookie.add_payloads(lid, key, state["eid"], -1, state["length"],
+                                                    3, None, PAYLOADS)
+        state["eid"] += N
+    benchmark(run)
+
+
 @pytest.mark.benchmark(group="encode_1000x100B")
 def test_encode_entry_one_call_each(benchmark):
     benchmark(lambda: [fmt.encode_entry(0, 1, i, -1, 0, "crc32c", p) for i, p in enumerate(PAYLOADS)])
