@@ -600,7 +600,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._target = None          # availableNow: the offsets to stop at
         self._latest = None          # what the last latestOffset saw (reportLatestOffset)
-        self._last_trigger_ms = 0.0  # minEntriesPerTrigger: when the last batch was let through
+        # minEntriesPerTrigger: when the last batch was let through (None: never, so the first
+        # is not held back; Kafka compares with 0 on the wall clock, so its first batch runs)
+        self._last_trigger_ms = None
         client = client_for(opts)
         try:
             names = resolve_streams(client, opts)      # unknown streams fail while planning
@@ -660,6 +662,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         now_ms = time.monotonic() * 1000
         wait_for = self.opts.min_entries_per_trigger
         if wait_for and self._target is None and 0 < sum(lags.values()) < wait_for \
+                and self._last_trigger_ms is not None \
                 and now_ms - self._last_trigger_ms < self.opts.max_trigger_delay_ms:
             return dict(start)              # too little yet: no batch (Kafka's minOffsetsPerTrigger)
         if sum(lags.values()) and self._target is None:

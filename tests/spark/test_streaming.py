@@ -205,6 +205,18 @@ def test_min_entries_wait_up_to_the_trigger_delay(uri, client, name):
     assert r.latestOffset(second, ReadMaxRows(1000)) == {name: end()}
 
 
+def test_the_first_trigger_is_never_held_back_whatever_the_clock(uri, client, name):
+    """A delay longer than the machine's uptime (time.monotonic() counts from boot): the
+    first trigger still goes, as Kafka's does, however few entries wait."""
+    append(client, name, [b"x"] * 10)
+    delay_ms = int(time.monotonic() * 1000) + 3_600_000
+    r = StreamReader(read_options({"metadataServiceUri": uri, "streams": name,
+                                   "minEntriesPerTrigger": "50", "maxTriggerDelay": str(delay_ms)}))
+    start = r.initialOffset()
+    end = client.open_stream(name, create=False).last_position() + 1
+    assert r.latestOffset(start, ReadAllAvailable()) == {name: end}
+
+
 def test_progress_shows_the_backlog(spark, uri, client, name):
     """reportLatestOffset: the progress carries the latest position ahead of the batch's end."""
     s = client.open_stream(name)
