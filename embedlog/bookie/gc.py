@@ -100,7 +100,7 @@ class GarbageCollector:
         }
         self.last_scan: dict = {}
         self.missing: dict = {}            # (scope, lid) -> ms first seen missing, never deleted
-        self._last_purge = 0.0
+        self._last_purge = float("-inf")    # the first GC pass purges, whatever the uptime
         self.compaction_enabled = True     # an operator's (or a benchmark's) switch
         now = time.monotonic()
         self.last_minor = now
