@@ -12,8 +12,9 @@ Directory layout (docs/FORMATS.md)::
 An add is framed into the journal buffer and copied into the memtable under
 one lock, then waits (without the lock) for the group commit that makes it
 durable. The memtable is flushed, sorted, into entry logs when full; a
-checkpoint (every flush_interval_ms, on close, after replay) syncs entry logs
-and index, persists the LastLogMark and trims old journals.
+checkpoint (every flush_interval_ms, on close, and in the background after
+replay) syncs entry logs and index, persists the LastLogMark and trims old
+journals.
 """
 from __future__ import annotations
 
@@ -129,15 +130,11 @@ class Bookie:
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
         self.checkpointer = Checkpointer(self)
-        try:
-            self.checkpoint()
-        except (OSError, EmbedlogError) as exc:
-            # a full disk: start anyway (read-only, see below); the replayed entries stay in
-            # the journal and the memtable, and the next checkpoint writes them
-            if not _no_space(exc):
-                raise
-            log.error("bookie %s: no room to checkpoint after replay (%s); starting read-only",
-                      self.bookie_id, exc)
+        # the checkpoint after replay runs in the background, as in BookKeeper: the replayed
+        # entries are served from the memtable and the mark stays until that checkpoint has
+        # made them durable elsewhere. On a full disk it fails there, counted and retried,
+        # and the bookie starts anyway (read-only: the disk monitor below)
+        self.checkpointer.request(flush_active=True)
         self.storage.on_flushed = self.checkpointer.request
         self.storage.start()
         self.checkpointer.start()
