@@ -126,6 +126,9 @@ class Bookie:
         self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
+        # the flusher runs during replay: a full memtable goes to the entry logs in the
+        # background while replay fills the other one (as adds do)
+        self.storage.start()
         self.replay_report = replay_bookie(self)
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
@@ -136,7 +139,6 @@ class Bookie:
         # and the bookie starts anyway (read-only: the disk monitor below)
         self.checkpointer.request(flush_active=True)
         self.storage.on_flushed = self.checkpointer.request
-        self.storage.start()
         self.checkpointer.start()
         self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
         self.storage.on_flush_error = lambda exc: self.disks.check()
