@@ -35,7 +35,7 @@ from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.checkpoint import Checkpointer
 from embedlog.bookie.journal import Journal
 from embedlog.bookie.lastmark import LastLogMark
-from embedlog.bookie.replay import replay_bookie
+from embedlog.bookie.replay import prefetch, replay_bookie
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
@@ -110,6 +110,8 @@ class Bookie:
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
         self.mark = LastLogMark(self.ledger_currents)
+        # the journal replay will read comes into the page cache meanwhile (replay.py)
+        stop_prefetch = prefetch(self.journal_dir, self.mark.read())
         self.deleted = DeletedLedgers(self.ledger_currents[0], self.config.deleted_ledger_retention_ms,
                                       self.config.deleted_ledgers_max)
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
@@ -129,7 +131,10 @@ class Bookie:
         # the flusher runs during replay: a full memtable goes to the entry logs in the
         # background while replay fills the other one (as adds do)
         self.storage.start()
-        self.replay_report = replay_bookie(self)
+        try:
+            self.replay_report = replay_bookie(self)
+        finally:
+            stop_prefetch.set()
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
         self.checkpointer = Checkpointer(self)
