@@ -927,8 +927,8 @@ class Runner:
                         f"{replayed / 2**20:,.0f} MiB of journal ({extra['records']:,} records; "
                         f"the rest was checkpointed before the kill) at "
                         f"{replayed / 1e9 / max(extra['replay_s'], 1e-9):.2f} GB/s of replay "
-                        f"({extra['replay_s']:.2f} s, the rest of the open is the checkpoint "
-                        f"after it); child ingest {info['ingest_s']:.2f} s; every ledger's LAC "
+                        f"({extra['replay_s']:.2f} s of the open; the checkpoint after it runs in "
+                        f"the background); child ingest {info['ingest_s']:.2f} s; every ledger's LAC "
                         f"after reopen is its last acknowledged entry: {extra['verified']}")
                 else:
                     self.notes.append(f"reopen_after_crash / {store}: open took {secs * 1000:.1f} ms "

@@ -12,8 +12,9 @@ Directory layout (docs/FORMATS.md)::
 An add is framed into the journal buffer and copied into the memtable under
 one lock, then waits (without the lock) for the group commit that makes it
 durable. The memtable is flushed, sorted, into entry logs when full; a
-checkpoint (every flush_interval_ms, on close, after replay) syncs entry logs
-and index, persists the LastLogMark and trims old journals.
+checkpoint (every flush_interval_ms, on close, and in the background after
+replay) syncs entry logs and index, persists the LastLogMark and trims old
+journals.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.checkpoint import Checkpointer
 from embedlog.bookie.journal import Journal
 from embedlog.bookie.lastmark import LastLogMark
-from embedlog.bookie.replay import replay_bookie
+from embedlog.bookie.replay import prefetch, replay_bookie
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
@@ -109,6 +110,8 @@ class Bookie:
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
         self.mark = LastLogMark(self.ledger_currents)
+        # the journal replay will read comes into the page cache meanwhile (replay.py)
+        stop_prefetch = prefetch(self.journal_dir, self.mark.read())
         self.deleted = DeletedLedgers(self.ledger_currents[0], self.config.deleted_ledger_retention_ms,
                                       self.config.deleted_ledgers_max)
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
@@ -125,21 +128,22 @@ class Bookie:
         self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
-        self.replay_report = replay_bookie(self)
+        # the flusher runs during replay: a full memtable goes to the entry logs in the
+        # background while replay fills the other one (as adds do)
+        self.storage.start()
+        try:
+            self.replay_report = replay_bookie(self)
+        finally:
+            stop_prefetch.set()
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
         self.checkpointer = Checkpointer(self)
-        try:
-            self.checkpoint()
-        except (OSError, EmbedlogError) as exc:
-            # a full disk: start anyway (read-only, see below); the replayed entries stay in
-            # the journal and the memtable, and the next checkpoint writes them
-            if not _no_space(exc):
-                raise
-            log.error("bookie %s: no room to checkpoint after replay (%s); starting read-only",
-                      self.bookie_id, exc)
+        # the checkpoint after replay runs in the background, as in BookKeeper: the replayed
+        # entries are served from the memtable and the mark stays until that checkpoint has
+        # made them durable elsewhere. On a full disk it fails there, counted and retried,
+        # and the bookie starts anyway (read-only: the disk monitor below)
+        self.checkpointer.request(flush_active=True)
         self.storage.on_flushed = self.checkpointer.request
-        self.storage.start()
         self.checkpointer.start()
         self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
         self.storage.on_flush_error = lambda exc: self.disks.check()

@@ -10,7 +10,10 @@ are replayed after a crash.
 
 Checkpoints run every flush_interval_ms and, as in BookKeeper's SortedLedgerStorage, as soon
 as a full memtable has been flushed, so a crash replays at most about two memtables of
-journal however fast the writes come.
+journal however fast the writes come. The one after replay runs here too, not in the open
+(``request(flush_active=True)``): until it ends, the replayed records stay in the memtable
+and the journal files the mark points into, as after any crash, so a second crash replays
+them again.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ class Checkpointer:
         self.last_seq = 0                 # journal seq the last checkpoint covered
         self._stop = threading.Event()
         self._wake = threading.Event()       # a memtable was flushed: checkpoint now
+        self._flush_wanted = False           # a full checkpoint was requested (after replay)
+        self.replay_checkpointed = threading.Event()   # that one has succeeded (tests wait on it)
         self._thread: threading.Thread | None = None
 
     def checkpoint(self, flush_active: bool = True) -> tuple[int, int]:
@@ -57,8 +62,11 @@ class Checkpointer:
         self._thread = threading.Thread(target=self._loop, name="embedlog-sync", daemon=True)
         self._thread.start()
 
-    def request(self) -> None:
-        """Checkpoint soon (a memtable flush finished; called with the bookie's lock held)."""
+    def request(self, flush_active: bool = False) -> None:
+        """Checkpoint soon: after a memtable flush (called with the bookie's lock held), or,
+        with ``flush_active``, a full one that flushes the active memtable too (after replay)."""
+        if flush_active:
+            self._flush_wanted = True
         self._wake.set()
 
     def stop(self) -> None:
@@ -70,17 +78,21 @@ class Checkpointer:
     def _loop(self) -> None:
         b = self.bookie
         interval_s = b.config.flush_interval_ms / 1000.0
-        if interval_s <= 0:
-            return
+        periodic = interval_s > 0          # flush_interval_ms=0: only requested full checkpoints
         next_full = time.monotonic() + interval_s
         while True:
-            woken = self._wake.wait(max(0.0, next_full - time.monotonic()))
+            woken = self._wake.wait(max(0.0, next_full - time.monotonic()) if periodic else None)
             self._wake.clear()
             if self._stop.is_set():
                 return
-            full = time.monotonic() >= next_full
+            wanted, self._flush_wanted = self._flush_wanted, False
+            full = wanted or (periodic and time.monotonic() >= next_full)
+            if not (periodic or full):
+                continue
             with b.cv:
-                if full:
+                if wanted:
+                    due = True
+                elif full:
                     due = b.journal.appended_seq != self.last_seq or not b.storage.active.is_empty()
                 else:
                     due = woken and b.storage.flushed_seq > self.last_seq
@@ -90,9 +102,13 @@ class Checkpointer:
                 continue
             try:
                 self.checkpoint(flush_active=full)
+                if wanted:
+                    self.replay_checkpointed.set()
             except (EmbedlogError, OSError):
                 if b._closed:
                     return
+                if wanted:
+                    self._flush_wanted = True       # retried at the next wake or interval
                 # a full disk or a failed flush: try again next interval (the journal
                 # keeps everything until a checkpoint succeeds)
                 b.stats["checkpoint_errors"] = b.stats.get("checkpoint_errors", 0) + 1

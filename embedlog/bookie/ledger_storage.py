@@ -128,8 +128,8 @@ class SortedLedgerStorage:
         """The active memtable is full (or a checkpoint wants it flushed): swap it out.
 
         ``seq`` is the journal position after every record in it. Waits while the
-        previous snapshot is still being flushed; flushes inline before the flusher
-        runs (journal replay)."""
+        previous snapshot is still being flushed; flushes inline if the flusher is not
+        running."""
         if self.active.is_empty():
             if self.snapshot is None:              # nothing unflushed: all of seq is in storage
                 self.flushed_seq = max(self.flushed_seq, seq)

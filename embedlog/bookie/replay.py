@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 import time
 
 from embedlog._native import journal as nj
@@ -87,8 +88,9 @@ def apply_record(bookie, rtype: int, body: bytes) -> None:
 
 
 def replay_bookie(bookie) -> dict:
-    """Replay ``bookie``'s journal from its LastLogMark; the report of what was done."""
-    mark = bookie.mark.read()
+    """Replay ``bookie``'s journal from its LastLogMark (read by the caller, see
+    ``LastLogMark.read``); the report of what was done."""
+    mark = bookie.mark.persisted
 
     def apply(rtype, body, path, off):
         try:
@@ -128,6 +130,34 @@ def replay_bookie(bookie) -> dict:
 
 
 # -- the files ---------------------------------------------------------------------------------
+
+def prefetch(directory: str, mark: tuple[int, int]) -> threading.Event:
+    """Read the journal from ``mark`` on into the page cache in a thread while the bookie
+    loads its indexes and entry logs; set the returned event to stop it. The journal's
+    pages were dropped from the cache after each sync, and the kernel's readahead of a
+    mapping (even with MADV_WILLNEED) fetches a few MiB at a time, so the scan would
+    wait for the disk."""
+    stop = threading.Event()
+
+    def run():
+        buf = bytearray(1 << 20)
+        try:
+            for file_id in journal_ids(directory):
+                if file_id < mark[0]:
+                    continue
+                with open(os.path.join(directory, "%x.txn" % file_id), "rb", buffering=0) as f:
+                    off = mark[1] & ~(mmap.PAGESIZE - 1) if file_id == mark[0] else 0
+                    while not stop.is_set():
+                        n = os.preadv(f.fileno(), [buf], off)
+                        if n <= 0:
+                            break
+                        off += n
+        except OSError:
+            pass                # a speed-up only: replay reads (and reports) what it needs
+
+    threading.Thread(target=run, name="embedlog-journal-prefetch", daemon=True).start()
+    return stop
+
 
 def check_chain(directory: str, mark_id: int, head: int | None) -> list:
     """Journal files replay needs that are missing, before anything is applied: the file

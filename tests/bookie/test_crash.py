@@ -2,16 +2,19 @@
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import threading
 import time
 
+import pytest
+
 from cliutil import ROOT, TESTS
 import embedlog
 from embedlog import LedgerId
 from crash_child import payload
-
+from reopen_child import CONFIG as REOPEN_CONFIG
 
 
 def run_cycle(path, seed, rnd):
@@ -63,3 +66,46 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path):
                 for e in ids:
                     assert got[e] == payload(q, e), (cycle, q, e)
         assert sum(len(v) for v in acked.values()) > 0
+
+
+def run_reopen_child(path, *args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, os.path.join(TESTS, "reopen_child.py"), str(path), *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == -9, (args, proc.returncode, proc.stderr[-2000:])
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.parametrize("point", ["checkpoint.before_index_flush", "checkpoint.before_lastmark"])
+def test_killed_again_before_the_checkpoint_after_replay_loses_nothing(tmp_path, point):
+    """The checkpoint after replay runs in the background: a bookie killed again before it
+    ends (held at ``point``) has not moved its mark nor trimmed a journal, so the next
+    start replays the first crash's records again, and the fences and adds made since."""
+    first = run_reopen_child(tmp_path, "first")
+    mark_file = tmp_path / "current" / "lastMark"
+    mark = mark_file.read_bytes()
+    journals = set(os.listdir(tmp_path / "journal"))
+    again = run_reopen_child(tmp_path, "again", point)
+    assert "HELD" in again, again[-5:]
+    assert mark_file.read_bytes() == mark, "the mark moved before the checkpoint ended"
+    assert journals <= set(os.listdir(tmp_path / "journal")), "a journal replay needs was trimmed"
+    acked, fenced = {}, {}
+    for line in first + again:
+        parts = line.split()
+        if parts[0] == "ACK":
+            acked.setdefault(parts[1], set()).add(int(parts[2]))
+        elif parts[0] == "FENCED":
+            fenced[parts[1]] = int(parts[2])
+    assert len(acked) == 6 and len(fenced) == 3
+    with embedlog.open(tmp_path, **REOPEN_CONFIG) as log:
+        b = log.bookie
+        assert b.replay_report["mark"] == struct.unpack(">QQ", mark[:16])   # replayed from it again
+        assert b.replay_report["records"] > 0
+        for q, lac in fenced.items():
+            assert lac == max(acked[q]), q            # recovery found every acknowledged entry
+            assert b.is_fenced(LedgerId.parse(q)), q  # and its fence came back by replay
+        for q, ids in acked.items():
+            r = log.open_ledger(LedgerId.parse(q))
+            assert r.last_add_confirmed == max(ids), q
+            got = r.read_batch(0, max(ids))
+            assert all(got[e] == payload(q, e) for e in ids), q

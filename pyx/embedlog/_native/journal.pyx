@@ -459,10 +459,54 @@ cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max
     return n
 
 
+ctypedef struct jrec:
+    int64_t off
+    int64_t body_start
+    int64_t body_len
+    int rtype
+
+
+cdef class Records:
+    """scan()'s records as C structs, so replay walks them without a Python object per
+    record; ``records[i]`` is the tuple (offset, type, body_start, body_len)."""
+    cdef jrec *recs
+    cdef Py_ssize_t n, cap
+
+    def __dealloc__(self):
+        free(self.recs)
+
+    cdef int push(self, int64_t off, int rtype, int64_t body_len) noexcept nogil:
+        """Append a record; -1 when out of memory."""
+        cdef jrec *r
+        cdef Py_ssize_t cap
+        if self.n == self.cap:
+            cap = max(self.cap * 2, 1024)
+            r = <jrec *>realloc(self.recs, cap * sizeof(jrec))
+            if r == NULL:
+                return -1
+            self.recs, self.cap = r, cap
+        r = &self.recs[self.n]
+        r.off, r.rtype, r.body_start, r.body_len = off, rtype, off + RECORD_HEADER_SIZE, body_len
+        self.n += 1
+        return 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, Py_ssize_t i):
+        cdef jrec *r
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("record index out of range")
+        r = &self.recs[i]
+        return r.off, r.rtype, r.body_start, r.body_len
+
+
 def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint skip_corrupt=False):
     """Walk the records of one journal file held in ``data`` (bytes or an mmap).
 
-    Returns (records, end, status, skipped) where records is a list of
+    Returns (records, end, status, skipped) where records is a sequence (``Records``) of
     (offset, type, body_start, body_len), ``end`` is the offset after the last
     good record, status is "clean" (ended by zeros or at the file end), "torn" (a
     bad or partial record followed only by zeros: safe to cut at ``end``) or
@@ -472,17 +516,26 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
     """
     cdef const uint8_t[::1] v = data
     cdef Py_ssize_t total = v.shape[0]
-    cdef Py_ssize_t off = start, n, probe
+    cdef Py_ssize_t off = start, n = 0, probe
     cdef const uint8_t *base = &v[0] if total else NULL
-    records = []
+    cdef Records records = Records()
+    cdef int err = 0
     skipped = []
     status = "clean"
     while off < total:
-        n = _valid_record(base + off, total - off, max_record_size)
-        if n > 0:
-            records.append((off, base[off + 8], off + RECORD_HEADER_SIZE, n))
-            off += RECORD_HEADER_SIZE + n
-            continue
+        with nogil:         # the memtable flusher and the prefetcher run meanwhile
+            while off < total:
+                n = _valid_record(base + off, total - off, max_record_size)
+                if n <= 0:
+                    break
+                if records.push(off, base[off + 8], n) < 0:
+                    err = 1
+                    break
+                off += RECORD_HEADER_SIZE + n
+        if err:
+            raise MemoryError()
+        if off >= total:
+            break
         # a zero length ends the log, a bad record is a torn tail, if no good record
         # follows; a good record after either is corruption in the middle
         probe = _next_good(base, off + 1, total, max_record_size)
@@ -707,28 +760,27 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
 
 # -- replay: runs of entry records straight from the mapped journal into the memtable --------
 
-def replay_entries(data, list records, Py_ssize_t i, MemTable mt, dict seen):
-    """Put the entries of records[i:] (scan()'s tuples over ``data``) into the memtable,
+def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen):
+    """Put the entries of records[i:] (scan()'s, over ``data``) into the memtable,
     up to the first record that is not an entry or that the memtable has no room for;
     returns its index. ``seen`` gets {(scope, ledger): highest entry id} of what was put.
     JournalCorruptedError ("offset N: ...") for an entry whose header does not parse."""
     cdef const uint8_t[::1] v = data
-    cdef Py_ssize_t n = PyList_GET_SIZE(records), start, blen
+    cdef Py_ssize_t n = records.n
     cdef uint64_t s, l, cs = 0, cl = 0
     cdef int64_t e, top = -1
     cdef bint have = False
-    cdef tuple rec
+    cdef jrec *rec
     while i < n:
-        rec = <tuple>PyList_GET_ITEM(records, i)
-        if rec[1] != REC_ENTRY and rec[1] != REC_ENTRY_CRC32C:
+        rec = &records.recs[i]
+        if rec.rtype != REC_ENTRY and rec.rtype != REC_ENTRY_CRC32C:
             break
-        start, blen = rec[2], rec[3]
         try:
-            parse_ids(&v[start], blen, &s, &l, &e)
-            if mt.put(s, l, e, &v[start], blen) < 0:
+            parse_ids(&v[rec.body_start], rec.body_len, &s, &l, &e)
+            if mt.put(s, l, e, &v[rec.body_start], rec.body_len) < 0:
                 break
         except (CorruptedDataError, EntryTooLargeError) as exc:
-            raise JournalCorruptedError(f"offset {rec[0]}: {exc}") from None
+            raise JournalCorruptedError(f"offset {rec.off}: {exc}") from None
         if not have or s != cs or l != cl:
             if have and top > seen.get((cs, cl), -1):
                 seen[(cs, cl)] = top
