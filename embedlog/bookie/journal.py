@@ -367,10 +367,19 @@ class Journal:
         while True:
             if self.durable.synced >= seq and not self._failed_at(seq):
                 return
-            with self.cv:
-                epoch = self.durable.epoch
-                if self._step(seq, deadline):
-                    return
+            epoch = self.durable.epoch
+            if not self._syncing or self._closed or self._error is not None:
+                # no sync under way (as far as a look without the lock tells): lead one, or
+                # find that one started (or why none will); a sync that ends after the epoch
+                # was read moves it, so the wait below cannot miss it
+                with self.cv:
+                    epoch = self.durable.epoch
+                    if self._step(seq, deadline):
+                        return
+            elif deadline is not None and time.monotonic() >= deadline:
+                with self.cv:
+                    if self._step(seq, deadline):     # raises TimeoutError unless durable
+                        return
             left = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
             self.durable.wait(seq, epoch, min(left, 1.0))
 
