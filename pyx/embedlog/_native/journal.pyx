@@ -146,6 +146,20 @@ cdef uint8_t *_aligned_alloc(Py_ssize_t n) noexcept nogil:
     return <uint8_t *>p
 
 
+cdef int _pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil:
+    """pwrite all n bytes (through short writes and EINTR); 0 or the errno."""
+    cdef ssize_t r
+    cdef Py_ssize_t done = 0
+    while done < n:
+        r = pwrite(fd, p + done, n - done, offset + done)
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        done += r
+    return 0
+
+
 cdef class JournalBuffer:
     """Framed records waiting to be written; appenders fill it under the bookie lock.
 
@@ -250,22 +264,12 @@ cdef class JournalBuffer:
 
     def write_to(self, int fd, long long offset):
         """pwrite the whole buffer at ``offset`` without the GIL; returns bytes written."""
-        cdef Py_ssize_t done = 0, n = self.size
-        cdef ssize_t r
-        cdef int err = 0
+        cdef int err
         with nogil:
-            while done < n:
-                r = pwrite(fd, self.data + done, n - done, offset + done)
-                if r < 0:
-                    if errno == EINTR:
-                        continue
-                    err = errno
-                    break
-                done += r
+            err = _pwrite_all(fd, self.data, self.size, offset)
         if err:
             raise OSError(err, "journal write failed")
-        return done
-
+        return self.size
 
     def write_direct(self, int fd, long long offset, bytes tail):
         """Write the records at ``offset`` through ``fd`` opened with O_DIRECT: whole
@@ -273,9 +277,8 @@ cdef class JournalBuffer:
         front of ``offset`` in its block (written again, unchanged, so a torn block write
         leaves either version of them), the last block padded with zeros (the end of the
         log). Returns the new tail: the bytes of the last partial block written."""
-        cdef Py_ssize_t lag = offset % DIRECT_ALIGN, end, padded, done = 0
-        cdef ssize_t r
-        cdef int err = 0
+        cdef Py_ssize_t lag = offset % DIRECT_ALIGN, end, padded
+        cdef int err
         cdef uint8_t *start
         if PyBytes_GET_SIZE(tail) != lag:
             raise ValueError(f"tail of {PyBytes_GET_SIZE(tail)} bytes for offset {offset}")
@@ -289,14 +292,7 @@ cdef class JournalBuffer:
         padded = (end + DIRECT_ALIGN - 1) & ~(<Py_ssize_t>DIRECT_ALIGN - 1)
         memset(start + end, 0, padded - end)
         with nogil:
-            while done < padded:
-                r = pwrite(fd, start + done, padded - done, offset - lag + done)
-                if r < 0:
-                    if errno == EINTR:
-                        continue
-                    err = errno
-                    break
-                done += r
+            err = _pwrite_all(fd, start, padded, offset - lag)
         if err:
             raise OSError(err, "journal write failed")
         return start[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
@@ -403,20 +399,14 @@ def write_zeros(int fd, long long offset, long long length, bint sync=True):
     cdef Py_ssize_t chunk = 1 << 20
     cdef uint8_t *z = _aligned_alloc(chunk)
     cdef long long done = 0
-    cdef ssize_t r
     cdef int err = 0
     if z == NULL:
         raise MemoryError()
     memset(z, 0, chunk)
     with nogil:
-        while done < length:
-            r = pwrite(fd, z, min(chunk, length - done), offset + done)
-            if r < 0:
-                if errno == EINTR:
-                    continue
-                err = errno
-                break
-            done += r
+        while done < length and not err:
+            err = _pwrite_all(fd, z, min(chunk, length - done), offset + done)
+            done += chunk
         if not err and sync and fdatasync(fd) != 0:
             err = errno
     free(z)
