@@ -49,7 +49,8 @@ class BookieConfig:
     journal_remove_pages_from_page_cache: bool = _key(
         True, "drop the journal's synced pages from the page cache (journalRemoveFromPageCache): "
         "the journal is read only by replay, so its pages would only push entry-log pages, which "
-        "readers use, out of the cache.")
+        "readers use, out of the cache. Buffered writes only: O_DIRECT ones (journal_direct_writes) "
+        "leave none there.")
     journal_direct_writes: bool = _key(
         True, "write groups and preallocation zeros with O_DIRECT in whole 4 KiB blocks (the "
         "block the last group ended in is written again, unchanged), so they bypass the page "
