@@ -21,8 +21,10 @@ def abandon(log):
     b.checkpointer.stop()
     for t in b.journal._threads:
         t.join(timeout=5)
-    os.close(b.journal._fd)
-    b.journal._fd = -1
+    for fd in (b.journal._fd, b.journal._dfd):
+        if fd >= 0:
+            os.close(fd)
+    b.journal._fd = b.journal._dfd = -1
     b.storage.close()
     os.close(b._lock_fd)
     log.metadata.close()

@@ -104,6 +104,9 @@ class Journal:
         ``mark`` records each new file as the journal head. On a full disk the bookie still
         starts: the file is opened by the first group once there is room."""
         self._mark = mark
+        # the first group lands right after the header (later ones: _lead says where; it
+        # alone may move an empty buffer, under the lock, as appenders fill it under it)
+        self.buffer.set_lead(nj.HEADER_SIZE)
         try:
             self._open_file()
         except OSError as exc:
@@ -151,7 +154,6 @@ class Journal:
                 os.close(old)
         self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, nj.HEADER_SIZE
         self._tail = header
-        self.buffer.set_lead(nj.HEADER_SIZE)      # an empty buffer's records start there
         self._dropped_to = 0                 # pages below this were dropped from the cache
         self._path = path
         self._zero_end = zero_end
