@@ -33,11 +33,18 @@ class Checkpointer:
         self._flush_wanted = False           # a full checkpoint was requested (after replay)
         self.replay_checkpointed = threading.Event()   # that one has succeeded (tests wait on it)
         self._thread: threading.Thread | None = None
+        # the thread's checkpoints and those called directly (close, after replay) take turns:
+        # two at once would trim the same journal files (the second found them gone)
+        self._one_at_a_time = threading.Lock()
 
     def checkpoint(self, flush_active: bool = True) -> tuple[int, int]:
         """Make durable what the entry logs hold and move the mark past it. With
         ``flush_active`` the active memtable is flushed first; without, only memtables
         already flushed are covered (the checkpoint after a full memtable's flush)."""
+        with self._one_at_a_time:
+            return self._checkpoint(flush_active)
+
+    def _checkpoint(self, flush_active: bool) -> tuple[int, int]:
         b = self.bookie
         with b.cv:
             if flush_active:

@@ -535,7 +535,10 @@ class Journal:
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
         for i in victims:
-            os.unlink(os.path.join(self.directory, "%x.txn" % i))
+            try:
+                os.unlink(os.path.join(self.directory, "%x.txn" % i))
+            except FileNotFoundError:
+                pass                # already trimmed: deleting is idempotent
         if victims:
             fsync_dir(self.directory)
         return victims

@@ -508,3 +508,64 @@ def test_a_failed_sync_wakes_every_waiter_with_the_error(tmp_path):
         failpoints.disarm()
         release.set()
         abandon(log)
+
+
+def test_checkpoints_take_turns(tmp_path):
+    """Regression: close()'s checkpoint ran beside the background one (after replay) and
+    both trimmed the same journal files; the second found them gone (FileNotFoundError).
+    A checkpoint started while another is held after moving the mark waits its turn."""
+    log = embedlog.open(tmp_path, journal_max_size_mb=1, journal_max_backups=0,
+                        journal_pre_alloc_size_mb=1, flush_interval_ms=0)
+    try:
+        w = log.create_ledger()
+        for _ in range(30):
+            w.append_many([os.urandom(10_000) for _ in range(10)])
+        paused, release, hits, errors = threading.Event(), threading.Event(), [], []
+
+        def hold_the_first():
+            hits.append(1)
+            if len(hits) == 1:
+                paused.set()
+                release.wait(10)
+
+        def checkpoint():
+            try:
+                log.bookie.checkpoint()
+            except Exception as exc:          # what each checkpoint raised
+                errors.append(exc)
+        failpoints.arm("checkpoint.after_lastmark", hold_the_first)   # mark moved, not trimmed
+        try:
+            first = threading.Thread(target=checkpoint)
+            first.start()
+            assert paused.wait(10)
+            second = threading.Thread(target=checkpoint)
+            second.start()
+            second.join(0.5)
+            assert len(hits) == 1             # the second has not reached the same point
+            release.set()
+            first.join(10)
+            second.join(10)
+        finally:
+            failpoints.disarm()
+            release.set()
+        assert errors == [] and len(hits) == 2
+    finally:
+        log.close()
+
+
+def test_trimming_a_journal_already_gone_is_not_an_error(tmp_path, monkeypatch):
+    with embedlog.open(tmp_path, journal_max_size_mb=1, journal_max_backups=0,
+                       journal_pre_alloc_size_mb=1, flush_interval_ms=0) as log:
+        w = log.create_ledger()
+        for _ in range(30):
+            w.append_many([os.urandom(10_000) for _ in range(10)])
+        real_unlink = os.unlink
+
+        def someone_else_first(path, *a, **k):
+            if path.endswith(".txn"):
+                real_unlink(path)             # another trim got there first
+            return real_unlink(path, *a, **k)
+        monkeypatch.setattr(os, "unlink", someone_else_first)
+        log.bookie.checkpoint()
+        monkeypatch.undo()
+        assert log.bookie.statistics()["checkpoints"] >= 1
