@@ -296,9 +296,7 @@ class WriteHandle:
                 small = False          # a non-bytes item: the loop below names it
             if small:
                 first = self._next_entry_id
-                seq, self._length = self._bookie.add_payloads(
-                    self.ledger_id, self._master_key, first, self._lac, self._length,
-                    self._digest, self._mac_key, payloads)
+                seq, self._length = self._frame(first, payloads)
                 self._next_entry_id = first + total
                 return seq, self._next_entry_id - 1
             while True:
@@ -312,15 +310,25 @@ class WriteHandle:
                     end += 1
                 chunk = payloads if (start, end) == (0, total) else payloads[start:end]
                 first = self._next_entry_id
-                seq, self._length = self._bookie.add_payloads(
-                    self.ledger_id, self._master_key, first, self._lac, self._length,
-                    self._digest, self._mac_key, chunk)
+                seq, self._length = self._frame(first, chunk)
                 self._next_entry_id = first + len(chunk)
                 if end >= total:
                     return seq, self._next_entry_id - 1
                 self._wait(seq)
                 self._deliver(self._next_entry_id - 1)
                 start = end
+
+    def _frame(self, first: int, payloads: list):
+        try:
+            return self._bookie.add_payloads(self.ledger_id, self._master_key, first, self._lac,
+                                             self._length, self._digest, self._mac_key, payloads)
+        except BaseException as exc:
+            if getattr(exc, "entries_framed", 0):
+                # part of the batch is in the journal under these ids: none may be reused,
+                # so the handle takes no more adds (an earlier add failed)
+                self._next_entry_id = first + exc.entries_framed
+                self._broken = self._broken or exc
+            raise
 
     def _deliver(self, last: int) -> int:
         """Acknowledge entries up to ``last`` (durable; durability comes in journal order,

@@ -73,6 +73,8 @@ class Bookie:
             self._start(journal_dir)
         except BaseException:
             # a bookie that cannot start leaves nothing held: the next try must not see a lock
+            if getattr(self, "_stop_prefetch", None) is not None:
+                self._stop_prefetch.set()
             for service in (getattr(self, "gc", None), getattr(self, "disks", None)):
                 if service is not None:
                     service.stop()
@@ -111,7 +113,7 @@ class Bookie:
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
         self.mark = LastLogMark(self.ledger_currents)
         # the journal replay will read comes into the page cache meanwhile (replay.py)
-        stop_prefetch = prefetch(self.journal_dir, self.mark.read())
+        self._stop_prefetch = prefetch(self.journal_dir, self.mark.read())
         self.deleted = DeletedLedgers(self.ledger_currents[0], self.config.deleted_ledger_retention_ms,
                                       self.config.deleted_ledgers_max)
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
@@ -134,7 +136,7 @@ class Bookie:
         try:
             self.replay_report = replay_bookie(self)
         finally:
-            stop_prefetch.set()
+            self._stop_prefetch.set()
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
         self.checkpointer = Checkpointer(self)
@@ -332,12 +334,16 @@ class Bookie:
                      length: int, digest: int, mac_key, payloads: list) -> tuple[int, int]:
         """Encode and journal payloads as entries first_entry_id, ...; the embedded fast path.
 
-        Returns (journal seq to wait for, ledger length after the last entry).
+        Returns (journal seq to wait for, ledger length after the last entry). An error
+        raised after part of the batch was framed carries ``entries_framed`` (how many).
         """
         lid = LedgerId.coerce(ledger_id)
         key = (lid.scope_id, lid.ledger_id)
         if first_entry_id < 0:
             raise IllegalOpError(f"entry ids are not negative, got {first_entry_id}")
+        if len(payloads) > 1:       # one entry is checked whole by its only pass
+            nj.check_payloads(payloads, key[0], digest, self.config.max_entry_size_bytes,
+                              self.config.skip_list_size_limit)
         with self.cv:
             self._ensure_writable()
             idx = self._check_key(key, master_key, True)
@@ -347,14 +353,23 @@ class Bookie:
             done = 0
             total = len(payloads)
             start_length = length
-            while True:
-                n, length = nj.add_payloads(
-                    self.journal.buffer, self.storage.active, key[0], key[1], first_entry_id + done,
-                    lac, length, digest, mac_key, payloads, done, self.config.max_entry_size_bytes)
-                done += n
-                if done >= total:
-                    break
-                self.storage.make_room(self.journal.note_appended())
+            try:
+                while True:
+                    n, length = nj.add_payloads(
+                        self.journal.buffer, self.storage.active, key[0], key[1],
+                        first_entry_id + done, lac, length, digest, mac_key, payloads, done,
+                        self.config.max_entry_size_bytes)
+                    done += n
+                    if done >= total:
+                        break
+                    self.storage.make_room(self.journal.note_appended())
+            except BaseException as exc:
+                if done:
+                    # entries first_entry_id .. +done-1 are framed and will be journalled:
+                    # the caller must never give those ids to other entries
+                    exc.entries_framed = done
+                    self.journal.note_appended()
+                raise
             seq = self.journal.note_appended()
             if total:
                 self._seen(key, first_entry_id + total - 1)
@@ -671,6 +686,9 @@ class Bookie:
             return
         self.gc.stop()             # before the storage closes under a compaction
         self.disks.stop()
+        # its thread ends (after any checkpoint it is running) before the last one, so none
+        # runs once the directory is unlocked
+        self.checkpointer.stop()
         try:
             self.checkpoint()
         except (OSError, EmbedlogError) as exc:
@@ -683,7 +701,6 @@ class Bookie:
             with self.cv:
                 self._closed = True
                 self.cv.notify_all()
-            self.checkpointer.stop()
             self.journal.close()
             self.storage.close()
             os.close(self._lock_fd)

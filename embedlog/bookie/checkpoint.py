@@ -80,7 +80,7 @@ class Checkpointer:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join()
 
     def _loop(self) -> None:
         b = self.bookie

@@ -67,7 +67,9 @@ class Journal:
         self._error: BaseException | None = None      # the journal cannot go on (EIO, ...)
         # a full disk fails the groups it hits, not the journal: their seq ranges, and a new
         # file before the next group (the failed write may have left part of itself behind)
-        self._failed: collections.deque = collections.deque(maxlen=64)   # (from, to, error)
+        # (from, to, error), contiguous failures merged: a waiter that framed into a failed
+        # group and looks late must still find it (bounded: a disk flapping full and free)
+        self._failed: collections.deque = collections.deque(maxlen=1 << 16)
         self._needs_roll = False
         # (exc, entries of the failed group) -> None, cv held: the bookie takes those entries
         # back out of its memtable (they are not durable) and checks its disks
@@ -260,10 +262,12 @@ class Journal:
         self.buffer.set_lead(self._reserved_end)         # where the next group will start
         self.stats[trigger] += 1
         self.cv.release()
+        attempted = None                  # (file, offset) the group's bytes went to
         try:
             failpoints.hit("journal.before_write")
             if rolled:
                 self._open_file_locked_out(start_seq, sync_old=not self._needs_roll)
+            attempted = (self._path, self._offset)
             self._write(buf)
             self._offset += buf.nbytes
             sync = self.config.journal_sync_data
@@ -277,12 +281,14 @@ class Journal:
                 failpoints.hit("journal.after_sync")
                 self._drop_synced_pages()
         except BaseException as exc:
+            if _no_space(exc) and attempted is not None:
+                exc = self._cut_off(attempted, exc)
             self.cv.acquire()
             lost = []
             if _no_space(exc):
                 # this group fails (none of it is acknowledged); the journal goes on in a
                 # new file as soon as there is room for one
-                self._failed.append((start_seq, end_seq, exc))
+                self._note_failed(start_seq, end_seq, exc)
                 self._needs_roll = True
                 lost = buf.entry_ids()
                 buf.clear()
@@ -329,6 +335,23 @@ class Journal:
             self._writer_cv.notify()
         if self._zero_end - self._offset < self._prealloc:
             self._prealloc_cv.notify()
+
+    def _cut_off(self, attempted, exc):
+        """A group failed for lack of space after its bytes may have reached the file (a
+        failed sync, a partial write): cut them off, or a crash would replay an add that
+        was failed. Returns the error the group fails with; if the cut fails too, one that
+        fails the journal (When in doubt, fail)."""
+        path, offset = attempted
+        try:
+            os.ftruncate(self._fd, offset)
+            os.fsync(self._fd)
+            fileio.durable(path, offset)
+        except OSError as err:
+            log.error("journal %s: cannot cut off a failed group at %d (%s)", path, offset, err)
+            return EmbedlogError(f"journal {path}: a failed group could not be cut off at "
+                                 f"{offset} ({err}) after {exc}")
+        self._offset = offset
+        return exc
 
     def _write(self, buf) -> None:
         """The group at the tail (the leader, outside the lock)."""
@@ -416,6 +439,12 @@ class Journal:
 
     def _failed_at(self, seq: int) -> bool:
         return bool(self._failed) and any(lo < seq <= hi for lo, hi, _exc in tuple(self._failed))
+
+    def _note_failed(self, start_seq: int, end_seq: int, exc) -> None:
+        if self._failed and self._failed[-1][1] == start_seq:
+            self._failed[-1] = (self._failed[-1][0], end_seq, self._failed[-1][2])
+        else:
+            self._failed.append((start_seq, end_seq, exc))
 
     def _raise_failed(self, seq: int) -> None:
         """A seq in a group a full disk failed is never durable."""

@@ -569,3 +569,30 @@ def test_trimming_a_journal_already_gone_is_not_an_error(tmp_path, monkeypatch):
         log.bookie.checkpoint()
         monkeypatch.undo()
         assert log.bookie.statistics()["checkpoints"] >= 1
+
+
+def test_an_add_whose_sync_failed_for_lack_of_space_is_not_replayed(tmp_path):
+    """Regression: a group whose fdatasync failed with ENOSPC was failed and taken out of
+    the memtable, but its bytes stayed in the journal, so a crash brought the failed add
+    back. They are cut off at once."""
+    import errno
+    log = embedlog.open(tmp_path, **CFG)
+    w = log.create_ledger()
+    w.append(b"acked-0")
+    hits = []
+
+    def full_once():
+        hits.append(1)
+        if len(hits) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    failpoints.arm("journal.before_sync", full_once)
+    try:
+        with pytest.raises(embedlog.errors.EmbedlogError):
+            w.append(b"FAILED-1")
+    finally:
+        failpoints.disarm()
+    lid = w.ledger_id
+    abandon(log)
+    with embedlog.open(tmp_path, **CFG) as log:
+        r = log.open_ledger(lid)
+        assert r.read_batch(0, r.last_add_confirmed) == [b"acked-0"]

@@ -8,7 +8,7 @@ import pytest
 
 import embedlog
 from embedlog import LedgerId
-from embedlog.errors import (ClientClosedError, DirectoryLockedError, EntryTooLargeError,
+from embedlog.errors import (ClientClosedError, DirectoryLockedError, EmbedlogError, EntryTooLargeError,
                              IllegalOpError, LedgerClosedError, LedgerFencedError,
                              NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 
@@ -195,3 +195,42 @@ def test_tiny_index_cache_never_drops_unwritten_pages(tmp_path):
     with embedlog.open(tmp_path, page_limit=16) as log:
         r = log.open_ledger(w.ledger_id)
         assert [r.read_entry(e) for e in range(0, n, 97)] == [b"%d" % e for e in range(0, n, 97)]
+
+
+@pytest.mark.parametrize("batch", [
+    [b"b", b"c", b"x" * 70_000, b"d"],                          # too large for the memtable
+    [b"1" * 30_000, b"2" * 30_000, b"3" * 30_000, "not bytes"],  # refused after a full memtable
+], ids=["too_large", "not_bytes_after_a_full_memtable"])
+def test_a_batch_refused_for_one_entry_frames_none_of_it(tmp_path, batch):
+    """Regression: a batch spanning two memtable passes failed on a later entry after the
+    first pass was journalled; the next append reused those ids, and after a reopen the
+    ledger held entries of the call that had raised."""
+    with embedlog.open(tmp_path, skip_list_size_limit=1 << 16) as log:
+        w = log.create_ledger()
+        w.append(b"a")
+        with pytest.raises((EntryTooLargeError, IllegalOpError)):
+            w.append_many(batch)
+        assert w.append(b"e") == 1               # the refused batch took no id
+        lid = w.ledger_id
+    with embedlog.open(tmp_path, skip_list_size_limit=1 << 16) as log:
+        r = log.open_ledger(lid)
+        assert r.read_batch(0, r.last_add_confirmed) == [b"a", b"e"]
+
+
+def test_a_batch_that_fails_after_part_of_it_was_framed_ends_the_handle(tmp_path, monkeypatch):
+    """An error after part of a batch is journalled (here: the memtable cannot make room)
+    leaves those ids taken: the handle refuses more adds instead of reusing them."""
+    with embedlog.open(tmp_path, skip_list_size_limit=1 << 16) as log:
+        w = log.create_ledger()
+        w.append(b"a")
+
+        def no_room(seq):
+            raise EmbedlogError("injected: no room in the memtable")
+        monkeypatch.setattr(log.bookie.storage, "make_room", no_room)
+        with pytest.raises(EmbedlogError, match="injected"):
+            w.append_many([b"1" * 30_000, b"2" * 30_000, b"3" * 30_000])
+        monkeypatch.undo()
+        with pytest.raises(LedgerClosedError):
+            w.append(b"e")
+        w.close()
+        assert log.open_ledger(w.ledger_id).last_add_confirmed == 0

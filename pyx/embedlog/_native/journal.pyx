@@ -33,9 +33,10 @@ crc, so newer record types can be added.
 
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memmove, memset
-from libc.errno cimport errno, EINTR
+from libc.errno cimport errno, EINTR, ENOSPC
 from posix.unistd cimport pwrite, fdatasync, fsync
-from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+from posix.types cimport clockid_t
 
 from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -156,6 +157,8 @@ cdef int _pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) n
             if errno == EINTR:
                 continue
             return errno
+        if r == 0:
+            return ENOSPC           # no progress: the device took nothing
         done += r
     return 0
 
@@ -308,11 +311,16 @@ cdef extern from "<pthread.h>" nogil:
         pass
     ctypedef struct pthread_cond_t:
         pass
+    ctypedef struct pthread_condattr_t:
+        pass
+    int pthread_condattr_init(pthread_condattr_t *)
+    int pthread_condattr_setclock(pthread_condattr_t *, clockid_t)
+    int pthread_condattr_destroy(pthread_condattr_t *)
     int pthread_mutex_init(pthread_mutex_t *, void *)
     int pthread_mutex_destroy(pthread_mutex_t *)
     int pthread_mutex_lock(pthread_mutex_t *)
     int pthread_mutex_unlock(pthread_mutex_t *)
-    int pthread_cond_init(pthread_cond_t *, void *)
+    int pthread_cond_init(pthread_cond_t *, pthread_condattr_t *)
     int pthread_cond_destroy(pthread_cond_t *)
     int pthread_cond_broadcast(pthread_cond_t *)
     int pthread_cond_timedwait(pthread_cond_t *, pthread_mutex_t *, const timespec *)
@@ -330,8 +338,12 @@ cdef class DurableSeq:
     cdef uint64_t _epoch
 
     def __cinit__(self):
+        cdef pthread_condattr_t attr
         pthread_mutex_init(&self.mu, NULL)
-        pthread_cond_init(&self.cond, NULL)
+        pthread_condattr_init(&attr)
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)    # a wall-clock step moves no wait
+        pthread_cond_init(&self.cond, &attr)
+        pthread_condattr_destroy(&attr)
         self._synced = 0
         self._epoch = 0
 
@@ -366,7 +378,7 @@ cdef class DurableSeq:
         ``timeout_s`` passes; returns whether ``seq`` is durable."""
         cdef timespec ts
         cdef bint reached
-        clock_gettime(CLOCK_REALTIME, &ts)
+        clock_gettime(CLOCK_MONOTONIC, &ts)
         ts.tv_sec += <long>timeout_s
         ts.tv_nsec += <long>((timeout_s - <long>timeout_s) * 1e9)
         if ts.tv_nsec >= 1000000000:
@@ -556,6 +568,30 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
 
 
 # -- the add path: framing entries into the journal buffer, the memtable fed in the same pass --
+
+def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_entry_size,
+                   Py_ssize_t memtable_limit):
+    """Raise what add_payloads would raise for the first payload it would refuse (not
+    bytes-like, over max_entry_size, larger than an empty memtable), before anything of
+    the batch is framed: a batch spanning several passes must not fail half-framed."""
+    cdef Py_ssize_t i, n, total = PyList_GET_SIZE(payloads)
+    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
+    cdef object item
+    for i in range(total):
+        item = <object>PyList_GET_ITEM(payloads, i)
+        if PyBytes_Check(item):
+            n = PyBytes_GET_SIZE(item)
+        else:
+            try:
+                n = memoryview(item).nbytes
+            except TypeError:
+                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+        if n > max_entry_size:
+            raise EntryTooLargeError(
+                f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
+        if hdr + n > memtable_limit:
+            raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+
 
 cdef int64_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const uint8_t **src,
                             const Py_ssize_t *lens, Py_ssize_t count, uint64_t scope,
