@@ -369,6 +369,7 @@ class Bookie:
                     # the caller must never give those ids to other entries
                     exc.entries_framed = done
                     self.journal.note_appended()
+                    self._seen(key, first_entry_id + done - 1)
                 raise
             seq = self.journal.note_appended()
             if total:

@@ -4,8 +4,9 @@ lastmark.py, its replay in replay.py).
 Appenders frame records into ``buffer`` while holding the bookie's lock (the
 Condition ``cv`` wraps it). Whoever then needs durability and finds no sync
 under way becomes the leader of a group: it takes the buffer (swapping in an
-empty one), writes it and fdatasyncs it with the GIL released, and wakes every
-waiter whose records the sync covered. Adds that arrive meanwhile form the
+empty one), writes it (O_DIRECT, whole blocks: journal_direct_writes) and
+fdatasyncs it with the GIL released, and wakes every waiter whose records the
+sync covered (they wait in ``durable``, outside the bookie's lock). Adds that arrive meanwhile form the
 next group, so one fdatasync is shared by all of them. A lone writer leads its
 own sync at once (``journal_flush_when_queue_empty``), so it never waits for
 the group timer. A dedicated writer thread leads for ``append_async`` callers
