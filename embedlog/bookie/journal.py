@@ -436,7 +436,7 @@ class Journal:
             if trigger:
                 self._lead(trigger)
                 continue
-            self.cv.wait(wait_s if left is None else min(wait_s, left))
+            self.cv.wait(left if wait_s is None else wait_s if left is None else min(wait_s, left))
 
     def _failed_at(self, seq: int) -> bool:
         return bool(self._failed) and any(lo < seq <= hi for lo, hi, _exc in tuple(self._failed))

@@ -596,3 +596,11 @@ def test_an_add_whose_sync_failed_for_lack_of_space_is_not_replayed(tmp_path):
     with embedlog.open(tmp_path, **CFG) as log:
         r = log.open_ledger(lid)
         assert r.read_batch(0, r.last_add_confirmed) == [b"acked-0"]
+
+
+def test_waiting_with_a_timeout_for_what_no_group_will_cover_times_out(tmp_path):
+    from embedlog.errors import TimeoutError as EmbedlogTimeout
+    with embedlog.open(tmp_path, **CFG) as log:
+        log.create_ledger().append(b"x")
+        with pytest.raises(EmbedlogTimeout):
+            log.bookie.wait_durable(log.bookie.journal.appended_seq + 10, timeout=0.2)
