@@ -79,7 +79,7 @@ def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_ei
                  max_entry_size: int) -> tuple[int, int]:
     """(entries taken, ledger length after them)."""
 def check_payloads(payloads: list[Any], scope: int, digest: int, max_entry_size: int,
-                   memtable_limit: int) -> None:
+                   memtable_limit: int, start: int = 0) -> None:
     """Raise what add_payloads would for the first payload it would refuse."""
 def add_encoded_entries(jb: JournalBuffer, mt: MemTable, entries: list[Any], start: int) -> int: ...
 

@@ -341,9 +341,6 @@ class Bookie:
         key = (lid.scope_id, lid.ledger_id)
         if first_entry_id < 0:
             raise IllegalOpError(f"entry ids are not negative, got {first_entry_id}")
-        if len(payloads) > 1:       # one entry is checked whole by its only pass
-            nj.check_payloads(payloads, key[0], digest, self.config.max_entry_size_bytes,
-                              self.config.skip_list_size_limit)
         with self.cv:
             self._ensure_writable()
             idx = self._check_key(key, master_key, True)

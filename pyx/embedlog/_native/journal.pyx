@@ -570,14 +570,15 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
 # -- the add path: framing entries into the journal buffer, the memtable fed in the same pass --
 
 def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_entry_size,
-                   Py_ssize_t memtable_limit):
-    """Raise what add_payloads would raise for the first payload it would refuse (not
-    bytes-like, over max_entry_size, larger than an empty memtable), before anything of
-    the batch is framed: a batch spanning several passes must not fail half-framed."""
+                   Py_ssize_t memtable_limit, Py_ssize_t start=0):
+    """Raise what add_payloads would raise for the first payload of payloads[start:] it
+    would refuse (not bytes-like, over max_entry_size, larger than an empty memtable).
+    add_payloads calls it before framing a pass that leaves entries for a later one, so a
+    batch spanning several passes never fails half-framed."""
     cdef Py_ssize_t i, n, total = PyList_GET_SIZE(payloads)
     cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
     cdef object item
-    for i in range(total):
+    for i in range(start, total):
         item = <object>PyList_GET_ITEM(payloads, i)
         if PyBytes_Check(item):
             n = PyBytes_GET_SIZE(item)
@@ -695,6 +696,8 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
             count += 1
         if count == 0:
             return 0, length
+        if start + count < total:       # the rest waits for another pass: check it now
+            check_payloads(payloads, scope, digest, max_entry_size, mt.limit_bytes, start + count)
         rec = jb.reserve(mbytes + count * RECORD_HEADER_SIZE)
         dst = mt.reserve(mbytes)
         if dst == NULL:
@@ -728,6 +731,8 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
     cdef uint8_t *dst
     cdef int64_t eid = first_eid
     cdef Py_ssize_t hdr = encoded_size(scope, DIGEST_MAC, 0)
+    if start == 0:                  # entry by entry: the whole batch is checked first
+        check_payloads(payloads, scope, DIGEST_MAC, max_entry_size, mt.limit_bytes)
     for i in range(start, total):
         try:
             view = <object>PyList_GET_ITEM(payloads, i)
