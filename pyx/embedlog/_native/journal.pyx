@@ -569,6 +569,21 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
 
 # -- the add path: framing entries into the journal buffer, the memtable fed in the same pass --
 
+cdef object _payload_view(object item):
+    """A payload that is not bytes as a 1-D view of its bytes: any buffer (bytearray,
+    memoryview, array, numpy array) taken in C order, as bytes(item) gives them; the one
+    rule check_payloads and both framing paths apply. IllegalOpError for anything else."""
+    try:
+        m = memoryview(item)
+    except TypeError:
+        raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+    if not m.c_contiguous:
+        return memoryview(m.tobytes())
+    if m.ndim != 1 or m.format != "B":
+        return m.cast("B")
+    return m
+
+
 def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_entry_size,
                    Py_ssize_t memtable_limit, Py_ssize_t start=0):
     """Raise what add_payloads would raise for the first payload of payloads[start:] it
@@ -583,10 +598,7 @@ def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_ent
         if PyBytes_Check(item):
             n = PyBytes_GET_SIZE(item)
         else:
-            try:
-                n = memoryview(item).nbytes
-            except TypeError:
-                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+            n = _payload_view(item).nbytes
         if n > max_entry_size:
             raise EntryTooLargeError(
                 f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
@@ -675,11 +687,8 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
                 src[count] = <const uint8_t *>PyBytes_AS_STRING(item)
                 n = PyBytes_GET_SIZE(item)
             else:
-                try:
-                    item = memoryview(item)
-                    view = item
-                except (TypeError, ValueError):
-                    raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}") from None
+                item = _payload_view(item)
+                view = item
                 held.append(item)
                 n = view.shape[0]
                 src[count] = &view[0] if n else NULL
@@ -727,6 +736,7 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
     cdef Py_ssize_t i, n, enc, total = PyList_GET_SIZE(payloads)
     cdef Py_ssize_t count = 0
     cdef const uint8_t[::1] view
+    cdef object item
     cdef uint8_t *rec
     cdef uint8_t *dst
     cdef int64_t eid = first_eid
@@ -734,11 +744,8 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
     if start == 0:                  # entry by entry: the whole batch is checked first
         check_payloads(payloads, scope, DIGEST_MAC, max_entry_size, mt.limit_bytes)
     for i in range(start, total):
-        try:
-            view = <object>PyList_GET_ITEM(payloads, i)
-        except (TypeError, ValueError):
-            raise IllegalOpError(f"entries are bytes-like, got "
-                                 f"{type(<object>PyList_GET_ITEM(payloads, i)).__name__}") from None
+        item = <object>PyList_GET_ITEM(payloads, i)
+        view = item if PyBytes_Check(item) else _payload_view(item)
         n = view.shape[0]
         if n > max_entry_size:
             raise EntryTooLargeError(
