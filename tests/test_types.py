@@ -12,7 +12,7 @@ import pytest
 
 from cliutil import ROOT
 
-NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader", "arrowread"]
+NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader", "arrowread", "arenas"]
 CONFIG = """[mypy-embedlog.*]
 ignore_errors = True
 [mypy-embedlog._native.*]

@@ -32,9 +32,11 @@ from embedlog.errors import ConfigError
 ENV_PREFIX = "EMBEDLOG_"
 CONF_ENV = "EMBEDLOG_CONF"
 ENV_ALIASES = {"metadata_service_uri": "EMBEDLOG_METADATA"}
-# EMBEDLOG_* variables that are not configuration keys (build switches, tests, tools)
+# EMBEDLOG_* variables that are not configuration keys (build switches, tests, tools, and
+# the process-wide settings of docs/CONFIGURATION.md)
 OTHER_ENV = {"EMBEDLOG_CONF", "EMBEDLOG_DEBUG", "EMBEDLOG_ANNOTATE", "EMBEDLOG_FAILPOINTS",
-             "EMBEDLOG_LEDGER_PASSWORD", "EMBEDLOG_ARTIFACTS", "EMBEDLOG_LOG_LEVEL"}
+             "EMBEDLOG_LEDGER_PASSWORD", "EMBEDLOG_ARTIFACTS", "EMBEDLOG_LOG_LEVEL",
+             "EMBEDLOG_EVENT_LOOP", "EMBEDLOG_ARENA_CACHE_MB"}
 MAX_CONF_BYTES = 1 << 20
 
 
