@@ -580,7 +580,10 @@ cdef object _payload_view(object item):
     if not m.c_contiguous:
         return memoryview(m.tobytes())
     if m.ndim != 1 or m.format != "B":
-        return m.cast("B")
+        try:
+            return m.cast("B")
+        except (TypeError, ValueError):     # a format cast() does not know: copy it
+            return memoryview(m.tobytes())
     return m
 
 
