@@ -29,12 +29,11 @@ cdef extern from "Python.h":
 
 cdef enum:
     MAX_KEPT = 4096
+    ARENA_SIZE = 1 << 20            # pymalloc's arena since CPython 3.10 (radix tree builds)
 
 cdef PyObjectArenaAllocator _prev
 cdef bint _installed = False
 cdef void *_kept[MAX_KEPT]
-cdef size_t _kept_size = 0         # pymalloc's arena size; other sizes (3.11's frame stack
-                                   # chunks come from this allocator too) pass through
 cdef Py_ssize_t _nkept = 0, _limit = 0
 cdef unsigned long long _hits = 0, _misses = 0, _returned = 0
 cdef pthread_mutex_t _lock
@@ -45,47 +44,45 @@ cdef void *_alloc(void *ctx, size_t size) noexcept nogil:
     global _nkept, _hits, _misses
     cdef void *p = NULL
     pthread_mutex_lock(&_lock)
-    if _nkept > 0 and size == _kept_size:
+    if _nkept > 0 and size == ARENA_SIZE:
         _nkept -= 1
         _hits += 1
         p = _kept[_nkept]
-    elif size == _kept_size:
+    elif size == ARENA_SIZE:
         _misses += 1
     pthread_mutex_unlock(&_lock)
     return p if p != NULL else _prev.alloc(_prev.ctx, size)
 
 
+# other sizes pass through: 3.11's frame stack chunks come from this allocator too
 cdef void _free(void *ctx, void *ptr, size_t size) noexcept nogil:
-    global _nkept, _kept_size, _returned
+    global _nkept, _returned
     cdef bint kept = False
     if ptr == NULL:
         return
     pthread_mutex_lock(&_lock)
-    if _nkept < _limit and size == _kept_size:
+    if _nkept < _limit and size == ARENA_SIZE:
         _kept[_nkept] = ptr
         _nkept += 1
         kept = True
-    elif size == _kept_size:
+    elif size == ARENA_SIZE:
         _returned += 1
     pthread_mutex_unlock(&_lock)
     if not kept:
         _prev.free(_prev.ctx, ptr, size)
 
 
-def install(Py_ssize_t limit_bytes, Py_ssize_t arena_bytes=1 << 20):
-    """Keep up to limit_bytes of free arenas (arena_bytes each: 1 MiB since CPython 3.10).
-    0 gives the kept arenas back and leaves CPython's behaviour. Idempotent."""
-    global _installed, _limit, _nkept, _kept_size
+def install(Py_ssize_t limit_bytes):
+    """Keep up to limit_bytes of free arenas; 0 gives the kept ones back and leaves
+    CPython's behaviour. Idempotent."""
+    global _installed, _limit, _nkept
     cdef PyObjectArenaAllocator mine
-    if limit_bytes < 0 or arena_bytes <= 0:
-        raise ValueError(f"limit_bytes >= 0 and arena_bytes > 0, got {limit_bytes}, {arena_bytes}")
-    if _nkept and arena_bytes != _kept_size:
-        install(0, _kept_size)           # the kept arenas are of the old size: give them back
-    _limit = min(MAX_KEPT, limit_bytes // arena_bytes)
-    _kept_size = arena_bytes
+    if limit_bytes < 0:
+        raise ValueError(f"limit_bytes is not negative, got {limit_bytes}")
+    _limit = min(MAX_KEPT, limit_bytes // ARENA_SIZE)
     while _nkept > _limit:               # a lower limit gives the surplus back now
         _nkept -= 1
-        _prev.free(_prev.ctx, _kept[_nkept], _kept_size)   # the GIL keeps pymalloc away
+        _prev.free(_prev.ctx, _kept[_nkept], ARENA_SIZE)   # the GIL keeps pymalloc away
     if not _installed and _limit > 0:
         PyObject_GetArenaAllocator(&_prev)
         mine.ctx = NULL
@@ -98,5 +95,5 @@ def install(Py_ssize_t limit_bytes, Py_ssize_t arena_bytes=1 << 20):
 def stats():
     """{'kept', 'kept_bytes', 'limit', 'hits', 'misses', 'returned'}: arenas held now, how
     many requests the cache served and missed, and arenas given back past the limit."""
-    return {"kept": _nkept, "kept_bytes": _nkept * _kept_size, "limit": _limit,
+    return {"kept": _nkept, "kept_bytes": _nkept * ARENA_SIZE, "limit": _limit,
             "hits": _hits, "misses": _misses, "returned": _returned}
