@@ -1,5 +1,6 @@
 """Disks: several ledger directories, a separate journal directory, disk-usage checks and
 read-only mode at disk_usage_threshold (writable again below the low-water mark)."""
+import errno
 import hashlib
 import os
 import subprocess
@@ -284,9 +285,7 @@ def test_a_served_bookie_reregisters_read_only_when_its_disk_fills(small_fs, tmp
         wait_for(lambda: registered(False), "not registered writable")
         st = os.statvfs(small_fs)
         ballast = small_fs / "ballast"
-        fill = st.f_bavail * st.f_frsize - int(0.02 * st.f_blocks * st.f_frsize)
-        with open(ballast, "wb") as f:                # 98% used
-            f.write(bytes(fill))
+        _fill(ballast, leave_bytes=int(0.02 * st.f_blocks * st.f_frsize))   # 98% used
         wait_for(lambda: registered(True) and not registered(False), "never re-registered read-only")
         os.unlink(ballast)
         wait_for(lambda: registered(False) and not registered(True), "never writable again")
@@ -297,19 +296,26 @@ def test_a_served_bookie_reregisters_read_only_when_its_disk_fills(small_fs, tmp
 
 
 def _fill(path, leave_bytes=0) -> None:
-    """Write a ballast file until the filesystem has only ``leave_bytes`` free (or none)."""
+    """Write a ballast file until the filesystem has only ``leave_bytes`` free (or none).
+
+    Unbuffered: the bookie may take space between the statvfs and the writes (the journal
+    preallocates its next chunk after an add returns), and a buffered file would keep the
+    bytes ENOSPC refused and raise again when closed."""
     st = os.statvfs(os.path.dirname(path))
     free = st.f_bavail * st.f_frsize - leave_bytes
-    with open(path, "wb") as f:
-        try:
-            while free > 0:
-                n = min(free, 1 << 20)
-                f.write(bytes(n))
-                f.flush()
-                free -= n
-            os.fsync(f.fileno())
-        except OSError:
-            pass                          # ENOSPC: full
+    chunk = memoryview(bytes(1 << 20))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while free > 0:
+            try:
+                free -= os.write(fd, chunk[:min(free, len(chunk))])
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                break                                     # full
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def test_a_full_journal_disk_recovers_without_a_restart(small_fs):
