@@ -199,6 +199,60 @@ def test_tiny_index_cache_never_drops_unwritten_pages(tmp_path):
         assert [r.read_entry(e) for e in range(0, n, 97)] == [b"%d" % e for e in range(0, n, 97)]
 
 
+def test_index_pages_loaded_by_readers_keep_the_locations_a_flush_sets(tmp_path):
+    """Regression: readers load index pages without the storage lock. When a reader loaded a
+    page while a memtable flush was reading the same page from disk, the flush set its
+    locations in the reader's copy without marking it dirty, and the cache evicted it:
+    acknowledged entries were gone from the index, before and after a reopen."""
+    import random
+
+    def pay(q, e):
+        return b"%s/%d;" % (q.encode(), e) * (1 + e % 5)
+    cfg = dict(page_limit=16, skip_list_size_limit=1 << 18, flush_interval_ms=20)
+    errors, stop = [], threading.Event()
+    with embedlog.open(tmp_path, **cfg) as log:
+        ws = [log.create_ledger() for _ in range(6)]
+        for w in ws:                                   # 20 index pages each, on disk
+            q = w.ledger_id.qualified_name
+            for i in range(0, 20_000, 1000):
+                w.append_many([pay(q, e) for e in range(i, i + 1000)])
+        log.bookie.checkpoint()
+
+        def reader(seed):
+            rnd = random.Random(seed)
+            handles = [log.open_ledger(w.ledger_id, recovery=False) for w in ws]
+            try:
+                while not stop.is_set():
+                    h = rnd.choice(handles)
+                    lac, q = h.read_lac(), h.ledger_id.qualified_name
+                    for e in rnd.sample(range(lac + 1), 50):
+                        assert h.read_entry(e) == pay(q, e), (q, e)
+            except BaseException as exc:   # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader, args=(i,)) for i in range(3)]
+        [t.start() for t in threads]
+        rnd = random.Random(7)
+        flushes = log.bookie.statistics()["memtable_flushes"]
+        try:                                           # new entries on the pages they load
+            while log.bookie.statistics()["memtable_flushes"] < flushes + 60 and not errors:
+                w = rnd.choice(ws)
+                q, n = w.ledger_id.qualified_name, w.last_add_confirmed + 1
+                w.append_many([pay(q, e) for e in range(n, n + rnd.choice((1, 10, 300)))])
+        finally:
+            stop.set()
+            [t.join() for t in threads]
+        assert not errors, errors[0]
+        acked = {w.ledger_id: w.last_add_confirmed for w in ws}
+        for w in ws:                                   # the writer's digest: CRC32C
+            got = log.bookie.read_payloads(w.ledger_id, 0, acked[w.ledger_id], 3, None)
+            assert got == [pay(w.ledger_id.qualified_name, e) for e in range(len(got))]
+    with embedlog.open(tmp_path, **cfg) as log:
+        for lid, last in acked.items():
+            got = log.open_ledger(lid).read_batch(0, last)
+            assert got == [pay(lid.qualified_name, e) for e in range(last + 1)]
+
+
 @pytest.mark.parametrize("batch", [
     [b"b", b"c", b"x" * 70_000, b"d"],                          # too large for the memtable
     [b"1" * 30_000, b"2" * 30_000, b"3" * 30_000, "not bytes"],  # refused after a full memtable

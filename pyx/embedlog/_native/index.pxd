@@ -14,6 +14,7 @@ cdef class LedgerIndex:
     cdef readonly dict pages          # page no -> uint64 array of 1024 locations
     cdef readonly set dirty_pages
     cdef readonly int64_t max_page_on_disk
+    cdef uint64_t page_loads          # pages put into ``pages`` so far (a load's race check)
     cdef IndexCache cache
     cdef bytes _header_bytes(self)
     cdef object _page(self, int64_t page_no, bint create, bint dirty=*)

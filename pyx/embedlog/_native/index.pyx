@@ -149,22 +149,32 @@ cdef class LedgerIndex:
                 self.dirty_pages.add(page_no)
             return page
         if page_no <= self.max_page_on_disk:
-            with open(self.path, "rb") as f:
-                f.seek(HEADER_SIZE + page_no * PAGE_SIZE)
-                raw = f.read(PAGE_SIZE)
+            while True:
+                loads = self.page_loads
+                with open(self.path, "rb") as f:
+                    f.seek(HEADER_SIZE + page_no * PAGE_SIZE)
+                    raw = f.read(PAGE_SIZE)
+                # the read released the GIL (readers load pages without the storage lock):
+                # if another thread loaded this page meanwhile, its copy wins, and a writer
+                # marks it dirty (a clean page may be evicted with the locations just set)
+                existing = self.pages.get(page_no)
+                if existing is not None:
+                    if dirty:
+                        self.dirty_pages.add(page_no)
+                    return existing
+                if self.page_loads == loads:
+                    break
+                # a page of this ledger was loaded meanwhile: this one may have been too,
+                # then changed, written back and evicted, so what was read may be older
             if len(raw) != PAGE_SIZE:
                 raw = raw + bytes(PAGE_SIZE - len(raw))
             page = np.frombuffer(bytearray(raw), dtype="<u8")
-            # the read above released the GIL: if another thread loaded (and maybe
-            # dirtied) this page meanwhile, its copy wins
-            existing = self.pages.get(page_no)
-            if existing is not None:
-                return existing
         elif create:
             page = np.zeros(ENTRIES_PER_PAGE, dtype="<u8")
         else:
             return None
         self.pages[page_no] = page
+        self.page_loads += 1
         if dirty:
             self.dirty_pages.add(page_no)
         self.cache._loaded(self, page_no)
