@@ -1,3 +1,4 @@
+cimport numpy as cnp
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 cdef class LedgerIndex:
@@ -12,6 +13,8 @@ cdef class LedgerIndex:
     cdef public bint header_dirty
     cdef readonly bint deleted
     cdef readonly dict pages          # page no -> uint64 array of 1024 locations
+    cdef const uint64_t **page_locs   # the data of the same pages by number (NULL: not in
+    cdef Py_ssize_t npage_locs        # memory): the read path's lookup, no Python object
     cdef readonly set dirty_pages
     cdef readonly int64_t max_page_on_disk
     cdef uint64_t page_loads          # pages put into ``pages`` so far (a load's race check)
@@ -20,6 +23,17 @@ cdef class LedgerIndex:
     cdef object _page(self, int64_t page_no, bint create, bint dirty=*)
     cpdef uint64_t get_location(self, int64_t eid)
     cdef bint _evict(self, int64_t page_no)
+    cdef int _set_page_locs(self, int64_t page_no, object page) except -1
+
+    cdef inline const uint64_t *cached_locs(self, int64_t page_no):
+        """The locations of page ``page_no`` if it is in memory, else NULL; valid while
+        the GIL is held and no page is loaded (loading may evict)."""
+        if 0 <= page_no < self.npage_locs:
+            return self.page_locs[page_no]
+        page = self.pages.get(page_no)
+        if page is None:
+            return NULL
+        return <const uint64_t *>cnp.PyArray_DATA(page)
 
 cdef class IndexCache:
     cdef readonly object root

@@ -20,7 +20,8 @@ import os
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
-from libc.string cimport memcpy
+from libc.stdlib cimport realloc, free
+from libc.string cimport memcpy, memset
 
 from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
 
@@ -34,6 +35,9 @@ HEADER_SIZE = 1024
 ENTRIES_PER_PAGE = 1024
 PAGE_SIZE = 8192
 MAX_KEY = 64
+# pages below this number are also found through a plain array (LedgerIndex.cached_locs):
+# 256M entries, at most 2 MiB of pointers for a ledger that long
+cdef int64_t MAX_PAGE_LOCS = 1 << 18
 STATE_FENCED = 1
 STATE_EXPLICIT_LAC = 2
 STATE_KEY = 4
@@ -90,6 +94,28 @@ cdef class LedgerIndex:
         self.pages = {}
         self.dirty_pages = set()
         self.max_page_on_disk = -1
+
+    def __dealloc__(self):
+        free(self.page_locs)
+
+    cdef int _set_page_locs(self, int64_t page_no, object page) except -1:
+        """Mirror pages[page_no] (None: gone) into page_locs, growing it as needed."""
+        cdef Py_ssize_t cap
+        cdef const uint64_t **locs
+        if page_no < 0 or page_no >= MAX_PAGE_LOCS:
+            return 0
+        if page_no >= self.npage_locs:
+            if page is None:
+                return 0
+            cap = min(max(64, page_no + 1, 2 * self.npage_locs), MAX_PAGE_LOCS)
+            locs = <const uint64_t **>realloc(self.page_locs, cap * sizeof(uint64_t *))
+            if locs == NULL:
+                raise MemoryError()
+            memset(locs + self.npage_locs, 0, (cap - self.npage_locs) * sizeof(uint64_t *))
+            self.page_locs = locs
+            self.npage_locs = cap
+        self.page_locs[page_no] = NULL if page is None else <const uint64_t *>cnp.PyArray_DATA(page)
+        return 0
 
     def load_header(self):
         """Read the header of an existing index file (CorruptedDataError if bad)."""
@@ -175,6 +201,7 @@ cdef class LedgerIndex:
             return None
         self.pages[page_no] = page
         self.page_loads += 1
+        self._set_page_locs(page_no, page)
         if dirty:
             self.dirty_pages.add(page_no)
         self.cache._loaded(self, page_no)
@@ -338,12 +365,15 @@ cdef class LedgerIndex:
         for p in list(self.pages):
             self.cache._unloaded(self, p)
         self.pages.clear()
+        if self.page_locs != NULL:
+            memset(self.page_locs, 0, self.npage_locs * sizeof(uint64_t *))
         self.dirty_pages.clear()
 
     cdef bint _evict(self, int64_t page_no):
         if page_no in self.dirty_pages:
             return False
         if self.pages.pop(page_no, None) is not None:
+            self._set_page_locs(page_no, None)
             return True
         return False
 

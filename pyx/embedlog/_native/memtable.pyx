@@ -116,7 +116,7 @@ cdef class MemTable:
             b = &self.blocks[self.last_block]
             if b.hi == hi and b.lid == lid and b.scope == scope:
                 return self.last_block
-        if self.nbslots == 0:
+        if self.nblocks == 0:             # empty (cleared: every slot is 0): no probe, no miss
             return -1
         mask = self.nbslots - 1
         pos = _hash(scope, lid, hi) & mask

@@ -41,9 +41,8 @@ cdef class LedgerReader:
     cdef object mac_key
     cdef public int64_t lac
     cdef MappedLog last_log
-    cdef object cur_page              # the index page last used, and its number
-    cdef int64_t cur_page_no
-    cdef const uint64_t *cur_locs
+    cdef object held_page             # the page last loaded through the index, and its number:
+    cdef int64_t held_page_no         # kept even if the cache evicts it (a clean copy)
     cdef readonly Py_ssize_t reads
 
     def __init__(self, MemTable mt, MemTable mt2, EntryLogger el, LedgerIndex idx, uint64_t scope,
@@ -58,25 +57,31 @@ cdef class LedgerReader:
         self.mac_key = mac_key
         self.lac = lac
         self.last_log = None
-        self.cur_page = None
-        self.cur_page_no = -1
-        self.cur_locs = NULL
+        self.held_page = None
+        self.held_page_no = -1
         self.reads = 0
 
-    cdef bint _use_page(self, int64_t page_no) except -1:
-        page = self.idx.pages.get(page_no)
+    cdef const uint64_t *_page_locs(self, int64_t page_no, bint fresh) except? NULL:
+        """The locations of an index page, NULL if it has none; valid until the GIL is
+        released or a page is loaded. The index's cached page first (an array lookup: no
+        Python object is touched), then unless ``fresh`` the copy this reader loaded last,
+        then the index, which may read the page from disk."""
+        cdef const uint64_t *locs = self.idx.cached_locs(page_no)
+        if locs != NULL:
+            return locs
+        if not fresh and page_no == self.held_page_no and self.held_page is not None:
+            return <const uint64_t *>cnp.PyArray_DATA(self.held_page)
+        page = self.idx._page(page_no, False)
         if page is None:
-            page = self.idx._page(page_no, False)
-            if page is None:
-                return False
-        self.cur_page = page
-        self.cur_page_no = page_no
-        self.cur_locs = <const uint64_t *>cnp.PyArray_DATA(page)
-        return True
+            return NULL
+        self.held_page = page             # alive even if the cache evicted it at once
+        self.held_page_no = page_no
+        return <const uint64_t *>cnp.PyArray_DATA(page)
 
     cdef const uint8_t *_locate(self, int64_t eid, Py_ssize_t *n) except NULL:
         """The encoded entry, in a memtable or an entry log (valid while the GIL is held)."""
         cdef const uint8_t *p = self.mt.get(self.scope, self.lid, eid, n)
+        cdef const uint64_t *locs
         cdef uint64_t loc = 0
         if p == NULL:
             p = self.mt2.get(self.scope, self.lid, eid, n)   # the other memtable (active or flushing)
@@ -86,54 +91,52 @@ cdef class LedgerReader:
         if p != NULL:
             return p
         for attempt in range(3):
-            loc = 0
-            if page_no == self.cur_page_no and self.cur_page is not None:
-                loc = self.cur_locs[eid & 1023]
+            locs = self._page_locs(page_no, attempt > 0)
+            loc = locs[eid & 1023] if locs != NULL else 0
+            if loc == 0 and attempt == 0:
+                # a held copy may be older than the entry: ask the index
+                locs = self._page_locs(page_no, True)
+                loc = locs[eid & 1023] if locs != NULL else 0
             if loc == 0:
-                # not cached, or the cached page is an evicted clean copy: ask the index
-                if self._use_page(page_no):
-                    loc = self.cur_locs[eid & 1023]
-                if loc == 0:
-                    p = self.mt.get(self.scope, self.lid, eid, n)   # flushed meanwhile?
-                    if p == NULL:
-                        p = self.mt2.get(self.scope, self.lid, eid, n)
-                    if p != NULL:
-                        return p
-                    raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
+                p = self.mt.get(self.scope, self.lid, eid, n)   # flushed meanwhile?
+                if p == NULL:
+                    p = self.mt2.get(self.scope, self.lid, eid, n)
+                if p != NULL:
+                    return p
+                raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
             m = self.last_log
             if m is None or m.log_id != (loc >> 32) or m.base == NULL:
-                m = self.el._log(loc >> 32)
+                m = self.el._log(loc >> 32)          # may map the log: the GIL is released
                 self.last_log = m
             p = NULL
             if m is not None:
                 p = m.entry_at(<uint32_t>loc, n)
             if p != NULL:
                 return p
-            # compaction may have moved the entry and deleted its old log since this page
-            # copy was taken (an evicted page): look the location up in the index again
-            self.cur_page = None
-            self.cur_page_no = -1
-            if not self._use_page(page_no) or self.cur_locs[eid & 1023] == loc:
+            # compaction may have moved the entry and deleted its old log since the page
+            # was read (a held copy): look the location up in the index again
+            locs = self._page_locs(page_no, True)
+            if locs == NULL or locs[eid & 1023] == loc:
                 break
         raise CorruptedDataError(
             f"index of ledger ({self.scope}, {self.lid}) points entry {eid} at {loc:#x}, "
             "where no entry is")
 
     cdef const uint8_t *_locate_logged(self, int64_t eid, Py_ssize_t *n) except NULL:
-        """_locate for an entry the memtables do not hold: the cached index page and entry
-        log first."""
-        cdef int64_t page_no = eid >> 10
+        """_locate for an entry the memtables do not hold: the index's cached page and the
+        entry log last used first."""
+        cdef const uint64_t *locs = self.idx.cached_locs(eid >> 10)
         cdef uint64_t loc = 0
         cdef const uint8_t *p = NULL
         cdef MappedLog m
-        if page_no == self.cur_page_no and self.cur_page is not None:
-            loc = self.cur_locs[eid & 1023]
+        if locs != NULL:
+            loc = locs[eid & 1023]
         if loc != 0:
             m = self.last_log
             if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
                 p = m.entry_at(<uint32_t>loc, n)
         if p == NULL:
-            return self._locate(eid, n)      # the careful path: page reload, other log, ...
+            return self._locate(eid, n)      # the careful path: page load, other log, ...
         return p
 
     cdef object _read(self, int64_t eid):
