@@ -17,7 +17,8 @@ cdef class LedgerIndex:
     cdef Py_ssize_t npage_locs        # memory): the read path's lookup, no Python object
     cdef readonly set dirty_pages
     cdef readonly int64_t max_page_on_disk
-    cdef uint64_t page_loads          # pages put into ``pages`` so far (a load's race check)
+    cdef uint32_t page_loads[64]      # pages put into ``pages``, by page number mod 64:
+                                      # a load that raced with another of its page reads again
     cdef IndexCache cache
     cdef bytes _header_bytes(self)
     cdef object _page(self, int64_t page_no, bint create, bint dirty=*)

@@ -176,7 +176,7 @@ cdef class LedgerIndex:
             return page
         if page_no <= self.max_page_on_disk:
             while True:
-                loads = self.page_loads
+                loads = self.page_loads[page_no & 63]
                 with open(self.path, "rb") as f:
                     f.seek(HEADER_SIZE + page_no * PAGE_SIZE)
                     raw = f.read(PAGE_SIZE)
@@ -188,10 +188,10 @@ cdef class LedgerIndex:
                     if dirty:
                         self.dirty_pages.add(page_no)
                     return existing
-                if self.page_loads == loads:
+                if self.page_loads[page_no & 63] == loads:
                     break
-                # a page of this ledger was loaded meanwhile: this one may have been too,
-                # then changed, written back and evicted, so what was read may be older
+                # this page (or one sharing its counter) was loaded meanwhile, maybe then
+                # changed, written back and evicted: what was read may be older
             if len(raw) != PAGE_SIZE:
                 raw = raw + bytes(PAGE_SIZE - len(raw))
             page = np.frombuffer(bytearray(raw), dtype="<u8")
@@ -200,7 +200,7 @@ cdef class LedgerIndex:
         else:
             return None
         self.pages[page_no] = page
-        self.page_loads += 1
+        self.page_loads[page_no & 63] += 1
         self._set_page_locs(page_no, page)
         if dirty:
             self.dirty_pages.add(page_no)
