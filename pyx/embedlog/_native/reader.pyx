@@ -43,6 +43,9 @@ cdef class LedgerReader:
     cdef MappedLog last_log
     cdef object held_page             # the page last loaded through the index, and its number:
     cdef int64_t held_page_no         # kept even if the cache evicts it (a clean copy)
+    cdef object scan_page             # the page the last scan step used (a reference: a scan
+    cdef int64_t scan_page_no         # takes it from the index once per 1024 entries)
+    cdef const uint64_t *scan_locs
     cdef readonly Py_ssize_t reads
 
     def __init__(self, MemTable mt, MemTable mt2, EntryLogger el, LedgerIndex idx, uint64_t scope,
@@ -59,6 +62,9 @@ cdef class LedgerReader:
         self.last_log = None
         self.held_page = None
         self.held_page_no = -1
+        self.scan_page = None
+        self.scan_page_no = -1
+        self.scan_locs = NULL
         self.reads = 0
 
     cdef const uint64_t *_page_locs(self, int64_t page_no, bint fresh) except? NULL:
@@ -123,14 +129,20 @@ cdef class LedgerReader:
             "where no entry is")
 
     cdef const uint8_t *_locate_logged(self, int64_t eid, Py_ssize_t *n) except NULL:
-        """_locate for an entry the memtables do not hold: the index's cached page and the
-        entry log last used first."""
-        cdef const uint64_t *locs = self.idx.cached_locs(eid >> 10)
+        """_locate for a scan's entry the memtables do not hold: the page of the last step
+        (or the index's cached page) and the entry log last used first."""
+        cdef int64_t page_no = eid >> 10
         cdef uint64_t loc = 0
         cdef const uint8_t *p = NULL
         cdef MappedLog m
-        if locs != NULL:
-            loc = locs[eid & 1023]
+        if page_no != self.scan_page_no:
+            page = self.idx.pages.get(page_no)
+            if page is not None:
+                self.scan_page = page
+                self.scan_page_no = page_no
+                self.scan_locs = <const uint64_t *>cnp.PyArray_DATA(page)
+        if page_no == self.scan_page_no:
+            loc = self.scan_locs[eid & 1023]
         if loc != 0:
             m = self.last_log
             if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
