@@ -162,3 +162,13 @@ def test_scan_read_batch(benchmark, scanned_ledger):
 @pytest.mark.benchmark(group="scan_125k_x_100B")
 def test_scan_read_arrays(benchmark, scanned_ledger):
     benchmark(scanned_ledger.read_arrays, 0, 124_999)
+
+
+@pytest.mark.benchmark(group="point_reads_1000_of_125k")
+def test_point_reads_random(benchmark, scanned_ledger):
+    """read_entry of 1000 random entries of the checkpointed ledger (the index pages and
+    entry logs warm): two dependent cache misses each, as in a bare C loop's reads."""
+    rnd = random.Random(3)
+    picks = [rnd.randrange(125_000) for _ in range(N)]
+    read = scanned_ledger.read_entry
+    benchmark(lambda: [read(e) for e in picks])
