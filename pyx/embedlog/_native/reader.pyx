@@ -148,7 +148,10 @@ cdef class LedgerReader:
             if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
                 p = m.entry_at(<uint32_t>loc, n)
         if p == NULL:
-            return self._locate(eid, n)      # the careful path: page load, other log, ...
+            # the careful path (page load, other log, ...); the next step takes the page
+            # from the index again, as this one may be an evicted copy older than the entry
+            self.scan_page_no = -1
+            return self._locate(eid, n)
         return p
 
     cdef object _read(self, int64_t eid):
