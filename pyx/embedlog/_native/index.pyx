@@ -114,7 +114,10 @@ cdef class LedgerIndex:
             memset(locs + self.npage_locs, 0, (cap - self.npage_locs) * sizeof(uint64_t *))
             self.page_locs = locs
             self.npage_locs = cap
-        self.page_locs[page_no] = NULL if page is None else <const uint64_t *>cnp.PyArray_DATA(page)
+        if page is None:
+            self.page_locs[page_no] = NULL
+        else:
+            self.page_locs[page_no] = <const uint64_t *>cnp.PyArray_DATA(page)
         return 0
 
     def load_header(self):
