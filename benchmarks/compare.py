@@ -1173,8 +1173,9 @@ def main(argv=None):
             ("reopen_after_crash", lambda: r.crash()),
         ]
         only = set(args.only.split(",")) if args.only else None
-        if only and only - {name for name, _run in items}:
-            ap.error(f"--only: no work item {', '.join(sorted(only - {n for n, _r in items}))}; "
+        unknown = only - {name for name, _run in items} if only else set()
+        if unknown:
+            ap.error(f"--only: no work item {', '.join(sorted(unknown))}; "
                      f"the items are {', '.join(n for n, _r in items)}")
         for name, run in items:
             if only and name not in only:

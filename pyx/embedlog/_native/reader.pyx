@@ -41,11 +41,9 @@ cdef class LedgerReader:
     cdef object mac_key
     cdef public int64_t lac
     cdef MappedLog last_log
-    cdef object held_page             # the page last loaded through the index, and its number:
-    cdef int64_t held_page_no         # kept even if the cache evicts it (a clean copy)
-    cdef object scan_page             # the page the last scan step used (a reference: a scan
-    cdef int64_t scan_page_no         # takes it from the index once per 1024 entries)
-    cdef const uint64_t *scan_locs
+    cdef object held_page             # the page this reader used last (a scan step, a load
+    cdef int64_t held_page_no         # from disk), its number and locations: kept even if
+    cdef const uint64_t *held_locs    # the cache evicts it (then a clean copy)
     cdef readonly Py_ssize_t reads
 
     def __init__(self, MemTable mt, MemTable mt2, EntryLogger el, LedgerIndex idx, uint64_t scope,
@@ -62,27 +60,29 @@ cdef class LedgerReader:
         self.last_log = None
         self.held_page = None
         self.held_page_no = -1
-        self.scan_page = None
-        self.scan_page_no = -1
-        self.scan_locs = NULL
+        self.held_locs = NULL
         self.reads = 0
+
+    cdef void _hold(self, object page, int64_t page_no):
+        self.held_page = page
+        self.held_page_no = page_no
+        self.held_locs = <const uint64_t *>cnp.PyArray_DATA(page)
 
     cdef const uint64_t *_page_locs(self, int64_t page_no, bint fresh) except? NULL:
         """The locations of an index page, NULL if it has none; valid until the GIL is
         released or a page is loaded. The index's cached page first (an array lookup: no
-        Python object is touched), then unless ``fresh`` the copy this reader loaded last,
-        then the index, which may read the page from disk."""
+        Python object is touched), then unless ``fresh`` the page this reader holds, then
+        the index, which may read the page from disk."""
         cdef const uint64_t *locs = self.idx.cached_locs(page_no)
         if locs != NULL:
             return locs
-        if not fresh and page_no == self.held_page_no and self.held_page is not None:
-            return <const uint64_t *>cnp.PyArray_DATA(self.held_page)
+        if not fresh and page_no == self.held_page_no:
+            return self.held_locs
         page = self.idx._page(page_no, False)
         if page is None:
             return NULL
-        self.held_page = page             # alive even if the cache evicted it at once
-        self.held_page_no = page_no
-        return <const uint64_t *>cnp.PyArray_DATA(page)
+        self._hold(page, page_no)         # alive even if the cache evicted it at once
+        return self.held_locs
 
     cdef const uint8_t *_locate(self, int64_t eid, Py_ssize_t *n) except NULL:
         """The encoded entry, in a memtable or an entry log (valid while the GIL is held)."""
@@ -129,20 +129,18 @@ cdef class LedgerReader:
             "where no entry is")
 
     cdef const uint8_t *_locate_logged(self, int64_t eid, Py_ssize_t *n) except NULL:
-        """_locate for a scan's entry the memtables do not hold: the page of the last step
-        (or the index's cached page) and the entry log last used first."""
+        """_locate for a scan's entry the memtables do not hold: the page held from the
+        last step (or the index's cached page) and the entry log last used first."""
         cdef int64_t page_no = eid >> 10
         cdef uint64_t loc = 0
         cdef const uint8_t *p = NULL
         cdef MappedLog m
-        if page_no != self.scan_page_no:
-            page = self.idx.pages.get(page_no)
+        if page_no != self.held_page_no:
+            page = self.idx.pages.get(page_no)    # once per 1024 entries of a scan
             if page is not None:
-                self.scan_page = page
-                self.scan_page_no = page_no
-                self.scan_locs = <const uint64_t *>cnp.PyArray_DATA(page)
-        if page_no == self.scan_page_no:
-            loc = self.scan_locs[eid & 1023]
+                self._hold(page, page_no)
+        if page_no == self.held_page_no:
+            loc = self.held_locs[eid & 1023]
         if loc != 0:
             m = self.last_log
             if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
@@ -150,7 +148,7 @@ cdef class LedgerReader:
         if p == NULL:
             # the careful path (page load, other log, ...); the next step takes the page
             # from the index again, as this one may be an evicted copy older than the entry
-            self.scan_page_no = -1
+            self.held_page_no = -1
             return self._locate(eid, n)
         return p
 
