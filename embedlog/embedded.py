@@ -256,6 +256,7 @@ class WriteHandle:
         self._md = md
         self._version = version
         self.ledger_id = md.ledger_id
+        self._key = (md.ledger_id.scope_id, md.ledger_id.ledger_id)
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         self._master_key = master_key(md.password)
@@ -337,6 +338,16 @@ class WriteHandle:
             if self._close_point is not None and last > self._close_point:
                 raise LedgerClosedError(f"ledger {self.ledger_id!r} was closed at entry "
                                         f"{self._close_point} before entry {last} was acknowledged")
+            # a group that failed took back an earlier entry: a later group's sync must not
+            # acknowledge across that hole (async adds, or threads sharing the handle, have
+            # several groups in flight; the failed add's own waiter may not have woken yet)
+            lost = self._bookie.lost_adds.get(self._key)
+            if lost is not None and last >= lost:
+                exc = LedgerClosedError(f"ledger {self.ledger_id!r}: entry {lost} was not written "
+                                        f"(its journal group failed), so entry {last} is not "
+                                        f"acknowledged; close the ledger and write to a new one")
+                self._broken = self._broken or exc
+                raise exc
             if last > self._lac:
                 self._lac = last
         return last
@@ -398,7 +409,8 @@ class WriteHandle:
                 durable = False
             with self._ack_lock:
                 # after a failed add, entries framed past it are not durable in the journal
-                if durable and framed > self._lac and self._broken is None:
+                if durable and framed > self._lac and self._broken is None and \
+                        self._key not in self._bookie.lost_adds:
                     self._lac = framed
                 last = self._close_point = self._lac
             v = close_ledger(Versioned(self._md, self._version), last, self._length_at(last),
@@ -430,6 +442,7 @@ class ReadHandle:
         self._bookie = log.bookie
         self._md = md
         self.ledger_id = md.ledger_id
+        self._key = (md.ledger_id.scope_id, md.ledger_id.ledger_id)
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         self._reader = None

@@ -111,6 +111,9 @@ class Bookie:
         self.ledgers = self.storage.ledgers          # (scope, lid) -> LedgerIndex
         self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
         self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
+        # (scope, lid) -> lowest entry id a failed journal group took back: an embedded
+        # writer acknowledges nothing from there on, even entries a later group made durable
+        self.lost_adds: dict = {}
         self.mark = LastLogMark(self.ledger_currents)
         # the journal replay will read comes into the page cache meanwhile (replay.py)
         self._stop_prefetch = prefetch(self.journal_dir, self.mark.read())
@@ -202,6 +205,8 @@ class Bookie:
             if key in self.ledgers:
                 self.storage.erase(key, eid, eid)
                 touched.add(key)
+            if eid < self.lost_adds.get(key, eid + 1):
+                self.lost_adds[key] = eid
         for key in touched:
             idx = self.ledgers.get(key)
             self.last_entry[key] = idx.last_entry_id() if idx is not None else -1
@@ -608,6 +613,7 @@ class Bookie:
         self.deleted.add(key)
         self.last_entry.pop(key, None)
         self.lacs.pop(key, None)
+        self.lost_adds.pop(key, None)
         self.storage.drop_ledger(key)
 
     def list_ledgers(self, scope_id: int | None = None) -> list:

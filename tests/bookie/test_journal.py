@@ -604,3 +604,68 @@ def test_waiting_with_a_timeout_for_what_no_group_will_cover_times_out(tmp_path)
         log.create_ledger().append(b"x")
         with pytest.raises(EmbedlogTimeout):
             log.bookie.wait_durable(log.bookie.journal.appended_seq + 10, timeout=0.2)
+
+
+@pytest.mark.parametrize("how", ["async", "threads"])
+def test_no_entry_is_acknowledged_across_one_whose_group_failed(tmp_path, how):
+    """Regression: entry 1, framed while entry 0's group was being synced, went out in the
+    next group, which succeeded after entry 0's failed for lack of space; entry 1 was
+    acknowledged (its future, or a second thread's append, returned 1) with entry 0
+    missing, and the close covered it. Nothing past the hole may be acknowledged."""
+    import errno
+    from embedlog.errors import LedgerClosedError
+    log = embedlog.open(tmp_path, **CFG)
+    w = log.create_ledger()
+    w.append(b"acked-0")
+    reached, release, hits = threading.Event(), threading.Event(), []
+
+    def full_once():
+        hits.append(1)
+        if len(hits) == 1:
+            reached.set()
+            release.wait(10)
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+    failpoints.arm("journal.before_sync", full_once)
+    try:
+        if how == "async":
+            first = w.append_async(b"FAILED-1")
+            assert reached.wait(10)
+            second = w.append_async(b"after-the-hole-2")
+        else:
+            first, second = {}, {}
+            def add(out, data):
+                try:
+                    out["id"] = w.append(data)
+                except Exception as exc:
+                    out["error"] = exc
+            t1 = threading.Thread(target=add, args=(first, b"FAILED-1"))
+            t1.start()
+            assert reached.wait(10)
+            t2 = threading.Thread(target=add, args=(second, b"after-the-hole-2"))
+            t2.start()
+            deadline = time.monotonic() + 10
+            while log.bookie.stats["adds"] < 3:            # entry 2 framed behind the held sync
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+        release.set()
+        if how == "async":
+            with pytest.raises(embedlog.errors.EmbedlogError):
+                first.result(10)
+            with pytest.raises(LedgerClosedError):
+                second.result(10)
+        else:
+            t1.join(10)
+            t2.join(10)
+            assert "error" in first and "id" not in first
+            assert isinstance(second.get("error"), LedgerClosedError), second
+    finally:
+        failpoints.disarm()
+        release.set()
+    assert w.last_add_confirmed == 0
+    w.close()
+    lid = w.ledger_id
+    abandon(log)
+    with embedlog.open(tmp_path, **CFG) as log:
+        r = log.open_ledger(lid)
+        assert r.last_add_confirmed == 0
+        assert r.read_batch(0, 0) == [b"acked-0"]
