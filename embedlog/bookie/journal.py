@@ -388,8 +388,17 @@ class Journal:
     def wait_durable(self, seq: int, timeout: float | None = None) -> None:
         """Block until the journal is durable up to ``seq``; the caller holds no lock.
         While a group is being synced the waiter sleeps in ``durable`` outside the bookie
-        lock, and returns without taking it again once the sync covers it."""
+        lock, and returns without taking it again once the sync covers it; a waiter the sync
+        does not cover sleeps on, unless it is the one picked to lead the next group."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self._wait_durable(seq, deadline)
+        except BaseException:
+            # a publish may have picked this waiter to lead the next group: pick another
+            self.durable.publish(0)
+            raise
+
+    def _wait_durable(self, seq: int, deadline) -> None:
         while True:
             if self.durable.synced >= seq and not self._failed_at(seq):
                 return

@@ -606,6 +606,72 @@ def test_waiting_with_a_timeout_for_what_no_group_will_cover_times_out(tmp_path)
             log.bookie.wait_durable(log.bookie.journal.appended_seq + 10, timeout=0.2)
 
 
+def test_a_publish_wakes_the_waiters_it_covers_and_one_to_lead_the_next_group():
+    """Waking everyone on every sync sent the next group's waiters through the GIL for
+    nothing; a waiter left asleep must still be woken by a later publish or a wake."""
+    from embedlog._native.journal import DurableSeq
+    d = DurableSeq()
+    got = {}
+
+    def wait(seq):
+        got[seq] = d.wait(seq, d.epoch, 30.0)
+
+    def until(cond):
+        deadline = time.monotonic() + 10
+        while not cond():
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+
+    threads = {s: threading.Thread(target=wait, args=(s,)) for s in (10, 30, 20, 40)}
+    for s in (10, 30, 20, 40):
+        threads[s].start()
+        until(lambda: d.nwaiting == len([t for t in threads.values() if t.ident]))
+    d.publish(10)                   # covers 10; 20 is the lowest it does not cover
+    threads[10].join(10)
+    threads[20].join(10)
+    assert got == {10: True, 20: False}
+    assert d.nwaiting == 2 and threads[30].is_alive() and threads[40].is_alive()
+    d.publish(35)                   # covers 30, picks 40
+    threads[30].join(10)
+    threads[40].join(10)
+    assert got == {10: True, 20: False, 30: True, 40: False} and d.nwaiting == 0
+    # a waiter that looked before a publish returns at once; one that times out leaves
+    assert d.wait(50, d.epoch - 1, 30.0) is False
+    assert d.wait(50, d.epoch, 0.01) is False and d.nwaiting == 0
+    # wake() wakes everyone (a failed group, a close)
+    threads = [threading.Thread(target=wait, args=(s,)) for s in (60, 70, 80)]
+    [t.start() for t in threads]
+    until(lambda: d.nwaiting == 3)
+    d.wake()
+    [t.join(10) for t in threads]
+    assert not any(t.is_alive() for t in threads) and d.nwaiting == 0
+    assert got[60] is got[70] is got[80] is False
+
+
+def test_sixteen_appenders_each_come_back_with_its_own_entry_ids(tmp_path):
+    """Group commit with targeted wake-ups: every append returns (no waiter left asleep
+    without a leader) and reads back, across many groups."""
+    with embedlog.open(tmp_path, **CFG) as log:
+        handles = [log.create_ledger() for _ in range(16)]
+        errors = []
+
+        def work(h):
+            try:
+                for i in range(150):
+                    assert h.append(b"%d" % i) == i
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(h,)) for h in handles]
+        [t.start() for t in threads]
+        [t.join(60) for t in threads]
+        assert not any(t.is_alive() for t in threads) and errors == []
+        assert log.bookie.journal.durable.nwaiting == 0
+        for h in handles:
+            assert h.last_add_confirmed == 149
+            assert log.open_ledger(h.ledger_id).read_batch(0, 149) == [b"%d" % i for i in range(150)]
+
+
 @pytest.mark.parametrize("how", ["async", "threads"])
 def test_no_entry_is_acknowledged_across_one_whose_group_failed(tmp_path, how):
     """Regression: entry 1, framed while entry 0's group was being synced, went out in the
