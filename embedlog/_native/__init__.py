@@ -17,9 +17,8 @@ import os as _os  # noqa: E402
 
 from embedlog._native import arenas as _arenas  # noqa: E402
 
-try:
-    _arena_cache_mb = int(_os.environ.get("EMBEDLOG_ARENA_CACHE_MB", "64"))
-except ValueError:
-    raise ImportError("EMBEDLOG_ARENA_CACHE_MB is a number of MiB, got "
-                      f"{_os.environ['EMBEDLOG_ARENA_CACHE_MB']!r}") from None
-_arenas.install(max(0, _arena_cache_mb) << 20)
+_arena_cache = _os.environ.get("EMBEDLOG_ARENA_CACHE_MB", "64")
+if not _arena_cache.strip().isdigit():       # a bad setting is an error, not 0 or 64
+    from embedlog.errors import ConfigError  # noqa: E402
+    raise ConfigError(f"EMBEDLOG_ARENA_CACHE_MB is a number of MiB (0 or more), got {_arena_cache!r}")
+_arenas.install(int(_arena_cache) << 20)

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from embedlog._native import arenas
 
 
@@ -49,7 +51,9 @@ def test_zero_leaves_cpythons_own_behaviour():
     assert stats["limit"] == 0 and stats["hits"] == 0 and stats["kept"] == 0
 
 
-def test_a_bad_value_is_a_clear_import_error():
-    out = run("lots")
+@pytest.mark.parametrize("value", ["lots", "-5", "", "1.5"])
+def test_a_bad_value_is_a_clear_config_error(value):
+    out = run(value)
     assert out.returncode != 0
-    assert "EMBEDLOG_ARENA_CACHE_MB is a number of MiB, got 'lots'" in out.stderr
+    assert "embedlog.errors.ConfigError: EMBEDLOG_ARENA_CACHE_MB is a number of MiB (0 or " \
+        f"more), got {value!r}" in out.stderr
