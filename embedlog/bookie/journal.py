@@ -513,7 +513,10 @@ class Journal:
                     self.stats["interval"] += 1
                     last_interval_sync = time.monotonic()
             for cb, failed in done:
-                cb(failed)
+                try:
+                    cb(failed)
+                except Exception:         # one caller's callback must not end the journal thread
+                    log.exception("journal: a durability callback failed")
 
     def _prealloc_loop(self) -> None:
         """Keep zeros written ahead of the tail so the common fdatasync only flushes data."""

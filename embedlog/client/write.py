@@ -48,6 +48,15 @@ TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUEST
 _FATAL = (LedgerFencedError, UnauthorizedAccessError, InvalidTermError)   # from a bookie: stop writing
 
 
+def add_future() -> concurrent.futures.Future:
+    """The future of one add, already running: an add handed in cannot be taken back, so
+    cancel() is refused (a cancelled future made set_result raise where the add completed,
+    and the journal's writer thread or the acknowledgement loop died on it)."""
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    fut.set_running_or_notify_cancel()
+    return fut
+
+
 class PendingAdd:
     __slots__ = ("entry_id", "data", "length", "acked", "future")
 
@@ -160,7 +169,7 @@ class WriteHandle:
         futures = []
         for _ in items:
             self._slots.acquire()          # back-pressure: bounded adds in flight
-            futures.append(concurrent.futures.Future())
+            futures.append(add_future())
         # adds queue up here and the loop takes them all at once, so a burst of
         # append_async calls travels as a few frames, not one frame (and task) per add
         with self._inbox_lock:
@@ -263,7 +272,7 @@ class WriteHandle:
         ops = []
         for eid, encoded, length in entries:
             self._slots.acquire()
-            op = PendingAdd(eid, encoded, length, concurrent.futures.Future())
+            op = PendingAdd(eid, encoded, length, add_future())
             self._pending[eid] = op
             self._next = max(self._next, eid + 1)
             ops.append(op)

@@ -367,7 +367,10 @@ class BookieServer:
                                         req.ledger, str(error))
             else:
                 data = ok
-            self._loop.call_soon_threadsafe(self._durable_reply, writer, data, after)
+            try:
+                self._loop.call_soon_threadsafe(self._durable_reply, writer, data, after)
+            except RuntimeError:      # the server's loop closed: its connections are gone
+                pass
 
         self.bookie.on_durable(seq, done)
 

@@ -308,3 +308,18 @@ def test_a_batch_that_fails_after_part_of_it_was_framed_ends_the_handle(tmp_path
             w.append(b"e")
         w.close()
         assert log.open_ledger(w.ledger_id).last_add_confirmed == 0
+
+
+@pytest.mark.parametrize("writer", ["ledger", "stream"])
+def test_an_add_future_cannot_be_cancelled_and_adds_go_on(tmp_path, writer):
+    """Regression: cancel() on a pending append_async future succeeded, and completing it
+    raised InvalidStateError in the journal's writer thread (which died: every later
+    append_async waited for ever) or in the client's acknowledgement loop."""
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger() if writer == "ledger" else log.open_stream("s")
+        first = w.append(b"first")
+        futures = [w.append_async(b"%d" % i) for i in range(300)]
+        assert not any(f.cancel() for f in futures)
+        assert [f.result(10) for f in futures] == list(range(first + 1, first + 301))
+        assert w.append_async(b"after").result(10) == first + 301
+        assert w.append(b"last") == first + 302
