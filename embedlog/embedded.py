@@ -110,7 +110,7 @@ class EmbeddedLog:
         if self.bookie.has_ledger(lid):
             self.bookie.wait_durable(self.bookie.fence(lid, master_key(md.password)))
             self.bookie.wait_all_durable()     # everything framed so far
-            last = self.bookie.read_last_entry_id(lid)
+            last = self.bookie.last_recoverable_entry(lid)
             if last >= 0:
                 length = parse_entry_header(self.bookie.read_entry(lid, last))[5]
         return close_recovered(md, md, v.version, last, length, self._write_metadata,
@@ -443,7 +443,6 @@ class ReadHandle:
         self._bookie = log.bookie
         self._md = md
         self.ledger_id = md.ledger_id
-        self._key = (md.ledger_id.scope_id, md.ledger_id.ledger_id)
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         self._reader = None

@@ -543,6 +543,18 @@ class Bookie:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
             return self.last_entry.get(key, -1)
 
+    def last_recoverable_entry(self, ledger_id) -> int:
+        """Where recovery closes a ledger whose only bookie this is: from the LAC on, the
+        last entry before the first one missing (BookKeeper's recovery reads forward from
+        LAC + 1 and stops at the first entry it cannot read). Entries past a hole (an add
+        whose journal group failed while a later group succeeded) were never acknowledged."""
+        lac, last = self.last_add_confirmed(ledger_id)
+        key = self._key(ledger_id)
+        with self.cv:
+            while lac < last and self.storage.holds(key, lac + 1):
+                lac += 1
+        return lac
+
     def last_add_confirmed(self, ledger_id) -> tuple[int, int]:
         """(LAC, last entry id) as this bookie knows them: the highest LAC carried by an
         entry or set explicitly, and its highest entry."""
