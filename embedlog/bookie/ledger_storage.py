@@ -277,7 +277,7 @@ class SortedLedgerStorage:
         return idx
 
     def holds(self, key, entry_id: int) -> bool:
-        """Whether the entry is stored (memtables or index), without reading it."""
+        """Whether the entry is stored (memtables or index), without reading the entry logs."""
         for mt in (self.active, self.snapshot):
             if mt is not None and mt.get_encoded(key[0], key[1], entry_id) is not None:
                 return True
