@@ -277,9 +277,9 @@ class SortedLedgerStorage:
         return idx
 
     def holds(self, key, entry_id: int) -> bool:
-        """Whether the entry is stored (memtables or index), without reading the entry logs."""
+        """Whether the entry is stored (memtables or index), without reading it."""
         for mt in (self.active, self.snapshot):
-            if mt is not None and mt.get_encoded(key[0], key[1], entry_id) is not None:
+            if mt is not None and mt.contains(key[0], key[1], entry_id):
                 return True
         idx = self.ledgers.get(key)
         return idx is not None and entry_id >= 0 and bool(idx.get_location(entry_id))
