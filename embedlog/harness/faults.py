@@ -305,9 +305,11 @@ class Faults:
     async def message(self, ctx, bookie_id: str, build, timeout_s: float, call):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        msg = _Message(build(0))
+        msg = None                    # parsed only when a rule may look at it
         rules = [r for r in self._rules if r.direction == "request"]
-        rule = self._first(rules, (ctx.name, bookie_id, msg))
+        if rules:
+            msg = _Message(build(0))
+        rule = self._first(rules, (ctx.name, bookie_id, msg)) if rules else None
         if rule is not None:
             self._note(ctx, rule, bookie_id, msg)
             await rule.apply(deadline, "request")
@@ -318,7 +320,9 @@ class Faults:
         except Exception as exc:      # an error answer is a response too
             result, error = None, exc
         rules = [r for r in self._rules if r.direction == "response"]
-        rule = self._first(rules, (ctx.name, bookie_id, msg))
+        if rules and msg is None:
+            msg = _Message(build(0))
+        rule = self._first(rules, (ctx.name, bookie_id, msg)) if rules else None
         if rule is not None:
             self._note(ctx, rule, bookie_id, msg)
             await rule.apply(deadline, "response")
