@@ -39,6 +39,7 @@ from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState, Versioned
+from embedlog.client.inflight import InFlight, add_future
 from embedlog.client.lifecycle import close_ledger
 from embedlog.client.schedule import stripe
 from embedlog.net import protocol as P
@@ -46,15 +47,6 @@ from embedlog.net import protocol as P
 log = logging.getLogger("embedlog.client")
 TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUESTS, 50 ms .. 0.8 s apart
 _FATAL = (LedgerFencedError, UnauthorizedAccessError, InvalidTermError)   # from a bookie: stop writing
-
-
-def add_future() -> concurrent.futures.Future:
-    """The future of one add, already running: an add handed in cannot be taken back, so
-    cancel() is refused (a cancelled future made set_result raise where the add completed,
-    and the journal's writer thread or the acknowledgement loop died on it)."""
-    fut: concurrent.futures.Future = concurrent.futures.Future()
-    fut.set_running_or_notify_cancel()
-    return fut
 
 
 class PendingAdd:
@@ -108,7 +100,7 @@ class WriteHandle:
         self._error: BaseException | None = None
         self._closed = False               # set first by close(): nothing is sent after it
         self._close_task: asyncio.Task | None = None
-        self._slots = threading.BoundedSemaphore(ctx.config.max_pending_adds)
+        self._slots = InFlight(ctx.config.max_pending_adds)
         self._idle = asyncio.Event()       # no add pending
         self._idle.set()
         self._change_done = asyncio.Event()   # no ensemble change under way
@@ -166,18 +158,22 @@ class WriteHandle:
                 # refused here, not by every bookie in turn (which would end the ledger)
                 raise EntryTooLargeError(f"entry of {len(item)} bytes is over max_entry_size_bytes "
                                          f"({limit})")
-        futures = []
-        for _ in items:
-            self._slots.acquire()          # back-pressure: bounded adds in flight
-            futures.append(add_future())
-        # adds queue up here and the loop takes them all at once, so a burst of
-        # append_async calls travels as a few frames, not one frame (and task) per add
-        with self._inbox_lock:
-            self._inbox.extend(zip([bytes(i) for i in items], futures))
-            wake = not self._inbox_scheduled
-            self._inbox_scheduled = True
-        if wake:
-            self._ctx.loop.call_soon_threadsafe(self._take_inbox)
+        futures: list = []
+        start = 0
+        while start < len(items):
+            # back-pressure: bounded adds in flight; those taken go in before waiting for more
+            n = self._slots.take(len(items) - start)
+            futs = [add_future() for _ in range(n)]
+            # adds queue up here and the loop takes them all at once, so a burst of
+            # append_async calls travels as a few frames, not one frame (and task) per add
+            with self._inbox_lock:
+                self._inbox.extend(zip([bytes(i) for i in items[start:start + n]], futs))
+                wake = not self._inbox_scheduled
+                self._inbox_scheduled = True
+            if wake:
+                self._ctx.loop.call_soon_threadsafe(self._take_inbox)
+            futures.extend(futs)
+            start += n
         return futures
 
     def _take_inbox(self) -> None:
@@ -237,8 +233,18 @@ class WriteHandle:
 
     # -- the loop ----------------------------------------------------------------------------
 
+    @property
+    def _ensemble(self) -> list:
+        return self._bookies
+
+    @_ensemble.setter
+    def _ensemble(self, bookies) -> None:
+        self._bookies = list(bookies)
+        # its E write quorums, looked up per entry on every send and acknowledgement
+        self._quorums = [stripe(self._bookies, self._Qw, k) for k in range(len(self._bookies))]
+
     def _write_set(self, entry_id: int) -> list:
-        return stripe(self._ensemble, self._Qw, entry_id)
+        return self._quorums[entry_id % len(self._quorums)]
 
     def _submit(self, items: list, futures: list) -> None:
         ops = []
@@ -246,7 +252,7 @@ class WriteHandle:
             refused = self._error if self._error is not None else (
                 LedgerClosedError(f"ledger {self.ledger_id!r} is closed") if self._closed else None)
             if refused is not None:
-                self._slots.release()
+                self._slots.give()
                 fut.set_exception(refused)
                 continue
             eid, length = self._next, self._length + len(data)
@@ -254,7 +260,7 @@ class WriteHandle:
                 encoded = encode_entry(self._scope, self._lid, eid, self._lac, length,
                                        self._digest, data, self._mac_key)
             except EmbedlogError as exc:      # the id is not used: no hole in the ledger
-                self._slots.release()
+                self._slots.give()
                 fut.set_exception(exc)
                 continue
             self._next, self._length = eid + 1, length
@@ -271,7 +277,7 @@ class WriteHandle:
         self._check()
         ops = []
         for eid, encoded, length in entries:
-            self._slots.acquire()
+            self._slots.take()
             op = PendingAdd(eid, encoded, length, add_future())
             self._pending[eid] = op
             self._next = max(self._next, eid + 1)
@@ -336,13 +342,15 @@ class WriteHandle:
         pending = self._pending
         while pending:
             eid, op = next(iter(pending.items()))
+            if len(op.acked) < self._Qa:
+                break
             ws = self._write_set(eid)
             if sum(1 for b in op.acked if b in ws) < self._Qa:
                 break
             pending.popitem(last=False)
             self._lac = eid
             self._lac_length = op.length
-            self._slots.release()
+            self._slots.give()
             op.future.set_result(eid)
         if not pending:
             self._idle.set()
@@ -382,7 +390,7 @@ class WriteHandle:
         """Fail every add not yet acknowledged (and those still in the inbox) with ``exc``."""
         pending, self._pending = self._pending, collections.OrderedDict()
         for op in pending.values():
-            self._slots.release()
+            self._slots.give()
             if not op.future.done():
                 op.future.set_exception(exc)
         self._take_inbox()            # refused there: the handle is closed or failed

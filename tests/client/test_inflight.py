@@ -1,0 +1,155 @@
+"""The future of an add and the bound on adds in flight (embedlog.client.inflight).
+
+AddFuture makes its condition only when someone blocks on it; every way the standard
+library and asyncio wait on a concurrent future must still see it complete, whichever
+side gets there first."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+import pytest
+
+from embedlog.client.inflight import AddFuture, InFlight
+from embedlog.errors import IllegalOpError, LedgerClosedError
+
+
+def test_an_add_future_is_running_and_cannot_be_cancelled():
+    f = AddFuture()
+    assert f.running() and not f.done()
+    assert f.cancel() is False
+    f.set_result(7)
+    assert f.done() and f.result(0) == 7 and f.exception(0) is None
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        f.set_result(8)
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        f.set_exception(LedgerClosedError("late"))
+    assert "finished" in repr(f)
+
+
+def test_callbacks_run_once_whether_added_before_or_after_completion():
+    seen = []
+    f = AddFuture()
+    f.add_done_callback(lambda g: seen.append(("before", g.result())))
+    f.set_result(1)
+    f.add_done_callback(lambda g: seen.append(("after", g.result())))
+    assert seen == [("before", 1), ("after", 1)]
+    e = AddFuture()
+    e.add_done_callback(lambda g: seen.append(type(g.exception()).__name__))
+    e.set_exception(LedgerClosedError("closed"))
+    assert seen[-1] == "LedgerClosedError"
+    with pytest.raises(LedgerClosedError):
+        e.result(0)
+
+
+def test_a_raising_callback_does_not_stop_the_others(caplog):
+    seen = []
+    f = AddFuture()
+    f.add_done_callback(lambda g: 1 / 0)
+    f.add_done_callback(lambda g: seen.append(g.result()))
+    f.set_result(3)
+    assert seen == [3]
+
+
+def test_result_with_a_timeout_times_out_then_completes():
+    f = AddFuture()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        f.result(0.001)
+    f.set_result(5)                     # its condition exists now: the base class's way
+    assert f.result(0) == 5
+
+
+@pytest.mark.parametrize("how", ["result", "wait", "as_completed", "asyncio", "callback"])
+def test_every_waiter_sees_a_completion_racing_with_it(how):
+    """Many futures completed by one thread while another starts waiting on each, so the
+    condition is made before, during and after completion."""
+    n = 3000
+    futures = [AddFuture() for _ in range(n)]
+    go = threading.Barrier(2)
+
+    def complete():
+        go.wait()
+        for i, f in enumerate(futures):
+            if i % 7 == 0:
+                f.set_exception(LedgerClosedError(str(i)))
+            else:
+                f.set_result(i)
+
+    t = threading.Thread(target=complete)
+    t.start()
+    go.wait()
+    outcome = {}
+    if how == "result":
+        for i, f in enumerate(futures):
+            try:
+                outcome[i] = f.result(10)
+            except LedgerClosedError:
+                outcome[i] = "closed"
+    elif how == "wait":
+        for i in range(0, n, 100):
+            done, not_done = concurrent.futures.wait(futures[i:i + 100], timeout=10)
+            assert not not_done
+        outcome = {i: ("closed" if f.exception() else f.result()) for i, f in enumerate(futures)}
+    elif how == "as_completed":
+        for f in concurrent.futures.as_completed(futures, timeout=10):
+            assert f.done()
+        outcome = {i: ("closed" if f.exception() else f.result()) for i, f in enumerate(futures)}
+    elif how == "asyncio":
+        async def main():
+            res = await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in futures),
+                                                        return_exceptions=True), 10)
+            return {i: ("closed" if isinstance(r, LedgerClosedError) else r) for i, r in enumerate(res)}
+        outcome = asyncio.run(main())
+    else:
+        ev = threading.Event()
+        count = [0]
+        lock = threading.Lock()
+
+        def cb(f):
+            with lock:
+                count[0] += 1
+                if count[0] == n:
+                    ev.set()
+        for f in futures:
+            f.add_done_callback(cb)
+        assert ev.wait(10)
+        assert count[0] == n            # each callback ran exactly once
+        outcome = {i: ("closed" if f.exception() else f.result()) for i, f in enumerate(futures)}
+    t.join()
+    assert outcome == {i: ("closed" if i % 7 == 0 else i) for i in range(n)}
+
+
+def test_in_flight_bounds_and_blocks_until_a_slot_is_given():
+    slots = InFlight(3)
+    assert slots.take(2) == 2
+    assert slots.take(5) == 1            # as many as are free
+    got = []
+    t = threading.Thread(target=lambda: got.append(slots.take(4)))
+    t.start()
+    t.join(0.05)
+    assert t.is_alive() and not got      # blocked at the bound
+    slots.give(2)
+    t.join(10)
+    assert got == [2]
+    slots.give(3)
+    with pytest.raises(RuntimeError):
+        slots.give(1)                    # more back than taken: a bug, said at once
+    with pytest.raises(IllegalOpError):
+        InFlight(0)
+
+
+def test_append_many_async_past_the_in_flight_bound_does_not_block_for_ever(tmp_path):
+    """More entries in one call than max_pending_adds: those that fit go in first, so the
+    call waits for their acknowledgements instead of for itself (it held every slot)."""
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=1, base_dir=str(tmp_path / "c"), proxies=False,
+                      autorecovery=False) as lc:
+        w = lc.client(max_pending_adds=8).create_ledger(1, 1, 1)
+        box = []
+        t = threading.Thread(target=lambda: box.append(w.append_many_async([b"x%d" % i for i in range(100)])))
+        t.start()
+        t.join(60)
+        assert not t.is_alive()
+        assert [f.result(30) for f in box[0]] == list(range(100))
+        w.close()
