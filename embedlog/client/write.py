@@ -110,6 +110,7 @@ class WriteHandle:
         self._inbox: collections.deque = collections.deque()
         self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
+        self._handing_in = threading.Lock()
         ctx.writers.add(self)
 
     # -- caller threads --------------------------------------------------------------------
@@ -160,21 +161,25 @@ class WriteHandle:
                                          f"({limit})")
         futures: list = []
         start = 0
-        while start < len(items):
-            # back-pressure: bounded adds in flight; those taken go in before waiting for more
-            n = self._slots.take(len(items) - start)
-            futs = [add_future() for _ in range(n)]
-            # adds queue up here and the loop takes them all at once, so a burst of
-            # append_async calls travels as a few frames, not one frame (and task) per add
-            with self._inbox_lock:
-                self._inbox.extend(zip([bytes(i) for i in items[start:start + n]], futs))
-                wake = not self._inbox_scheduled
-                self._inbox_scheduled = True
-            if wake:
-                self._ctx.loop.call_soon_threadsafe(self._take_inbox)
-            futures.extend(futs)
-            start += n
+        with self._handing_in:          # one call's entries take consecutive ids
+            while start < len(items):
+                # back-pressure: bounded adds in flight; those taken go in before waiting
+                # for more (a call larger than the bound would otherwise wait for itself)
+                futures.extend(self._hand_in(items[start:start + self._slots.take(len(items) - start)]))
+                start = len(futures)
         return futures
+
+    def _hand_in(self, items: list) -> list:
+        futs = [add_future() for _ in items]
+        # adds queue up here and the loop takes them all at once, so a burst of
+        # append_async calls travels as a few frames, not one frame (and task) per add
+        with self._inbox_lock:
+            self._inbox.extend(zip([bytes(i) for i in items], futs))
+            wake = not self._inbox_scheduled
+            self._inbox_scheduled = True
+        if wake:
+            self._ctx.loop.call_soon_threadsafe(self._take_inbox)
+        return futs
 
     def _take_inbox(self) -> None:
         with self._inbox_lock:
@@ -191,11 +196,7 @@ class WriteHandle:
         if not items:
             raise IllegalOpError("append_many needs at least one entry")
         last = None
-        step = self._ctx.config.max_entries_per_frame
-        futures = []
-        for i in range(0, len(items), step):
-            futures.extend(self.append_many_async(items[i:i + step]))
-        for f in futures:
+        for f in self.append_many_async(items):
             last = f.result()
         return last
 
@@ -296,11 +297,12 @@ class WriteHandle:
                 if (only is None or b in only) and b not in op.acked:
                     per_bookie.setdefault(b, []).append(op)
         limit = self._ctx.config.max_frame_payload_bytes
+        most = self._ctx.config.max_entries_per_frame
         for b, bops in per_bookie.items():
             start, size = 0, 0
             for i, op in enumerate(bops):          # frames stay under the bookie's limit
                 size += len(op.data) + 4
-                if size > limit and i > start:
+                if (size > limit or i - start >= most) and i > start:
                     self._ctx.loop.create_task(self._send(b, bops[start:i]))
                     start, size = i, len(op.data) + 4
             self._ctx.loop.create_task(self._send(b, bops[start:]))

@@ -139,17 +139,33 @@ def test_in_flight_bounds_and_blocks_until_a_slot_is_given():
         InFlight(0)
 
 
-def test_append_many_async_past_the_in_flight_bound_does_not_block_for_ever(tmp_path):
+def test_a_call_past_the_in_flight_bound_goes_in_whole_and_in_order(tmp_path):
     """More entries in one call than max_pending_adds: those that fit go in first, so the
     call waits for their acknowledgements instead of for itself (it held every slot)."""
     from embedlog.harness import LocalCluster
     with LocalCluster(bookies=1, base_dir=str(tmp_path / "c"), proxies=False,
                       autorecovery=False) as lc:
-        w = lc.client(max_pending_adds=8).create_ledger(1, 1, 1)
+        w = lc.client(max_pending_adds=8, max_entries_per_frame=3).create_ledger(1, 1, 1)
         box = []
         t = threading.Thread(target=lambda: box.append(w.append_many_async([b"x%d" % i for i in range(100)])))
         t.start()
         t.join(60)
         assert not t.is_alive()
         assert [f.result(30) for f in box[0]] == list(range(100))
+        # and while other threads append too, each call's entries still take consecutive ids
+        calls = []
+
+        def many(t):
+            for k in range(5):
+                items = [b"%d.%d.%d" % (t, k, i) for i in range(1 + (t * 7 + k * 5) % 23)]
+                calls.append((w.append_many(items), items))
+        threads = [threading.Thread(target=many, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert len(calls) == 20
         w.close()
+        r = lc.client().open_ledger(w.ledger_id)
+        for last, items in calls:
+            assert r.read_batch(last - len(items) + 1, last) == items
