@@ -34,7 +34,7 @@ class ClientConfig:
     connect_timeout_s: float = 2.0
     max_pending_adds: int = 20_000        # back-pressure on append_async
     max_entry_size_bytes: int = 5 * 1024 * 1024   # the bookies' default: larger adds are refused here
-    max_entries_per_frame: int = 1000
+    max_entries_per_frame: int = 1000      # entries per ADD frame (bytes are bounded below too)
     max_frame_payload_bytes: int = 4 * 1024 * 1024   # under the bookie's 5 MiB frame limit
     ensemble_change_retries: int = 16
     quarantine_s: float = 30.0            # a bookie that failed is avoided this long in placement
