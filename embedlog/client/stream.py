@@ -361,10 +361,7 @@ class Stream:
         items = list(items)
         if not items:
             raise IllegalOpError("append_many needs at least one entry")
-        step = self._ctx.config.max_entries_per_frame
-        futures = []
-        for i in range(0, len(items), step):       # every frame goes out before we wait
-            futures.extend(self.append_many_async(items[i:i + step]))
+        futures = self.append_many_async(items)   # one call: consecutive positions
         last = None
         for f in futures:
             last = self._result(f)
@@ -417,10 +414,7 @@ class Stream:
                 payloads.append(KIND_LINK + stamp + LINK.pack(lid.scope_id, lid.ledger_id, first, count))
         w = self._leader()
         self._mark_links(w)
-        step = self._ctx.config.max_entries_per_frame
-        futures = []
-        for i in range(0, len(payloads), step):
-            futures.extend(self._send(w, payloads[i:i + step], 0))
+        futures = self._send(w, payloads, 0)
         last = None
         for f in futures:
             last = self._result(f)
