@@ -226,6 +226,7 @@ class Stream:
         self._writer = None                  # a WriteHandle while this client leads
         self._lost: BaseException | None = None
         self._lock = threading.Lock()
+        self._leading = threading.Lock()    # the first append's take-over, once per handle
         self._frag_entries = 0
         self._frag_bytes = 0
         self._lac = -1
@@ -312,12 +313,17 @@ class Stream:
     # -- appending ------------------------------------------------------------------------
 
     def _leader(self):
+        if self._lost is None and self._writer is None:
+            with self._leading:           # threads sharing the handle take the lead once
+                if self._lost is None and self._writer is None:
+                    self.take_over()
         if self._lost is not None:
             raise InvalidTermError(f"stream {self.name!r}: this client lost the lead "
                                    f"({self._lost}); call take_over() to lead again")
-        if self._writer is None:
-            self.take_over()
-        return self._writer
+        w = self._writer
+        if w is None:                     # another thread's take_over() is under way
+            raise InvalidTermError(f"stream {self.name!r}: a take-over is under way")
+        return w
 
     def append_async(self, data):
         return self.append_many_async([data])[-1]

@@ -362,3 +362,34 @@ def test_a_deleted_stream_name_can_be_used_again(tmp_path):
         s2.append(b"new")
         assert [e.data for e in s2.read(0)] == [b"new"]
         assert log.list_streams() == ["again"]
+
+
+def test_threads_sharing_a_new_stream_handle_take_the_lead_once(cluster):
+    """The first appends of several threads on one handle: one take-over, not one per
+    thread (each fenced the others: InvalidTermError on the handle's own appends), and
+    each append_many's positions consecutive."""
+    c = cluster.client(max_pending_adds=3)
+    s = c.open_stream("shared")
+    go = threading.Barrier(4)
+    calls, errors = [], []
+
+    def append(t):
+        go.wait()
+        try:
+            for k in range(5):
+                items = [b"%d.%d.%d" % (t, k, i) for i in range(1 + (t + k) % 7)]
+                calls.append((s.append_many(items), items))
+        except EmbedlogError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=append, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert errors == [] and len(calls) == 20
+    assert s.term == 1
+    s.close()
+    got = {e.position: e.data for e in cluster.client().open_stream("shared").read(0)}
+    for last, items in calls:
+        assert [got[p] for p in range(last - len(items) + 1, last + 1)] == items
