@@ -69,6 +69,32 @@ _SCHEMA = (
 )
 
 
+# One writer at a time per database file within this process. SQLite's busy handler
+# sleeps and polls, with no queue: twenty threads of one process writing at once starved
+# some past the busy timeout ("database is locked"). Threads now queue here, and the busy
+# handler only arbitrates between processes.
+_writers: dict = {}
+_writers_guard = threading.Lock()
+
+
+def _writer_lock(path: str) -> threading.Lock:
+    with _writers_guard:
+        lock = _writers.get(path)
+        if lock is None:
+            lock = _writers[path] = threading.Lock()
+        return lock
+
+
+def _forget_writer_locks() -> None:
+    # a forked child has only the forking thread: a lock another thread held stays held
+    global _writers_guard
+    _writers.clear()
+    _writers_guard = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writer_locks)
+
+
 def _scope_hex(scope_id: int) -> str:
     return f"{scope_id:016x}"
 
@@ -110,6 +136,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
             raise MetadataError(f"unknown sqlite synchronous mode {synchronous!r}")
         path = os.path.abspath(path)
         self.path = path
+        self._write_key = os.path.realpath(path)    # one lock per file, however named
         self.uri = uri or f"sqlite://{path}"
         if not create and not os.path.isfile(path):
             raise MetadataError(f"no metadata store at {self.uri}: {path} does not exist "
@@ -186,7 +213,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
     def _write(self, what: str):
         """BEGIN IMMEDIATE ... COMMIT: takes the write lock first, so what we read inside is
         what we overwrite. An exception rolls back."""
-        with self._using():
+        with self._using(), _writer_lock(self._write_key):
             conn = self._conn()
             with _wrapped(what):
                 conn.execute("BEGIN IMMEDIATE")

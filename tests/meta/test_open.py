@@ -96,3 +96,30 @@ def test_sqlite_closed_store_refuses(tmp_path):
     store.close()
     with pytest.raises(MetadataError, match="closed"):
         store.read_ledger_metadata(1)
+
+
+def test_sqlite_threads_of_one_process_queue_for_the_write_lock(tmp_path):
+    """Twenty threads writing at once through two stores on one file, with a busy timeout
+    of 50 ms: SQLite's busy handler alone (sleep and poll, no queue) left most of them
+    "database is locked"; they queue in the process instead and every write is made."""
+    import threading
+    stores = [SqliteMetadataStore(str(tmp_path / "m.db"), timeout_s=0.05),
+              SqliteMetadataStore(str(tmp_path / "." / "m.db"), timeout_s=0.05)]
+    ids, errors = [], []
+
+    def work(k):
+        try:
+            for _ in range(50):
+                ids.append(stores[k % 2].generate_ledger_id())
+        except Exception as exc:          # TimeoutError("... database is locked") before
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(set(ids)) == len(ids) == 1000
+    for s in stores:
+        s.close()
