@@ -72,7 +72,7 @@ _SCHEMA = (
 # One writer at a time per database file within this process. SQLite's busy handler
 # sleeps and polls, with no queue: twenty threads of one process writing at once starved
 # some past the busy timeout ("database is locked"). Threads now queue here, and the busy
-# handler only arbitrates between processes.
+# timeout bounds only the wait for other processes (each writer ahead is bounded by it).
 _writers: dict = {}
 _writers_guard = threading.Lock()
 
@@ -120,7 +120,8 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
     """The SQLite driver. ``SqliteMetadataStore("/abs/dir/meta.db")`` creates the file if
     needed (its directory must exist).
 
-    Options: ``timeout_s`` (busy timeout for a locked database, default 5),
+    Options: ``timeout_s`` (busy timeout for a database another process has locked, default 5;
+    threads of this process queue for the write lock in turn),
     ``heartbeat_interval_s`` (1), ``expiry_s`` (5, must exceed the heartbeat interval),
     ``poll_interval_s`` (watch polling, 0.2), ``synchronous`` ("FULL": every commit is
     fsynced; "NORMAL" trades the last commits on power loss for speed).
