@@ -165,8 +165,9 @@ class WriteHandle:
             while start < len(items):
                 # back-pressure: bounded adds in flight; those taken go in before waiting
                 # for more (a call larger than the bound would otherwise wait for itself)
-                futures.extend(self._hand_in(items[start:start + self._slots.take(len(items) - start)]))
-                start = len(futures)
+                n = self._slots.take(len(items) - start)
+                futures.extend(self._hand_in(items[start:start + n]))
+                start += n
         return futures
 
     def _hand_in(self, items: list) -> list:
