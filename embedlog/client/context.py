@@ -115,6 +115,10 @@ class ClientContext:
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
 
+    def on_loop(self) -> bool:
+        """True in the client's own loop thread, where add callbacks run: it must not block."""
+        return threading.current_thread() is self._thread
+
     def run(self, coro, timeout: float | None = None):
         """Run a coroutine on the client loop from any other thread and wait for it."""
         if threading.current_thread() is self._thread:

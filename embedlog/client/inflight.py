@@ -90,9 +90,12 @@ class InFlight:
         self._room = threading.Condition(self._lock)
         self._blocked = 0
 
-    def take(self, most: int = 1) -> int:
-        """Take between 1 and ``most`` slots, as many as are free, blocking until one is."""
+    def take(self, most: int = 1, block: bool = True) -> int:
+        """Take between 1 and ``most`` slots, as many as are free, blocking until one is
+        (without ``block``, 0 when none is free)."""
         with self._lock:
+            if not block and self._free <= 0:
+                return 0
             while self._free <= 0:
                 self._blocked += 1
                 try:

@@ -159,6 +159,8 @@ class WriteHandle:
                 # refused here, not by every bookie in turn (which would end the ledger)
                 raise EntryTooLargeError(f"entry of {len(item)} bytes is over max_entry_size_bytes "
                                          f"({limit})")
+        if self._ctx.on_loop():
+            return self._hand_in_from_loop(items)
         futures: list = []
         start = 0
         with self._handing_in:          # one call's entries take consecutive ids
@@ -169,6 +171,21 @@ class WriteHandle:
                 futures.extend(self._hand_in(items[start:start + n]))
                 start += n
         return futures
+
+    def _hand_in_from_loop(self, items: list) -> list:
+        """Adds made by a done-callback, on the loop that frees the slots: waiting for a slot,
+        or for a thread that waits for one, would stop it for good. They go in whole at once
+        or not at all (TooManyRequestsError), and may fall between the pieces of another
+        thread's call that is larger than the free slots."""
+        n = self._slots.take(len(items), block=False) if items else 0
+        if n < len(items):
+            if n:
+                self._slots.give(n)
+            raise TooManyRequestsError(
+                f"ledger {self.ledger_id!r}: {len(items)} adds from a done-callback on the "
+                f"client's loop with max_pending_adds ({self._ctx.config.max_pending_adds}) "
+                f"reached; the loop cannot wait for the slots it frees")
+        return self._hand_in(items)
 
     def _hand_in(self, items: list) -> list:
         futs = [add_future() for _ in items]

@@ -169,3 +169,38 @@ def test_a_call_past_the_in_flight_bound_goes_in_whole_and_in_order(tmp_path):
         r = lc.client().open_ledger(w.ledger_id)
         for last, items in calls:
             assert r.read_batch(last - len(items) + 1, last) == items
+
+
+def test_done_callbacks_chaining_adds_beside_a_call_past_the_bound(tmp_path):
+    """A done-callback that appends runs on the client's loop, which frees the slots: it
+    must not wait there, neither for a slot nor for a thread holding a call larger than the
+    free slots. It goes in at once, or is refused with TooManyRequestsError when no slot is
+    free, and both the chain and the large call finish."""
+    from embedlog.errors import TooManyRequestsError
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=1, base_dir=str(tmp_path / "c"), proxies=False,
+                      autorecovery=False) as lc:
+        w = lc.client(max_pending_adds=4).create_ledger(1, 1, 1)
+        chained, refused, finished = [], [], threading.Event()
+
+        def link(f=None):
+            if f is not None:
+                chained.append(f.result())
+            if len(chained) == 40:
+                finished.set()
+                return
+            try:
+                w.append_async(b"chain").add_done_callback(link)
+            except TooManyRequestsError:      # no slot free: try again from the loop
+                refused.append(1)
+                asyncio.get_running_loop().call_later(0.001, link)
+
+        link()
+        big = []
+        t = threading.Thread(target=lambda: big.extend(w.append_many_async([b"big"] * 200)))
+        t.start()
+        t.join(60)
+        assert not t.is_alive()
+        assert finished.wait(60)
+        assert len([f.result(30) for f in big]) == 200
+        w.close()
