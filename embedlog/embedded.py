@@ -21,7 +21,7 @@ from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recove
 from embedlog.client.read import ReadHandle as Tailing
 from embedlog.client.scan import binary_array
 from embedlog.client.stream import delete_stream, find_stream, list_streams, open_stream
-from embedlog.client.inflight import add_future
+from embedlog.client.inflight import AddFuture
 from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
                              NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
@@ -377,7 +377,7 @@ class WriteHandle:
 
     def append_async(self, data) -> concurrent.futures.Future:
         """Append one entry; the future completes with its entry id once durable."""
-        fut = add_future()
+        fut = AddFuture()
         seq, last = self._add([data])
 
         def done(error):

@@ -73,10 +73,6 @@ class AddFuture(concurrent.futures.Future):
         return True
 
 
-def add_future() -> AddFuture:
-    return AddFuture()
-
-
 class InFlight:
     """At most ``limit`` adds in flight: callers block in ``take`` at the bound (the
     back-pressure of append_async), ``give`` hands a slot back."""

@@ -39,9 +39,9 @@ from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerState, Versioned
-from embedlog.client.inflight import InFlight, add_future
+from embedlog.client.inflight import AddFuture, InFlight
 from embedlog.client.lifecycle import close_ledger
-from embedlog.client.schedule import stripe
+from embedlog.client.schedule import write_quorums
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.client")
@@ -177,7 +177,7 @@ class WriteHandle:
         or for a thread that waits for one, would stop it for good. They go in whole at once
         or not at all (TooManyRequestsError), and may fall between the pieces of another
         thread's call that is larger than the free slots."""
-        n = self._slots.take(len(items), block=False) if items else 0
+        n = self._slots.take(len(items), block=False)
         if n < len(items):
             if n:
                 self._slots.give(n)
@@ -188,7 +188,7 @@ class WriteHandle:
         return self._hand_in(items)
 
     def _hand_in(self, items: list) -> list:
-        futs = [add_future() for _ in items]
+        futs = [AddFuture() for _ in items]
         # adds queue up here and the loop takes them all at once, so a burst of
         # append_async calls travels as a few frames, not one frame (and task) per add
         with self._inbox_lock:
@@ -260,7 +260,7 @@ class WriteHandle:
     def _ensemble(self, bookies) -> None:
         self._bookies = list(bookies)
         # its E write quorums, looked up per entry on every send and acknowledgement
-        self._quorums = [stripe(self._bookies, self._Qw, k) for k in range(len(self._bookies))]
+        self._quorums = write_quorums(self._md, self._bookies)
 
     def _write_set(self, entry_id: int) -> list:
         return self._quorums[entry_id % len(self._quorums)]
@@ -297,7 +297,7 @@ class WriteHandle:
         ops = []
         for eid, encoded, length in entries:
             self._slots.take()
-            op = PendingAdd(eid, encoded, length, add_future())
+            op = PendingAdd(eid, encoded, length, AddFuture())
             self._pending[eid] = op
             self._next = max(self._next, eid + 1)
             ops.append(op)
@@ -409,8 +409,8 @@ class WriteHandle:
     def _fail_pending(self, exc: BaseException) -> None:
         """Fail every add not yet acknowledged (and those still in the inbox) with ``exc``."""
         pending, self._pending = self._pending, collections.OrderedDict()
+        self._slots.give(len(pending))
         for op in pending.values():
-            self._slots.give()
             if not op.future.done():
                 op.future.set_exception(exc)
         self._take_inbox()            # refused there: the handle is closed or failed
