@@ -2,6 +2,7 @@
 """Replicated adds through bookie processes, beside the same work in-process.
 
     python benchmarks/replication.py [--seconds 5] [--recovery-entries 1000000]
+                                     [--striped-entries 1000000]
 
 For E=Qw=Qa=1 on one bookie and E=3,Qw=3,Qa=2 on three (LocalCluster on loopback,
 no fault proxies), with 100 B and 1 KiB entries:
@@ -9,7 +10,11 @@ no fault proxies), with 100 B and 1 KiB entries:
   keeps a throttle of outstanding adds the same way);
 - latency: p50/p95/p99 of single durable appends issued one after another;
 beside the embedded log (in-process transport: no socket, no second process) doing
-the same appends, so the network's and the protocol's share is visible. Then the
+the same appends, so the network's and the protocol's share is visible. Then striped
+ensembles (E > Qw: each bookie gets every E-th run of ids, with gaps), 3/2/2 on three
+bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-entries adds
+(1,000,000 by default: a ledger longer than any one memtable, issue 25) rather than over
+--seconds, and every bookie process must still be running after it. Then the
 time to recover (fence, read forward, close) a ledger of --recovery-entries entries
 whose writer was abandoned.
 """
@@ -32,7 +37,8 @@ import embedlog  # noqa: E402
 from embedlog.harness import LocalCluster  # noqa: E402
 
 
-def throughput(handle, size: int, seconds: float, window: int) -> float:
+def throughput(handle, size: int, seconds: float, window: int, count: int | None = None) -> float:
+    """Adds per second for ``seconds``, or, with ``count``, over exactly ``count`` adds."""
     data = os.urandom(size)
     sem = threading.BoundedSemaphore(window)
     done = [0]
@@ -43,8 +49,8 @@ def throughput(handle, size: int, seconds: float, window: int) -> float:
 
     t0 = time.perf_counter()
     sent = 0
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(100):
+    while (sent < count) if count is not None else (time.perf_counter() - t0 < seconds):
+        for _ in range(100 if count is None else min(100, count - sent)):
             sem.acquire()
             handle.append_async(data).add_done_callback(finished)
             sent += 1
@@ -65,11 +71,18 @@ def latency(handle, size: int, seconds: float) -> tuple:
     return np.percentile(a, 50), np.percentile(a, 95), np.percentile(a, 99)
 
 
+def tail(directory: str, n: int = 15) -> str:
+    with open(os.path.join(directory, "bookie.log"), errors="replace") as f:
+        return "".join(f.readlines()[-n:])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--window", type=int, default=2000)
     ap.add_argument("--recovery-entries", type=int, default=1_000_000)
+    ap.add_argument("--striped-entries", type=int, default=1_000_000,
+                    help="adds of 1 KiB per striped row (3/2/2, 5/3/2); 0 leaves those rows out")
     args = ap.parse_args()
     rows = []
     base = tempfile.mkdtemp(prefix="embedlog-repl-bench-", dir="/tmp")
@@ -101,6 +114,22 @@ def main():
                     r = c2.open_ledger(w.ledger_id)           # fence + recover + close
                     rec_s = time.perf_counter() - t0
                     recovery = (args.recovery_entries, r.last_add_confirmed, rec_s)
+        for nb, quorum in ((3, (3, 2, 2)), (5, (5, 3, 2))) if args.striped_entries else ():
+            with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"s{nb}"), proxies=False,
+                              autorecovery=False) as lc:
+                c = lc.client()
+                w = c.create_ledger(*quorum)
+                try:
+                    tput = throughput(w, 1024, args.seconds, args.window, count=args.striped_entries)
+                    lat = latency(w, 1024, args.seconds / 2)
+                    w.close()
+                finally:
+                    dead = [i for i in range(nb) if not lc.is_running(i)]
+                    if dead:     # a bookie that died is the result, whatever the client raised
+                        sys.exit(f"{'/'.join(map(str, quorum))}: bookie(s) {dead} died; the end of "
+                                 f"bookie {dead[0]}'s log:\n{tail(lc.bookie_dir(dead[0]))}")
+                rows.append((f"{nb} bookie processes, {args.striped_entries:,} entries (TCP loopback)",
+                             "/".join(map(str, quorum)), 1024, tput, *lat))
         print(f"# embedlog replication benchmark ({time.strftime('%Y-%m-%d')}, nproc={os.cpu_count()})\n")
         print("| setup | E/Qw/Qa | entry | adds/s (window %d) | MB/s | lone add p50 / p95 / p99 (µs) |" % args.window)
         print("| --- | --- | ---: | ---: | ---: | ---: |")
