@@ -20,6 +20,7 @@ __all__ = [
     "ReadOnlyBookieError", "TooManyRequestsError", "TimeoutError", "MetadataError",
     "LedgerExistsError", "DirectoryLockedError", "ClientClosedError",
     "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "MetadataUriError",
+    "BookieCrashedError",
     "from_code", "from_wire_code",
 ]
 
@@ -145,6 +146,12 @@ class InvalidCookieError(EmbedlogError):
     or another metadata store); the message says which and how to fix it. BookKeeper's
     InvalidCookieException."""
     code = -1006
+
+
+class BookieCrashedError(EmbedlogError):
+    """A bookie process of a LocalCluster exited without being asked to (a crash, a signal,
+    a fatal error); the message names it, its exit code or signal and its log's last lines."""
+    code = -1008
 
 
 _ALL = [v for v in list(globals().values())

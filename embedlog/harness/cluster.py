@@ -7,6 +7,11 @@ delay, drop or cut one bookie's traffic; the proxy keeps its port across restart
 With ``tls=True`` the cluster makes a throwaway CA and certificates (trustme) under
 ``base_dir/tls``; with ``tls_client_auth=True`` bookies also require client certificates;
 with ``auth_token`` bookies require that token. ``client()`` gets the matching options.
+
+A bookie process that exits unasked (not by kill_bookie, stop_bookie, restart_bookie or
+close) is a crash: the next verb, ``client()`` or ``close()`` raises BookieCrashedError with
+its exit code or signal and its log's last lines, once per crash, so a test whose bookie
+died fails saying so instead of timing out on a missing bookie.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.errors import BookieCrashedError, EmbedlogError, IllegalOpError
 from embedlog.client import Client
 from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
@@ -38,6 +43,12 @@ class _Bookie:
         self.bookie_id: str | None = None
         self.read_only = False
         self.log_path = os.path.join(directory, "bookie.log")
+        # its exit is known to the owner: asked for, or already reported as a crash
+        self.exit_known = False
+
+    def crashed(self) -> bool:
+        return (self.process is not None and not self.exit_known
+                and self.process.poll() is not None)
 
 
 class LocalCluster:
@@ -128,6 +139,7 @@ class LocalCluster:
 
     def add_bookie(self) -> int:
         """Start one more bookie; returns its index."""
+        self.check_bookies()
         i = len(self._bookies)
         b = _Bookie(i, os.path.join(self.base_dir, f"bookie-{i}"))
         os.makedirs(b.directory, exist_ok=True)
@@ -166,16 +178,19 @@ class LocalCluster:
         log = open(b.log_path, "ab")
         b.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
+        b.exit_known = False
         self._spawned.append(b.process)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not os.path.exists(ready):
             if b.process.poll() is not None:
+                b.exit_known = True               # the error below says so
                 if port_taken(_tail(b.log_path)):
                     raise PortTaken(_tail(b.log_path))
                 raise EmbedlogError(f"bookie {b.index} exited with {b.process.returncode}; "
                                     f"see {b.log_path}:\n{_tail(b.log_path)}")
             if time.monotonic() > deadline:
+                b.exit_known = True
                 b.process.kill()
                 raise EmbedlogError(f"bookie {b.index} did not start in {START_TIMEOUT_S} s; "
                                     f"see {b.log_path}:\n{_tail(b.log_path)}")
@@ -185,7 +200,9 @@ class LocalCluster:
 
     def kill_bookie(self, i: int) -> None:
         """SIGKILL: no clean shutdown, its registration expires on its own."""
+        self.check_bookies()
         b = self._b(i)
+        b.exit_known = True
         if b.process is not None and b.process.poll() is None:
             os.kill(b.process.pid, signal.SIGCONT)
             b.process.kill()
@@ -193,7 +210,9 @@ class LocalCluster:
 
     def stop_bookie(self, i: int) -> None:
         """SIGTERM: the bookie leaves the metadata store and closes cleanly."""
+        self.check_bookies()
         b = self._b(i)
+        b.exit_known = True
         if b.process is not None and b.process.poll() is None:
             os.kill(b.process.pid, signal.SIGCONT)
             b.process.terminate()
@@ -234,6 +253,7 @@ class LocalCluster:
         raise EmbedlogError(f"bookie {i} did not turn {'read-only' if flag else 'writable'}")
 
     def _running(self, i: int):
+        self.check_bookies()
         b = self._b(i)
         if b.process is None or b.process.poll() is not None:
             raise IllegalOpError(f"bookie {i} is not running")
@@ -268,12 +288,36 @@ class LocalCluster:
 
     def client(self, name: str = "", **config):
         """A Client of this cluster; ``name`` identifies it in fault rules (``faults``)."""
+        self.check_bookies()
         c = Client(self.metadata_uri, faults=self.faults, client_name=name,
                    **{**self.client_config, **config})
         self._clients.append(c)
         return c
 
+    def crashed_bookies(self) -> list[str]:
+        """A report (index, id, exit code or signal, log's last lines) for each bookie that
+        exited unasked since the last call; each crash is reported once."""
+        out = []
+        for b in self._bookies:
+            if b.crashed():
+                b.exit_known = True
+                out.append(f"bookie {b.index} ({b.bookie_id}) exited unasked: "
+                           f"{exit_reason(b.process.returncode)}; the end of {b.log_path}:\n"
+                           + _tail(b.log_path).rstrip())
+        return out
+
+    def check_bookies(self) -> None:
+        """Raise BookieCrashedError if a bookie exited unasked since the last check."""
+        crashed = self.crashed_bookies()
+        if crashed:
+            raise BookieCrashedError("\n".join(crashed))
+
     def close(self) -> None:
+        """Stop everything and clean up; then raise BookieCrashedError if a bookie had
+        exited unasked and that was not reported yet."""
+        crashed = self.crashed_bookies()   # before close's own SIGTERMs, which are asked for
+        for b in self._bookies:
+            b.exit_known = True
         self.faults.clear()              # nothing held keeps a client from closing
         for c in self._clients:
             try:
@@ -308,6 +352,8 @@ class LocalCluster:
             self._server.stop()
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+        if crashed:
+            raise BookieCrashedError("\n".join(crashed))
 
     def __enter__(self):
         return self
@@ -319,6 +365,16 @@ class LocalCluster:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def exit_reason(returncode: int) -> str:
+    """'killed by SIGSEGV' or 'exit code 1', from a Popen returncode."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
 
 
 def _tail(path: str, n: int = 20) -> str:
