@@ -277,6 +277,11 @@ class CookieStore(ABC):
     def remove_cookie(self, bookie_id: str, version: Any = None) -> None:
         ...
 
+    @abstractmethod
+    def list_cookies(self) -> list[str]:
+        """The names of every cookie record, sorted: each bookie that ever started here and
+        was not decommissioned (BookKeeper's "all bookies"), and the auditor's lease."""
+
 
 class UnderreplicationManager(ABC):
     """Records of under-replicated ledgers for autorecovery."""

@@ -482,6 +482,12 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
                             f"remove cookie {bookie_id}"):
             raise MetadataError(f"no cookie for bookie {bookie_id}")
 
+    def list_cookies(self) -> list[str]:
+        prefix = self._k("cookies", "")
+        with self._errors("list cookies"):
+            items = list(self._etcd.get_prefix(prefix, keys_only=True))
+        return sorted(meta.key.decode()[len(prefix):] for _, meta in items)
+
     # ---- UnderreplicationManager ---------------------------------------------------
 
     def mark_ledger_underreplicated(self, ledger_id, missing_bookies: list[str]) -> None:

@@ -542,6 +542,10 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                 raise BadVersionError(f"cookie of {bookie_id}: version {version!r} is stale")
             c.execute("DELETE FROM cookies WHERE bookie_id=?", (bookie_id,))
 
+    def list_cookies(self) -> list[str]:
+        return [r[0] for r in self._query("list cookies",
+                                          "SELECT bookie_id FROM cookies ORDER BY bookie_id")]
+
     # ---- UnderreplicationManager ---------------------------------------------------
 
     def mark_ledger_underreplicated(self, ledger_id, missing_bookies: list[str]) -> None:

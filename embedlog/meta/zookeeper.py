@@ -656,6 +656,9 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         except KzBadVersion:
             raise BadVersionError(f"cookie of {bookie_id}: version {version!r} is stale") from None
 
+    def list_cookies(self) -> list[str]:
+        return sorted(self._listdir(self._p("cookies")))
+
     # ---- UnderreplicationManager ---------------------------------------------------
 
     def _ur_path(self, lid: LedgerId) -> str:

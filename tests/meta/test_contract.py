@@ -498,6 +498,17 @@ def test_cookies(backend):
         store.remove_cookie("127.0.0.1:3181")
 
 
+def test_list_cookies(backend):
+    """Every cookie record by name, sorted: `bookie list` shows a vanished bookie from it."""
+    store = backend.open()
+    assert store.list_cookies() == []
+    for name in ("bookie-b", "127.0.0.1:3181", "bookie-a"):
+        store.write_cookie(name, b"c")
+    assert store.list_cookies() == ["127.0.0.1:3181", "bookie-a", "bookie-b"]
+    store.remove_cookie("bookie-a")
+    assert backend.open().list_cookies() == ["127.0.0.1:3181", "bookie-b"]
+
+
 def test_underreplication(backend):
     store = backend.open()
     a, b = LedgerId(0, 1), LedgerId(6, 2)
