@@ -6,6 +6,8 @@ from embedlog.errors import EntryTooLargeError as EntryTooLargeError
 
 _Buffer = bytes | bytearray | memoryview
 
+MT_BLOCK_BYTES: int
+
 class MemTable:
     @property
     def limit_bytes(self) -> int: ...
@@ -19,6 +21,11 @@ class MemTable:
     def last_entry_id(self, scope: int, lid: int) -> int: ...
     @property
     def size_bytes(self) -> int: ...
+    @property
+    def used_bytes(self) -> int:
+        """The arena bytes in use plus the blocks' bytes: what counts against limit_bytes."""
+    @property
+    def nblocks_used(self) -> int: ...
     @property
     def count(self) -> int: ...
     @property

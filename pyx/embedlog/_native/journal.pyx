@@ -47,7 +47,7 @@ from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el
                                       DIGEST_CRC32C, DIGEST_MAC, V1_HEADER_SIZE, V2_HEADER_SIZE)
 from embedlog._native.memtable cimport MemTable
 
-from embedlog._native.format import parse_entry_header
+from embedlog._native.format import parse_entry_header, MAX_ENTRY_ID
 from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
                              JournalCorruptedError)
 
@@ -706,20 +706,21 @@ def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_ent
             raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
 
 
-cdef int64_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const uint8_t **src,
-                            const Py_ssize_t *lens, Py_ssize_t count, uint64_t scope,
-                            uint64_t lid, int64_t eid, int64_t lac, int64_t length,
-                            int digest) noexcept nogil:
+cdef Py_ssize_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const uint8_t **src,
+                               const Py_ssize_t *lens, Py_ssize_t count, uint64_t scope,
+                               uint64_t lid, int64_t eid, int64_t lac, int64_t *length,
+                               int digest) noexcept nogil:
     """add_payloads' pass: each entry framed as a journal record at ``rec`` and copied into
-    the memtable at ``dst`` (room made beforehand); returns the ledger length after them."""
+    the memtable at ``dst`` (room made beforehand); ``length`` becomes the ledger length
+    after them. Returns how many were framed: fewer than count only if the memtable
+    refused a commit (prepare made too little room), before that entry's record counts."""
     cdef Py_ssize_t i, k, n, enc
     cdef uint8_t *body
     cdef uint32_t c
     for i in range(count):
         n = lens[i]
-        length += n
         body = rec + RECORD_HEADER_SIZE
-        k = put_header(body, scope, lid, eid, lac, length, digest)
+        k = put_header(body, scope, lid, eid, lac, length[0] + n, digest)
         if digest == DIGEST_CRC32C:
             c = el_crc32c(0, body, k)
             el_put32(body + k, el_crc32c_copy(c, body + k + 4, src[i], n))
@@ -740,11 +741,13 @@ cdef int64_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const uint8
             c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + enc)
         el_put32(rec + 4, c)
         memcpy(dst, body, enc)
-        mt.commit(scope, lid, eid, dst, enc)
+        if mt.commit(scope, lid, eid, dst, enc) < 0:
+            return i
+        length[0] += n
         dst += enc
         rec += RECORD_HEADER_SIZE + enc
         eid += 1
-    return length
+    return count
 
 
 def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
@@ -762,8 +765,7 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
     """
     cdef Py_ssize_t total = PyList_GET_SIZE(payloads)
     cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
-    cdef Py_ssize_t i, n, enc, count = 0, mbytes = 0
-    cdef Py_ssize_t room = mt.limit_bytes - mt.arena_used
+    cdef Py_ssize_t i, n, enc, count = 0, mbytes = 0, framed, nbytes
     cdef object item
     cdef const uint8_t[::1] view
     cdef const uint8_t **src
@@ -796,8 +798,10 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
                 raise EntryTooLargeError(
                     f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
             enc = hdr + n
-            if mbytes + enc > room:
-                if count == 0 and mt.arena_used == 0:
+            # consecutive ids of one ledger: entries first_eid .. first_eid + count touch the
+            # blocks first_eid >> 6 .. (first_eid + count) >> 6, which count against the limit
+            if not mt.fits(mbytes + enc, ((first_eid + count) >> 6) - (first_eid >> 6) + 1):
+                if count == 0 and mt.nrecs == 0:
                     raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
                 break
             lens[count] = n
@@ -807,20 +811,30 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
             return 0, length
         if start + count < total:       # the rest waits for another pass: check it now
             check_payloads(payloads, scope, digest, max_entry_size, mt.limit_bytes, start + count)
+        mt.prepare(count, count // 64 + 2)
         rec = jb.reserve(mbytes + count * RECORD_HEADER_SIZE)
         dst = mt.reserve(mbytes)
         if dst == NULL:
             raise MemoryError()
-        mt.prepare(count)
         # the GIL goes only for batches worth it: another thread takes it for its whole
         # time slice, and a one-entry add then waits that long (16 threads appending)
+        nbytes = length
         if mbytes >= NOGIL_MIN_BYTES:
             with nogil:
-                length = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid,
-                                        lac, length, digest)
+                framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid,
+                                        lac, &length, digest)
         else:
-            length = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid, lac,
-                                    length, digest)
+            framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid, lac,
+                                    &length, digest)
+        if framed < count:          # never with the room prepare made; refuse, write nothing more
+            mbytes = 0
+            for i in range(framed):
+                mbytes += hdr + lens[i]
+            jb.size += mbytes + framed * RECORD_HEADER_SIZE
+            jb.records += framed
+            if framed == 0:
+                raise MemoryError("memtable: no room reserved for the entries")
+            return framed, length
         jb.size += mbytes + count * RECORD_HEADER_SIZE
         jb.records += count
         return count, length
@@ -851,10 +865,13 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
             raise EntryTooLargeError(
                 f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
         enc = hdr + n
+        if enc > mt.limit_bytes:
+            raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+        if not mt.fits(enc, 1):
+            break
+        mt.prepare(1, 1)
         dst = mt.reserve(enc)
         if dst == NULL:
-            if enc > mt.limit_bytes:
-                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
             break
         length += n
         rec = jb.reserve(RECORD_HEADER_SIZE + enc)
@@ -862,8 +879,10 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
                     &view[0] if n else NULL, n)
         jb.seal(rec, enc, REC_ENTRY)
         memcpy(dst, rec + RECORD_HEADER_SIZE, enc)
-        mt.prepare(1)
-        mt.commit(scope, lid, eid, dst, enc)
+        if mt.commit(scope, lid, eid, dst, enc) < 0:
+            jb.size -= RECORD_HEADER_SIZE + enc     # take the sealed record back
+            jb.records -= 1
+            raise MemoryError("memtable: no room reserved for an entry")
         eid += 1
         count += 1
     return count, length
@@ -878,43 +897,65 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
     cdef int64_t e
     cdef uint8_t *dst
     cdef uint8_t *rec
-    mt.prepare(total - start)
+    cdef bint opens
+    if start < 0 or start > total:
+        raise ValueError(f"start {start} outside 0..{total}")
+    # any id pattern: each entry may open a block of its own (striped ensembles send every
+    # bookie gapped ids; a frame may name many ledgers)
+    mt.prepare(total - start, total - start)
     for i in range(start, total):
         v = <object>PyList_GET_ITEM(entries, i)
         n = v.shape[0]
         parse_ids(&v[0], n, &s, &l, &e)
+        if n > mt.limit_bytes:
+            raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+        opens = mt.opens_block(s, l, e)
+        if not mt.fits(n, 1 if opens else 0):
+            return i - start
         dst = mt.reserve(n)
         if dst == NULL:
-            if n > mt.limit_bytes:
-                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
             return i - start
         rec = jb.reserve(RECORD_HEADER_SIZE + n)
         memcpy(rec + RECORD_HEADER_SIZE, &v[0], n)
-        jb.seal(rec, n, REC_ENTRY)
         memcpy(dst, &v[0], n)
-        mt.commit(s, l, e, dst, n)
+        if mt.commit(s, l, e, dst, n) < 0:
+            raise MemoryError("memtable: no room reserved for an entry")
+        jb.seal(rec, n, REC_ENTRY)
     return total - start
 
 
 # -- replay: runs of entry records straight from the mapped journal into the memtable --------
 
-def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen):
+def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen,
+                   list refused=None):
     """Put the entries of records[i:] (scan()'s, over ``data``) into the memtable,
     up to the first record that is not an entry or that the memtable has no room for;
     returns its index. ``seen`` gets {(scope, ledger): highest entry id} of what was put.
+    An entry whose id is outside 0..MAX_ENTRY_ID (journalled before bookies bounded ids)
+    is not put: ``refused`` gets (offset, scope, ledger, entry id) for it.
     JournalCorruptedError ("offset N: ...") for an entry whose header does not parse."""
     cdef const uint8_t[::1] v = data
     cdef Py_ssize_t n = records.n
     cdef uint64_t s, l, cs = 0, cl = 0
-    cdef int64_t e, top = -1
+    cdef int64_t e, top = -1, max_eid = MAX_ENTRY_ID
     cdef bint have = False
     cdef jrec *rec
+    if i < 0:
+        raise ValueError(f"record index {i}")
     while i < n:
         rec = &records.recs[i]
         if rec.rtype != REC_ENTRY and rec.rtype != REC_ENTRY_CRC32C:
             break
+        if rec.body_start < 0 or rec.body_len < 0 or rec.body_start + rec.body_len > v.shape[0]:
+            raise JournalCorruptedError(f"offset {rec.off}: record outside the journal's "
+                                        f"{v.shape[0]} bytes")
         try:
             parse_ids(&v[rec.body_start], rec.body_len, &s, &l, &e)
+            if e < 0 or e > max_eid:
+                if refused is not None:
+                    refused.append((rec.off, s, l, e))
+                i += 1
+                continue
             if mt.put(s, l, e, &v[rec.body_start], rec.body_len) < 0:
                 break
         except (CorruptedDataError, EntryTooLargeError) as exc:

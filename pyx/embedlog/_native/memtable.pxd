@@ -29,13 +29,15 @@ cdef class MemTable:
     cdef Py_ssize_t live
     cdef readonly Py_ssize_t limit_bytes
     cdef Py_ssize_t _find_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil
-    cdef int prepare(self, Py_ssize_t count) except -1
+    cdef int prepare(self, Py_ssize_t count, Py_ssize_t new_blocks) except -1
+    cdef bint fits(self, Py_ssize_t n, Py_ssize_t new_blocks) noexcept nogil
+    cdef bint opens_block(self, uint64_t scope, uint64_t lid, int64_t eid) noexcept nogil
     cdef Py_ssize_t _make_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
                  Py_ssize_t n) except -2
     cdef uint8_t *reserve(self, Py_ssize_t n) noexcept nogil
-    cdef void commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
-                     Py_ssize_t n) noexcept nogil
+    cdef int commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
+                    Py_ssize_t n) noexcept nogil
     cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
                             Py_ssize_t *n) noexcept nogil
     cdef Py_ssize_t flush_order(self, int32_t *out) except -1

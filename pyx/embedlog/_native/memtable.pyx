@@ -1,12 +1,26 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The memtable: entries not yet in an entry log, without a Python object per entry.
 
-Encoded entries are copied into one arena (bounded by ``limit_bytes``); a
-record array holds (scope, ledger, entry, arena offset, size) and an
-open-addressing hash table maps the key to the newest record. Entries are grouped in
-blocks of 64 consecutive ids of one ledger; a flush sorts the blocks (not the entries)
-and walks their slots, so entry logs keep a ledger's entries together in id order, as
-BookKeeper's SortedLedgerStorage does.
+Encoded entries are copied into one arena; a record array holds (scope, ledger, entry,
+arena offset, size) and an open-addressing hash table maps the key to the newest record.
+Entries are grouped in blocks of 64 consecutive ids of one ledger; a flush sorts the
+blocks (not the entries) and walks their slots, so entry logs keep a ledger's entries
+together in id order, as BookKeeper's SortedLedgerStorage does.
+
+Bounds (what every size and index is checked against before a write):
+
+- ``limit_bytes`` bounds the arena bytes plus the blocks' bytes (``used_bytes``): a block
+  costs MT_BLOCK_BYTES whatever it holds, so entries whose ids step by 64 (or many
+  ledgers of one entry) cannot make the blocks outgrow the arena. ``fits(n, b)`` says
+  whether n more bytes and b more blocks stay within it; an empty memtable takes one
+  entry of any size up to the limit.
+- records: ``prepare(nrecs, nblocks)`` makes room for that many more records and blocks
+  before a kernel commits; a batch of k entries opens at most k blocks (gapped ids, many
+  ledgers) and k // 64 + 2 when its ids are consecutive in one ledger. ``commit`` checks
+  the record and block counts against their capacities and refuses (returns -1) instead
+  of writing past them, so a wrong reservation is an error, never a heap overwrite.
+- record indexes are int32 (slot = index + 1): nrecs stays below MAX_RECS.
+- the hash table has at least twice as many slots as blocks, so a probe always ends.
 
 The add path (journal.pyx's ``add_payloads`` and ``add_encoded_entries``) frames each
 entry into the journal buffer and copies it into the arena in the same pass; add_payloads
@@ -30,6 +44,10 @@ cdef extern from "native.h" nogil:
     void el_publish()
 
 from embedlog.errors import EntryTooLargeError
+
+MT_BLOCK_BYTES = sizeof(mt_block)
+cdef Py_ssize_t MAX_RECS = 0x7FFFFFFE            # slots hold record index + 1 as int32
+cdef Py_ssize_t MAX_ENTRY_BYTES = 0xFFFFFFFE     # record sizes are u32; all ones is a tombstone
 
 el_crc_init()
 cnp.import_array()
@@ -87,12 +105,29 @@ cdef class MemTable:
         free(self.blocks)
         free(self.bslots)
 
+    cdef bint fits(self, Py_ssize_t n, Py_ssize_t new_blocks) noexcept nogil:
+        """Whether n more arena bytes and new_blocks more blocks stay within limit_bytes
+        (an empty memtable takes any n up to limit_bytes in one block: one entry)."""
+        if n < 0 or new_blocks < 0 or n > self.limit_bytes:
+            return False
+        if self.nrecs == 0 and new_blocks <= 1:
+            return True
+        return (self.arena_used + n + (self.nblocks + new_blocks) * <Py_ssize_t>sizeof(mt_block)
+                <= self.limit_bytes)
+
+    cdef bint opens_block(self, uint64_t scope, uint64_t lid, int64_t eid) noexcept nogil:
+        """Whether an entry with these ids needs a block the memtable does not have."""
+        return self._find_block(scope, lid, eid >> 6) < 0
+
     cdef uint8_t *reserve(self, Py_ssize_t n) noexcept nogil:
-        """Room for n bytes in the arena, or NULL when the memtable is full."""
+        """Room for n bytes in the arena, or NULL when the memtable is full (callers check
+        fits() first; this bounds the arena itself)."""
         cdef Py_ssize_t cap
         cdef uint8_t *p
+        if n < 0 or n > self.limit_bytes:
+            return NULL
         if self.arena_used + n > self.limit_bytes:
-            if self.arena_used > 0 or n > self.limit_bytes:
+            if self.arena_used > 0:
                 return NULL
         if self.arena_used + n > self.arena_capacity:
             # grow towards the limit; the arena is kept across flushes
@@ -130,13 +165,21 @@ cdef class MemTable:
                 return cur - 1
             pos = (pos + 1) & mask
 
-    cdef int prepare(self, Py_ssize_t count) except -1:
-        """Room for ``count`` more records and the blocks they may open, so that commit
+    cdef int prepare(self, Py_ssize_t count, Py_ssize_t new_blocks) except -1:
+        """Room for ``count`` more records and ``new_blocks`` more blocks (at most count:
+        one per record; count // 64 + 2 for consecutive ids of one ledger), so that commit
         (called without the GIL by the add path) never has to allocate."""
         cdef Py_ssize_t need, cap, i, pos, mask, n
         cdef mt_rec *r
         cdef mt_block *nb
         cdef int32_t *s
+        if count < 0 or new_blocks < 0:
+            raise ValueError(f"prepare({count}, {new_blocks})")
+        # blocks beyond what limit_bytes lets fits() admit are never opened
+        new_blocks = min(new_blocks, count,
+                         self.limit_bytes // <Py_ssize_t>sizeof(mt_block) + 1)
+        if self.nrecs + count > MAX_RECS:
+            raise MemoryError(f"memtable: {self.nrecs} + {count} records is over {MAX_RECS}")
         need = self.nrecs + count
         if need > self.recs_capacity:
             cap = max(self.recs_capacity * 2, 4096, need)
@@ -145,7 +188,7 @@ cdef class MemTable:
                 raise MemoryError()
             self.recs = r
             self.recs_capacity = cap
-        need = self.nblocks + count // 64 + 2
+        need = self.nblocks + new_blocks
         if need > self.blocks_capacity:
             cap = max(self.blocks_capacity * 2, 256, need)
             nb = <mt_block *>realloc(self.blocks, cap * sizeof(mt_block))
@@ -173,8 +216,10 @@ cdef class MemTable:
         return 0
 
     cdef Py_ssize_t _make_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil:
-        """A new block (room was made by prepare)."""
+        """A new block, or -1 when prepare made no room for it."""
         cdef Py_ssize_t i = self.nblocks, pos, mask = self.nbslots - 1
+        if i >= self.blocks_capacity or 2 * (i + 1) > self.nbslots:
+            return -1
         self.blocks[i].scope = scope
         self.blocks[i].lid = lid
         self.blocks[i].hi = hi
@@ -188,15 +233,23 @@ cdef class MemTable:
         self.last_block = i
         return i
 
-    cdef void commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
-                     Py_ssize_t n) noexcept nogil:
-        """Index n bytes already written at ``data`` == reserve(n), after prepare(1) or more;
-        a re-add of a key wins."""
+    cdef int commit(self, uint64_t scope, uint64_t lid, int64_t eid, uint8_t *data,
+                    Py_ssize_t n) noexcept nogil:
+        """Index n bytes already written at ``data`` == reserve(n), after prepare made room;
+        a re-add of a key wins. -1 (nothing changed) when prepare made too little room or
+        ``data`` is not the arena's next n bytes."""
         cdef mt_rec *r
         cdef int64_t hi = eid >> 6
-        cdef Py_ssize_t blk = self._find_block(scope, lid, hi)
+        cdef Py_ssize_t blk
+        if (self.nrecs >= self.recs_capacity or n < 0 or n > MAX_ENTRY_BYTES
+                or data != self.arena + self.arena_used
+                or self.arena_used + n > self.arena_capacity):
+            return -1
+        blk = self._find_block(scope, lid, hi)
         if blk < 0:
             blk = self._make_block(scope, lid, hi)
+            if blk < 0:
+                return -1
         r = &self.recs[self.nrecs]
         r.scope = scope
         r.lid = lid
@@ -209,18 +262,23 @@ cdef class MemTable:
             self.live += 1
         el_publish()                      # the record and its bytes before the slot
         self.blocks[blk].slot[eid & 63] = <int32_t>self.nrecs
+        return 0
 
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
                  Py_ssize_t n) except -2:
         """Copy an encoded entry in; -1 when full (flush, then retry)."""
-        cdef uint8_t *dst = self.reserve(n)
+        cdef uint8_t *dst
+        if n > self.limit_bytes:
+            raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+        if not self.fits(n, 1 if self.opens_block(scope, lid, eid) else 0):
+            return -1
+        self.prepare(1, 1)
+        dst = self.reserve(n)
         if dst == NULL:
-            if n > self.limit_bytes:
-                raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
             return -1
         memcpy(dst, data, n)
-        self.prepare(1)
-        self.commit(scope, lid, eid, dst, n)
+        if self.commit(scope, lid, eid, dst, n) < 0:
+            raise MemoryError("memtable: no room reserved for an entry")
         return 0
 
     cdef bint holds_range(self, uint64_t scope, uint64_t lid, int64_t lo, int64_t hi) noexcept nogil:
@@ -287,6 +345,15 @@ cdef class MemTable:
     @property
     def size_bytes(self):
         return self.arena_used
+
+    @property
+    def used_bytes(self):
+        """What counts against limit_bytes: the arena bytes in use and the blocks' bytes."""
+        return self.arena_used + self.nblocks * <Py_ssize_t>sizeof(mt_block)
+
+    @property
+    def nblocks_used(self):
+        return self.nblocks
 
     @property
     def count(self):
