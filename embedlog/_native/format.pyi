@@ -9,6 +9,7 @@ from embedlog.errors import (CorruptedDataError as CorruptedDataError,
 
 _Buffer = bytes | bytearray | memoryview
 
+MAX_ENTRY_ID: int
 DIGEST_CODES: dict[str, int]
 DIGEST_NAMES: dict[int, str]
 DIGEST_SIZES: dict[int, int]

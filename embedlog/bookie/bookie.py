@@ -28,7 +28,8 @@ import uuid
 
 from embedlog._native import journal as nj
 from embedlog._native.reader import LedgerReader
-from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key, parse_entry_header
+from embedlog._native.format import (DIGEST_SIZES, MAX_ENTRY_ID, LedgerId, master_key as derive_key,
+                                     parse_entry_header)
 from embedlog.bookie import cookies, disks, gc
 from embedlog.fileio import atomic_write, no_space as _no_space, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
@@ -46,6 +47,15 @@ from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogE
 log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
 _FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
+
+
+def _check_entry_id(eid: int) -> None:
+    """Entry ids a bookie takes: 0 .. MAX_ENTRY_ID (what its index addresses)."""
+    if eid < 0:
+        raise IllegalOpError(f"entry ids are not negative, got {eid}")
+    if eid > MAX_ENTRY_ID:
+        raise IllegalOpError(f"entry id {eid} is over {MAX_ENTRY_ID}, the highest a bookie's "
+                             f"index addresses (2^40 - 1): roll over to a new ledger")
 
 
 class LedgerFacts:
@@ -289,7 +299,7 @@ class Bookie:
 
     # -- read-only mode ------------------------------------------------------------------
 
-    READ_ONLY_REASONS = ("operator", "disk")
+    READ_ONLY_REASONS = ("operator", "disk", "checkpoint")
 
     @property
     def read_only(self) -> bool:
@@ -306,9 +316,10 @@ class Bookie:
         return frozenset(self._read_only_reasons)
 
     def set_read_only(self, reason: str, flag: bool) -> bool:
-        """Set or lift one reason for read-only mode ("operator" or "disk"); returns whether
-        the bookie is read-only now. ``read_only_listeners`` hear every change of the
-        reasons, in order, with the state after it (a served bookie re-registers then)."""
+        """Set or lift one reason for read-only mode ("operator", "disk" or "checkpoint");
+        returns whether the bookie is read-only now. ``read_only_listeners`` hear every
+        change of the reasons, in order, with the state after it (a served bookie
+        re-registers then)."""
         if reason not in self.READ_ONLY_REASONS:
             raise IllegalOpError(f"unknown read-only reason {reason!r}; known: "
                                  f"{', '.join(self.READ_ONLY_REASONS)}")
@@ -344,8 +355,8 @@ class Bookie:
         """
         lid = LedgerId.coerce(ledger_id)
         key = (lid.scope_id, lid.ledger_id)
-        if first_entry_id < 0:
-            raise IllegalOpError(f"entry ids are not negative, got {first_entry_id}")
+        _check_entry_id(first_entry_id)
+        _check_entry_id(first_entry_id + max(len(payloads), 1) - 1)
         with self.cv:
             self._ensure_writable()
             idx = self._check_key(key, master_key, True)
@@ -412,8 +423,7 @@ class Bookie:
                 if ledger is not None and (scope, lid) != ledger:
                     raise IllegalOpError(f"entry of ledger ({scope}, {lid}) in an add for "
                                          f"({ledger[0]}, {ledger[1]})")
-                if eid < 0:
-                    raise IllegalOpError(f"entry ids are not negative, got {eid}")
+                _check_entry_id(eid)
                 key = (scope, lid)
                 self._check_entry(key, e, _v, _d)
                 if key not in checked:
@@ -692,6 +702,8 @@ class Bookie:
             out["damaged_ledgers"] = {LedgerId(*k).qualified_name: dict(v)
                                       for k, v in st.damaged.items()}
             out["last_log_mark"] = self.mark.persisted
+            out["checkpoint_failures"] = self.checkpointer.failures
+            out["checkpoint_last_error"] = self.checkpointer.last_error
             out["replay"] = {k: v for k, v in self.replay_report.items()}
             out["gc"] = dict(self.gc.stats)
         out["disks"] = self.disks.snapshot()

@@ -17,11 +17,17 @@ them again.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from embedlog import failpoints
-from embedlog.errors import EmbedlogError
+
+log = logging.getLogger("embedlog.bookie")
+
+# consecutive failed checkpoints after which the bookie goes read-only (reason "checkpoint"):
+# the journal cannot be trimmed meanwhile, so it only grows
+READ_ONLY_AFTER_FAILURES = 3
 
 
 class Checkpointer:
@@ -36,6 +42,8 @@ class Checkpointer:
         # the thread's checkpoints and those called directly (close, after replay) take turns:
         # two at once would trim the same journal files (the second found them gone)
         self._one_at_a_time = threading.Lock()
+        self.failures = 0                    # consecutive failed checkpoints of the thread
+        self.last_error: str | None = None
 
     def checkpoint(self, flush_active: bool = True) -> tuple[int, int]:
         """Make durable what the entry logs hold and move the mark past it. With
@@ -111,12 +119,32 @@ class Checkpointer:
                 self.checkpoint(flush_active=full)
                 if wanted:
                     self.replay_checkpointed.set()
-            except (EmbedlogError, OSError):
+            except Exception as exc:        # noqa: BLE001 - the thread must outlive any failure
                 if b._closed:
                     return
                 if wanted:
                     self._flush_wanted = True       # retried at the next wake or interval
                 # a full disk or a failed flush: try again next interval (the journal
                 # keeps everything until a checkpoint succeeds)
-                b.stats["checkpoint_errors"] = b.stats.get("checkpoint_errors", 0) + 1
+                self._failed(exc)
                 b.disks.check()
+            else:
+                if self.failures:
+                    log.warning("bookie %s: checkpoint succeeded after %d failures",
+                                b.bookie_id, self.failures)
+                    self.failures, self.last_error = 0, None
+                    b.set_read_only("checkpoint", False)
+
+    def _failed(self, exc: BaseException) -> None:
+        """Count a failed checkpoint, say why (with the traceback the first time), and go
+        read-only once it keeps failing: a bookie whose checkpoints fail looks healthy and
+        takes adds while its journal only grows, and each restart replays more of it."""
+        b = self.bookie
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        b.stats["checkpoint_errors"] = b.stats.get("checkpoint_errors", 0) + 1
+        log.error("bookie %s: checkpoint failed (%d in a row): %s", b.bookie_id, self.failures,
+                  self.last_error, exc_info=self.failures == 1)
+        if self.failures == READ_ONLY_AFTER_FAILURES:
+            log.error("bookie %s: read-only until a checkpoint succeeds", b.bookie_id)
+            b.set_read_only("checkpoint", True)

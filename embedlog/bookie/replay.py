@@ -16,6 +16,7 @@ import threading
 import time
 
 from embedlog._native import journal as nj
+from embedlog._native.format import MAX_ENTRY_ID, LedgerId
 from embedlog import fileio
 from embedlog.bookie.journal import journal_ids
 from embedlog.errors import EmbedlogError, JournalCorruptedError
@@ -101,12 +102,17 @@ def replay_bookie(bookie) -> dict:
     def apply_entries(mm, records, i, path):
         """A run of entry records, put into the memtable in one native loop (the common
         case: most of a journal is entries)."""
-        storage, seen = bookie.storage, {}
+        storage, seen, refused = bookie.storage, {}, []
         while True:
             try:
-                j = nj.replay_entries(mm, records, i, storage.active, seen)
+                j = nj.replay_entries(mm, records, i, storage.active, seen, refused)
             except JournalCorruptedError as exc:
                 raise JournalCorruptedError(f"journal {path} {exc}") from exc
+            for off, scope, lid, eid in refused:
+                # journalled before bookies bounded entry ids; no index can hold it
+                log.error("journal %s offset %d: entry %d of ledger %r is outside 0..%d and "
+                          "was not replayed", path, off, eid, LedgerId(scope, lid), MAX_ENTRY_ID)
+            refused.clear()
             for key, eid in seen.items():     # known before any flush sets their locations
                 bookie._known(key)
                 bookie._seen(key, eid)

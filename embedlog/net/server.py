@@ -546,6 +546,8 @@ class BookieServer:
                 "read_only": bool(self.bookie.read_only),
                 "read_only_reasons": sorted(self.bookie.read_only_reasons),
                 "add_entries": st.get("adds", 0), "read_entries": st.get("reads", 0),
+                "checkpoints": st.get("checkpoints", 0),
+                "checkpoint_failures": self.bookie.checkpointer.failures,
                 "server": {**self.stats, "in_flight_requests": self.in_flight_requests,
                            "in_flight_bytes": self.in_flight_bytes},
                 **self.info}

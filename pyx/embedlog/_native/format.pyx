@@ -38,6 +38,11 @@ DIGEST_SIZES = {DIGEST_CRC32: 8, DIGEST_MAC: 20, DIGEST_CRC32C: 4, DIGEST_DUMMY:
 HW_CRC32C = bool(el_crc_hw)
 
 cdef uint64_t MAX_U64 = 0xFFFFFFFFFFFFFFFF
+# The highest entry id a bookie takes: its index file puts entry e's location at byte
+# 1024 + 8 e, so 2^40 entries need 8 TiB of (sparse) file, within ext4's 16 TiB limit; a
+# ledger written at a million entries a second reaches it in 12 days (streams roll over
+# long before). Anything above is refused at the door instead of failing a checkpoint.
+MAX_ENTRY_ID = (1 << 40) - 1
 cdef uint64_t V1_LIMIT = 1 << 63
 
 

@@ -10,6 +10,12 @@ Grammar (see docs/FORMATS.md)::
     page       := location:u64le * 1024        # page p holds entries p*1024 .. p*1024+1023
                                                 # location 0: no entry
 
+Bounds: entry ids are 0 .. MAX_ENTRY_ID (format.pyx), so a page number is below 2^30 and
+a page's file offset below 2^43; set_locations refuses any other id before it writes (a
+negative id would index before the page's array). A location array is
+ENTRIES_PER_PAGE u64s and every slot is eid % ENTRIES_PER_PAGE of a checked id.
+page_locs has at most MAX_PAGE_LOCS pointers.
+
 Pages are cached in memory up to a bound shared by every ledger of a bookie
 (``IndexCache``); dirty pages and headers reach disk at a checkpoint, before
 the LastLogMark moves, so a crash replays the journal over them.
@@ -25,6 +31,7 @@ from libc.string cimport memcpy, memset
 
 from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_crc32c, el_crc_init
 
+from embedlog._native.format import MAX_ENTRY_ID
 from embedlog import fileio
 from embedlog.errors import CorruptedDataError, IllegalOpError
 
@@ -224,8 +231,14 @@ cdef class LedgerIndex:
         cdef int64_t[::1] e = np.ascontiguousarray(eids, dtype=np.int64)
         cdef uint64_t[::1] l = np.ascontiguousarray(locations, dtype=np.uint64)
         cdef Py_ssize_t i, n = e.shape[0]
-        cdef int64_t page_no, cur = -1
+        cdef int64_t page_no, cur = -1, top = MAX_ENTRY_ID
         cdef uint64_t[::1] v
+        if l.shape[0] != n:
+            raise IllegalOpError(f"{n} entry ids and {l.shape[0]} locations")
+        for i in range(n):
+            if e[i] < 0 or e[i] > top:
+                raise IllegalOpError(f"entry id {e[i]} of ledger ({self.scope}, {self.lid}) is "
+                                     f"outside 0..{top}, what the index addresses")
         for i in range(n):
             page_no = e[i] // ENTRIES_PER_PAGE
             if page_no != cur:
@@ -274,12 +287,16 @@ cdef class LedgerIndex:
         cdef int64_t[::1] e = np.ascontiguousarray(eids, dtype=np.int64)
         cdef uint64_t[::1] l = np.ascontiguousarray(locations, dtype=np.uint64)
         cdef Py_ssize_t i, n = e.shape[0]
+        if l.shape[0] != n:
+            raise IllegalOpError(f"{n} entry ids and {l.shape[0]} locations")
         out_a = np.zeros(n, dtype=np.bool_)
         cdef cnp.npy_bool[::1] out = out_a
         cdef int64_t page_no, cur = -1
         cdef uint64_t[::1] v
         cdef bint have = False
         for i in range(n):
+            if e[i] < 0:
+                continue
             page_no = e[i] // ENTRIES_PER_PAGE
             if page_no != cur:
                 page = self._page(page_no, False)
@@ -287,7 +304,7 @@ cdef class LedgerIndex:
                 have = page is not None
                 if have:
                     v = page
-            if have and e[i] >= 0 and v[e[i] % ENTRIES_PER_PAGE] == l[i]:
+            if have and v[e[i] % ENTRIES_PER_PAGE] == l[i]:
                 out[i] = True
         return out_a
 
@@ -303,7 +320,11 @@ cdef class LedgerIndex:
         cdef uint64_t[::1] v
         cdef uint64_t old
         cdef bint have = False
+        if l.shape[0] != n:
+            raise IllegalOpError(f"{n} entry ids and {l.shape[0]} locations")
         for i in range(n):
+            if e[i] < 0:
+                continue
             page_no = e[i] // ENTRIES_PER_PAGE
             if page_no != cur:
                 # marked dirty as it is loaded, so the cache cannot evict it under us
@@ -312,7 +333,7 @@ cdef class LedgerIndex:
                 have = page is not None
                 if have:
                     v = page
-            if not have or e[i] < 0:
+            if not have:
                 continue
             old = v[e[i] % ENTRIES_PER_PAGE]
             if old == 0:
