@@ -130,6 +130,10 @@ def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
     """Run a LocalCluster until interrupted (Ctrl-C or SIGTERM: exit 0), printing where each
     bookie listens and the `export EMBEDLOG_METADATA=...` line other shells need.
 
+    A bookie that exits on its own (a crash, a signal) gets a line with its exit code or
+    signal and its log's last lines (--json: a {"event": "bookie_exited", ...} line); the
+    others keep running until Ctrl-C.
+
     With zk or etcd, ZooKeeper's or etcd's own data is throwaway: only the bookies'
     directories (and a sqlite store) can be kept."""
     stop = threading.Event()
@@ -162,7 +166,8 @@ def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
             removal = ("is removed" if made and not keep else "is kept") + f" when it stops ({base_dir})"
             click.echo(f"Ctrl-C stops the cluster; its data {removal}.", err=True)
             try:
-                stop.wait()
+                while not stop.wait(WATCH_INTERVAL_S):
+                    _say_crashed(lc, as_json)
             except KeyboardInterrupt:
                 pass
     finally:
@@ -171,6 +176,24 @@ def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
             click.echo(f"cluster stopped; removed {base_dir}", err=True)
         else:
             click.echo(f"cluster stopped; its data is in {base_dir}", err=True)
+
+
+WATCH_INTERVAL_S = 0.2          # how often `cluster up` looks for a bookie that exited
+
+
+def _say_crashed(lc: LocalCluster, as_json: bool) -> None:
+    """A line (and its log's last lines) for each bookie that exited unasked. The cluster
+    keeps running: the others still serve, and the dead one's data is there to look at."""
+    for c in lc.crashed_bookies():
+        running = sum(lc.is_running(i) for i in range(len(lc)))
+        if as_json:
+            click.echo(json.dumps({"event": "bookie_exited", "running": running, **c}))
+        else:
+            tail = "".join(f"    {line}\n" for line in c["log_tail"].splitlines())
+            click.echo(f"bookie {c['index']} ({c['bookie_id']}) exited: {c['exit']}; "
+                       f"{running} of {len(lc)} bookies still run; the end of {c['log']}:\n{tail}",
+                       nl=False)
+        sys.stdout.flush()
 
 
 BENCH_SUITES = {"compare": "compare.py", "ingest": "ingest.py", "replication": "replication.py",

@@ -294,23 +294,21 @@ class LocalCluster:
         self._clients.append(c)
         return c
 
-    def crashed_bookies(self) -> list[str]:
-        """A report (index, id, exit code or signal, log's last lines) for each bookie that
-        exited unasked since the last call; each crash is reported once."""
+    def crashed_bookies(self) -> list[dict]:
+        """Each bookie that exited unasked since the last call (index, bookie_id, exit: its
+        exit code or signal, log, log_tail: the log's last lines); each crash is reported once."""
         out = []
         for b in self._bookies:
             if b.crashed():
                 b.exit_known = True
-                out.append(f"bookie {b.index} ({b.bookie_id}) exited unasked: "
-                           f"{exit_reason(b.process.returncode)}; the end of {b.log_path}:\n"
-                           + _tail(b.log_path).rstrip())
+                out.append({"index": b.index, "bookie_id": b.bookie_id,
+                            "exit": exit_reason(b.process.returncode), "log": b.log_path,
+                            "log_tail": _tail(b.log_path).rstrip()})
         return out
 
     def check_bookies(self) -> None:
         """Raise BookieCrashedError if a bookie exited unasked since the last check."""
-        crashed = self.crashed_bookies()
-        if crashed:
-            raise BookieCrashedError("\n".join(crashed))
+        _raise_crashed(self.crashed_bookies())
 
     def close(self) -> None:
         """Stop everything and clean up; then raise BookieCrashedError if a bookie had
@@ -352,8 +350,7 @@ class LocalCluster:
             self._server.stop()
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
-        if crashed:
-            raise BookieCrashedError("\n".join(crashed))
+        _raise_crashed(crashed)
 
     def __enter__(self):
         return self
@@ -365,6 +362,13 @@ class LocalCluster:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _raise_crashed(crashed: list[dict]) -> None:
+    if crashed:
+        raise BookieCrashedError("\n".join(
+            f"bookie {c['index']} ({c['bookie_id']}) exited unasked: {c['exit']}; "
+            f"the end of {c['log']}:\n{c['log_tail']}" for c in crashed))
 
 
 def exit_reason(returncode: int) -> str:
