@@ -1,6 +1,7 @@
 """What a BookKeeper operator does every day, against a cluster's metadata store:
 
-    embedlog bookie list                      every registered bookie: state, address, free disk
+    embedlog bookie list                      every bookie: state (down: a cookie, no registration),
+                                              address, free disk
     embedlog bookie readonly on|off BOOKIE    an operator's read-only mode (admin HTTP API)
     embedlog bookie recover BOOKIE            copy a lost bookie's fragments to other bookies
     embedlog bookie decommission BOOKIE       the same for a stopped bookie, then its cookie goes
@@ -90,6 +91,24 @@ def bookie_rows(client) -> list:
         else:
             row["state"] = "unreachable"
         rows.append(row)
+    return rows + _down_rows(client.metadata, {r.bookie_id for r in regs})
+
+
+def _down_rows(store, registered: set) -> list:
+    """A bookie with a cookie and no registration is down (crashed, stopped, its
+    registration expired), not gone: BookKeeper's cookies list every bookie until it is
+    decommissioned. Records that are not cookies (the auditor's lease) are skipped."""
+    rows = []
+    for name in store.cookies.list_cookies():
+        v = None if name in registered else store.cookies.read_cookie(name)
+        if v is None:
+            continue
+        try:
+            Cookie.from_bytes(bytes(v.value), f"cookie of {name}")
+        except EmbedlogError:
+            continue
+        rows.append({"bookie_id": name, "state": "down", "address": None, "http": None,
+                     "reachable": False})
     return rows
 
 
@@ -102,18 +121,20 @@ def _gib(n) -> str:
 @json_option
 def bookie_list(metadata_uri, as_json):
     """Every registered bookie: state (writable, read-only and why, unreachable), address,
-    admin address, free disk and ledgers (each bookie asked over the wire)."""
+    admin address, free disk and ledgers (each bookie asked over the wire); then every
+    bookie with a cookie but no registration, as down (until decommissioned)."""
     with open_client(metadata_uri) as client:
         rows = bookie_rows(client)
     if as_json:
         emit(True, rows)
         return
+    down = sum(1 for r in rows if r["state"] == "down")
     table(["bookie", "state", "address", "free disk", "disk", "ledgers", "admin"],
           [[r["bookie_id"], r["state"] + (f" ({', '.join(r['read_only_reasons'])})"
                                           if r.get("read_only_reasons") else ""),
             r["address"] or "-", _gib(r.get("free_bytes")), _gib(r.get("total_bytes")),
             r.get("ledgers", "-"), r["http"] or "-"] for r in rows],
-          f"{len(rows)} bookies registered")
+          f"{len(rows) - down} bookies registered" + (f", {down} down" if down else ""))
 
 
 def admin_request(address: str, method: str, path: str, body: dict | None = None,
