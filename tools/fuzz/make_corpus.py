@@ -1,6 +1,6 @@
 """Write the seed corpora of tools/fuzz/targets.py from real embedlog output.
 
-    python tools/fuzz/make_corpus.py [--out tools/fuzz/corpus]
+    python tools/fuzz/make_corpus.py [TARGET ...] [--out tools/fuzz/corpus]
 
 Seeds come from a small embedded-log session (journal files, entry logs, index files,
 ledger metadata and cookies as the bookie wrote them) and from embedlog's own encoders
@@ -20,6 +20,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+sys.path.insert(0, HERE)                     # targets: the structured inputs' Writer
 
 import embedlog  # noqa: E402
 from embedlog._native import format as F  # noqa: E402
@@ -204,11 +205,129 @@ def config(c: Corpus) -> None:
           b"EMBEDLOG_HTTP_SERVER_ENABLED=yes\nEMBEDLOG_BOOKIE_PORT=0\nEMBEDLOG_FAILPOINTS=\n")
 
 
+def add_kernels(c: Corpus) -> None:
+    """Calls of the add kernels (grammar: targets.fuzz_add_kernels): issue 25's reproducer
+    (gapped ids), other id patterns, many ledgers, ids near 2^63, each digest, payload views,
+    small memtables, a malformed entry mid-batch."""
+    from targets import Writer
+
+    def call(w, op, count, eid_mode=0, eid=0, step=1, lid=0, scope=0, spread=None, size_sel=1,
+             size=100, start=0, bad=0):
+        w.u(1, op).u(2, count)
+        if op & 0x40:
+            w.u(1, scope)
+        w.u(1, lid)
+        if lid >= 0x80:
+            w.u(8, 0x1234_5678_9ABC_DEF0)
+        w.u(1, eid_mode).u(8, eid).u(2, step)
+        if op & 0x80:
+            w.u(1, spread or 0)
+        w.u(1, size_sel).u(4, size).u(1, start).u(2, bad)
+        return w
+
+    def pcall(w, op, count, eid_mode=0, eid=0, lid=0, scope=0, lac=-1, length=0, size_sel=1,
+              size=100, start=0, max_entry=None):
+        w.u(1, op).u(2, count)
+        if op & 0x40:
+            w.u(1, scope)
+        w.u(1, lid).u(1, eid_mode).u(8, eid).u(8, lac).u(4, length)
+        w.u(1, size_sel).u(4, size).u(1, start)
+        if op & 0x80:
+            w.u(3, max_entry)
+        return w
+
+    CRC32C = 0x20                      # op >> 4 & 3 == 2: digest code 3
+    for step in (1, 2, 3, 64, 65, -1, 0):
+        w = Writer().u(1, 7)           # a 256 MiB memtable
+        call(w, CRC32C, 1000, step=step)
+        call(w, CRC32C | 4, 1000, eid_mode=1, eid=3000 if step > 0 else 0, step=step)
+        c.put("add_kernels", f"encoded-step-{step}", w.bytes())
+    w = Writer().u(1, 4)               # 64 KiB: the memtable fills, then is cleared
+    for i in range(6):
+        call(w, CRC32C | (8 if i % 3 == 2 else 0), 300, eid_mode=4, eid=i, step=2)
+    c.put("add_kernels", "encoded-full-then-clear", w.bytes())
+    w = Writer().u(1, 6)
+    call(w, 0x80 | 0x40 | CRC32C, 1000, scope=0, spread=255, lid=0x80)
+    call(w, 0x80 | CRC32C, 500, spread=7, step=5)
+    c.put("add_kernels", "encoded-many-ledgers", w.bytes())
+    w = Writer().u(1, 5)
+    call(w, 0x40 | CRC32C, 70, eid_mode=2, eid=60, scope=1)
+    call(w, CRC32C, 10, eid_mode=7, eid=5)
+    call(w, CRC32C, 10, eid_mode=5, eid=0x80, step=1)
+    call(w, CRC32C, 10, eid_mode=3, eid=(1 << 64) - 7, step=1000)
+    c.put("add_kernels", "encoded-odd-ids", w.bytes())
+    w = Writer().u(1, 2)
+    call(w, CRC32C, 20, size_sel=2, size=5000)       # entries larger than a 4 KiB memtable
+    call(w, CRC32C | 8, 20, size_sel=5, size=50)
+    call(w, CRC32C, 20, bad=0x8000 | 2 << 8 | 7)     # a malformed entry mid-batch
+    c.put("add_kernels", "encoded-limits", w.bytes())
+    for digest in range(4):
+        for scope_bit in (0, 0x40):
+            w = Writer().u(1, 6)
+            op = 2 | digest << 4 | scope_bit
+            pcall(w, op, 200, scope=1)
+            pcall(w, op | 4, 200, eid_mode=1, eid=200, length=20000, start=3, size_sel=5, size=7)
+            pcall(w, op | 1, 64, eid_mode=1, eid=400, size_sel=3)              # views
+            c.put("add_kernels", f"payloads-d{digest + 1}-{'v2' if scope_bit else 'v1'}", w.bytes())
+    w = Writer().u(1, 1 | 1 << 3)      # a 300-byte memtable, a 64-byte journal buffer
+    pcall(w, 2 | CRC32C, 5, size_sel=1, size=50)
+    pcall(w, 2 | CRC32C | 8, 5, size_sel=1, size=400)
+    pcall(w, 2 | 0x80 | CRC32C, 5, size_sel=1, size=100, max_entry=99)
+    pcall(w, 3 | 0x10, 8, size_sel=1, size=64, eid_mode=2, eid=7)
+    c.put("add_kernels", "payloads-limits", w.bytes())
+
+
+def bookie_add(c: Corpus) -> None:
+    """Connections to a bookie (grammar: targets.fuzz_bookie_add): normal and striped adds,
+    many ledgers in a frame, wrong keys, odd ids, oversized entries, each frame mutation, a
+    fence before an add, a truncating stream add, raw messages and a garbage tail."""
+    from targets import Writer
+
+    def add(w, count, eid_mode=0, eid=0, step=1, flags=0, scope=0, lid=0, key=0, term=0,
+            spread=0, size_sel=1, size=100, digest=2, mut=0, pos=0, val=0, kind=0,
+            lid_value=0x0123_4567_89AB_CDEF):
+        w.u(1, kind).u(1, flags).u(1, scope).u(1, lid)
+        if lid >= 0x80:
+            w.u(8, lid_value)
+        w.u(1, key).u(1, term).u(2, count).u(1, eid_mode).u(8, eid).u(2, step).u(1, spread)
+        w.u(1, size_sel).u(4, size).u(1, digest).u(1, mut).u(2, pos).u(4, val)
+        return w
+
+    put = lambda name, w: c.put("bookie_add", name, w.bytes())       # noqa: E731
+    put("add", add(Writer(), 10))
+    put("add-v2-each-digest", add(add(add(add(Writer(), 5, scope=2, digest=0), 5, scope=2, digest=1,
+                                          eid=5), 5, scope=2, digest=2, eid=10), 5, scope=2, digest=3, eid=15))
+    put("striped", add(add(Writer(), 300, step=3, eid=1), 300, eid_mode=1, eid=901, step=3))
+    put("gaps-64", add(Writer(), 100, step=64, size_sel=0, size=8))
+    put("many-ledgers", add(Writer(), 50, spread=1))
+    put("wrong-key", add(add(Writer(), 3, lid=1), 3, lid=1, key=2, eid=3))
+    put("odd-ids", add(add(add(Writer(), 2, eid_mode=7, eid=0), 2, eid_mode=6, eid=0x80),
+                       2, eid_mode=2, eid=0))
+    put("id-2e61", add(Writer(), 1, eid_mode=5, eid=0x80))          # issue 25 item 6
+    put("id-2e40", add(add(Writer(), 2, eid_mode=6, eid=0x7E), 2, eid_mode=6, eid=0x7F))   # the bound
+    # scope 0 and a ledger id >= 2^63: raised out of the server's connection loop (fuzzing)
+    put("scope0-ledger-2e63", add(Writer(), 1, lid=0xC0, lid_value=1 << 63))
+    put("oversized-entry", add(Writer(), 2, size_sel=2, size=20000))
+    put("unknown-digest", add(Writer(), 2, scope=2, digest=0x8D))
+    for m in range(1, 8):
+        put(f"mutation-{m}", add(add(Writer(), 4, mut=m, pos=70, val=0xFFFFFFF0 if m in (3, 4) else 33),
+                                 2, eid=100))
+    put("fence-then-add", add(add(Writer().u(1, 5).u(1, 0).u(1, 3), 2, lid=3), 2, lid=3, flags=2, eid=2))
+    put("stream-truncate", add(add(Writer(), 5, scope=2, term=1), 1, scope=2, term=1, eid=2, flags=8))
+    put("raw-and-tail", Writer().u(1, 6).u(2, 60).raw(bytes(range(60))).u(1, 7).raw(b"\0\0\0\x40" + bytes(20)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("targets", nargs="*",
+                    help="write only these targets' seeds, leaving the others' corpora as they are")
     ap.add_argument("--out", default=os.path.join(HERE, "corpus"))
     args = ap.parse_args()
-    shutil.rmtree(args.out, ignore_errors=True)
+    final = args.out
+    if args.targets:
+        args.out = tempfile.mkdtemp(prefix="embedlog-seeds-")
+    else:
+        shutil.rmtree(args.out, ignore_errors=True)
     c = Corpus(args.out)
     tmp = tempfile.mkdtemp(prefix="embedlog-corpus-")
     try:
@@ -221,14 +340,22 @@ def main() -> None:
     metadata(c)
     spark(c)
     config(c)
+    add_kernels(c)
+    bookie_add(c)
+    if args.targets:
+        for target in args.targets:         # seeds replaced; inputs merged by fuzz.py --merge kept
+            os.makedirs(os.path.join(final, target), exist_ok=True)
+            for path in glob.glob(os.path.join(args.out, target, "*")):
+                shutil.copyfile(path, os.path.join(final, target, os.path.basename(path)))
+        shutil.rmtree(args.out, ignore_errors=True)
+        args.out = final
     total = 0
-    for target in sorted(os.listdir(args.out)):
+    for target in sorted(args.targets or os.listdir(args.out)):
         files = glob.glob(os.path.join(args.out, target, "*"))
         size = sum(map(os.path.getsize, files))
         total += size
         print(f"{target:<14} {len(files):>3} files {size:>8} bytes")
     print(f"{'total':<14} {'':>9} {total:>8} bytes")
-
 
 if __name__ == "__main__":
     main()
