@@ -7,7 +7,8 @@
 Each seed is a schedule of writers, readers, recoveries and take-overs under per-message
 faults, metadata gates and bookie kills/suspensions on one LocalCluster; after it, every
 fault is healed and the protocol's invariants are checked. A seed that breaks one prints
-its schedule; the run exits 1 if any did.
+its schedule; the run exits 1 if any did. Every --long-every-th seed (4 by default) writes
+long ledgers on striped ensembles (E > Qw): bulk appends of thousands of entries.
 """
 import argparse
 import os
@@ -19,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from embedlog.harness import LocalCluster                 # noqa: E402
-from embedlog.harness.checker import BOOKIE_CONFIG, make_schedule, Run   # noqa: E402
+from embedlog.harness.checker import BOOKIE_CONFIG, LONG_EVERY, make_schedule, Run   # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     p.add_argument("--minutes", type=float, default=None, help="run seeds for this long")
     p.add_argument("--steps", type=int, default=40, help="steps per schedule")
     p.add_argument("--bookies", type=int, default=5)
+    p.add_argument("--long-every", type=int, default=LONG_EVERY,
+                   help="seeds this divides write long ledgers on striped ensembles (0: none)")
     p.add_argument("--metadata", default="sqlite", choices=("sqlite", "zk", "etcd"))
     p.add_argument("--seeds-per-cluster", type=int, default=10,
                    help="start a fresh cluster after this many seeds")
@@ -57,7 +60,7 @@ def main(argv=None) -> int:
                     shutil.rmtree(cluster.base_dir, ignore_errors=True)
                 cluster = LocalCluster(bookies=a.bookies, metadata=a.metadata, autorecovery=False,
                                        base_dir=os.path.join(base, f"c{n}"), bookie_config=BOOKIE_CONFIG)
-            report = Run(cluster, seed, make_schedule(seed, a.steps, a.bookies)).run()
+            report = Run(cluster, seed, make_schedule(seed, a.steps, a.bookies, a.long_every)).run()
             totals["schedules"] += 1
             totals["steps"] += len(report.schedule)
             for k in ("faults", "acks", "recoveries", "take_overs", "errors"):

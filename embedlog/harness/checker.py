@@ -7,6 +7,11 @@ the same schedule every time; what the cluster does with it may still vary with 
 which is the point of running many. ``tools/protocol_check.py`` runs seeds for a while and
 prints the schedule of any seed that breaks an invariant; ``--seed N`` replays it.
 
+Every LONG_EVERY-th seed is a long one: its ledgers are striped (E > Qw, so each bookie
+gets entry ids with gaps) and some of its appends are bulk ones of thousands of entries
+(issue 25: a 3/2/2 ledger of 100,000 entries once crashed every bookie). The other seeds'
+schedules are the same as before long ones existed.
+
 Invariants checked after every schedule, once every fault is healed (Vanlightly's TLA+
 properties, BOOKKEEPER.md section 6):
 
@@ -38,6 +43,9 @@ KINDS = ("append", "append_async", "close", "recover", "read", "create", "rule",
 WEIGHTS = (22, 10, 5, 7, 7, 3, 14, 6, 6, 6, 4, 7, 2, 5, 2)
 BOOKIE_CONFIG = {"gc_wait_time_ms": 500}     # deleted ledgers leave the bookies during a run
 ENSEMBLES = ((3, 3, 2), (3, 2, 2), (3, 3, 3), (4, 3, 2), (2, 2, 1))
+LONG_EVERY = 4                               # seeds 0, 4, 8...: striped ensembles, bulk appends
+STRIPED = ((3, 2, 2), (4, 2, 2), (4, 3, 2), (5, 3, 2), (5, 2, 2))
+BULK = (2_000, 5_000, 20_000)                # entries in one bulk append (append_many of 1000s)
 GATE_KINDS = ("recovery", "ensemble_change", "close", "term", "term_commit")
 
 
@@ -50,11 +58,15 @@ class Step:
         return f"{self.kind}(" + ", ".join(f"{k}={v!r}" for k, v in self.args.items()) + ")"
 
 
-def make_schedule(seed: int, steps: int = 40, bookies: int = 5) -> list:
+def make_schedule(seed: int, steps: int = 40, bookies: int = 5, long_every: int = LONG_EVERY) -> list:
     """The steps seed ``seed`` names (the same list every time). Appends go mostly to a
     ledger no earlier step closed, recovered or deleted, and stream appends mostly to the
-    client that took the stream over last, so most schedules keep writing under faults."""
+    client that took the stream over last, so most schedules keep writing under faults.
+    If ``long_every`` divides the seed, ledgers are striped and a quarter of the appends
+    are bulk ones (``long_every=0``: none is)."""
     rnd = random.Random(seed)
+    long = bool(long_every) and seed % long_every == 0
+    striped = [e for e in STRIPED if e[0] <= bookies]
     out: list = []
     ledgers: list = []
     live: list = []                       # ledgers whose writer no step has stopped yet
@@ -70,7 +82,7 @@ def make_schedule(seed: int, steps: int = 40, bookies: int = 5) -> list:
         live.append(name)
         planned[name] = 0
         out.append(Step("create", dict(ledger=name, client=rnd.randrange(CLIENTS),
-                                       ensemble=rnd.choice(ENSEMBLES))))
+                                       ensemble=rnd.choice(striped if long else ENSEMBLES))))
         return name
 
     create()
@@ -81,7 +93,11 @@ def make_schedule(seed: int, steps: int = 40, bookies: int = 5) -> list:
         if kind in ("append", "append_async"):
             lg = rnd.choice(live) if live and rnd.random() < 0.9 else (create() if not live else any_lg)
             n = rnd.randint(1, 20 if kind == "append" else 40)
-            out.append(Step(kind, dict(ledger=lg, n=n, many=rnd.random() < 0.4)))
+            if long and rnd.random() < 0.25:
+                n = rnd.choice(BULK)
+                out.append(Step("bulk", dict(ledger=lg, n=n)))
+            else:
+                out.append(Step(kind, dict(ledger=lg, n=n, many=rnd.random() < 0.4)))
             planned[lg] += n
         elif kind in ("close", "recover", "delete"):
             lg = any_lg
@@ -303,16 +319,25 @@ class Run:
         if st is not None:
             self._spawn(self._do_append, st, n, many)
 
+    def _bulk(self, ledger, n):
+        st = self._writable(ledger)
+        if st is not None:
+            self._fg(self._do_append, st, n, True)
+
     def _do_append(self, st, n, many):
+        """Hand in n payloads: one append_async each, or with ``many`` append_many_async
+        calls of up to 1000 (one call's entries take consecutive ids)."""
         with st.lock:                    # entry ids follow the order payloads are handed over
             futures = []
-            for _ in range(n):
+            while len(futures) < n:
                 k = st.sent
+                m = min(n - len(futures), 1000) if many else 1
                 try:
-                    futures.append((k, st.handle.append_async(payload(st.name, k))))
+                    fs = st.handle.append_many_async([payload(st.name, k + i) for i in range(m)])
                 except EmbedlogError:
                     break
-                st.sent += 1
+                futures.extend(zip(range(k, k + m), fs))
+                st.sent += m
         for k, f in futures:
             try:
                 eid = f.result(self.OP_TIMEOUT_S)
