@@ -31,8 +31,11 @@ the per-entry costs of the add and read paths are paid once per ~256 KiB)::
 
     packed := count:u32 size:u32[count] row_bytes[sum(size)]
 
-The runs handed to the array builders must be what ``verify_run`` accepted: they are
-walked again without checks.
+The runs handed to the array builders must be what ``verify_run`` accepted. Their first
+pass still bounds every entry by its body (``_entry_size``: the entry head, the size, the
+header and digest inside the body, else CorruptedDataError), so a run that was not
+verified is refused before anything is allocated or copied; the second pass walks the
+same bytes and copies into buffers sized by the first.
 """
 
 import hashlib
@@ -147,6 +150,19 @@ def verify_run(body, uint64_t scope, uint64_t ledger, int64_t first, int64_t las
     return good
 
 
+cdef Py_ssize_t _entry_size(const uint8_t[::1] v, Py_ssize_t pos, Py_ssize_t ds) except -1:
+    """The size of the entry whose head is at ``pos``, checked to lie within the body and
+    to hold its header and digest."""
+    cdef Py_ssize_t n = v.shape[0], size
+    if pos + ENTRY_HEAD > n:
+        raise CorruptedDataError(f"a READ body of {n} bytes ends inside an entry head at {pos}")
+    size = el_get32(&v[pos + 8])
+    if pos + ENTRY_HEAD + size > n or size < _header_size(&v[pos + ENTRY_HEAD], size) + ds:
+        raise CorruptedDataError(f"entry of {size} bytes at {pos} does not fit its READ body of "
+                                 f"{n} bytes or its header (an unverified run)")
+    return size
+
+
 cdef Py_ssize_t _skip_to_entries(const uint8_t[::1] v) except -1:
     if v.shape[0] < READ_HEAD:
         raise CorruptedDataError("a run's READ body is shorter than its header")
@@ -165,7 +181,7 @@ def payload_arrays(runs, int digest):
         v = body
         pos = _skip_to_entries(v)
         for k in range(count):
-            size = el_get32(&v[pos + 8])
+            size = _entry_size(v, pos, ds)
             pos += ENTRY_HEAD
             total += size - _header_size(&v[pos], size) - ds
             pos += size
@@ -217,7 +233,7 @@ def stream_arrays(runs, int digest):
         v = body
         pos = _skip_to_entries(v)
         for k in range(count):
-            size = el_get32(&v[pos + 8])
+            size = _entry_size(v, pos, ds)
             pos += ENTRY_HEAD
             h = _header_size(&v[pos], size) + ds
             plen = size - h
@@ -307,7 +323,7 @@ def packed_arrays(runs, int digest):
         v = body
         pos = _skip_to_entries(v)
         for k in range(count):
-            size = el_get32(&v[pos + 8])
+            size = _entry_size(v, pos, ds)
             pos += ENTRY_HEAD
             h = _header_size(&v[pos], size) + ds
             plen = size - h
@@ -370,8 +386,13 @@ def pack_rows(offsets, values, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t max
     cdef Py_ssize_t n = stop, end = start, data = 0, row
     if not 0 <= start < stop <= off.shape[0] - 1:
         raise IllegalOpError(f"rows {start}..{stop} are outside the column's {off.shape[0] - 1}")
+    if off[start] < 0 or off[stop] > val.shape[0]:
+        raise IllegalOpError(f"offsets {off[start]}..{off[stop]} are outside the column's "
+                             f"{val.shape[0]} bytes")
     while end < n:
         row = off[end + 1] - off[end]
+        if row < 0:
+            raise IllegalOpError(f"offsets of row {end} go backwards ({off[end]} to {off[end + 1]})")
         if end > start and 4 + 4 * (end + 1 - start) + data + row > max_bytes:
             break
         data += row

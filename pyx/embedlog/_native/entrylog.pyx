@@ -621,7 +621,7 @@ cdef class EntryLogger:
         import numpy as np
         order_a = np.empty(max(mt.live, 1), dtype=np.int32)
         cdef int32_t[::1] order = order_a
-        cdef Py_ssize_t total = mt.flush_order(&order[0])
+        cdef Py_ssize_t total = mt.flush_order(&order[0], order.shape[0])
         eids_arr = np.empty(total, dtype=np.int64)
         locs_arr = np.zeros(total, dtype=np.uint64)
         cdef int64_t[::1] eids = eids_arr

@@ -801,9 +801,11 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
             # consecutive ids of one ledger: entries first_eid .. first_eid + count touch the
             # blocks first_eid >> 6 .. (first_eid + count) >> 6, which count against the limit
             if not mt.fits(mbytes + enc, ((first_eid + count) >> 6) - (first_eid >> 6) + 1):
-                if count == 0 and mt.nrecs == 0:
-                    raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
-                break
+                if count == 0 and mt.nrecs == 0:       # an empty memtable takes one entry
+                    if enc > mt.limit_bytes:
+                        raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
+                else:
+                    break
             lens[count] = n
             mbytes += enc
             count += 1
@@ -867,7 +869,7 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
         enc = hdr + n
         if enc > mt.limit_bytes:
             raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
-        if not mt.fits(enc, 1):
+        if mt.nrecs and not mt.fits(enc, 1):
             break
         mt.prepare(1, 1)
         dst = mt.reserve(enc)
@@ -900,6 +902,13 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
     cdef bint opens
     if start < 0 or start > total:
         raise ValueError(f"start {start} outside 0..{total}")
+    # every entry is checked before any is framed, so a refusal leaves nothing half written
+    for i in range(start, total):
+        v = <object>PyList_GET_ITEM(entries, i)
+        n = v.shape[0]
+        parse_ids(&v[0], n, &s, &l, &e)
+        if n > mt.limit_bytes:
+            raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
     # any id pattern: each entry may open a block of its own (striped ensembles send every
     # bookie gapped ids; a frame may name many ledgers)
     mt.prepare(total - start, total - start)
@@ -907,10 +916,8 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
         v = <object>PyList_GET_ITEM(entries, i)
         n = v.shape[0]
         parse_ids(&v[0], n, &s, &l, &e)
-        if n > mt.limit_bytes:
-            raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
         opens = mt.opens_block(s, l, e)
-        if not mt.fits(n, 1 if opens else 0):
+        if mt.nrecs and not mt.fits(n, 1 if opens else 0):
             return i - start
         dst = mt.reserve(n)
         if dst == NULL:

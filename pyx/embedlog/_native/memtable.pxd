@@ -40,5 +40,5 @@ cdef class MemTable:
                     Py_ssize_t n) noexcept nogil
     cdef const uint8_t *get(self, uint64_t scope, uint64_t lid, int64_t eid,
                             Py_ssize_t *n) noexcept nogil
-    cdef Py_ssize_t flush_order(self, int32_t *out) except -1
+    cdef Py_ssize_t flush_order(self, int32_t *out, Py_ssize_t cap) except -1
     cdef bint holds_range(self, uint64_t scope, uint64_t lid, int64_t lo, int64_t hi) noexcept nogil

@@ -13,7 +13,7 @@ Bounds (what every size and index is checked against before a write):
   costs MT_BLOCK_BYTES whatever it holds, so entries whose ids step by 64 (or many
   ledgers of one entry) cannot make the blocks outgrow the arena. ``fits(n, b)`` says
   whether n more bytes and b more blocks stay within it; an empty memtable takes one
-  entry of any size up to the limit.
+  entry of any size up to the limit (then used_bytes may pass it by that entry's block).
 - records: ``prepare(nrecs, nblocks)`` makes room for that many more records and blocks
   before a kernel commits; a batch of k entries opens at most k blocks (gapped ids, many
   ledgers) and k // 64 + 2 when its ids are consecutive in one ledger. ``commit`` checks
@@ -106,12 +106,11 @@ cdef class MemTable:
         free(self.bslots)
 
     cdef bint fits(self, Py_ssize_t n, Py_ssize_t new_blocks) noexcept nogil:
-        """Whether n more arena bytes and new_blocks more blocks stay within limit_bytes
-        (an empty memtable takes any n up to limit_bytes in one block: one entry)."""
+        """Whether n more arena bytes and new_blocks more blocks stay within limit_bytes.
+        Callers let an empty memtable (nrecs == 0) take one entry whatever this says, so
+        any entry up to limit_bytes is taken (its block may pass the limit)."""
         if n < 0 or new_blocks < 0 or n > self.limit_bytes:
             return False
-        if self.nrecs == 0 and new_blocks <= 1:
-            return True
         return (self.arena_used + n + (self.nblocks + new_blocks) * <Py_ssize_t>sizeof(mt_block)
                 <= self.limit_bytes)
 
@@ -270,7 +269,7 @@ cdef class MemTable:
         cdef uint8_t *dst
         if n > self.limit_bytes:
             raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
-        if not self.fits(n, 1 if self.opens_block(scope, lid, eid) else 0):
+        if self.nrecs and not self.fits(n, 1 if self.opens_block(scope, lid, eid) else 0):
             return -1
         self.prepare(1, 1)
         dst = self.reserve(n)
@@ -409,10 +408,10 @@ cdef class MemTable:
                     best = (blk.hi << 6) + k
         return best
 
-    cdef Py_ssize_t flush_order(self, int32_t *out) except -1:
-        """Fill ``out`` (room for ``live`` items) with the indexes of the live records sorted
-        by (scope, ledger, entry): the blocks are sorted, then walked slot by slot, so a
-        re-added entry's newest record is the one taken. Returns how many."""
+    cdef Py_ssize_t flush_order(self, int32_t *out, Py_ssize_t cap) except -1:
+        """Fill ``out`` (room for ``cap`` >= ``live`` items) with the indexes of the live
+        records sorted by (scope, ledger, entry): the blocks are sorted, then walked slot by
+        slot, so a re-added entry's newest record is the one taken. Returns how many."""
         cdef blk_key *keys = <blk_key *>malloc(max(self.nblocks, 1) * sizeof(blk_key))
         cdef Py_ssize_t b, k, n = 0
         cdef int32_t cur
@@ -428,10 +427,12 @@ cdef class MemTable:
             for b in range(self.nblocks):
                 for k in range(64):
                     cur = self.blocks[keys[b].index].slot[k]
-                    if cur:
+                    if cur and n < cap:
                         out[n] = cur - 1
                         n += 1
         free(keys)
+        if n != self.live:
+            raise MemoryError(f"memtable: {n} live records walked, {self.live} counted")
         return n
 
     def sorted_records(self):
@@ -439,7 +440,7 @@ cdef class MemTable:
         a numpy structured array (tests and tools; the flush itself uses flush_order)."""
         order_a = np.empty(max(self.live, 1), dtype=np.int32)
         cdef int32_t[::1] order = order_a
-        cdef Py_ssize_t i, k = self.flush_order(&order[0])
+        cdef Py_ssize_t i, k = self.flush_order(&order[0], order.shape[0])
         dt = np.dtype([("scope", "<u8"), ("lid", "<u8"), ("eid", "<i8"), ("offset", "<u8"),
                        ("size", "<u4")], align=True)
         out = np.empty(k, dtype=dt)
