@@ -36,8 +36,16 @@ def embedlog_cluster_factory(tmp_path):
     try:
         yield make
     finally:
+        # every cluster is closed even when one reports a crashed bookie; the first report
+        # is raised after
+        failure = None
         for lc in made:
-            lc.close()
+            try:
+                lc.close()
+            except Exception as exc:     # noqa: BLE001 - the others still need closing
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
 
 @pytest.fixture
