@@ -19,12 +19,14 @@ from embedlog.net.protocol import bookie_info_request
 class Client:
     """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
 
-    def __init__(self, metadata_uri: str, *, faults=None, create_metadata: bool = True, **config):
+    def __init__(self, metadata_uri: str, *, faults=None, create_metadata: bool = False, **config):
         """``config``: ClientConfig's options (timeouts, TLS, ``client_name``...). ``faults``:
         a fault injector that sees every message and metadata write of this client
         (embedlog.harness.faults; LocalCluster.client() passes its own).
-        ``create_metadata=False``: the URI must name an initialised store (MetadataError
-        naming it otherwise), as the `embedlog` client commands ask."""
+        The URI must name an initialised store (one a bookie, LocalCluster or `embedlog
+        metadata format` made): a MetadataError naming it otherwise, as the `embedlog`
+        commands say, so a mistyped URI never makes a new, empty store.
+        ``create_metadata=True`` creates the store if it is missing (an explicit act)."""
         self.metadata_uri = metadata_uri
         self.metadata = open_metadata_store(metadata_uri, create=create_metadata)
         try:

@@ -29,6 +29,7 @@ from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
 from embedlog.harness import servers
 from embedlog.harness.servers import PortTaken, free_port, port_taken, start_retrying
+from embedlog.meta import open_metadata_store
 
 START_TIMEOUT_S = 30.0
 
@@ -120,12 +121,16 @@ class LocalCluster:
 
     def _start_metadata(self) -> str:
         if self.metadata_kind == "sqlite":
-            return "sqlite://" + os.path.join(self.base_dir, "meta.db")
-        if self.metadata_kind == "zk":
+            uri = "sqlite://" + os.path.join(self.base_dir, "meta.db")
+        elif self.metadata_kind == "zk":
             self._server = servers.ZooKeeperServer()
-            return f"zk+hierarchical://{self._server.hosts}/ledgers"
-        self._server = servers.EtcdServer()
-        return f"etcd://{self._server.endpoint}/embedlog"
+            uri = f"zk+hierarchical://{self._server.hosts}/ledgers"
+        else:
+            self._server = servers.EtcdServer()
+            uri = f"etcd://{self._server.endpoint}/embedlog"
+        # the cluster makes its store (a client only opens one that exists), before any bookie
+        open_metadata_store(uri).close()
+        return uri
 
     # -- bookies ----------------------------------------------------------------------
 

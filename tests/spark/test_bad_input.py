@@ -154,3 +154,11 @@ def test_secrets_stay_out_of_plans_and_messages(spark, uri, client, name, tmp_pa
     opts = read_options({"metadataServiceUri": uri, "streams": name, "password": secret,
                          "authToken": "tok-" + secret})
     assert secret not in repr(opts)
+
+
+def test_a_mistyped_uri_is_refused_and_makes_no_store(spark, tmp_path):
+    """Issue 27 item 5: the CLI's message (no store there), never a new, empty store."""
+    typo = f"sqlite://{tmp_path}/typo.db"
+    with pytest.raises(Exception, match="no metadata store at"):
+        load(spark, typo, streams="clicks").collect()
+    assert not (tmp_path / "typo.db").exists()
