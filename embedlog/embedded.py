@@ -79,6 +79,9 @@ class EmbeddedLog:
         code = digest_code(digest)
         password = password_bytes(password)
         lid = self.metadata.id_generator.generate_ledger_id(scope_id)
+        while self.bookie.has_ledger(lid) or self.bookie.was_deleted(lid):
+            # the bookie holds an earlier ledger of this id: the metadata went back in time
+            lid = self.metadata.id_generator.generate_ledger_id(scope_id)
         md = LedgerMetadata(ledger_id=lid, ensemble_size=1, write_quorum=1, ack_quorum=1,
                             digest_type=DigestType(code), password=password,
                             fragments=((0, (self.bookie.bookie_id,)),))

@@ -41,7 +41,7 @@ from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
                              EntryTooLargeError, IllegalOpError, InvalidTermError,
-                             LedgerFencedError, NoSuchLedgerError,
+                             LedgerExistsError, LedgerFencedError, NoSuchLedgerError,
                              ReadOnlyBookieError, UnauthorizedAccessError)
 
 log = logging.getLogger("embedlog.bookie")
@@ -59,11 +59,15 @@ def _check_entry_id(eid: int) -> None:
 
 
 class LedgerFacts:
-    """What the metadata store says of a ledger that the bookie checks requests against."""
-    __slots__ = ("master_key", "digest", "unbounded")
+    """What the metadata store says of a ledger that the bookie checks requests against;
+    ``ctime_ms`` tells one incarnation of a ledger id from another."""
+    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms")
 
-    def __init__(self, master_key: bytes, digest: int, unbounded: bool):
+    def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1):
         self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
+        self.ctime_ms = ctime_ms
+
+
 _IDS_I64 = struct.Struct(">QQq")
 _IDS_U64 = struct.Struct(">QQQ")
 
@@ -158,6 +162,7 @@ class Bookie:
         # made them durable elsewhere. On a full disk it fails there, counted and retried,
         # and the bookie starts anyway (read-only: the disk monitor below)
         self.checkpointer.request(flush_active=True)
+        self._reserve_held_ids()
         self.storage.on_flushed = self.checkpointer.request
         self.checkpointer.start()
         self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
@@ -166,6 +171,25 @@ class Bookie:
         self.gc.start()
 
     # -- start-up ---------------------------------------------------------------
+
+    def _reserve_held_ids(self) -> None:
+        """Tell the store's id generator which ledger ids this bookie holds data of, so it
+        never hands them out again, even after the metadata went back in time (drivers
+        whose generator cannot be moved — ZooKeeper's sequential nodes, etcd's buckets —
+        rely on the incarnation check alone)."""
+        reserve = getattr(getattr(self.metadata, "id_generator", None), "reserve_ledger_ids", None)
+        if reserve is None:
+            return
+        top: dict[int, int] = {}
+        for scope, lid in list(self.ledgers) + list(self.deleted.keys()):
+            if lid > top.get(scope, -1):
+                top[scope] = lid
+        for scope, lid in top.items():
+            try:
+                reserve(scope, lid)
+            except EmbedlogError as exc:
+                log.warning("bookie %s: could not reserve ledger ids through %d of scope %d: %s",
+                            self.bookie_id, lid, scope, exc)
 
     def _lock_directory(self) -> int:
         fd = os.open(os.path.join(self.directory, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -260,12 +284,33 @@ class Bookie:
                                               f"(not the one its metadata's password gives)")
             idx = self._known(key)
             idx.master_key = bytes(master_key)
+            if facts is not None:
+                idx.incarnation = facts.ctime_ms
             idx.header_dirty = True
             self.journal.add_record(nj.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
             return idx
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
+        self._check_incarnation(key, idx)
         return idx
+
+    def _check_incarnation(self, key, idx) -> None:
+        """The data this bookie holds for a ledger id belongs to the ledger the metadata store
+        lists under it now. After the store went back in time (an older backup restored, a
+        damaged WAL) the same id names a new ledger: its adds and recovery must never land
+        in, or read from, the old one's data."""
+        facts = self.ledger_facts(key)
+        if facts is None or facts.ctime_ms < 0:
+            return
+        if idx.incarnation < 0:        # an index from before incarnations, or replayed
+            idx.incarnation = facts.ctime_ms
+            idx.header_dirty = True
+        elif idx.incarnation != facts.ctime_ms:
+            raise LedgerExistsError(
+                f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)!r} "
+                f"(created at {idx.incarnation} ms) than the one the metadata store lists "
+                f"(created at {facts.ctime_ms} ms): did the metadata go back in time? This "
+                "bookie takes no adds or recovery for it")
 
     # -- what the metadata store says of a ledger (checked once, then cached) ----------
 
@@ -282,7 +327,8 @@ class Bookie:
         its digest type and whether it is unbounded. NoSuchLedgerError if it has none."""
         key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
         md = self.metadata.ledger_manager.read_ledger_metadata(LedgerId(*key)).value
-        facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded)
+        facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded,
+                            int(md.ctime_ms))
         with self._facts_lock:            # not the bookie's lock: callers may hold that one
             self._facts[key] = facts
             self._facts.move_to_end(key)
@@ -646,6 +692,10 @@ class Bookie:
     def has_ledger(self, ledger_id) -> bool:
         with self.cv:
             return self._key(ledger_id) in self.ledgers
+
+    def was_deleted(self, ledger_id) -> bool:
+        """Whether this bookie deleted the ledger (and refuses to create it again)."""
+        return self._key(ledger_id) in self.deleted
 
     # -- reads ------------------------------------------------------------------------------
 

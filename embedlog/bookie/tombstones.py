@@ -75,6 +75,11 @@ class DeletedLedgers:
             while len(self._deleted) > self.max_count:
                 self._deleted.popitem(last=False)
 
+    def keys(self) -> list:
+        """The ledgers remembered as deleted (within their retention or not)."""
+        with self._lock:
+            return list(self._deleted)
+
     def __contains__(self, key) -> bool:
         with self._lock:
             ms = self._deleted.get(key)

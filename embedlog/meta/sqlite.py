@@ -396,6 +396,17 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
             c.execute("INSERT OR REPLACE INTO idgen VALUES (?, ?)", (scope, candidate + 1))
         return LedgerId(scope_id, candidate)
 
+    def reserve_ledger_ids(self, scope_id: int, through: int) -> None:
+        """Never generate ids up to ``through`` in this scope (a bookie holds their data)."""
+        check_scope(scope_id)
+        if through >= SCOPE0_LIMIT - 1:
+            return
+        scope = _scope_hex(scope_id)
+        with self._write(f"reserve ledger ids of scope {scope_id}") as c:
+            row = c.execute("SELECT next_id FROM idgen WHERE scope=?", (scope,)).fetchone()
+            if row is None or row[0] <= through:
+                c.execute("INSERT OR REPLACE INTO idgen VALUES (?, ?)", (scope, through + 1))
+
     # ---- RegistrationManager -------------------------------------------------------
 
     def register_bookie(self, bookie_id: str, read_only: bool, info: dict | None = None) -> None:

@@ -9,6 +9,7 @@ cdef class LedgerIndex:
     cdef public object master_key
     cdef public bint fenced
     cdef public uint64_t term
+    cdef public int64_t incarnation   # the ledger's metadata ctime_ms, -1: not known
     cdef public int64_t explicit_lac
     cdef public bint header_dirty
     cdef readonly bint deleted

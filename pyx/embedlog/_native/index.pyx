@@ -5,8 +5,12 @@ Grammar (see docs/FORMATS.md)::
 
     index_file := header(1024) page*
     header     := "ELIX" version:u32(=1) state:u32 key_len:u32 master_key[64]
-                  term:u64 explicit_lac:i64 zeros header_crc:u32   # crc at byte 1020, BE
+                  term:u64 explicit_lac:i64 incarnation:i64 zeros header_crc:u32
+                  # incarnation at byte 96, crc at byte 1020, BE
     state      := bit 0 fenced | bit 1 explicit LAC set | bit 2 master key set
+                | bit 3 incarnation set (the ledger's metadata ctime_ms: an add for a ledger
+                  of the same id created again, after the metadata went back in time, is
+                  refused; files written before it have the bit clear)
     page       := location:u64le * 1024        # page p holds entries p*1024 .. p*1024+1023
                                                 # location 0: no entry
 
@@ -48,6 +52,7 @@ cdef int64_t MAX_PAGE_LOCS = 1 << 18
 STATE_FENCED = 1
 STATE_EXPLICIT_LAC = 2
 STATE_KEY = 4
+STATE_INCARNATION = 8
 
 
 def index_path(root, uint64_t scope, uint64_t lid):
@@ -95,6 +100,7 @@ cdef class LedgerIndex:
         self.master_key = None
         self.fenced = False
         self.term = 0
+        self.incarnation = -1
         self.explicit_lac = -1
         self.header_dirty = False
         self.deleted = False
@@ -151,6 +157,7 @@ cdef class LedgerIndex:
         self.fenced = bool(state & STATE_FENCED)
         self.term = el_get64(&v[80])
         self.explicit_lac = <int64_t>el_get64(&v[88]) if state & STATE_EXPLICIT_LAC else -1
+        self.incarnation = <int64_t>el_get64(&v[96]) if state & STATE_INCARNATION else -1
         self.max_page_on_disk = (size - HEADER_SIZE) // PAGE_SIZE - 1 if size > HEADER_SIZE else -1
 
     cdef bytes _header_bytes(self):
@@ -170,6 +177,9 @@ cdef class LedgerIndex:
             state |= STATE_KEY
             h[16:16 + len(key)] = key
             el_put32(p + 12, len(key))
+        if self.incarnation >= 0:
+            state |= STATE_INCARNATION
+            el_put64(p + 96, <uint64_t>self.incarnation)
         el_put32(p + 8, state)
         el_put64(p + 80, self.term)
         el_put64(p + 88, <uint64_t>self.explicit_lac)
