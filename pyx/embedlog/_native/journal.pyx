@@ -684,6 +684,15 @@ cdef object _payload_view(object item):
     return m
 
 
+cdef int _check_entry_ids(int64_t lo, int64_t hi) except -1:
+    """Entry ids lo..hi are within 0..MAX_ENTRY_ID (what an index addresses): the kernels
+    never frame an id the bookie would refuse, nor step an id past int64."""
+    cdef int64_t top = MAX_ENTRY_ID
+    if lo < 0 or hi < lo or hi > top:
+        raise IllegalOpError(f"entry ids {lo}..{hi} are outside 0..{top}")
+    return 0
+
+
 def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_entry_size,
                    Py_ssize_t memtable_limit, Py_ssize_t start=0):
     """Raise what add_payloads would raise for the first payload of payloads[start:] it
@@ -772,11 +781,12 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
     cdef Py_ssize_t *lens
     cdef uint8_t *rec
     cdef uint8_t *dst
+    if start >= total:
+        return 0, length
+    _check_entry_ids(first_eid, first_eid + (total - start - 1))
     if digest == DIGEST_MAC:
         return _add_payloads_mac(jb, mt, scope, lid, first_eid, lac, length, mac_key, payloads,
                                  start, max_entry_size)
-    if start >= total:
-        return 0, length
     src = <const uint8_t **>malloc((total - start) * sizeof(void *))
     lens = <Py_ssize_t *>malloc((total - start) * sizeof(Py_ssize_t))
     held = []                   # buffers of non-bytes items stay exported (not resizable)
@@ -907,6 +917,7 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
         v = <object>PyList_GET_ITEM(entries, i)
         n = v.shape[0]
         parse_ids(&v[0], n, &s, &l, &e)
+        _check_entry_ids(e, e)
         if n > mt.limit_bytes:
             raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
     # any id pattern: each entry may open a block of its own (striped ensembles send every
