@@ -13,19 +13,27 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
 import time
 
+from embedlog._native import arrowread
 from embedlog._native.format import decode_entry, mac_key, master_key
 from embedlog.errors import BadVersionError, EmbedlogError, NoSuchLedgerError
 from embedlog.meta.api import DigestType, LedgerState
-from embedlog.client.schedule import slots
+from embedlog.client.recovery import cancel
+from embedlog.client.scan import _read
+from embedlog.client.schedule import MAX_READ_ENTRIES, slots
+from embedlog.client.stream import NAME_KEY, Stream, _released
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.autorecovery")
 LEASE = "auditor-lease"
+WINDOW = MAX_READ_ENTRIES          # entries copied per ranged READ (the bookie's most)
+WINDOWS_IN_FLIGHT = 4              # windows read and written at once: a few MiB in flight
+ENTRY_READS_IN_FLIGHT = 64         # single-entry reads at once (striped fragments)
 
 
 def current_auditor(metadata) -> str | None:
@@ -59,12 +67,14 @@ class AutoRecovery:
     """Runs the auditor election loop and a replication worker in background threads."""
 
     def __init__(self, ctx, self_id: str, *, interval_s: float = 1.0, lost_bookie_grace_s: float = 2.0,
-                 lease_s: float = 5.0):
+                 lease_s: float = 5.0, open_stream_grace_s: float = 30.0):
         self.ctx = ctx
         self.self_id = self_id
         self.interval_s = interval_s
         self.grace_s = lost_bookie_grace_s
         self.lease_s = lease_s
+        self.open_stream_grace_s = open_stream_grace_s
+        self._stuck_since: dict = {}       # stream ledger id -> when its leader was first late
         self.is_auditor = False
         self.stats = {"audits": 0, "marked": 0, "fragments_replicated": 0, "entries_copied": 0}
         self._missing_since: dict = {}
@@ -169,13 +179,19 @@ class AutoRecovery:
             v = lm.read_ledger_metadata(lid)
             md = v.value
             frags = list(md.fragments)
+            # a released stream has no writer and ends at the released position: its last
+            # fragment is copied like a closed one (a take-over meanwhile fails our CAS)
+            released = _released(md) if md.unbounded else None
             todo = [k for k, (_f, ens) in enumerate(frags) if missing & set(ens)
-                    and (md.state == LedgerState.CLOSED or k < len(frags) - 1)]
+                    and (md.state == LedgerState.CLOSED or k < len(frags) - 1 or released)]
             if not todo:
+                if md.unbounded and missing & set(frags[-1][1]) and self._orphaned(v):
+                    continue              # taken over: its old last fragment is closed now
                 return not any(missing & set(ens) for _f, ens in frags)
             k = todo[0]
             first, ens = frags[k]
-            end = frags[k + 1][0] - 1 if k + 1 < len(frags) else md.last_entry_id
+            end = (frags[k + 1][0] - 1 if k + 1 < len(frags)
+                   else released[0] if released else md.last_entry_id)
             ens = list(ens)
             lost = [b for b in ens if b in missing]
             fresh = self.ctx.choose_bookies(len(lost), exclude=set(ens) | missing)
@@ -192,26 +208,82 @@ class AutoRecovery:
                 continue                  # changed meanwhile (writer, recovery): look again
         return False
 
+    def _orphaned(self, versioned) -> bool:
+        """A stream whose current fragment names a lost bookie: its leader replaces it with
+        an ensemble change of its own. One that has not done so within the grace period is
+        gone (or there is none and the term was not released): take the stream over, which
+        replaces the bookie from the truncating no-op on, and release the term at once
+        (BookKeeper fences an open ledger after openLedgerRereplicationGracePeriod).
+        True once taken over."""
+        md = versioned.value
+        since = self._stuck_since.setdefault(md.ledger_id, time.monotonic())
+        if time.monotonic() - since < self.open_stream_grace_s:
+            return False
+        s = Stream(self.ctx, md.custom_metadata.get(NAME_KEY, b"").decode(), versioned, md.password)
+        s.take_over()
+        s.close()
+        self._stuck_since.pop(md.ledger_id, None)
+        log.info("stream %r: its leader did not replace a lost bookie; taken over at term %d "
+                 "and released", s.name, s.term)
+        return True
+
     def _copy_fragment(self, md, first: int, end: int, ens: list, slot: int, target: str) -> None:
-        """Copy every entry of [first, end] whose write set includes ensemble position ``slot``."""
-        e = md.ensemble_size
-        scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
-        key = master_key(md.password)
+        """Copy every entry of [first, end] whose write set includes ensemble position
+        ``slot`` from the surviving replicas to ``target``: ranged reads, a few windows in
+        flight, each window written in batches with the ledger's term (a stream's bookies
+        refuse an add of an older term than theirs)."""
+        self.ctx.run(self._copy(md, first, end, ens, slot, target))
+
+    async def _copy(self, md, first, end, ens, slot, target) -> None:
         mk = mac_key(md.password) if md.digest_type == DigestType.MAC else None
-        batch = []
-        for eid in range(first, end + 1):
-            positions = slots(e, md.write_quorum, eid)
-            if slot not in positions:
-                continue
-            sources = [ens[p] for p in positions if p != slot]
-            data = self.ctx.run(self._read_any(sources, scope, ledger, eid))
-            decode_entry(data, scope, ledger, eid, int(md.digest_type), mk)   # copy only intact entries
-            batch.append(data)
-            if len(batch) >= 256:
-                self._write(target, scope, ledger, key, batch)
-                batch = []
-        if batch:
-            self._write(target, scope, ledger, key, batch)
+        sem = asyncio.Semaphore(WINDOWS_IN_FLIGHT)
+
+        async def window(lo, hi):
+            async with sem:
+                entries = await self._read_window(md, ens, slot, lo, hi, mk)
+                await self._write(target, md, entries)
+
+        tasks = [asyncio.ensure_future(window(lo, min(end, lo + WINDOW - 1)))
+                 for lo in range(first, end + 1, WINDOW)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            cancel(tasks)
+
+    async def _read_window(self, md, ens, slot, lo, hi, mk) -> list:
+        """The encoded entries of lo..hi that ensemble position ``slot`` should hold, checked,
+        read from the other replicas (never from the lost bookie)."""
+        scope, ledger, digest = md.ledger_id.scope_id, md.ledger_id.ledger_id, int(md.digest_type)
+        out = []
+        pos = lo
+        if md.write_quorum == md.ensemble_size:
+            # every replica holds every entry: ranged READs, from a survivor in rotation
+            others = [b for i, b in enumerate(ens) if i != slot]
+            for k in range(len(others)):
+                b = others[(lo // WINDOW + k) % len(others)]
+                while pos <= hi:          # a bookie answers at most half a frame: ask again
+                    try:
+                        body = await _read(self.ctx, md, b, pos, hi - pos + 1)
+                    except EmbedlogError:
+                        break
+                    n = arrowread.verify_run(body, scope, ledger, pos, hi, digest, mk)
+                    if n == 0:
+                        break
+                    out += [data for _eid, data in P.parse_read_body(body)[1][:n]]
+                    pos += n
+        # a striped fragment (its entries are not contiguous on a bookie), or what no
+        # replica returned in a run: entry by entry, a bounded number at once
+        need = [e for e in range(pos, hi + 1) if slot in slots(md.ensemble_size, md.write_quorum, e)]
+        sem = asyncio.Semaphore(ENTRY_READS_IN_FLIGHT)
+
+        async def one(eid):
+            async with sem:
+                sources = [ens[p] for p in slots(md.ensemble_size, md.write_quorum, eid) if p != slot]
+                data = await self._read_any(sources, scope, ledger, eid)
+                decode_entry(data, scope, ledger, eid, digest, mk)   # copy only intact entries
+                return data
+
+        return out + list(await asyncio.gather(*(one(e) for e in need)))
 
     async def _read_any(self, sources, scope, ledger, eid) -> bytes:
         error: BaseException = EmbedlogError(f"no replica of entry {eid} answered")
@@ -226,8 +298,23 @@ class AutoRecovery:
                 error = exc
         raise error
 
-    def _write(self, target, scope, ledger, key, batch) -> None:
-        self.ctx.run(self.ctx.call(
-            target, lambda rid: P.add_request(rid, scope, ledger, key, batch, P.FLAG_RECOVERY_ADD),
-            self.ctx.config.add_timeout_s))
+    async def _write(self, target, md, entries: list) -> None:
+        """Recovery adds of ``entries`` to ``target``, in frames under the client's limits,
+        with the ledger's term."""
+        cfg = self.ctx.config
+        batch, size = [], 0
+        for data in entries:
+            if batch and (size + len(data) + 4 > cfg.max_frame_payload_bytes
+                          or len(batch) >= cfg.max_entries_per_frame):
+                await self._add(target, md, batch)
+                batch, size = [], 0
+            batch.append(data)
+            size += len(data) + 4
+        if batch:
+            await self._add(target, md, batch)
+
+    async def _add(self, target, md, batch: list) -> None:
+        scope, ledger, key = md.ledger_id.scope_id, md.ledger_id.ledger_id, master_key(md.password)
+        await self.ctx.call(target, lambda rid: P.add_request(
+            rid, scope, ledger, key, batch, P.FLAG_RECOVERY_ADD, md.term), self.ctx.config.add_timeout_s)
         self.stats["entries_copied"] += len(batch)
