@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,bench,zk,etcd,spark
 
-.PHONY: run test build build-ext venv venv-core servers bench soak clean
+.PHONY: run test test-asan build build-ext venv venv-core servers bench soak clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -41,8 +41,14 @@ servers:
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
 	    openjdk-17-jre-headless; fi
 
+# the suite, then the tests that touch native code again under ASan + UBSan (tools/sanitize.py
+# builds an instrumented copy in build/asan; a sanitizer report fails the run)
 test: servers venv build-ext
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python tools/sanitize.py
+
+test-asan: venv
+	$(BIN)/python tools/sanitize.py $(PYTEST_ARGS)
 
 bench: venv build-ext
 	$(BIN)/python benchmarks/compare.py

@@ -1,6 +1,8 @@
 """Builds embedlog's Cython extension modules from pyx/ (which mirrors the package path).
 
 EMBEDLOG_DEBUG=1 turns bounds checks back on and builds with -O0 -g;
+EMBEDLOG_SANITIZE=1 builds with AddressSanitizer and UndefinedBehaviorSanitizer (any UB
+report aborts), for tools/sanitize.py (`make test-asan`);
 EMBEDLOG_ANNOTATE=1 writes Cython's HTML annotation next to each module.
 """
 import os
@@ -17,7 +19,13 @@ PYX = HERE / "pyx"
 
 directives = {"language_level": 3, "boundscheck": DEBUG, "wraparound": DEBUG,
               "cdivision": True, "initializedcheck": DEBUG, "embedsignature": True}
+SANITIZE = os.environ.get("EMBEDLOG_SANITIZE") == "1"
 cflags = ["-O0", "-g"] if DEBUG else ["-O3"]
+ldflags = []
+if SANITIZE:
+    sanitizers = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
+    cflags = ["-O1", "-g", "-fno-omit-frame-pointer"] + sanitizers
+    ldflags = sanitizers
 if sys.platform.startswith("linux"):
     cflags.append("-Wno-unused-function")
 
@@ -27,6 +35,7 @@ extensions = [
         [str(path.relative_to(HERE))],
         include_dirs=[str(PYX / "embedlog" / "_native"), numpy.get_include()],
         extra_compile_args=cflags,
+        extra_link_args=ldflags,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
     for path in sorted((PYX / "embedlog" / "_native").glob("*.pyx"))
