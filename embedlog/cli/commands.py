@@ -80,6 +80,8 @@ def bookie():
 @click.option("--lost-bookie-grace", type=float, default=10.0, show_default=True,
               help="Seconds a bookie may be unregistered before its ledgers are re-replicated.")
 @click.option("--ready-file", default=None, hidden=True)
+@click.option("--parent-pid", type=int, default=None, hidden=True,
+              help="Stop when this process is no longer the parent (LocalCluster's bookies).")
 @click.option("--tls-cert-file", type=click.Path(dir_okay=False), default=None,
               help="Serve TLS with this certificate (PEM; may hold the key too).")
 @click.option("--tls-key-file", type=click.Path(dir_okay=False), default=None,
@@ -90,7 +92,7 @@ def bookie():
               help="Require every connection to begin with AUTH carrying this file's token.")
 def bookie_serve(directory, conf_path, settings, listen, advertised_address, metadata_uri, http_port,
                  autorecovery, read_only, autorecovery_interval, lost_bookie_grace, ready_file,
-                 tls_cert_file, tls_key_file, tls_ca_file, auth_token_file):
+                 tls_cert_file, tls_key_file, tls_ca_file, auth_token_file, parent_pid):
     """Serve one bookie over the wire protocol until SIGTERM or Ctrl-C (exit 0).
 
     Configuration: defaults < --conf TOML file < EMBEDLOG_* environment < options
@@ -106,7 +108,7 @@ def bookie_serve(directory, conf_path, settings, listen, advertised_address, met
         serve(directory, f"{v['listening_interface']}:{v['bookie_port']}",
               v["advertised_address"] or None, v["metadata_service_uri"] or None, read_only,
               v, ready_file, ar, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
-              tls_ca_file=tls_ca_file, auth_token_file=auth_token_file)
+              tls_ca_file=tls_ca_file, auth_token_file=auth_token_file, parent_pid=parent_pid)
     except KeyboardInterrupt:          # Ctrl-C while starting (replaying the journal): a stop
         click.echo("interrupted while starting", err=True)
 

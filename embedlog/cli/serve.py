@@ -60,8 +60,11 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
           metadata_uri: str | None = None, read_only: bool = False, config: dict | None = None,
           ready_file: str | None = None, autorecovery: dict | None = None, *,
           tls_cert_file: str | None = None, tls_key_file: str | None = None,
-          tls_ca_file: str | None = None, auth_token_file: str | None = None) -> None:
+          tls_ca_file: str | None = None, auth_token_file: str | None = None,
+          parent_pid: int | None = None) -> None:
     """Run until SIGTERM or SIGINT; then leave the metadata store and close cleanly.
+    With ``parent_pid``, also once that process is no longer this one's parent (it died:
+    LocalCluster's bookies do not outlive their owner, however it ends).
 
     TLS with ``tls_cert_file`` (and ``tls_key_file``); with ``tls_ca_file`` too, clients must
     present a certificate signed by that CA. With ``auth_token_file`` every connection must
@@ -103,14 +106,22 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
         if read_only:
             bookie.set_read_only("operator", True)
         event_loop.run(_run(bookie, meta, host, port, advertised_address, ready_file,
-                         autorecovery, security_opts, client_config))
+                         autorecovery, security_opts, client_config, parent_pid))
     finally:
         bookie.close()
         meta.close()
 
 
+async def _stop_when_orphaned(parent_pid: int, stop: asyncio.Event) -> None:
+    # the parent's death reparents this process: then stop as on SIGTERM
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(0.2)
+    log.warning("parent process %d is gone: stopping", parent_pid)
+    stop.set()
+
+
 async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
-               security_opts=None, client_config=None) -> None:
+               security_opts=None, client_config=None, parent_pid=None) -> None:
     metrics = BookieMetrics(bookie).count_written_entries(meta)
     server = BookieServer(bookie, host, port, **(security_opts or {}))
     metrics.watch(server)
@@ -166,6 +177,8 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
     # SIGUSR1 / SIGUSR2: the operator's read-only mode (the harness's set_read_only)
     loop.add_signal_handler(signal.SIGUSR1, bookie.set_read_only, "operator", True)
     loop.add_signal_handler(signal.SIGUSR2, bookie.set_read_only, "operator", False)
+    if parent_pid:
+        loop.create_task(_stop_when_orphaned(parent_pid, stop))
     follow_state()          # a change between registering and listening
     line = f"bookie {bookie.bookie_id} listening on {server.address} (advertised {address})"
     print(line, flush=True)

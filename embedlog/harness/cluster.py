@@ -15,6 +15,7 @@ died fails saying so instead of timing out on a missing bookie.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -76,6 +77,10 @@ class LocalCluster:
         self._clients: list = []
         self.serve_options: list[str] = []      # security options for every bookie
         self.client_config: dict = {}           # and the matching ClientConfig options
+        # an owner that never calls close() (no `with`, an exception) still stops the bookies
+        # and removes its directory at exit; a SIGKILLed one's bookies stop on their own
+        # (--parent-pid: each watches its parent)
+        atexit.register(self._close_at_exit)
         self._make_security(tls, tls_client_auth, auth_token)
         self.metadata_uri = self._start_metadata()
         if start:
@@ -167,7 +172,7 @@ class LocalCluster:
             os.unlink(ready)
         cmd = [sys.executable, "-m", "embedlog.cli", "bookie", "serve", "--dir", b.directory,
                "--listen", f"127.0.0.1:{b.port}", "--metadata", self.metadata_uri,
-               "--ready-file", ready]
+               "--ready-file", ready, "--parent-pid", str(os.getpid())]
         if b.proxy is not None:
             cmd += ["--advertised-address", b.proxy.address]
         if b.read_only:
@@ -318,6 +323,7 @@ class LocalCluster:
     def close(self) -> None:
         """Stop everything and clean up; then raise BookieCrashedError if a bookie had
         exited unasked and that was not reported yet."""
+        atexit.unregister(self._close_at_exit)
         crashed = self.crashed_bookies()   # before close's own SIGTERMs, which are asked for
         for b in self._bookies:
             b.exit_known = True
@@ -356,6 +362,12 @@ class LocalCluster:
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
         _raise_crashed(crashed)
+
+    def _close_at_exit(self) -> None:
+        try:
+            self.close()
+        except Exception as exc:         # the interpreter is ending: say it, go on
+            print(f"LocalCluster at exit: {exc}", file=sys.stderr)
 
     def __enter__(self):
         return self
