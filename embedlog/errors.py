@@ -20,7 +20,7 @@ __all__ = [
     "ReadOnlyBookieError", "TooManyRequestsError", "TimeoutError", "MetadataError",
     "LedgerExistsError", "DirectoryLockedError", "ClientClosedError",
     "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "MetadataUriError",
-    "BookieCrashedError",
+    "BookieCrashedError", "ForkedProcessError",
     "from_code", "from_wire_code",
 ]
 
@@ -152,6 +152,14 @@ class BookieCrashedError(EmbedlogError):
     """A bookie process of a LocalCluster exited without being asked to (a crash, a signal,
     a fatal error); the message names it, its exit code or signal and its log's last lines."""
     code = -1008
+
+
+class ForkedProcessError(IllegalOpError):
+    """A log or client used in a process forked from the one that opened it (os.fork,
+    multiprocessing's fork start method): its bookie, journal, metadata connection and
+    threads belong to the parent, so the child may not use them; close() there is a no-op.
+    The message names the parent's pid and how to give the child its own."""
+    code = -1009
 
 
 _ALL = [v for v in list(globals().values())
