@@ -39,6 +39,7 @@ class ClientConfig:
     ensemble_change_retries: int = 16
     quarantine_s: float = 30.0            # a bookie that failed is avoided this long in placement
     explicit_lac_interval_ms: float = 100.0   # after this quiet time the writer sends its LAC
+    ensemble_check_interval_s: float = 2.0    # a stream's leader looks for lost bookies (0: never)
     # security (docs/SECURITY.md), all off by default: TLS when tls_ca_file is set (the bookies'
     # certificates are verified against it), a client certificate for bookies that require one,
     # and a shared token sent as AUTH first on every connection

@@ -303,12 +303,35 @@ class Stream:
             self._md, self._version = writer.metadata, writer.version
             self._writer = writer
             self._lost = None
+            if self._ctx.config.ensemble_check_interval_s > 0 and not self._ctx._local:
+                self._ctx.submit(self._keep_ensemble(writer))
             self._lac = writer.last_add_confirmed
             # rollover counts the entries the last fragment holds, whoever wrote them: a
             # stream taken over often (a commit log) still rolls over and meets retention
             self._frag_entries = max(0, writer.next_entry_id - writer.metadata.fragments[-1][0])
             self._frag_bytes = 0
             return self._lac + 1
+
+    async def _keep_ensemble(self, w) -> None:
+        """While ``w`` leads, replace a bookie of its fragment that is no longer registered
+        (missing at two checks in a row) by an ensemble change of its own, as a failed add
+        would: an idle stream heals too, once autorecovery copies the fragment so closed."""
+        interval = self._ctx.config.ensemble_check_interval_s
+        missing: set = set()
+        while self._writer is w and not w.is_closed:
+            await asyncio.sleep(interval)
+            try:
+                writable, readonly = await self._ctx.offload(self._ctx.refresh_bookies)
+            except EmbedlogError:
+                continue                  # the store is unreachable: look again later
+            alive = set(writable) | set(readonly)
+            gone = {b for b in w.metadata.fragments[-1][1] if b not in alive}
+            lost, missing = gone & missing, gone
+            if lost and self._writer is w:
+                try:
+                    await w.replace_bookies(sorted(lost))
+                except EmbedlogError:
+                    return                # the writer failed: its appends say why
 
     # -- appending ------------------------------------------------------------------------
 
