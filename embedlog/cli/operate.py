@@ -12,7 +12,9 @@
 Re-replication is autorecovery's (client/autorecovery.py): for each fragment of a CLOSED
 ledger, or a fragment of an OPEN one that is not its last (its writer handles that one),
 the entries the bookie should hold are copied from the surviving replicas to a new bookie,
-which replaces it in the ensemble by compare-and-set.
+which replaces it in the ensemble by compare-and-set. A stream's current fragment is
+copied when its term was released; otherwise `recover` takes the stream over at once (a
+leader still writing must take_over() again), as BookKeeper's recover fences open ledgers.
 """
 from __future__ import annotations
 
@@ -230,11 +232,12 @@ def bookie_readonly(mode, bookie_id, metadata_uri, auth_token_file, as_json):
 
 def rereplicate(store, bookie_id: str, progress=None) -> dict:
     """Copy every fragment on ``bookie_id`` to other bookies where autorecovery can: CLOSED
-    ledgers, and OPEN ledgers' fragments before their last. {"replicated": [ledger dicts],
+    ledgers, OPEN ledgers' fragments before their last, and streams (taken over when their
+    term is not released). {"replicated": [ledger dicts],
     "left": [ledger dicts with the reason]}."""
     ctx = ClientContext(store, ClientConfig(client_name="embedlog-cli"))
     try:
-        worker = AutoRecovery(ctx, "embedlog-cli")
+        worker = AutoRecovery(ctx, "embedlog-cli", open_stream_grace_s=0.0)   # an operator's act
         mds = ledgers_on(store, bookie_id)
         done, left = [], []
         for k, md in enumerate(mds):
