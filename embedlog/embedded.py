@@ -26,6 +26,7 @@ from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
                              NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from embedlog.fileio import private_dir
+from embedlog import forking
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.net.server import BookieServer
@@ -65,8 +66,18 @@ class EmbeddedLog:
             self.metadata.close()
             raise
         self._closed = False
+        self._forked = None              # in a forked child: what the parent owns (forking.Gone)
         self._handles: set = set()
         self._ctx = None                 # client context for streams, made on first use
+        forking.track(self)
+
+    def _after_fork(self, gone) -> None:
+        # a forked child: the bookie, its journal and threads and the metadata connection
+        # are the parent's; every use raises, close() does nothing (embedlog.forking)
+        self._closed = True
+        self._forked = gone
+        self.bookie = self.metadata = gone
+        self._ctx = None                 # the context is tracked too and refuses on its own
 
     # -- ledgers -------------------------------------------------------------------
 
@@ -88,6 +99,7 @@ class EmbeddedLog:
         versioned = self.metadata.ledger_manager.create_ledger_metadata(md)
         handle = WriteHandle(self, versioned.value, versioned.version)
         self._handles.add(handle)
+        forking.track(handle)
         return handle
 
     def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> "ReadHandle":
@@ -100,7 +112,9 @@ class EmbeddedLog:
             raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
         if recovery and md.state != LedgerState.CLOSED:
             md = self._recover(lid, versioned)
-        return ReadHandle(self, md)
+        handle = ReadHandle(self, md)
+        forking.track(handle)
+        return handle
 
     def _recover(self, lid: LedgerId, versioned) -> LedgerMetadata:
         """Fence the ledger on its bookie and close it at its last durable entry."""
@@ -223,10 +237,12 @@ class EmbeddedLog:
 
     def _check_open(self):
         if self._closed:
+            if self._forked is not None:
+                raise self._forked.error()
             raise ClientClosedError("the embedded log is closed")
 
     def close(self) -> None:
-        if self._closed:
+        if self._closed:           # in a forked child too: nothing here is the child's
             return
         self._closed = True
         try:
@@ -270,8 +286,16 @@ class WriteHandle:
         self._length = 0
         self._lac = -1
         self._closed = False
+        self._forked = False                   # in a forked child: close() does nothing
         self._close_point: int | None = None   # the last entry id a close covers
         self._broken: BaseException | None = None   # an add failed: nothing more is acked
+
+    def _after_fork(self, gone) -> None:
+        # a forked child (embedlog.forking): adds raise ForkedProcessError from the bookie's
+        # stand-in; fresh locks, as a parent thread may have held one at the fork
+        self._bookie = gone
+        self._forked = True
+        self._lock, self._ack_lock = threading.Lock(), threading.Lock()
 
     @property
     def last_add_confirmed(self) -> int:
@@ -401,6 +425,8 @@ class WriteHandle:
 
         Entries already framed are waited for (one group commit) and covered; if the journal
         failed, the close covers what was acknowledged and the rest fail with LedgerClosedError."""
+        if self._forked:                       # the parent's ledger: the child closes nothing
+            return
         with self._lock:                       # nothing is framed from here on
             if self._closed:
                 return
@@ -452,6 +478,12 @@ class ReadHandle:
         self._lac = -1
         self._lac = md.last_entry_id if md.state == LedgerState.CLOSED else self.read_lac()
         self._bind_reader()
+
+    def _after_fork(self, gone) -> None:
+        # a forked child (embedlog.forking): every read raises ForkedProcessError
+        self._bookie = gone
+        self._reader = None
+        self.read_entry = self.read_batch = self.read_arrays = gone.refuse()
 
     def _bind_reader(self) -> None:
         # read_entry and read_batch go straight to the Cython reader (no Python frame

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from embedlog import forking
 from embedlog._native.format import LedgerId, digest_code, master_key
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.read import ReadHandle
@@ -35,6 +36,12 @@ class Client:
             self.metadata.close()
             raise
         self._closed = False
+        forking.track(self)
+
+    def _after_fork(self, gone) -> None:
+        # a forked child (embedlog.forking): the metadata connection is the parent's
+        self._closed = True                  # close() does nothing
+        self.metadata = gone
 
     @property
     def context(self) -> ClientContext:

@@ -20,7 +20,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 
-from embedlog import failpoints
+from embedlog import failpoints, forking
 from embedlog.errors import ClientClosedError, NotEnoughBookiesError
 from embedlog.net import loop as event_loop
 from embedlog.net import security
@@ -99,6 +99,14 @@ class ClientContext:
         self._lock = threading.Lock()
         self._closed = False
         _OPEN.add(self)
+        forking.track(self)
+
+    def _after_fork(self, gone) -> None:
+        # a forked child (embedlog.forking): the loop thread, the connections and the
+        # metadata connection are the parent's; every call raises, close() does nothing
+        self._closed = True
+        _OPEN.discard(self)
+        self.loop = self.metadata = gone
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
