@@ -15,6 +15,7 @@ import threading
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
+from embedlog.bookie.snapshot import BookieSnapshot
 from embedlog.client.client import password_bytes
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.client.lifecycle import begin_recovery, close_ledger, close_recovered
@@ -24,7 +25,8 @@ from embedlog.client.stream import delete_stream, find_stream, list_streams, ope
 from embedlog.client.inflight import AddFuture
 from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
-                             NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+                             LogDirectoryError, NoSuchEntryError, NoSuchLedgerError,
+                             ReadOnlyBookieError, UnauthorizedAccessError)
 from embedlog.fileio import private_dir
 from embedlog import forking
 from embedlog.meta import open_metadata_store
@@ -33,6 +35,27 @@ from embedlog.net.server import BookieServer
 from embedlog.net.transport import InProcessConnection
 
 _CHUNK_BYTES = 8 << 20        # bound on what one append_many frames before a sync
+_LOG_NAMES = {"LOCK", "current", "journal", "meta.db"}     # what a log directory holds
+
+
+def _log_dir(path, read_only: bool) -> str:
+    """The absolute log directory ``path`` names; LogDirectoryError if it cannot be one."""
+    raw = os.fspath(path)
+    if not raw:
+        raise LogDirectoryError("embedlog.open needs a directory path, got an empty one")
+    where = os.path.abspath(raw)
+    if os.path.exists(where) and not os.path.isdir(where):
+        raise LogDirectoryError(f"{where} is a file, not a log directory")
+    try:
+        names = set(os.listdir(where)) if os.path.isdir(where) else set()
+    except OSError as exc:
+        raise LogDirectoryError(f"{where}: cannot list it ({exc.strerror})") from None
+    if names and not names & _LOG_NAMES:
+        raise LogDirectoryError(f"{where} is not empty and holds no log ({len(names)} other "
+                                f"entries, such as {min(names)!r}): give a new or empty directory")
+    if read_only and "current" not in names:
+        raise LogDirectoryError(f"{where} holds no log to read")
+    return where
 
 
 class LedgerEntry:
@@ -52,19 +75,31 @@ class EmbeddedLog:
     """An embedded, durable log in one directory; a context manager."""
 
     def __init__(self, path, *, metadata_uri: str | None = None, journal_dir: str | None = None,
-                 **config):
-        self.path = os.path.abspath(os.fspath(path))
-        private_dir(self.path)
+                 read_only: bool = False, **config):
+        self.path = _log_dir(path, read_only)
+        self.read_only = bool(read_only)
         self.config = BookieConfig.from_dict(config)
-        # the store first: the bookie's cookie names it, and its GC lists ledgers in it
-        self.metadata = open_metadata_store(
-            metadata_uri or "sqlite://" + os.path.join(self.path, "meta.db"))
+        uri = metadata_uri or "sqlite://" + os.path.join(self.path, "meta.db")
+        self._journal_dir = journal_dir
         try:
-            self.bookie = Bookie(self.path, self.config, journal_dir=journal_dir,
-                                 metadata=self.metadata)
-        except BaseException:
-            self.metadata.close()
-            raise
+            if read_only:
+                # no LOCK, nothing written: a view of what the writer has made durable
+                self.metadata = open_metadata_store(uri, create=False)
+            else:
+                private_dir(self.path)
+                # the store first: the bookie's cookie names it, and its GC lists ledgers in it
+                self.metadata = open_metadata_store(uri)
+            try:
+                self.bookie = (BookieSnapshot(self.path, self.config, journal_dir) if read_only
+                               else Bookie(self.path, self.config, journal_dir=journal_dir,
+                                           metadata=self.metadata))
+            except BaseException:
+                self.metadata.close()
+                raise
+        except PermissionError as exc:
+            raise LogDirectoryError(
+                f"{self.path}: {exc.strerror} ({exc.filename or self.path}); a log another user "
+                "writes can be read with read_only=True") from None
         self._closed = False
         self._forked = None              # in a forked child: what the parent owns (forking.Gone)
         self._handles: set = set()
@@ -86,7 +121,7 @@ class EmbeddedLog:
         password) or "dummy": no digest at all, so a damaged entry is served exactly as
         stored (the entry logs' block checksums, checked by the shell's
         localconsistencycheck, are then the only way to find it)."""
-        self._check_open()
+        self._check_writable()
         code = digest_code(digest)
         password = password_bytes(password)
         lid = self.metadata.id_generator.generate_ledger_id(scope_id)
@@ -103,14 +138,19 @@ class EmbeddedLog:
         return handle
 
     def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> "ReadHandle":
-        """Open for reading; with recovery, an OPEN ledger is fenced and closed first."""
+        """Open for reading; with recovery, an OPEN ledger is fenced and closed first.
+        Read-only (``read_only=True``): never recovered; the handle reads what the writer
+        had made durable when it was opened (an OPEN ledger up to its LAC)."""
         self._check_open()
         lid = LedgerId.coerce(ledger_id)
         versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
         md = versioned.value
         if master_key(password_bytes(password)) != master_key(md.password):
             raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
-        if recovery and md.state != LedgerState.CLOSED:
+        if self.read_only:
+            # a view taken after the metadata was read holds every entry it covers
+            self.refresh()
+        elif recovery and md.state != LedgerState.CLOSED:
             md = self._recover(lid, versioned)
         handle = ReadHandle(self, md)
         forking.track(handle)
@@ -137,7 +177,7 @@ class EmbeddedLog:
         return self.metadata.ledger_manager.write_ledger_metadata(md, version)
 
     def delete_ledger(self, ledger_id) -> None:
-        self._check_open()
+        self._check_writable()
         lid = LedgerId.coerce(ledger_id)
         self.metadata.ledger_manager.remove_ledger_metadata(lid)
         if self.bookie.has_ledger(lid):
@@ -155,7 +195,7 @@ class EmbeddedLog:
         each batch, in order. If a batch cannot be appended (a closed handle, an entry that
         is not bytes), the batches before it are still made durable and acknowledged, and
         the error is raised."""
-        self._check_open()
+        self._check_writable()
         framed, error = [], None
         for handle, items in batches:
             if not isinstance(handle, WriteHandle) or handle._log is not self:
@@ -203,7 +243,7 @@ class EmbeddedLog:
         """The ClientContext this log's streams run on (made on first use): an event loop
         thread and worker threads, with this bookie reached in process, without a socket.
         embedlog.aio runs this log's coroutines and blocking steps there."""
-        self._check_open()
+        self._check_writable("streams and tails")
         return self._stream_ctx()
 
     def _stream_ctx(self):
@@ -220,7 +260,7 @@ class EmbeddedLog:
     def open_stream(self, name: str, *, create: bool = True, digest="crc32c", password: bytes = b"",
                     **policy):
         """The stream called ``name`` (created if absent); see embedlog.client.stream."""
-        self._check_open()
+        self._check_writable("streams")
         return open_stream(self._stream_ctx(), name, create=create, ensemble=(1, 1, 1),
                            digest=digest, password=password_bytes(password), **policy)
 
@@ -228,6 +268,7 @@ class EmbeddedLog:
         return list_streams(self.metadata, pattern)
 
     def delete_stream(self, name: str) -> None:
+        self._check_writable()
         v, _ = find_stream(self.metadata, name)
         delete_stream(self.metadata, name)
         if v is not None and self.bookie.has_ledger(v.value.ledger_id):
@@ -240,6 +281,19 @@ class EmbeddedLog:
             if self._forked is not None:
                 raise self._forked.error()
             raise ClientClosedError("the embedded log is closed")
+
+    def _check_writable(self, what: str = "writes") -> None:
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyBookieError(f"{self.path} is open read-only (read_only=True): "
+                                      f"{what} need the writer's open")
+
+    def refresh(self) -> None:
+        """Read-only: take a new view of what the writer has made durable (open_ledger
+        does); handles opened before go on reading the view they were opened on."""
+        self._check_open()
+        if self.read_only:
+            self.bookie = BookieSnapshot(self.path, self.config, self._journal_dir)
 
     def close(self) -> None:
         if self._closed:           # in a forked child too: nothing here is the child's

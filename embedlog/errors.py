@@ -21,6 +21,7 @@ __all__ = [
     "LedgerExistsError", "DirectoryLockedError", "ClientClosedError",
     "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "MetadataUriError",
     "BookieCrashedError", "ForkedProcessError",
+    "LogDirectoryError",
     "from_code", "from_wire_code",
 ]
 
@@ -160,6 +161,13 @@ class ForkedProcessError(IllegalOpError):
     threads belong to the parent, so the child may not use them; close() there is a no-op.
     The message names the parent's pid and how to give the child its own."""
     code = -1009
+
+
+class LogDirectoryError(ConfigError):
+    """A path embedlog.open cannot use: empty, a file, a non-empty directory that is not a
+    log, one this user cannot write, or (read_only=True) one that holds no log; the message
+    says which."""
+    code = -1010
 
 
 _ALL = [v for v in list(globals().values())

@@ -46,7 +46,9 @@ class LastLogMark:
         # so they neither share lastMark.tmp nor move the mark backwards
         self._lock = threading.Lock()
 
-    def read(self) -> tuple[int, int]:
+    def read(self, set_aside: bool = True) -> tuple[int, int]:
+        """The newest good mark; a damaged one is renamed ``.damaged`` (unless not
+        ``set_aside``: a read-only view of a directory writes nothing)."""
         best, good = (0, 0), 0
         for d in self.directories:
             path = os.path.join(d, "lastMark")
@@ -57,7 +59,8 @@ class LastLogMark:
             if len(data) != 20 or nj_crc(data[:16]) != struct.unpack(">I", data[16:])[0]:
                 self.damaged.append(f"{path} ({len(data)} bytes, offset 0: "
                                     f"{'short' if len(data) != 20 else 'bad checksum'})")
-                os.replace(path, path + ".damaged")
+                if set_aside:
+                    os.replace(path, path + ".damaged")
                 continue
             good += 1
             best = max(best, _MARK.unpack(data[:16]))

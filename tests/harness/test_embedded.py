@@ -323,3 +323,111 @@ def test_an_add_future_cannot_be_cancelled_and_adds_go_on(tmp_path, writer):
         assert [f.result(10) for f in futures] == list(range(first + 1, first + 301))
         assert w.append_async(b"after").result(10) == first + 301
         assert w.append(b"last") == first + 302
+
+
+# -- issue 27 item 6: paths that are not logs, and a read-only open beside the writer ---------------
+
+def test_open_refuses_a_path_that_cannot_be_a_log(tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "cat.jpg").write_bytes(b"\xff\xd8")
+    for bad, words in (("", "empty"), (a_file, "is a file"), (other, "holds no log")):
+        with pytest.raises(embedlog.errors.LogDirectoryError, match=words):
+            embedlog.open(bad)
+    assert sorted(os.listdir(other)) == ["cat.jpg"]          # nothing was written there
+    for made in (tmp_path / "new", other / "empty"):
+        with embedlog.open(made):                            # a new or empty directory is fine
+            pass
+        with embedlog.open(made) as log:                     # and so is a log
+            assert log.list_ledgers() == []
+    with pytest.raises(embedlog.errors.LogDirectoryError, match="no log to read"):
+        embedlog.open(tmp_path / "nothing", read_only=True)
+
+
+def test_a_directory_this_user_cannot_write_is_an_embedlog_error(tmp_path, monkeypatch):
+    def denied(uri, **kw):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "log" / "meta.db"))
+    monkeypatch.setattr(embedlog.embedded, "open_metadata_store", denied)
+    with pytest.raises(embedlog.errors.LogDirectoryError, match="Permission denied .*read_only=True"):
+        embedlog.open(tmp_path / "log")
+    monkeypatch.undo()
+    if os.geteuid() == 0:
+        return                                     # root writes anywhere: no real refusal
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(embedlog.errors.LogDirectoryError, match="Permission denied"):
+        embedlog.open(locked)
+
+
+READER = """
+import json, sys
+import embedlog
+with embedlog.open(sys.argv[1], read_only=True) as log:
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "read":
+            r = log.open_ledger(int(args[0]))
+            out = {"lac": r.last_add_confirmed, "closed": r.is_closed,
+                   "entries": [e.decode() for e in r.read_batch(0, r.last_add_confirmed)]
+                              if r.last_add_confirmed >= 0 else []}
+        else:
+            try:
+                {"create": log.create_ledger, "delete": lambda: log.delete_ledger(0),
+                 "stream": lambda: log.open_stream("s")}[cmd]()
+                out = {"error": None}
+            except embedlog.errors.EmbedlogError as exc:
+                out = {"error": type(exc).__name__}
+        print(json.dumps(out), flush=True)
+"""
+
+
+def test_a_read_only_open_in_another_process_sees_what_the_writer_made_durable(tmp_path):
+    """The reader takes no lock and writes nothing; each open_ledger sees the entries the
+    writer had made durable by then: a closed ledger whole, an open one up to its LAC, through
+    the writer's checkpoints (entry logs and index) and its journal alike."""
+    import json
+    from cliutil import cli_env
+    path = tmp_path / "log"
+    log = embedlog.open(path, flush_interval_ms=3_600_000)
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=cli_env())
+
+    def ask(line):
+        reader.stdin.write(line + "\n")
+        reader.stdin.flush()
+        answer = reader.stdout.readline()
+        assert answer, f"the reader died on {line!r}"
+        return json.loads(answer)
+
+    try:
+        closed = log.create_ledger()
+        closed.append_many([b"c%d" % i for i in range(5)])
+        closed.close()
+        w = log.create_ledger()
+        for i in range(3):
+            w.append(b"w%d" % i)
+        assert ask(f"read {closed.ledger_id.ledger_id}") == {
+            "lac": 4, "closed": True, "entries": ["c0", "c1", "c2", "c3", "c4"]}
+        # the LAC travels in the next entry: entry 2 is durable, confirmed up to 1
+        assert ask(f"read {w.ledger_id.ledger_id}") == {"lac": 1, "closed": False, "entries": ["w0", "w1"]}
+        log.bookie.checkpoint()                       # into entry logs and index, journal trimmed
+        w.append_many([b"w%d" % i for i in range(3, 2000)])
+        w.append(b"w2000")                            # carries the batch's LAC (1999)
+        got = ask(f"read {w.ledger_id.ledger_id}")
+        assert got["lac"] == 1999 and got["entries"] == ["w%d" % i for i in range(2000)]
+        for cmd in ("create", "delete", "stream"):
+            assert ask(cmd) == {"error": "ReadOnlyBookieError"}
+        w.close()
+        log.close()                                   # the reader holds no lock: the writer reopens
+        log = embedlog.open(path)
+        w2 = log.create_ledger()
+        w2.append(b"later")
+        w2.close()
+        assert ask(f"read {w.ledger_id.ledger_id}")["lac"] == 2000
+        assert ask(f"read {w2.ledger_id.ledger_id}")["entries"] == ["later"]
+    finally:
+        reader.stdin.close()
+        assert reader.wait(60) == 0
+        log.close()
