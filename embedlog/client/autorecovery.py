@@ -9,7 +9,10 @@
   the last of an OPEN one, whose writer handles the last) copies the entries the lost
   bookie should hold from the surviving replicas to a replacement bookie, then
   swaps the replacement into that fragment's ensemble by CAS. A closed ledger thus
-  returns to its full write quorum without anyone reading it.
+  returns to its full write quorum without anyone reading it. Copies carry the ledger's
+  term (a stream's bookies refuse an older one); a released stream's last fragment is
+  copied up to the released position, and a stream whose leader leaves a lost bookie in
+  its last fragment past ``open_stream_grace_s`` is taken over (docs/STREAMS.md).
 """
 from __future__ import annotations
 
