@@ -146,6 +146,7 @@ class Bookie:
         self._load_ledgers()
         self.gc = gc.GarbageCollector(self, self.metadata, self.disks)
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
+        self._restore_unindexed()                      # every log is sealed now
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         # the flusher runs during replay: a full memtable goes to the entry logs in the
         # background while replay fills the other one (as adds do)
@@ -154,6 +155,7 @@ class Bookie:
             self.replay_report = replay_bookie(self)
         finally:
             self._stop_prefetch.set()
+        self.storage.settle_rebuilt()
         self.journal.start(self.mark)
         self.journal.on_failure = self._journal_failed
         self.checkpointer = Checkpointer(self)
@@ -230,6 +232,24 @@ class Bookie:
             self.ledgers[key] = idx
             self.last_entry[key] = idx.last_entry_id()
 
+    def _restore_unindexed(self) -> None:
+        """Ledgers whose index file is missing or cut get what the entry logs hold of them
+        (ledger_storage.restore_unindexed); a missing file is looked for only for a ledger
+        that was not deleted here and that the metadata store (if any) lists."""
+        def wanted(key):
+            if key in self.deleted:
+                return False
+            try:
+                return self.ledger_facts(key) is not None or self.metadata is None
+            except NoSuchLedgerError:
+                return False
+            except EmbedlogError:
+                return True            # the store cannot tell now: keep the entries
+        self.storage.restore_unindexed(wanted)
+        for key in self.storage.rebuilt:
+            self.last_entry[key] = max(self.last_entry.get(key, -1),
+                                       self.ledgers[key].last_entry_id())
+
     def _journal_failed(self, exc, lost) -> None:
         """A group the disk refused (cv held): its entries, already in the memtable, are
         taken out again (they were never durable, so nothing may count or serve them)."""
@@ -262,12 +282,6 @@ class Bookie:
 
     def _check_key(self, key, master_key: bytes, create: bool):
         """The ledger's index after checking the master key (stored on first add)."""
-        damage = self.storage.damaged.get(key)
-        if damage is not None:
-            raise CorruptedDataError(
-                f"ledger {LedgerId(*key)!r} on bookie {self.bookie_id}: its index file "
-                f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
-                "entry logs for reading, and this bookie takes no more writes to it")
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
@@ -293,6 +307,16 @@ class Bookie:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
         self._check_incarnation(key, idx)
         return idx
+
+    def _refuse_damaged(self, key) -> None:
+        """A ledger whose index was rebuilt from the entry logs takes no new adds here (its
+        fence state was lost with the file); its fence, recovery adds and reads go on."""
+        damage = self.storage.damaged.get(key)
+        if damage is not None:
+            raise CorruptedDataError(
+                f"ledger {LedgerId(*key)!r} on bookie {self.bookie_id}: its index file "
+                f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
+                "entry logs for reading and recovery, and this bookie takes no more writes to it")
 
     def _check_incarnation(self, key, idx) -> None:
         """The data this bookie holds for a ledger id belongs to the ledger the metadata store
@@ -405,6 +429,7 @@ class Bookie:
         _check_entry_id(first_entry_id + max(len(payloads), 1) - 1)
         with self.cv:
             self._ensure_writable()
+            self._refuse_damaged(key)
             idx = self._check_key(key, master_key, True)
             if idx.fenced:
                 raise LedgerFencedError(f"ledger {lid!r} is fenced")
@@ -473,6 +498,8 @@ class Bookie:
                 key = (scope, lid)
                 self._check_entry(key, e, _v, _d)
                 if key not in checked:
+                    if not recovery:
+                        self._refuse_damaged(key)
                     idx = self._check_key(key, master_key, True)
                     if idx.fenced and not recovery:
                         raise LedgerFencedError(f"ledger {LedgerId(*key)!r} is fenced")

@@ -27,6 +27,8 @@ from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
+from embedlog.bookie import scrub
+from embedlog.fileio import atomic_write
 from embedlog.errors import CorruptedDataError, EmbedlogError, NoSuchEntryError, NoSuchLedgerError
 
 log = logging.getLogger("embedlog.bookie")
@@ -52,6 +54,7 @@ class SortedLedgerStorage:
                                           choose_root=choose_current)
         self.erased: set = set()             # ledgers with entries erased since GC last looked
         self.damaged: dict = {}              # (scope, lid) -> what happened to its index file
+        self.rebuilt: dict = {}              # (scope, lid) -> entries restore_unindexed found
         self.flush_error: BaseException | None = None   # the last memtable flush failure
         self.ledgers: SortedDict = SortedDict()          # (scope, lid) -> LedgerIndex
         self.lock = threading.Lock()                      # entry logs and index pages
@@ -275,6 +278,59 @@ class SortedLedgerStorage:
                   "rebuilt from the entry logs (%d entries); the ledger is read-only here",
                   LedgerId(*key), path, error, path, found)
         return idx
+
+    def restore_unindexed(self, keep) -> None:
+        """Start-up, after every entry log is sealed and before replay: a ledger the entry
+        logs name whose index file is missing or cut gets the entries they hold back into its
+        index (scrub.unindexed_entries; ``keep(key)``: whether a ledger without a file is
+        wanted, not a deleted one), so recovery never closes it before entries it holds.
+        Whether that was damage is known after replay (``settle_rebuilt``)."""
+        def find_index(key):
+            idx = self.ledgers.get(key)
+            return idx.path if idx is not None and os.path.exists(idx.path) else None
+
+        logs = [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
+        found = scrub.unindexed_entries(
+            logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)))
+        for key, r in found.items():
+            idx = self.ledgers.get(key)
+            if idx is None:
+                idx = self.ledgers[key] = self.index_cache.open(key[0], key[1], False)
+            idx.set_locations(r["eids"], r["locs"])
+            idx.header_dirty = True
+            self.rebuilt[key] = dict(r, file=idx.path, missing=r["file"] is None)
+
+    def settle_rebuilt(self) -> None:
+        """After replay: a rebuilt ledger whose entries replay wrote again (a crash between a
+        memtable flush and the checkpoint writing its index) lost nothing. One with entries
+        only the entry logs still held, or whose missing file took the ledger's key and fence
+        state with it, was damaged: logged, listed in ``damaged``, a note ``<file>.damaged``
+        left for localconsistencycheck, and fenced (adds refused, recovery and reads go on)."""
+        with self.cv:
+            for key, r in self.rebuilt.items():
+                idx = self.ledgers.get(key)
+                if idx is None:                          # deleted by replay
+                    continue
+                same = idx.match_locations(r["eids"], r["locs"])     # not written again
+                held = [mt for mt in (self.active, self.snapshot) if mt is not None]
+                only_logs = sum(1 for e in r["eids"][same].tolist()
+                                if not any(mt.contains(key[0], key[1], e) for mt in held))
+                if not only_logs and not (r["missing"] and idx.master_key is None):
+                    log.info("ledger %r: %s; its %d entries in the entry logs were replayed "
+                             "from the journal too", LedgerId(*key), r["problem"], len(r["eids"]))
+                    continue
+                idx.fenced = True                # its fence state is unknown: take no more adds
+                idx.header_dirty = True
+                note = r["file"] + ".damaged"
+                nix._private_dirs(os.path.dirname(note))
+                atomic_write(note, f"{r['problem']}; rebuilt from the entry logs\n".encode()
+                             if r["missing"] else open(r["file"], "rb").read())
+                self.damaged[key] = {"file": r["file"], "set_aside": note, "error": r["problem"],
+                                     "entries_found": len(r["eids"]), "entries_only_in_logs": only_logs}
+                log.error("ledger %r: %s; %d entries (%d of them nowhere else) were rebuilt from "
+                          "the entry logs; the ledger takes no more adds here",
+                          LedgerId(*key), r["problem"], len(r["eids"]), only_logs)
+            self.rebuilt.clear()
 
     def holds(self, key, entry_id: int) -> bool:
         """Whether the entry is stored (memtables or index), without reading it."""

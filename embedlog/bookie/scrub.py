@@ -9,9 +9,12 @@ same job for its entry logs).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from embedlog._native import entrylog as nel
+from embedlog._native import index as nix
 from embedlog._native.format import LedgerId
 from embedlog.errors import CorruptedDataError
 
@@ -45,4 +48,66 @@ def damaged_records(logs) -> list:
                     (LedgerId(int(scopes[i]), int(lids[i])).qualified_name, int(eids[i])) for i in hit]})
         finally:
             m.close()
+    return out
+
+
+def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
+    """Entries the entry logs hold that a ledger's index file should hold and cannot: the
+    file is missing, or cut (to its header, or inside a page: a good file holds whole
+    pages). ``logs``: [(log id, path)]; ``find_index(key)``: the ledger's index file, or
+    None; ``keep(key, missing)``: whether to look at a suspect (a missing file may be a
+    deleted ledger's). Every log names its ledgers (its map; a log without one, such as
+    the unsealed last one, is scanned). Returns {key: {"file", "problem", "eids", "locs"}}:
+    the entries past the pages the file holds (newest log wins for an id written twice)."""
+    named: dict = {}
+    for log_id, path in sorted(logs):
+        try:
+            m = nel.MappedLog.open_existing(path, log_id)
+        except (CorruptedDataError, OSError):
+            continue                   # damaged_records reports it
+        try:
+            try:
+                held = m.ledgers_map()
+            except CorruptedDataError:
+                held = None
+            for key in (held if held is not None else m.scanned_ledgers()):
+                named.setdefault(key, []).append((log_id, path))
+        finally:
+            m.close()
+    out = {}
+    for key, where in named.items():
+        path = find_index(key)
+        if path is None:
+            first_page, problem = 0, "its index file is missing"
+        else:
+            try:
+                size = os.path.getsize(path)
+            except FileNotFoundError:
+                continue
+            first_page, rest = divmod(max(size - nix.HEADER_SIZE, 0), nix.PAGE_SIZE)
+            if size < nix.HEADER_SIZE or (first_page and not rest):
+                continue           # a header cut short is the loader's (rebuilt there)
+            problem = f"its index file is cut at {size} bytes"
+        if not keep(key, path is None):
+            continue
+        eids_all, locs_all = [], []
+        for log_id, lpath in where:
+            try:
+                m = nel.MappedLog.open_existing(lpath, log_id)
+            except (CorruptedDataError, OSError):
+                continue
+            try:
+                locs, _sizes, scopes, lids, eids = m.entry_table()
+            finally:
+                m.close()
+            mask = (scopes == key[0]) & (lids == key[1]) & (eids >= first_page * nix.ENTRIES_PER_PAGE)
+            eids_all.append(eids[mask])
+            locs_all.append(locs[mask])
+        eids, locs = np.concatenate(eids_all), np.concatenate(locs_all)
+        if not len(eids):
+            continue
+        order = np.argsort(eids, kind="stable")          # later logs come later: they win
+        eids, locs = eids[order], locs[order]
+        last = np.append(eids[1:] != eids[:-1], True)
+        out[key] = {"file": path, "problem": problem, "eids": eids[last], "locs": locs[last]}
     return out

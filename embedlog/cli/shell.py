@@ -27,7 +27,7 @@ from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, par
 from embedlog.bookie.cookies import read_dir_cookie
 from embedlog.bookie.files import list_files
 from embedlog.bookie.journal import journal_ids
-from embedlog.bookie.scrub import damaged_records
+from embedlog.bookie.scrub import damaged_records, unindexed_entries
 from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
                              NoSuchLedgerError)
@@ -598,6 +598,7 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
                 except EmbedlogError:
                     pass
             reports.append(check_ledger(layout, k, logs, digest, mk))
+        unindexed = _unindexed(layout, store) if key is None else []
     finally:
         for m in logs.values():
             m.close()
@@ -615,7 +616,8 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
                       for r in bad for err in r["errors"]],
            "damaged_entry_log_blocks": scrub,
            "damaged_index_files": set_aside,
-           "ok": not bad and not scrub}
+           "unindexed_ledgers": unindexed,
+           "ok": not bad and not scrub and not unindexed}
 
     def human(o):
         for err in o["errors"]:
@@ -628,6 +630,9 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
             yield f"entry log {b['file']}: {what}" + (f"; holds {held}{more}" if held else "")
         for f in o["damaged_index_files"]:
             yield f"index file set aside as damaged (its ledger's index was rebuilt): {f}"
+        for u in o["unindexed_ledgers"]:
+            yield f"ledger {u['qualified_name']}: {u['problem']} ({u['file']}); the entry logs " \
+                  f"hold {u['entries']} entries it lacks (the bookie rebuilds it at start-up)"
         yield f"{o['ledgers']} ledgers, {o['entries']} entries: {o['good']} good, " \
               f"{len(o['errors'])} bad, {len(o['damaged_entry_log_blocks'])} damaged entry-log " \
               f"blocks" + (f" ({o['unchecked_digest']} digests not checked: MAC "
@@ -636,6 +641,32 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
     _emit(as_json, out, human)
     if not out["ok"]:
         sys.exit(1)
+
+
+def _unindexed(layout: Layout, store) -> list:
+    """Ledgers whose index file is missing or cut while the entry logs hold their entries
+    (scrub.unindexed_entries); a missing file counts only for a ledger the store lists."""
+    def find_index(key):
+        for current in layout.currents:
+            path = nix.index_path(current, *key)
+            if os.path.exists(path):
+                return path
+        return None
+
+    def keep(key, missing):
+        if not missing or store is None:
+            return True
+        try:
+            store.ledger_manager.read_ledger_metadata(LedgerId(*key))
+            return True
+        except EmbedlogError:
+            return False
+
+    found = unindexed_entries(_log_paths(layout).items(), find_index, keep)
+    return [{"ledger_scope_id": k[0], "ledger_id": k[1], "qualified_name": LedgerId(*k).qualified_name,
+             "file": r["file"] or nix.index_path(layout.currents[0], *k), "problem": r["problem"],
+             "entries": len(r["eids"]), "first_entry_id": int(r["eids"][0]),
+             "last_entry_id": int(r["eids"][-1])} for k, r in sorted(found.items())]
 
 
 def _damaged_index_files(layout: Layout) -> list:
