@@ -226,6 +226,19 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
             continue
         path = os.path.join(directory, "%x.txn" % file_id)
         size = os.path.getsize(path)
+        if file_id == mark_id and mark_off > size:
+            # the LastLogMark was written when this file held records up to mark_off: it was
+            # cut since, and the records past the mark (entries not yet in the entry logs) with it
+            why = (f"journal {path} ends at offset {size}, before the LastLogMark's offset "
+                   f"{mark_off} in it: the file was cut after the mark was written, and what "
+                   "followed the mark is gone")
+            if not skip_corrupt:
+                raise JournalCorruptedError(
+                    f"{why}. Restore the file, or set journal_skip_corrupt_records=True to "
+                    "accept the loss (it is reported in replay_report['skipped']).")
+            log.error("%s; accepting the loss (journal_skip_corrupt_records)", why)
+            report["skipped"].append((path, size, mark_off - size))
+            continue
         if size < nj.HEADER_SIZE:
             # a file created but never written before a crash: nothing was acknowledged in it
             report["torn"].append((path, 0, size))
@@ -243,7 +256,8 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
                 # the journal's pages were dropped after each sync: read ahead of the scan
                 mm.madvise(mmap.MADV_SEQUENTIAL)
-                mm.madvise(mmap.MADV_WILLNEED, start & ~(mmap.PAGESIZE - 1))
+                if start < len(mm):             # a mark at the very end: nothing to read
+                    mm.madvise(mmap.MADV_WILLNEED, start & ~(mmap.PAGESIZE - 1))
                 records, end, status, skipped = nj.scan(
                     mm, start, max_record_size, skip_corrupt)
                 if status == "corrupt":

@@ -99,3 +99,26 @@ def test_a_zeroed_length_in_the_middle_is_corruption_not_the_end(tmp_path):
         # the records after the zeroed one were replayed (only that one is lost)
         assert log.bookie.replay_report["skipped"]
         assert log.bookie.read_last_entry_id(lid) == 29
+
+
+def test_a_journal_cut_before_the_last_mark_is_named_not_a_bare_value_error(tmp_path):
+    # a checkpoint wrote the mark into the journal; the file is then cut below the mark.
+    # Was: ValueError: madvise start out of bounds
+    import struct
+    with embedlog.open(tmp_path, **CFG) as log:
+        w = log.create_ledger()
+        for i in range(40):
+            w.append(b"%06d" % i + bytes(1000))
+        w.close()
+    mark_id, mark_off = struct.unpack(">QQ", (tmp_path / "current" / "lastMark").read_bytes()[:16])
+    path = os.path.join(tmp_path, "journal", "%x.txn" % mark_id)
+    assert mark_off > 8192
+    os.truncate(path, 4096)
+    with pytest.raises(JournalCorruptedError, match=f"{path} ends at offset 4096, before the "
+                                                    f"LastLogMark's offset {mark_off}"):
+        embedlog.open(tmp_path, **CFG)
+    with embedlog.open(tmp_path, journal_skip_corrupt_records=True, **CFG) as log:
+        # the operator accepts the loss: entries before the mark were checkpointed, so none is
+        assert (path, 4096, mark_off - 4096) in log.bookie.replay_report["skipped"]
+        r = log.open_ledger(w.ledger_id)
+        assert r.read_batch(0, 39) == [b"%06d" % i + bytes(1000) for i in range(40)]
