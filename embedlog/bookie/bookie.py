@@ -168,7 +168,7 @@ class Bookie:
         self.storage.on_flushed = self.checkpointer.request
         self.checkpointer.start()
         self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
-        self.storage.on_flush_error = lambda exc: self.disks.check()
+        self.storage.on_flush_error = self.disks.check
         self.disks.start()
         self.gc.start()
 
@@ -267,7 +267,7 @@ class Bookie:
             for mt in (self.storage.mt_a, self.storage.mt_b):
                 self.last_entry[key] = max(self.last_entry[key], mt.last_entry_id(*key))
             self.lacs.pop(key, None)
-        self.disks.check()
+        self.disks.check(exc)
 
     # -- helpers (cv held) ------------------------------------------------------------
 

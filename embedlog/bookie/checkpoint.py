@@ -127,7 +127,7 @@ class Checkpointer:
                 # a full disk or a failed flush: try again next interval (the journal
                 # keeps everything until a checkpoint succeeds)
                 self._failed(exc)
-                b.disks.check()
+                b.disks.check(exc)
             else:
                 if self.failures:
                     log.warning("bookie %s: checkpoint succeeded after %d failures",

@@ -44,7 +44,7 @@ from embedlog._native import entrylog as nel
 from embedlog._native.format import crc32c
 from embedlog import failpoints
 from embedlog import fileio
-from embedlog.fileio import atomic_write, fsync_dir
+from embedlog.fileio import atomic_write, fsync_dir, no_space
 from embedlog.errors import CorruptedDataError
 
 log = logging.getLogger("embedlog.bookie.compaction")
@@ -434,6 +434,13 @@ class Compactor:
             try:
                 m.seal(m.scanned_ledgers())
                 report["sealed"].append(log_id)
+            except OSError as exc:
+                if not no_space(exc):
+                    raise
+                # a full disk: the log stays unsealed (read by a scan) until a start with
+                # room; the bookie starts read-only meanwhile (disks.py)
+                log.warning("entry log %s left unsealed: %s", path, exc)
+                report.setdefault("unsealed", []).append(log_id)
             finally:
                 m.close()
         return report

@@ -15,6 +15,12 @@ every ``disk_check_interval_ms``:
 |          |                                          | stops; the bookie turns read-only      |
 | writable | a full disk's usage < disk_usage_lwm_threshold | it takes new files again; the bookie |
 |          |                                          | turns writable when no disk is full    |
+| no space | a write of the bookie's failed with ENOSPC | full at once, whatever its usage; writable |
+|          |                                          | again only below the low-water mark and |
+|          |                                          | with ``room_bytes`` more free than then |
+
+The last row is the hysteresis that matters on a small disk: usage alone flapped (the
+bookie's own trimming freed a little, it turned writable, the next add failed again).
 
 Read-only mode is announced to ``listeners`` (callables taking ``full: bool``); the
 bookie holds it as its "disk" reason for read-only mode (Bookie.set_read_only), beside an
@@ -27,6 +33,7 @@ import os
 import threading
 
 from embedlog.errors import ConfigError
+from embedlog.fileio import no_space
 
 log = logging.getLogger("embedlog.bookie.disks")
 
@@ -69,6 +76,11 @@ class DiskMonitor:
         self.usage: dict[str, float] = {}
         self.usable_bytes: dict[str, int] = {}
         self.full = False                         # read-only demanded by the disks
+        # dir -> usable bytes when one of the bookie's writes there failed for lack of space
+        self.no_space_at: dict[str, int] = {}
+        # what the bookie writes first when it takes adds again: a journal preallocation and
+        # an entry log's allocation chunk (entrylog.pyx ALLOC_CHUNK)
+        self.room_bytes = (config.journal_pre_alloc_size_mb << 20) + (8 << 20)
         self.listeners: list = []
         self.checks = 0
         self._turn = 0
@@ -87,18 +99,36 @@ class DiskMonitor:
         self.usable_bytes[path] = usable
         return usage, usable
 
-    def check(self) -> bool:
+    def check(self, exc: BaseException | None = None) -> bool:
         """Measure every directory now, update the state, tell listeners if read-only mode
-        changed. Returns True if the bookie should be read-only."""
+        changed. Returns True if the bookie should be read-only.
+
+        ``exc``: a write of the bookie's that failed; a full disk (ENOSPC, EDQUOT) makes the
+        directories without room for ``room_bytes`` full at once, whatever their usage."""
         cfg = self.config
         with self._cv:
+            measured = {}
             for d in self.ledger_dirs + [self.journal_dir]:
                 try:
-                    usage, _ = self._measure(d)
+                    measured[d] = self._measure(d)
                 except OSError:
                     self.stats["check_errors"] += 1
                     log.exception("cannot measure the disk of %s", d)
-                    usage = 1.0                     # a directory we cannot stat takes nothing new
+                    measured[d] = (1.0, 0)          # a directory we cannot stat takes nothing new
+            if no_space(exc):
+                short = [d for d, (_u, free) in measured.items() if free < self.room_bytes]
+                for d in short or list(measured):
+                    if d not in self.no_space_at:
+                        log.warning("%s: no space left (%s)", d, exc)
+                    self.no_space_at[d] = min(measured[d][1], self.no_space_at.get(d, 1 << 62))
+            for d, (usage, usable) in measured.items():
+                if d in self.no_space_at:
+                    if usage < cfg.disk_usage_lwm_threshold and \
+                            usable >= self.no_space_at[d] + self.room_bytes:
+                        del self.no_space_at[d]
+                    else:
+                        self.full_dirs.add(d)
+                        continue
                 if d in self.full_dirs:
                     if usage < cfg.disk_usage_lwm_threshold:
                         self.full_dirs.discard(d)
@@ -196,6 +226,7 @@ class DiskMonitor:
     def snapshot(self) -> dict:
         with self._cv:
             return {"read_only": self.full, "full_dirs": sorted(self.full_dirs),
+                    "no_space_at": dict(self.no_space_at),
                     "usage": dict(self.usage), "usable_bytes": dict(self.usable_bytes),
                     **self.stats}
 

@@ -93,8 +93,9 @@ class SortedLedgerStorage:
                 if self.on_flush_error is not None:
                     self.on_flush_error(exc)
                 with self.cv:
-                    if not self._stopping:
-                        self._flush_cv.wait(1.0)
+                    if self._stopping:
+                        return          # closing: the journal holds what this could not write
+                    self._flush_cv.wait(1.0)
                 continue
             with self.cv:
                 self.flush_error = None

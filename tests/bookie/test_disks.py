@@ -361,3 +361,147 @@ def test_a_full_journal_disk_recovers_without_a_restart(small_fs):
         assert log.bookie.read_payloads(lid3, 0, 999, 3, None) == [bytes(4 << 10)] * 1000
         assert log.open_ledger(w.ledger_id).read_batch(0, acked[-1])[-1] == payload(0, acked[-1])
         os.unlink(ballast)
+
+
+# -- a full disk: read-only once, prompt stop, start read-only (issue 26 item 5) --------------
+
+
+def test_no_space_is_full_until_room_returns():
+    """A write refused with ENOSPC makes its disk full whatever the usage says; the disk is
+    writable again only below the low-water mark *and* with room_bytes more free than then
+    (the bookie's own trimming freeing a little flapped the state)."""
+    state = {"usage": 0.5, "free": 1 << 20}
+    cfg = BookieConfig.from_dict(dict(disk_usage_threshold=0.95, disk_usage_lwm_threshold=0.9,
+                                      journal_pre_alloc_size_mb=1))
+    mon = DiskMonitor(["/a"], "/j", cfg, usage_fn=lambda p: (state["usage"], state["free"]))
+    flips = []
+    mon.listeners.append(flips.append)
+    assert mon.check() is False
+    enospc = OSError(errno.ENOSPC, "No space left on device")
+    assert mon.check(enospc) is True and flips == [True]
+    state.update(usage=0.45, free=(1 << 20) + mon.room_bytes - 1)    # a little freed
+    assert mon.check() is True and flips == [True]
+    state.update(free=(1 << 20) + mon.room_bytes)                    # room again
+    assert mon.check() is False and flips == [True, False]
+    assert mon.check(OSError(errno.EIO, "I/O error")) is False       # not a full disk
+
+
+def test_adds_refused_for_lack_of_space_turn_read_only_and_stay(small_fs):
+    """Usage thresholds at 1.0 (a disk whose last 5% is plenty): the first add the journal
+    cannot write turns the bookie read-only at once (it said writable while adds failed);
+    a little space coming back leaves it read-only; room for its writes makes it writable."""
+    from embedlog.errors import EmbedlogError
+    cfg = dict(journal_pre_alloc_size_mb=1, journal_max_size_mb=4, skip_list_size_limit=1 << 20,
+               disk_usage_threshold=1.0, disk_usage_warn_threshold=1.0,
+               disk_usage_lwm_threshold=1.0, disk_check_interval_ms=0, gc_wait_time_ms=0)
+    with embedlog.open(small_fs / "log", **cfg) as log:
+        w = log.create_ledger()
+        w.append(b"before")
+        _fill(small_fs / "ballast", leave_bytes=3 << 20)
+        _fill(small_fs / "ballast2")
+        with pytest.raises(EmbedlogError):
+            for i in range(2000):
+                w.append(bytes(16 << 10))
+        assert log.bookie.read_only and log.bookie.read_only_reasons == {"disk"}
+        os.unlink(small_fs / "ballast2")                # a few MiB back: not room enough
+        log.bookie.disks.check()
+        assert log.bookie.read_only
+        os.unlink(small_fs / "ballast")
+        log.bookie.disks.check()
+        assert not log.bookie.read_only
+        assert log.create_ledger().append(b"room again") == 0
+
+
+def test_close_on_a_full_disk_is_prompt(small_fs):
+    """The memtable flusher gave up only after close's 30 s join: it retried a flush the
+    full disk refused in a loop. Closing now takes no longer than the flush attempt."""
+    cfg = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=4 << 20, flush_interval_ms=0,
+               disk_check_interval_ms=0, gc_wait_time_ms=0)
+    log = embedlog.open(small_fs / "log", **cfg)
+    w = log.create_ledger()
+    w.append_many([bytes(4 << 10)] * 512)               # 2 MiB in the journal and the memtable
+    _fill(small_fs / "ballast")
+    t0 = time.monotonic()
+    log.close()
+    assert time.monotonic() - t0 < 10
+
+
+def test_scanning_an_unsealed_log_reads_no_hole_on_a_full_disk(small_fs):
+    """The start-up scan of an unsealed entry log stopped only at a zero size: an entry cut
+    by a hole sent it into the hole, and on a full tmpfs reading a hole through the map
+    faults (SIGBUS). It stops at the hole now, and the seal has room in the page."""
+    import sys
+    code = f"""
+import os, struct, sys
+from embedlog._native import entrylog as nel
+p = sys.argv[1]
+nel.MappedLog.create(p, 1, 16 << 20).close()
+with open(p, "r+b") as f:
+    f.seek(1024)
+    f.write(struct.pack(">I", 8192))          # an entry running into a hole
+    f.truncate(4096)
+    f.truncate(16 << 20)
+b = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(b, bytes(1 << 16))
+except OSError:
+    pass
+m = nel.MappedLog.open_existing(p, 1)
+print(len(m.entry_table()[0]), m.sealed)
+m.close()
+m = nel.MappedLog.open_writable(p, 1)
+m.seal({{}})
+"""
+    r = subprocess.run([sys.executable, "-c", code, str(small_fs / "1.log"), str(small_fs / "ballast")],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0 and r.stdout.split() == ["0", "False"], (r.returncode, r.stderr[-2000:])
+
+
+@pytest.mark.xfail(strict=True, reason="journal replay (nj.scan through replay.py's map) reads "
+                   "holes of a preallocated journal: SIGBUS on a full tmpfs; left to the journal's owner")
+def test_a_restart_on_a_full_disk_starts_read_only(small_fs, tmp_path):
+    """A crash left an unsealed entry log whose last entry runs into a hole of the file (a
+    flush the disk refused part of). On a full tmpfs, reading a hole through the map faults
+    (SIGBUS, the process died with an empty log); the start-up scan stops at the hole, the
+    seal that finds no room leaves the log unsealed, and the bookie starts read-only with
+    every entry readable."""
+    import struct
+    import sys
+    path = small_fs / "log"
+    cfg = dict(journal_pre_alloc_size_mb=1, disk_check_interval_ms=0, gc_wait_time_ms=0,
+               metadata_uri="sqlite://" + str(tmp_path / "meta.db"))   # not on the full disk
+    log = embedlog.open(path, **cfg)
+    w = log.create_ledger()
+    w.append_many([payload(0, i) for i in range(100)])
+    log.close()                                          # the entries are in an entry log
+    cur = path / "current"
+    (name,) = [n for n in os.listdir(cur) if n.endswith(".log")]
+    with open(cur / name, "r+b") as f:
+        f.seek(1024)
+        end = 1024
+        while True:                                      # the end of the entries
+            (n,) = struct.unpack(">I", f.read(4))
+            if n == 0:
+                break
+            end += 4 + n
+            f.seek(end)
+        size = os.fstat(f.fileno()).st_size
+        page = (end + 4 + 4095) // 4096 * 4096
+        f.seek(end)
+        f.write(struct.pack(">I", page - end))          # an entry cut short by the hole
+        f.truncate(page)                                  # the rest of the file: a hole
+        f.truncate(size)
+    _fill(small_fs / "ballast")
+    code = f"""
+import embedlog, sys
+log = embedlog.open(sys.argv[1], **{cfg!r})
+h = log.open_ledger(embedlog.LedgerId.parse(sys.argv[2]), recovery=False)
+print(log.bookie.read_only, h.read_entry(99) == {payload(0, 99)!r}, flush=True)
+log.close()
+"""
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, str(path), w.ledger_id.qualified_name],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 0, (r.returncode, r.stderr[-6000:])
+    assert r.stdout.split() == ["True", "True"], r.stdout
