@@ -33,12 +33,16 @@ MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connect
 GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
 PRE_AUTH_MAX_FRAME = 4096   # bytes a frame may have before AUTH succeeds (AUTH is tiny)
 READ_BUFFER_BYTES = 64 * 1024   # what a connection's reader holds ahead of the frame asked for
+SKIP_CHUNK = 64 * 1024      # a refused frame is read and dropped this much at a time
+UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request before a
+                            # newer one may take its slot at the connection limits
 
 
 class _Connection:
     """One client connection: what it has in flight, when it last sent a frame."""
     __slots__ = ("writer", "requests", "bytes", "opened", "last_active", "authenticated",
-                 "auth_failures", "goaway_at", "closed", "refusing", "frame_started", "address")
+                 "auth_failures", "goaway_at", "closed", "refusing", "frame_started", "address",
+                 "proven")
 
     def __init__(self, writer, now: float, authenticated: bool, address=None):
         self.writer = writer
@@ -50,6 +54,7 @@ class _Connection:
         self.goaway_at = None
         self.closed = False
         self.refusing = False      # a throttle ran out: refuse at once until there is room
+        self.proven = False        # a request of it got past the checks (AUTH, if asked)
 
 
 class ServerObserver:
@@ -114,6 +119,9 @@ class BookieServer:
         self.idle_timeout_s = cfg.connection_idle_timeout_ms / 1000.0
         self.in_flight_requests = 0           # read, not yet answered, all connections
         self.in_flight_bytes = 0
+        # bytes of frames admitted and still arriving: they count against max_in_flight_bytes
+        # with those in flight, so partial frames cannot hold more than it bookie-wide
+        self.reading_bytes = 0
         self._throttled = 0                   # connections waiting for room
         self._room_freed: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -161,9 +169,10 @@ class BookieServer:
         peer = writer.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) else str(peer)
         refused = None
-        if len(self._conns) >= self.max_connections:
+        if len(self._conns) >= self.max_connections and not self._evict_unproven(None):
             refused = f"too many connections (max_connections={self.max_connections})"
-        elif self._per_address.get(address, 0) >= self.max_per_address:
+        elif self._per_address.get(address, 0) >= self.max_per_address and \
+                not self._evict_unproven(address):
             refused = (f"too many connections from {address} "
                        f"(max_connections_per_address={self.max_per_address})")
         if refused is not None:
@@ -208,7 +217,19 @@ class BookieServer:
                     admitted = await self._throttle(conn, n)
                     conn.refusing = not admitted
                 try:
-                    message = await reader.readexactly(n)
+                    if admitted:
+                        self.reading_bytes += n
+                        try:
+                            message = await reader.readexactly(n)
+                        finally:
+                            self.reading_bytes -= n
+                    else:
+                        # refused: its header is all the answer needs; the rest is read
+                        # and dropped a little at a time, never held whole
+                        message = await reader.readexactly(P.REQ_HEAD.size)
+                        left = n - P.REQ_HEAD.size
+                        while left:
+                            left -= len(await reader.readexactly(min(left, SKIP_CHUNK)))
                 except (asyncio.IncompleteReadError, ConnectionError):
                     self.stats["bad_frames"] += 1
                     return
@@ -227,6 +248,7 @@ class BookieServer:
                     writer.write(P.error_response(req.op, req.flags, req.request_id, P.ETOOMANYREQUESTS,
                                                   req.scope, req.ledger, "too many requests in flight"))
                 elif conn.authenticated or self._authenticate(conn, req):
+                    conn.proven = True
                     conn.requests += 1
                     conn.bytes += n
                     self.in_flight_requests += 1
@@ -257,13 +279,30 @@ class BookieServer:
                                            req.scope, req.ledger, "not authenticated"))
         return False
 
+    def _evict_unproven(self, address) -> bool:
+        """Make room for a new connection (from ``address``, or any): close the oldest one
+        that has sent no request past the checks in UNPROVEN_GRACE_S and is reading none.
+        Idle connections no longer lock out new clients; those that did a request stay."""
+        now = self._loop.time()
+        idle = [c for c in self._conns.values()
+                if not c.proven and not c.closed and c.frame_started is None
+                and now - c.opened > UNPROVEN_GRACE_S and (address is None or c.address == address)]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.opened)
+        self.stats["evicted_idle"] = self.stats.get("evicted_idle", 0) + 1
+        self._drop(victim)            # its slot is free now; its task ends on the close
+        victim.writer.close()
+        return True
+
     def _has_room(self, conn, n: int) -> bool:
-        # a frame is always let in when nothing else is in flight, so one larger than a
-        # byte limit is not refused for ever
+        # a frame is always let in when nothing else is in flight or arriving, so one larger
+        # than a byte limit is not refused for ever
+        held = self.in_flight_bytes + self.reading_bytes
         return (conn.requests < self.max_requests_per_conn
                 and (conn.bytes == 0 or conn.bytes + n <= self.max_bytes_per_conn)
                 and self.in_flight_requests < self.max_requests
-                and (self.in_flight_bytes == 0 or self.in_flight_bytes + n <= self.max_bytes))
+                and (held == 0 or held + n <= self.max_bytes))
 
     async def _throttle(self, conn, n: int) -> bool:
         """Wait (not reading this connection) until there is room for ``n`` more bytes;
@@ -298,6 +337,8 @@ class BookieServer:
     def _drop(self, conn) -> None:
         """A connection ended: what it still had in flight no longer counts against the bookie
         (those requests finish; their replies go nowhere)."""
+        if conn.closed:
+            return                    # dropped already (evicted)
         self._conns.pop(conn.writer, None)
         left = self._per_address.get(conn.address, 1) - 1
         if left > 0:

@@ -1,0 +1,72 @@
+"""Bounds a client could exhaust bookie-wide (issue 26 item 7): frames still arriving count
+against max_in_flight_bytes with those in flight (each connection used to buffer up to a
+frame, 128 from one address held ~730 MB), and idle connections that never sent a request
+give their slot to a new client instead of locking every new client out."""
+import socket
+
+import pytest
+
+from cliutil import wait_until
+from embedlog.harness import LocalCluster
+from embedlog.harness.hostile import RawConnection, rss_bytes
+from embedlog.net import protocol as P
+
+MiB = 1024 * 1024
+CONFIG = {"max_in_flight_bytes": 16 * MiB, "max_throttle_time_ms": 300,
+          "max_connections_per_address": 8, "frame_read_timeout_ms": 60_000}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalCluster(bookies=1, base_dir=str(tmp_path_factory.mktemp("c")), proxies=False,
+                      autorecovery=False, bookie_config=CONFIG) as lc:
+        yield lc
+
+
+def _address(cluster):
+    return cluster.client()._ctx.address_of(cluster.bookie_id(0))
+
+
+def _info_ok(conn) -> bool:
+    conn.send(P.bookie_info_request(7))
+    resp = conn.recv_response(timeout_s=30)
+    return resp is not None and resp.status == P.EOK
+
+
+def test_partial_frames_are_bounded_bookie_wide(cluster):
+    addr, pid = _address(cluster), cluster.pid(0)
+    before = rss_bytes(pid)
+    frame = 2 * MiB
+    head = P.LENGTH.pack(frame) + P.bookie_info_request(1)[4:4 + P.REQ_HEAD.size]
+    conns = []
+    for i in range(40):                               # 80 MiB of frames, each short a byte
+        c = RawConnection(addr, source=f"127.0.2.{i + 1}")
+        conns.append(c)
+        body = head + bytes(frame - P.REQ_HEAD.size - 1)
+        c.try_send(body, timeout_s=0.2)               # a throttled one stops being read
+    grown = 0
+    for _ in range(20):                               # what the bookie holds meanwhile
+        grown = max(grown, rss_bytes(pid) - before)
+        conns[-1].try_send(b"", timeout_s=0.1)
+    print(f"\n40 partial 2 MiB frames: bookie RSS +{grown / MiB:.1f} MiB")
+    assert grown < 40 * MiB, grown                    # 16 MiB budget (+ buffers), not 80
+    for c in conns:
+        c.sock.close()
+    good = RawConnection(addr, source="127.0.2.100")
+    wait_until(lambda: _info_ok(good), what="served after the partial frames went away")
+
+
+def test_idle_connections_give_way_to_new_clients(cluster):
+    addr = _address(cluster)
+    idle = [RawConnection(addr, source="127.0.3.1") for _ in range(CONFIG["max_connections_per_address"])]
+    wait_until(lambda: _info_ok(RawConnection(addr, source="127.0.3.1")),
+               what="a new client from the same address served despite 8 idle connections")
+    # a connection that did a request keeps its slot
+    proven = [RawConnection(addr, source="127.0.4.1") for _ in range(CONFIG["max_connections_per_address"])]
+    assert all(_info_ok(c) for c in proven)
+    extra = RawConnection(addr, source="127.0.4.1")
+    resp = extra.recv_response(timeout_s=30)
+    assert resp is not None and resp.status == P.ETOOMANYREQUESTS
+    assert all(_info_ok(c) for c in proven)
+    for c in idle + proven:
+        c.sock.close()
