@@ -423,7 +423,12 @@ class BookieServer:
     # -- operations ------------------------------------------------------------------------
 
     def _dispatch(self, req, writer) -> None:
-        if self._may_create(req) and self.bookie.needs_ledger_facts(_lid(req)):
+        try:
+            needs_facts = self._may_create(req) and self.bookie.needs_ledger_facts(_lid(req))
+        except EmbedlogError as exc:       # an id no ledger has (scope 0, >= 2^63): a status
+            self._fail(writer, req, exc)
+            return
+        if needs_facts:
             # a request that may create the ledger or carries a term waits for one metadata
             # read (the ledger's key, digest, boundedness), off the event loop
             fut = self._loop.run_in_executor(None, self.bookie.fetch_ledger_facts, _lid(req))

@@ -90,3 +90,28 @@ def test_a_failing_checkpoint_is_counted_and_makes_the_bookie_read_only(tmp_path
         wait_until(lambda: not b.read_only, what="writable once a checkpoint passes")
         assert b.checkpointer.failures == 0
         w.append(b"b")
+
+
+@pytest.mark.parametrize("ledger", [1 << 63, (1 << 64) - 1])
+def test_a_scope_0_ledger_id_past_2_63_is_answered_and_the_connection_kept(cluster, ledger):
+    # was: the dispatcher's LedgerId() raised outside its error handling (a traceback in the
+    # bookie's log, the connection dropped)
+    client = cluster.client()
+    key = nf.master_key(b"")
+    entry = nf.encode_entry(0, 1, 0, -1, 4, CRC32C, b"evil")    # only the frame names it
+    frames = [P.add_request(1, 0, ledger, key, [entry]), P.write_lac_request(2, 0, ledger, key, 0),
+              P.trim_request(3, 0, ledger, key, 0),
+              P.read_request(4, 0, ledger, 0, flags=P.FLAG_FENCE, master_key=key),
+              P.read_request(5, 0, ledger, 0), P.read_lac_request(6, 0, ledger)]
+    conn = RawConnection(client._ctx.address_of(cluster.bookie_id(0)))
+    try:
+        for frame in frames:
+            conn.send(frame)
+            resp = conn.recv_response()
+            assert resp is not None, "the bookie dropped the connection"
+            assert resp.status == P.EBADREQ and "2^63" in resp.message, resp.message
+        conn.send(P.bookie_info_request(7))            # the same connection goes on
+        resp = conn.recv_response()
+        assert resp is not None and resp.status == P.EOK
+    finally:
+        conn.close()
