@@ -185,7 +185,9 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
     log.info("%s, directory %s, metadata %s", line, bookie.directory, getattr(meta, "uri", "?"))
     if ready_file:
         tmp = ready_file + ".tmp"
-        with open(tmp, "w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with open(fd, "w") as f:
+            os.fchmod(fd, 0o644)       # whatever the umask (000 made it 0666) or an old tmp
             f.write(f"{bookie.bookie_id} {server.address}\n")
         os.replace(tmp, ready_file)
     recovery = None

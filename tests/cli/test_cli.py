@@ -491,3 +491,23 @@ def test_stream_commands(md, client):
     assert cli_json("stream", "delete", *md, name, "--yes")["deleted"]
     assert cli("stream", "read", *md, name).returncode == 3
     assert name not in [s["name"] for s in cli_json("stream", "list", *md)]
+
+
+def test_the_ready_file_is_0644_under_umask_000(tmp_path):
+    # was 0666: created with open(), so the umask alone decided (issue 26 item 8)
+    import stat
+    import subprocess
+    import sys
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-m", "embedlog.cli", "bookie", "serve", "--dir",
+                             str(tmp_path / "b"), "--listen", "127.0.0.1:0", "--metadata",
+                             f"sqlite://{tmp_path / 'meta.db'}", "--ready-file", str(ready)],
+                            env=cli_env(), cwd=ROOT, umask=0, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, 60, "the ready file")
+        assert ready.exists(), proc.stderr.read()
+        assert stat.S_IMODE(ready.stat().st_mode) == 0o644
+    finally:
+        proc.kill()
+        proc.wait()
