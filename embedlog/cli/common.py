@@ -151,6 +151,8 @@ def configure_logging(level: str | None) -> None:
         root.addHandler(_handler)
     root.setLevel(min(numeric, logging.WARNING) if numeric <= logging.DEBUG else logging.WARNING)
     logging.getLogger("embedlog").setLevel(numeric)
+    # kazoo logs each failed connection attempt: embedlog's own error says it once
+    logging.getLogger("kazoo").setLevel(numeric if numeric <= logging.DEBUG else logging.CRITICAL)
 
 
 def _log_level_callback(ctx, param, value):

@@ -107,8 +107,16 @@ def ledger_create(metadata_uri, ensemble_size, write_quorum, ack_quorum, digest,
                     w.close()
                 except EmbedlogError:
                     pass
-                click.echo(f"ledger {lid.qualified_name}: {done[0]} entries acknowledged before: "
-                           f"{exc}", err=True)
+                fate = ""
+                if not done[0]:
+                    # nothing acknowledged: the failed command leaves no empty ledger behind
+                    try:
+                        client.delete_ledger(lid)
+                        fate = "; the empty ledger was deleted"
+                    except EmbedlogError as gone:
+                        fate = f"; the empty ledger is left (deleting it failed: {gone})"
+                click.echo(f"ledger {lid}: {done[0]} entries acknowledged before: {exc}{fate}",
+                           err=True)
                 raise
             written = done[0]
             if not keep_open:

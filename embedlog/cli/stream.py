@@ -15,7 +15,7 @@ from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, Stop
                                  metadata_option, open_client, print_entry, progress_option, table)
 from embedlog.cli.ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
 from embedlog.client.stream import find_stream
-from embedlog.errors import LedgerExistsError, NoSuchLedgerError
+from embedlog.errors import EmbedlogError, IllegalOpError, LedgerExistsError, NoSuchLedgerError
 from embedlog.meta.views import ledger_ref, metadata_dict
 
 
@@ -148,7 +148,15 @@ def stream_append(metadata_uri, name, data, password, input_file, entries, entry
             with StopOnInterrupt("stopping after the batch under way") as stop:
                 def put(batch):
                     nonlocal first, last, count
-                    pos = s.append_many(batch)
+                    try:
+                        pos = s.append_many(batch)
+                    except EmbedlogError as exc:
+                        if not isinstance(exc, IllegalOpError):     # refused before sending
+                            click.echo(f"stream {name!r}: {count} entries appended; the outcome "
+                                       f"of the {len(batch)} under way is unknown (they may "
+                                       "have been written: read the stream before appending "
+                                       f"them again): {exc}", err=True)
+                        raise
                     first = pos - len(batch) + 1 if first is None else first
                     last = pos
                     count += len(batch)

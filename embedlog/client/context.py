@@ -253,9 +253,12 @@ class ClientContext:
         if len(healthy) >= count:        # quarantined bookies only when nothing else will do
             return random.sample(healthy, count)
         if len(candidates) < count:
+            inside = sorted(set(writable) & exclude)
             raise NotEnoughBookiesError(
-                f"need {count} writable bookies, {len(candidates)} available "
-                f"({len(writable)} registered writable)")
+                f"need {count} writable bookie{'s' if count != 1 else ''}"
+                + (f" outside the ensemble ({', '.join(sorted(exclude))})" if exclude else "")
+                + f", {len(candidates)} available ({len(writable)} registered writable"
+                + (f", {len(inside)} of them in the ensemble: no spare" if inside else "") + ")")
         return random.sample(candidates, count)
 
     def close(self) -> None:

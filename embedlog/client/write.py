@@ -497,8 +497,13 @@ class WriteHandle:
                 failed = [b for b in self._failed if b in self._ensemble]
                 if not failed or self._closed or self._error is not None:
                     return
-                fresh = await self._ctx.offload(
-                    self._ctx.choose_bookies, len(failed), set(self._ensemble) | self._failed)
+                try:
+                    fresh = await self._ctx.offload(
+                        self._ctx.choose_bookies, len(failed), set(self._ensemble) | self._failed)
+                except NotEnoughBookiesError as exc:
+                    raise NotEnoughBookiesError(
+                        f"ledger {self.ledger_id}: cannot replace unreachable bookie"
+                        f"{'s' if len(failed) > 1 else ''} {', '.join(failed)}: {exc}") from None
                 new = list(self._ensemble)
                 for old, repl in zip(failed, fresh):
                     new[new.index(old)] = repl

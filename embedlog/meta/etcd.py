@@ -113,12 +113,16 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     @contextmanager
     def _errors(self, what: str):
+        started = time.monotonic()
         try:
             yield
         except (etcd_errors.ConnectionTimeoutError, etcd_errors.ConnectionFailedError,
                 etcd_errors.NoServerAvailableError) as exc:
-            raise TimeoutError(f"etcd {self.endpoint}: {what}: no answer within "
-                               f"{self._timeout_s}s ({type(exc).__name__})") from exc
+            waited = time.monotonic() - started
+            # a refused connection fails at once: say how long it took, not the timeout
+            why = (f"no answer within {self._timeout_s}s" if waited >= self._timeout_s * 0.9
+                   else f"cannot reach it (after {waited:.1f}s)")
+            raise TimeoutError(f"etcd {self.endpoint}: {what}: {why} ({type(exc).__name__})") from exc
         except (etcd_errors.Etcd3Exception, ValueError) as exc:
             raise MetadataError(f"etcd {self.endpoint}: {what}: {exc!r}") from exc
         except Exception as exc:

@@ -162,3 +162,37 @@ def test_bookie_serve_on_every_interface_needs_an_advertised_address(tmp_path):
     assert r.returncode == 2 and "--advertised-address" in r.stderr, r.stderr
     no_traceback(r)
     assert not (tmp_path / "b").exists()              # refused before anything was made
+
+
+# -- issue 27 item 4: what the commands say while a bookie is lost ------------------------------------
+
+def test_messages_while_a_bookie_of_the_ensemble_is_unreachable(tmp_path):
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
+        md = ("--metadata", cluster.metadata_uri)
+        assert cli("stream", "create", "s", *md, "-e", "3", "-w", "3", "-a", "3").returncode == 0
+        victim = cluster.bookie_id(0)
+        cluster.proxy(0).cut()                # unreachable, still registered: no spare left
+        r = cli("ledger", "create", *md, "-e", "3", "-w", "3", "-a", "3", "--entries", "10")
+        no_traceback(r)
+        assert r.returncode == 1, r.stderr
+        assert f"cannot replace unreachable bookie {victim}" in r.stderr, r.stderr
+        assert "outside the ensemble" in r.stderr and "no spare" in r.stderr, r.stderr
+        assert "the empty ledger was deleted" in r.stderr, r.stderr
+        assert json.loads(cli("ledger", "list", *md, "--json").stdout) == []
+        r = cli("stream", "append", "s", "x", *md)
+        no_traceback(r)
+        assert r.returncode == 1, r.stderr
+        assert "outcome of the 1 under way is unknown" in r.stderr, r.stderr
+
+
+def test_an_unreachable_metadata_service_is_said_once_and_truly(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("ledger", "list", "--metadata", f"zk+hierarchical://127.0.0.1:{port}/ledgers")
+    assert r.returncode == 5 and r.stderr.count("\n") == 1, r.stderr      # no kazoo warnings
+    assert "kazoo" not in r.stderr and r.stderr.startswith("error: "), r.stderr
+    r = cli("ledger", "list", "--metadata", f"etcd://127.0.0.1:{port}/ledgers")
+    assert r.returncode == 5, r.stderr
+    assert "no answer within" not in r.stderr and "cannot reach it (after" in r.stderr, r.stderr
