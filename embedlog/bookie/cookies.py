@@ -116,6 +116,24 @@ def _where(instance_id, uri) -> str:
     return f"instance {instance_id}" + (f" ({uri})" if uri else "")
 
 
+def _foreign_store(d: str, c: Cookie, instance: str, uri: str | None, home: str | None) -> str:
+    """Why a directory stamped for another metadata store is refused, and what to do."""
+    said = (f"directory {d} belongs to metadata store {_where(c.instance_id, c.metadata_uri)}, "
+            f"but this bookie was started against {_where(instance, uri)}; its garbage "
+            f"collection would see every ledger as deleted. ")
+    elsewhere = (f"Start it with --metadata {c.metadata_uri} (metadata_uri= for embedlog.open) "
+                 f"if that store still exists; if" if c.metadata_uri and c.metadata_uri != uri
+                 else "If")
+    where = home or d
+    return (said + f"{elsewhere} that store was lost or replaced (a missing store is made "
+            f"anew, empty), restore its backup (instance {c.instance_id}) to "
+            f"{c.metadata_uri or 'its URI'}, over the new one. Without a backup the ledgers' "
+            f"metadata is gone but their entries are still in these files: `embedlog shell "
+            f"listledgers --dir {where}` lists them and `embedlog shell readlog --dir {where} "
+            f"LOG --ledger ID` prints them. To use the directory for a new store, move its "
+            f"data away first.")
+
+
 def cookie_form(home: str | None, path: str) -> str:
     """How a directory is named in a cookie: relative to the bookie's directory if inside it."""
     if home is None:
@@ -154,12 +172,7 @@ def check_and_stamp(bookie_id: str, ledger_dirs: list[str], journal_dir: str, me
                 f"{cookie_path(d, j)} says so). Configure this bookie with its own directories, "
                 f"or start bookie {c.bookie_id} on it.")
         if instance is not None and c.instance_id is not None and c.instance_id != instance:
-            raise InvalidCookieError(
-                f"directory {d} belongs to metadata store {_where(c.instance_id, c.metadata_uri)}, "
-                f"but this bookie was started against {_where(instance, uri)}. Its garbage "
-                f"collection would see every ledger as deleted. Start it with --metadata "
-                f"{c.metadata_uri or '<the URI of that store>'}; to reuse the directory for the "
-                f"new store, move its data away first.")
+            raise InvalidCookieError(_foreign_store(d, c, instance, uri, home))
     if stored is not None and stored.bookie_id != bookie_id:
         raise InvalidCookieError(f"the metadata store's cookie for {bookie_id} names {stored.bookie_id}")
 

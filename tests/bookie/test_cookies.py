@@ -110,6 +110,32 @@ def test_another_metadata_store_is_refused(tmp_path):
         embedlog.open(path)
 
 
+def test_lost_metadata_is_refused_with_advice_an_operator_can_follow(tmp_path):
+    # the advice was "start it with --metadata <the URI it was started with>" (issue 26 item 8)
+    path = tmp_path / "log"
+    with embedlog.open(path) as log:
+        lid = write_some(log)
+        instance = log.metadata.instance_id
+    shutil.copy(path / "meta.db", tmp_path / "backup.db")
+    os.unlink(path / "meta.db")
+    uri = "sqlite://" + str(path / "meta.db")
+    for _ in range(2):                   # the second open meets the store the first one made
+        with pytest.raises(InvalidCookieError) as e:
+            embedlog.open(path)
+        msg = str(e.value)
+        assert "--metadata" not in msg and "would see every ledger as deleted" in msg
+        assert f"restore its backup (instance {instance}) to {uri}, over the new one" in msg
+        assert f"embedlog shell listledgers --dir {path}" in msg
+    # what it names works: the shell lists the ledger from the files, the backup restores it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "embedlog.cli", "shell", "listledgers", "--dir",
+                        str(path), "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and lid.qualified_name in r.stdout, r.stdout + r.stderr
+    shutil.copy(tmp_path / "backup.db", path / "meta.db")
+    with embedlog.open(path) as log:
+        assert log.open_ledger(lid).read_batch(0, 2) == [b"entry %d" % i for i in range(3)]
+
+
 def test_a_bookie_directory_moved_whole_still_opens(tmp_path):
     with embedlog.open(tmp_path / "old") as log:
         lid = write_some(log)
