@@ -52,6 +52,7 @@ Write (batch and streaming):
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -72,6 +73,15 @@ READ_KEYS = ("metadataServiceUri", "ledgers", "scope", "streams", "streamPattern
 WRITE_KEYS = ("metadataServiceUri", "stream", "scope", "sinkId", "batchId", "ensembleSize",
               "writeQuorum", "ackQuorum") + CLIENT_KEYS
 SECRET_KEYS = ("password", "authToken")
+# Spark's Kafka options that docs/SPARK.md maps to embedlog's (refused with "did you mean")
+KAFKA_NAMES = {"kafka.bootstrap.servers": "metadataServiceUri", "subscribe": "streams",
+               "subscribePattern": "streamPattern", "assign": "ledgers or scope",
+               "maxOffsetsPerTrigger": "maxEntriesPerTrigger",
+               "minOffsetsPerTrigger": "minEntriesPerTrigger", "topic": "stream",
+               "kafka.ssl.truststore.location": "tlsCaFile",
+               "kafka.sasl.jaas.config": "authToken or authTokenFile"}
+# read options that only a batch read can use (docs/SPARK.md: an error in a streaming read)
+BATCH_ONLY_KEYS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 # keys Spark itself may pass through to a source or sink
 SPARK_KEYS = ("path", "checkpointLocation", "queryName")
 DEFAULT_ENTRIES_PER_PARTITION = 100_000
@@ -88,10 +98,24 @@ def _canonical(options, allowed) -> dict:
     for key, value in dict(options).items():
         canon = known.get(key.lower())
         if canon is None:
-            raise IllegalOpError(f"embedlog: unknown option {key!r}; known options: "
-                                 f"{', '.join(allowed)}")
+            raise IllegalOpError(_unknown(key, allowed))
         out[canon] = value
     return out
+
+
+def _unknown(key: str, allowed) -> str:
+    """The message for an unknown option: Kafka's names (docs/SPARK.md's table) and near
+    misses get "did you mean". Spark hands a Python data source its option names lower-cased
+    (the original spelling never reaches it), so a Kafka name is echoed in Kafka's spelling."""
+    kafka = {k.lower(): (k, v) for k, v in KAFKA_NAMES.items()}.get(key.lower())
+    if kafka is not None and kafka[1].split(" or ")[0] in allowed:
+        return (f"embedlog: option {kafka[0]!r} is Kafka's; did you mean {kafka[1]}? "
+                "(docs/SPARK.md, For Kafka users)")
+    lower = {k.lower(): k for k in allowed}
+    near = difflib.get_close_matches(key.lower(), list(lower), n=1)
+    hint = f" Did you mean {lower[near[0]]}?" if near else ""
+    return (f"embedlog: unknown option {key!r} (Spark passes option names lower-cased).{hint} "
+            f"Known options: {', '.join(allowed)}")
 
 
 def _int(opts, key, default, lo, hi):
@@ -245,8 +269,13 @@ class ReadOptions:
         return bool(self.streams) or self.stream_pattern is not None
 
 
-def read_options(options) -> ReadOptions:
+def read_options(options, streaming: bool = False) -> ReadOptions:
     opts = _canonical(options, READ_KEYS)
+    ending = [k for k in BATCH_ONLY_KEYS if opts.get(k) is not None]
+    if streaming and ending:
+        raise IllegalOpError(f"embedlog: option {ending[0]} is for batch reads; a streaming read "
+                             "goes on as the streams grow (stop the query, or use "
+                             "trigger(availableNow=True) to read what is there and stop)")
     chosen = [k for k in ("ledgers", "scope", "streams", "streamPattern") if opts.get(k)]
     if len(chosen) != 1:
         raise IllegalOpError("embedlog: give exactly one of the options ledgers, scope, streams, "

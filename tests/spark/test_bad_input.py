@@ -39,6 +39,10 @@ def load(spark, uri, **opts):
     (dict(streams="x", passwordFile="/no/such/file"), "passwordFile: cannot read"),
     (dict(streams="x", tlsCaFile="/no/such/ca.pem"), "tlsCaFile: no file"),
     (dict(streams="x", password="a", passwordFile="/etc/hostname"), "password or passwordFile, not both"),
+    # issue 27 item 9: Kafka's names (docs/SPARK.md's table) and near misses say what to use
+    (dict(subscribe="x"), "option 'subscribe' is Kafka's; did you mean streams"),
+    (dict(streams="x", maxOffsetsPerTrigger="10"), "'maxOffsetsPerTrigger' is Kafka's; did you mean maxEntriesPerTrigger"),
+    (dict(streams="x", maxEntriesPerTriger="10"), "Did you mean maxEntriesPerTrigger"),
 ])
 def test_bad_read_options(spark, uri, opts, message):
     with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
@@ -47,6 +51,33 @@ def test_bad_read_options(spark, uri, opts, message):
         return                            # these need the metadata store: checked by reader()
     with pytest.raises(Exception, match=message.replace("(", r"\(").replace(".", r"\.")):
         load(spark, uri, **opts)          # already when load() is called
+
+
+def test_a_bad_option_is_the_first_thing_said(spark, uri):
+    """Issue 27 item 9: Spark prints the Python traceback inside its error; embedlog's
+    message comes after one frame, not after the whole call chain of the option checks."""
+    with pytest.raises(Exception) as info:
+        load(spark, uri, streams="x", maxOffsetsPerTrigger="10")
+    text = str(info.value)
+    assert text.count('File "') == 1 and "did you mean maxEntriesPerTrigger" in text, text
+    with pytest.raises(Exception) as info:
+        load(spark, uri, streams="x", Colour="blue")
+    # Spark lower-cases option names before the source sees them: the message says so
+    assert "unknown option 'colour' (Spark passes option names lower-cased)" in str(info.value)
+
+
+def test_ending_offsets_in_a_streaming_read(spark, uri, tmp_path):
+    """Issue 27 item 9: docs/SPARK.md says endingOffsets is batch only; a streaming read
+    with it fails when the query starts, before any batch."""
+    q = (spark.readStream.format("embedlog").option("metadataServiceUri", uri)
+         .option("streams", "x").option("endingOffsets", "latest").load()
+         .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        with pytest.raises(Exception, match="option endingOffsets is for batch reads"):
+            q.awaitTermination(60)
+        assert q.lastProgress is None
+    finally:
+        q.stop()
 
 
 def test_missing_uri(spark):
