@@ -27,9 +27,10 @@ def track(obj) -> None:
 def error(what: str, owner: int) -> ForkedProcessError:
     return ForkedProcessError(
         f"{what} was opened in process {owner}; this process ({os.getpid()}) is a fork of "
-        f"it and may not use it (its bookie, journal and threads are the parent's). Use it "
-        f"in the parent only, or start workers with multiprocessing's 'spawn' or 'forkserver' "
-        f"method and give each its own log directory or a Client of a served bookie")
+        f"it and may not use it (its bookie, journal, connections and threads are the "
+        f"parent's). Use it in the parent only, or open one here: embedlog.open(path, "
+        f"read_only=True) reads a log another process writes, a Client of its own reaches "
+        f"served bookies; multiprocessing's 'spawn' or 'forkserver' start method inherits none")
 
 
 class Gone:

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+from embedlog import forking
 from embedlog.errors import BookieCrashedError, EmbedlogError, IllegalOpError
 from embedlog.client import Client
 from embedlog.harness.faults import Faults
@@ -81,6 +82,7 @@ class LocalCluster:
         # and removes its directory at exit; a SIGKILLed one's bookies stop on their own
         # (--parent-pid: each watches its parent)
         atexit.register(self._close_at_exit)
+        forking.track(self)
         self._make_security(tls, tls_client_auth, auth_token)
         self.metadata_uri = self._start_metadata()
         if start:
@@ -362,6 +364,12 @@ class LocalCluster:
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
         _raise_crashed(crashed)
+
+    def _after_fork(self, _gone) -> None:
+        # a forked child (embedlog.forking): the bookies and the directory are the parent's,
+        # so neither its exit nor a close() there (a `with` block it leaves) stops them
+        atexit.unregister(self._close_at_exit)
+        self.close = lambda: None
 
     def _close_at_exit(self) -> None:
         try:

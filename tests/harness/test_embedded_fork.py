@@ -207,3 +207,28 @@ def _only_ledger(path):
     with embedlog.open(path) as log:
         (lid,) = log.list_ledgers()
         return lid
+
+
+CLUSTER_CHILD = """
+import os, sys
+from embedlog.harness import LocalCluster
+c = LocalCluster(bookies=1, proxies=False, autorecovery=False)   # no `with`: closed at exit
+w = c.client().create_ledger(1, 1, 1)
+w.append(b"before")
+pid = os.fork()
+if pid == 0:
+    with c:                      # a child leaving a `with` block, then exiting normally
+        pass
+    sys.exit(0)                  # runs the atexit handlers it inherited
+os.waitpid(pid, 0)
+assert os.path.isdir(c.base_dir), "the child removed the parent's cluster directory"
+assert w.append(b"after") == 1   # the bookie still serves
+print("OK")
+"""
+
+
+def test_a_forked_child_leaves_the_parents_local_cluster_alone():
+    from cliutil import ROOT, cli_env
+    r = subprocess.run([sys.executable, "-c", CLUSTER_CHILD], capture_output=True, text=True,
+                       env=cli_env(), cwd=ROOT, timeout=180)
+    assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr
