@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -185,6 +186,8 @@ def test_every_acknowledged_entry_survives_a_sigkill_after_a_fork(tmp_path):
     proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "fork_child.py"), str(tmp_path)],
                             stdout=subprocess.PIPE, text=True)
     acked, children, after = -1, [], 0
+    watchdog = threading.Timer(180, proc.kill)         # a child that hangs fails, not hangs
+    watchdog.start()
     try:
         for line in proc.stdout:
             kind, _, rest = line.strip().partition(" ")
@@ -197,9 +200,10 @@ def test_every_acknowledged_entry_survives_a_sigkill_after_a_fork(tmp_path):
                 break
         assert children == ["ok", "ok"]
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
-    assert after >= 100
+    assert after >= 100, (children, acked)
     check_all(tmp_path, _only_ledger(tmp_path), acked)
 
 
