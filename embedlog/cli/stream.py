@@ -35,8 +35,10 @@ def stream():
 @stream.command("create")
 @metadata_option
 @click.argument("name")
-@click.option("-e", "--ensemble-size", type=click.IntRange(1, 64), default=3, show_default=True)
-@click.option("-w", "--write-quorum", type=click.IntRange(1, 64), default=3, show_default=True)
+@click.option("-e", "--ensemble-size", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Bookies per fragment. A lost bookie is replaced by a writable one outside "
+                   "the ensemble: with E below the number of bookies, the stream survives it.")
+@click.option("-w", "--write-quorum", type=click.IntRange(1, 64), default=2, show_default=True)
 @click.option("-a", "--ack-quorum", type=click.IntRange(1, 64), default=2, show_default=True)
 @click.option("--digest", type=click.Choice(DIGESTS), default="crc32c", show_default=True)
 @password_option

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from embedlog import forking
 from embedlog._native.format import LedgerId, digest_code, master_key
@@ -16,11 +17,16 @@ from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 from embedlog.net.protocol import bookie_info_request
 
+if TYPE_CHECKING:
+    from embedlog._types import LedgerRef
+    from embedlog.client.stream import Stream
+
 
 class Client:
     """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
 
-    def __init__(self, metadata_uri: str, *, faults=None, create_metadata: bool = False, **config):
+    def __init__(self, metadata_uri: str, *, faults: object = None, create_metadata: bool = False,
+                 **config: Any):
         """``config``: ClientConfig's options (timeouts, TLS, ``client_name``...). ``faults``:
         a fault injector that sees every message and metadata write of this client
         (embedlog.harness.faults; LocalCluster.client() passes its own).
@@ -53,8 +59,9 @@ class Client:
         return f"Client({self.metadata_uri!r}{', closed' if self._closed else ''})"
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
-                      digest="crc32c", password: bytes = b"", scope_id: int = 0,
-                      ledger_id=None, custom_metadata: dict | None = None) -> WriteHandle:
+                      digest: str = "crc32c", password: bytes | str = b"", scope_id: int = 0,
+                      ledger_id: LedgerRef | None = None,
+                      custom_metadata: dict[str, bytes | str] | None = None) -> WriteHandle:
         """A new ledger on ensemble_size bookies chosen from the writable ones. ``digest``:
         "crc32c" (default), "crc32", "mac" or "dummy" (no digest: a damaged copy is served as
         stored instead of failing over to another replica)."""
@@ -78,7 +85,8 @@ class Client:
         versioned = self.metadata.ledger_manager.create_ledger_metadata(md)
         return WriteHandle(self._ctx, versioned, password)
 
-    def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> ReadHandle:
+    def open_ledger(self, ledger_id: LedgerRef, password: bytes | str = b"",
+                    recovery: bool = True) -> ReadHandle:
         """Open for reading; with recovery an open ledger is fenced, recovered and closed."""
         lid = LedgerId.coerce(ledger_id)
         versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
@@ -90,38 +98,43 @@ class Client:
             md = self._ctx.run(recover(self._ctx, versioned, password))
         return ReadHandle(self._ctx, md, password)
 
-    def delete_ledger(self, ledger_id) -> None:
+    def delete_ledger(self, ledger_id: LedgerRef) -> None:
         """Remove the ledger's metadata; bookies collect its data (garbage collection)."""
         self.metadata.ledger_manager.remove_ledger_metadata(LedgerId.coerce(ledger_id))
 
-    def list_ledgers(self, scope_id: int | None = 0) -> list:
+    def list_ledgers(self, scope_id: int | None = 0) -> list[LedgerId]:
         return list(self.metadata.ledger_manager.iterate_ledgers(scope_id))
 
-    def ledger_metadata(self, ledger_id) -> LedgerMetadata:
+    def ledger_metadata(self, ledger_id: LedgerRef) -> LedgerMetadata:
         return self.metadata.ledger_manager.read_ledger_metadata(LedgerId.coerce(ledger_id)).value
 
     # -- streams (unbounded ledgers) --------------------------------------------------------
 
-    def open_stream(self, name: str, *, create: bool = True, ensemble_size: int = 3,
-                    write_quorum: int = 3, ack_quorum: int = 2, digest="crc32c",
-                    password: bytes = b"", **policy):
+    def open_stream(self, name: str, *, create: bool = True, ensemble_size: int = 2,
+                    write_quorum: int = 2, ack_quorum: int = 2, digest: str = "crc32c",
+                    password: bytes | str = b"", **policy: int | None) -> Stream:
         """The stream called ``name``, created if absent; see embedlog.client.stream.
-        ``policy``: rollover_entries, rollover_bytes, retention_ms, retention_entries."""
+        ``policy``: rollover_entries, rollover_bytes, retention_ms, retention_entries.
+        E = Qw = Qa = 2 by default (Pulsar's default too): a stream keeps its leader, and a
+        new one can take over, while a bookie is lost as long as a spare writable bookie
+        outside its ensemble replaces it, so 3 bookies survive one loss (E = Qw = 3 would
+        need 4)."""
         return open_stream(self._ctx, name, create=create,
                            ensemble=(ensemble_size, write_quorum, ack_quorum), digest=digest,
                            password=password_bytes(password), **policy)
 
-    def list_streams(self, pattern: str | None = None) -> list:
+    def list_streams(self, pattern: str | None = None) -> list[str]:
         return list_streams(self.metadata, pattern)
 
     def delete_stream(self, name: str) -> None:
         delete_stream(self.metadata, name)
 
-    def bookies(self) -> tuple[list, list]:
+    def bookies(self) -> tuple[list[str], list[str]]:
         """(writable, read-only) bookie ids."""
         return self._ctx.refresh_bookies()
 
-    def bookie_info(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+    def bookie_info(self, bookie_ids: Iterable[str] | None = None,
+                    timeout_s: float = 2.0) -> dict[str, Optional[dict[str, Any]]]:
         """What each bookie says of itself (BOOKIE_INFO over the wire protocol, asked of all
         at once): bookie id -> {"address", "free_bytes", "total_bytes", "ledgers",
         "add_entries", "read_entries", "read_only", "read_only_reasons", "server", ...}, or
@@ -129,7 +142,8 @@ class Client:
         every registered bookie."""
         return self._ctx.run(self.bookie_info_async(bookie_ids, timeout_s))
 
-    async def bookie_info_async(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+    async def bookie_info_async(self, bookie_ids: Iterable[str] | None = None,
+                                timeout_s: float = 2.0) -> dict[str, Optional[dict[str, Any]]]:
         """bookie_info() as a coroutine of the client's event loop (ClientContext.submit)."""
         if bookie_ids is None:
             writable, readonly = await self._ctx.offload(self._ctx.refresh_bookies)
@@ -154,14 +168,14 @@ class Client:
         finally:
             self.metadata.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def password_bytes(password) -> bytes:
+def password_bytes(password: object) -> bytes:
     """A ledger password as bytes (a str is UTF-8 encoded); IllegalOpError for anything else."""
     if isinstance(password, str):
         return password.encode()

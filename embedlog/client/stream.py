@@ -49,6 +49,7 @@ import hashlib
 import struct
 import threading
 import time
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from embedlog._native.arrowread import stream_arrays
 from embedlog._native.format import (LedgerId, digest_code, encode_entry, mac_key,
@@ -65,6 +66,11 @@ from embedlog.errors import (BadVersionError, CorruptedDataError, EmbedlogError,
                              UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.net import protocol as P
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from embedlog._types import Payload, Stop
 
 STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
 # the kind byte of a stream entry's payload (docs/STREAMS.md, "Entries")
@@ -155,7 +161,7 @@ def find_stream(metadata, name: str):
     raise EmbedlogError(f"no free stream id for {name!r} after {_PROBES} probes")
 
 
-def open_stream(ctx, name: str, *, create: bool = True, ensemble=(3, 3, 2), digest="crc32c",
+def open_stream(ctx, name: str, *, create: bool = True, ensemble=(2, 2, 2), digest="crc32c",
                 password: bytes = b"", **policy) -> "Stream":
     name = _check_name(name)
     for key in policy:
@@ -239,13 +245,13 @@ class Stream:
 
     # -- metadata -------------------------------------------------------------------------
 
-    def refresh(self):
+    def refresh(self) -> LedgerMetadata:
         v = self._ctx.metadata.ledger_manager.read_ledger_metadata(self.ledger_id)
         self._md, self._version = v.value, v.version
         return self._md
 
     @property
-    def metadata(self):
+    def metadata(self) -> LedgerMetadata:
         return self._md
 
     @property
@@ -256,10 +262,10 @@ class Stream:
     def is_leader(self) -> bool:
         return self._writer is not None and self._lost is None
 
-    def __enter__(self):
+    def __enter__(self) -> Stream:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -348,10 +354,10 @@ class Stream:
             raise InvalidTermError(f"stream {self.name!r}: a take-over is under way")
         return w
 
-    def append_async(self, data):
+    def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
         return self.append_many_async([data])[-1]
 
-    def append_many_async(self, items) -> list:
+    def append_many_async(self, items: Iterable[Payload]) -> list[concurrent.futures.Future[int]]:
         items = list(items)
         for item in items:
             if not isinstance(item, (bytes, bytearray, memoryview)):
@@ -379,23 +385,40 @@ class Stream:
         elif fut.exception() is None:
             self._lac = max(self._lac, fut.result())
 
-    def append(self, data) -> int:
+    def append(self, data: Payload) -> int:
         """Append one entry; returns its position once durable on Qa bookies."""
         pos = self._result(self.append_async(data))
         self._maybe_roll()
         return pos
 
-    def append_many(self, items) -> int:
+    def append_many(self, items: Iterable[Payload]) -> int:
         """Append entries in order; returns the last position."""
         items = list(items)
         if not items:
             raise IllegalOpError("append_many needs at least one entry")
-        futures = self.append_many_async(items)   # one call: consecutive positions
         last = None
-        for f in futures:
-            last = self._result(f)
-        self._maybe_roll()
+        while items:
+            # a rollover falls between entries: a call bigger than a fragment is split
+            n = self._room(items)
+            futures = self.append_many_async(items[:n])   # one call: consecutive positions
+            for f in futures:
+                last = self._result(f)
+            self._maybe_roll()
+            items = items[n:]
         return last
+
+    def _room(self, items: list) -> int:
+        """How many of ``items`` the current fragment takes before it rolls over (at least 1)."""
+        n = len(items)
+        if self.rollover_entries:
+            n = min(n, max(1, self.rollover_entries - self._frag_entries))
+        if self.rollover_bytes:
+            room, k = self.rollover_bytes - self._frag_bytes, 0
+            while k < n and room > 0:
+                room -= len(items[k])
+                k += 1
+            n = max(1, k)
+        return n
 
     def append_links(self, links, packed: bool = False) -> int:
         """Make entries of closed ledgers part of the stream without copying them: each
@@ -588,7 +611,8 @@ class Stream:
                                + (f" (last error: {errors[-1]})" if errors else ""))
         return max(answers)
 
-    def read(self, from_position: int = 0, to_position: int | None = None, batch: int = 1024):
+    def read(self, from_position: int = 0, to_position: int | None = None,
+             batch: int = 1024) -> Iterator[StreamEntry]:
         """Rows from ``from_position`` up to ``to_position`` (default: the LAC now), in
         position order, a link's rows in their ledger's order (StreamEntry)."""
         md = self.refresh()
@@ -706,7 +730,8 @@ class Stream:
                 return int(md.digest_type), runs
         raise EmbedlogError(f"stream {self.name!r}: its fragments kept changing during a read")
 
-    def tail(self, from_position: int = 0, poll_timeout_ms: int = 500, stop=None):
+    def tail(self, from_position: int = 0, poll_timeout_ms: int = 500,
+             stop: Stop = None) -> Iterator[StreamEntry]:
         """Data entries from ``from_position`` on, waiting for new ones (until ``stop()``)."""
         pos = from_position
         while stop is None or not stop():
@@ -764,7 +789,10 @@ class Stream:
 
 
 def _released(md):
-    """(last position, length) when the leader of ``md``'s term released it, else None."""
+    """(last position, length) when the leader of ``md``'s term released it, else None. A
+    stream still at term 0 was never led: nothing to recover, so it starts at position 0."""
+    if md.term == 0:
+        return -1, 0
     try:
         term, last, length = (int(x) for x in md.custom_metadata[RELEASED_KEY].split(b":"))
     except (KeyError, ValueError):

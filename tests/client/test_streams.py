@@ -393,3 +393,34 @@ def test_threads_sharing_a_new_stream_handle_take_the_lead_once(cluster):
     got = {e.position: e.data for e in cluster.client().open_stream("shared").read(0)}
     for last, items in calls:
         assert [got[p] for p in range(last - len(items) + 1, last + 1)] == items
+
+
+def test_a_stream_on_three_bookies_survives_losing_one(tmp_path):
+    """Issue 27 item 11: streams default to E = Qw = Qa = 2, so on 3 bookies a spare replaces
+    a lost bookie: the leader goes on appending and a new leader takes over while the bookie
+    is down. Positions start at 0, the first position the metadata (`stream list -m`) shows."""
+    with LocalCluster(bookies=3, base_dir=str(tmp_path / "cluster"), autorecovery=False) as lc:
+        c1, c2 = lc.client(), lc.client()
+        s1 = c1.open_stream("three")
+        assert s1.append(b"a") == 0 == s1.refresh().first_entry_id
+        lc.kill_bookie(lc.index_of(s1.metadata.fragments[-1][1][0]))
+        s1.append(b"b")
+        s2 = c2.open_stream("three")
+        s2.take_over()
+        last = s2.append(b"c")
+        _wait_committed(s2, last)
+        assert [e.data for e in s2.read(0)] == [b"a", b"b", b"c"]
+
+
+def test_rollover_splits_one_append_many(cluster):
+    """Issue 27 item 11: one append_many bigger than rollover_entries fills fragments of
+    that size, so truncate_before has whole fragments to remove."""
+    s = cluster.client().open_stream("split", rollover_entries=10)
+    last = s.append_many([b"x%d" % i for i in range(35)])
+    assert last == 34
+    assert [first for first, _ens in s.refresh().fragments] == [0, 10, 20, 30]
+    assert s.truncate_before(last) == 30
+    _wait_committed(s, last)
+    assert [e.data for e in s.read(30)] == [b"x%d" % i for i in range(30, 35)]
+    with pytest.raises(NoSuchEntryError):
+        list(s.read(29))
