@@ -33,10 +33,20 @@ tails are async iterators; ``aclose()`` (or leaving ``async for``) ends a tail.
 from __future__ import annotations
 
 import asyncio
+import os
+from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Optional
 
 import embedlog
 from embedlog.client import Client as SyncClient
 from embedlog.errors import IllegalOpError
+
+if TYPE_CHECKING:
+    from embedlog._native.format import LedgerId
+    from embedlog._types import LedgerRef, Payload
+    from embedlog.client.read import LedgerEntry
+    from embedlog.client.stream import Stream, StreamEntry
+    from embedlog.embedded import EmbeddedLog
+    from embedlog.meta.api import LedgerMetadata
 
 __all__ = ["open", "Client", "AsyncEmbeddedLog", "AsyncWriteHandle", "AsyncReadHandle",
            "AsyncStream"]
@@ -82,7 +92,7 @@ class _Handle:
     _h = None
 
     @property
-    def ledger_id(self):
+    def ledger_id(self) -> LedgerId:
         return self._h.ledger_id
 
     @property
@@ -90,7 +100,7 @@ class _Handle:
         return self._h.last_add_confirmed
 
     @property
-    def handle(self):
+    def handle(self) -> Any:
         """The synchronous handle underneath."""
         return self._h
 
@@ -98,15 +108,15 @@ class _Handle:
 class AsyncWriteHandle(_Handle):
     """The writer of one ledger; ``await append(data)`` returns the entry id once durable."""
 
-    def __init__(self, handle, bridge: _Bridge):
+    def __init__(self, handle: Any, bridge: _Bridge):
         self._h = handle
         self._bridge = bridge
 
 
-    async def append(self, data) -> int:
+    async def append(self, data: Payload) -> int:
         return await asyncio.wrap_future(self._h.append_async(data))
 
-    async def append_many(self, items) -> int:
+    async def append_many(self, items: Iterable[Payload]) -> int:
         """Append in order; the last entry id once all are durable."""
         items = list(items)
         if not items:
@@ -125,10 +135,10 @@ class AsyncWriteHandle(_Handle):
         else:
             await self._bridge.call(self._h.close)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncWriteHandle:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:
@@ -139,7 +149,7 @@ class AsyncReadHandle(_Handle):
     """Reads of one ledger: ``await read_entry(i)``, ``await read_batch(a, b)``,
     ``async for e in read(a, b)`` and ``async for e in tail(start)``."""
 
-    def __init__(self, handle, bridge: _Bridge, remote, poll_timeout_ms: int = 1000):
+    def __init__(self, handle: Any, bridge: _Bridge, remote: Any, poll_timeout_ms: int = 1000):
         self._h = handle                # the synchronous ReadHandle
         self._bridge = bridge
         self._remote = remote           # a client ReadHandle (cluster), or a factory of one
@@ -151,12 +161,12 @@ class AsyncReadHandle(_Handle):
             return await self._bridge.run(self._h.read_entry_async(entry_id))
         return self._h.read_entry(entry_id)        # embedded: a memory read
 
-    async def read_batch(self, first: int, last: int) -> list:
+    async def read_batch(self, first: int, last: int) -> list[bytes]:
         if self._h is self._remote:
             return await self._bridge.run(self._h.read_batch_async(first, last))
         return self._h.read_batch(first, last)
 
-    async def read(self, first: int, last: int):
+    async def read(self, first: int, last: int) -> AsyncIterator[_Entry]:
         """Entries (``.entry_id``, ``.data``) first..last inclusive, a batch at a time."""
         pos = first
         while pos <= last:
@@ -169,7 +179,7 @@ class AsyncReadHandle(_Handle):
     async def read_lac(self) -> int:
         return await self._bridge.call(self._h.read_lac)
 
-    async def tail(self, start: int = 0, poll_timeout_ms: int | None = None):
+    async def tail(self, start: int = 0, poll_timeout_ms: int | None = None) -> AsyncIterator[LedgerEntry]:
         """Entries from ``start`` on as the writer's LAC passes them, long-polling the
         bookies; ends when the ledger is closed and read to its end. (An embedded writer's
         LAC travels in its next entry, as BookKeeper's does without explicit LAC: its last
@@ -185,10 +195,10 @@ class AsyncReadHandle(_Handle):
                 yield e
             pos += len(batch)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncReadHandle:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         pass
 
     def __repr__(self) -> str:
@@ -198,7 +208,7 @@ class AsyncReadHandle(_Handle):
 class _Entry:
     __slots__ = ("ledger_id", "entry_id", "data")
 
-    def __init__(self, ledger_id, entry_id, data):
+    def __init__(self, ledger_id: LedgerId, entry_id: int, data: bytes):
         self.ledger_id, self.entry_id, self.data = ledger_id, entry_id, data
 
     def __repr__(self):
@@ -211,7 +221,7 @@ class AsyncStream:
     """A stream (an unbounded ledger): ``await append(data)`` returns the position once
     durable; ``async for e in read(p)`` / ``tail(p)`` yield ``.position`` and ``.data``."""
 
-    def __init__(self, stream, bridge: _Bridge):
+    def __init__(self, stream: Stream, bridge: _Bridge):
         self._s = stream
         self._bridge = bridge
 
@@ -220,16 +230,16 @@ class AsyncStream:
         return self._s.name
 
     @property
-    def stream(self):
+    def stream(self) -> Stream:
         """The synchronous Stream underneath."""
         return self._s
 
-    async def append(self, data) -> int:
+    async def append(self, data: Payload) -> int:
         # the first append takes the stream over (metadata, recovery): the stream's own
         # steps, on the client's worker threads
         return await self._bridge.call(self._s.append, data)
 
-    async def append_many(self, items) -> int:
+    async def append_many(self, items: Iterable[Payload]) -> int:
         return await self._bridge.call(self._s.append_many, list(items))
 
     async def take_over(self) -> int:
@@ -241,7 +251,8 @@ class AsyncStream:
     async def truncate_before(self, position: int) -> int:
         return await self._bridge.call(self._s.truncate_before, position)
 
-    async def read(self, from_position: int = 0, to_position: int | None = None):
+    async def read(self, from_position: int = 0,
+                   to_position: int | None = None) -> AsyncIterator[StreamEntry]:
         it = iter(self._s.read(from_position, to_position))
         while True:
             batch = await self._bridge.call(_take, it, READ_BATCH)
@@ -250,7 +261,7 @@ class AsyncStream:
             for e in batch:
                 yield e
 
-    async def tail(self, from_position: int = 0, poll_timeout_ms: int = 500):
+    async def tail(self, from_position: int = 0, poll_timeout_ms: int = 500) -> AsyncIterator[StreamEntry]:
         """Entries from ``from_position`` on, waiting for new ones, until the loop that
         iterates stops (``break``, ``aclose()``, cancellation)."""
         stopped = []
@@ -269,10 +280,10 @@ class AsyncStream:
         """Stop writing (and release the stream when every append was acknowledged)."""
         await self._bridge.call(self._s.close)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncStream:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:
@@ -284,20 +295,22 @@ class AsyncStream:
 class AsyncEmbeddedLog:
     """``embedlog.open(path)`` for asyncio; an async context manager (closed at the end)."""
 
-    def __init__(self, log):
+    def __init__(self, log: EmbeddedLog):
         self._log = log
         self._bridge = _Bridge(log.client_context())
 
     @property
-    def log(self):
+    def log(self) -> EmbeddedLog:
         """The synchronous EmbeddedLog underneath."""
         return self._log
 
-    async def create_ledger(self, digest="crc32c", password: bytes = b"", scope_id: int = 0) -> AsyncWriteHandle:
+    async def create_ledger(self, digest: str = "crc32c", password: bytes | str = b"",
+                            scope_id: int = 0) -> AsyncWriteHandle:
         w = await self._bridge.call(self._log.create_ledger, digest, password, scope_id)
         return AsyncWriteHandle(w, self._bridge)
 
-    async def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> AsyncReadHandle:
+    async def open_ledger(self, ledger_id: LedgerRef, password: bytes | str = b"",
+                          recovery: bool = True) -> AsyncReadHandle:
         r = await self._bridge.call(self._log.open_ledger, ledger_id, password, recovery)
 
         def remote():
@@ -307,40 +320,40 @@ class AsyncEmbeddedLog:
 
         return AsyncReadHandle(r, self._bridge, remote, EMBEDDED_POLL_MS)
 
-    async def delete_ledger(self, ledger_id) -> None:
+    async def delete_ledger(self, ledger_id: LedgerRef) -> None:
         await self._bridge.call(self._log.delete_ledger, ledger_id)
 
-    async def list_ledgers(self, scope_id: int = 0) -> list:
+    async def list_ledgers(self, scope_id: int = 0) -> list[LedgerId]:
         return await self._bridge.call(self._log.list_ledgers, scope_id)
 
-    async def open_stream(self, name: str, **options) -> AsyncStream:
+    async def open_stream(self, name: str, **options: Any) -> AsyncStream:
         s = await self._bridge.call(lambda: self._log.open_stream(name, **options))
         return AsyncStream(s, self._bridge)
 
-    async def list_streams(self, pattern: str | None = None) -> list:
+    async def list_streams(self, pattern: str | None = None) -> list[str]:
         return await self._bridge.call(self._log.list_streams, pattern)
 
     async def delete_stream(self, name: str) -> None:
         await self._bridge.call(self._log.delete_stream, name)
 
-    def statistics(self) -> dict:
+    def statistics(self) -> dict[str, Any]:
         return self._log.statistics()
 
     async def close(self) -> None:
         # not on the client's workers: closing the log stops them and waits for them
         await asyncio.get_running_loop().run_in_executor(None, self._log.close)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> AsyncEmbeddedLog:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:
         return f"AsyncEmbeddedLog({self._log.path!r})"
 
 
-def open(path, **config) -> AsyncEmbeddedLog:
+def open(path: str | os.PathLike[str], **config: Any) -> AsyncEmbeddedLog:
     """``embedlog.open(path, **config)`` for asyncio. Opening (which replays the journal)
     happens here, in the calling thread, as a program's start-up; use ``async with`` to close."""
     return AsyncEmbeddedLog(embedlog.open(path, **config))
@@ -352,12 +365,12 @@ class Client:
     """``embedlog.Client(metadata_uri, **config)`` for asyncio; an async context manager.
     Connecting to the metadata store happens in the constructor, in the calling thread."""
 
-    def __init__(self, metadata_uri: str, **config):
+    def __init__(self, metadata_uri: str, **config: Any):
         self._c = SyncClient(metadata_uri, **config)
         self._bridge = _Bridge(self._c.context)
 
     @property
-    def client(self):
+    def client(self) -> SyncClient:
         """The synchronous Client underneath."""
         return self._c
 
@@ -366,47 +379,50 @@ class Client:
         return self._c.metadata_uri
 
     async def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
-                            digest="crc32c", password: bytes = b"", scope_id: int = 0,
-                            ledger_id=None, custom_metadata: dict | None = None) -> AsyncWriteHandle:
+                            digest: str = "crc32c", password: bytes | str = b"", scope_id: int = 0,
+                            ledger_id: LedgerRef | None = None,
+                            custom_metadata: dict[str, bytes | str] | None = None) -> AsyncWriteHandle:
         w = await self._bridge.call(lambda: self._c.create_ledger(
             ensemble_size, write_quorum, ack_quorum, digest, password, scope_id=scope_id,
             ledger_id=ledger_id, custom_metadata=custom_metadata))
         return AsyncWriteHandle(w, self._bridge)
 
-    async def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> AsyncReadHandle:
+    async def open_ledger(self, ledger_id: LedgerRef, password: bytes | str = b"",
+                          recovery: bool = True) -> AsyncReadHandle:
         r = await self._bridge.call(self._c.open_ledger, ledger_id, password, recovery)
         return AsyncReadHandle(r, self._bridge, r)
 
-    async def delete_ledger(self, ledger_id) -> None:
+    async def delete_ledger(self, ledger_id: LedgerRef) -> None:
         await self._bridge.call(self._c.delete_ledger, ledger_id)
 
-    async def list_ledgers(self, scope_id: int | None = 0) -> list:
+    async def list_ledgers(self, scope_id: int | None = 0) -> list[LedgerId]:
         return await self._bridge.call(self._c.list_ledgers, scope_id)
 
-    async def ledger_metadata(self, ledger_id):
+    async def ledger_metadata(self, ledger_id: LedgerRef) -> LedgerMetadata:
         return await self._bridge.call(self._c.ledger_metadata, ledger_id)
 
-    async def open_stream(self, name: str, **options) -> AsyncStream:
+    async def open_stream(self, name: str, **options: Any) -> AsyncStream:
         s = await self._bridge.call(lambda: self._c.open_stream(name, **options))
         return AsyncStream(s, self._bridge)
 
-    async def list_streams(self, pattern: str | None = None) -> list:
+    async def list_streams(self, pattern: str | None = None) -> list[str]:
         return await self._bridge.call(self._c.list_streams, pattern)
 
     async def delete_stream(self, name: str) -> None:
         await self._bridge.call(self._c.delete_stream, name)
 
-    async def bookie_info(self, bookie_ids=None, timeout_s: float = 2.0) -> dict:
+    async def bookie_info(self, bookie_ids: Iterable[str] | None = None,
+                          timeout_s: float = 2.0) -> dict[str, Optional[dict[str, Any]]]:
         return await self._bridge.run(self._c.bookie_info_async(bookie_ids, timeout_s))
 
     async def close(self) -> None:
         # not on the client's workers: closing stops them and waits for them
         await asyncio.get_running_loop().run_in_executor(None, self._c.close)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Client:
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
@@ -33,6 +34,11 @@ from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.net.server import BookieServer
 from embedlog.net.transport import InProcessConnection
+
+if TYPE_CHECKING:
+    from embedlog._types import LedgerRef, Payload, Stop
+    from embedlog.client.read import LedgerEntry as TailEntry
+    from embedlog.client.stream import Stream
 
 _CHUNK_BYTES = 8 << 20        # bound on what one append_many frames before a sync
 _LOG_NAMES = {"LOCK", "current", "journal", "meta.db"}     # what a log directory holds
@@ -62,7 +68,7 @@ class LedgerEntry:
     """One entry read back: ``entry_id`` and ``data`` (bytes)."""
     __slots__ = ("ledger_id", "entry_id", "data")
 
-    def __init__(self, ledger_id, entry_id: int, data: bytes):
+    def __init__(self, ledger_id: LedgerId, entry_id: int, data: bytes):
         self.ledger_id = ledger_id
         self.entry_id = entry_id
         self.data = data
@@ -74,8 +80,8 @@ class LedgerEntry:
 class EmbeddedLog:
     """An embedded, durable log in one directory; a context manager."""
 
-    def __init__(self, path, *, metadata_uri: str | None = None, journal_dir: str | None = None,
-                 read_only: bool = False, **config):
+    def __init__(self, path: str | os.PathLike[str], *, metadata_uri: str | None = None,
+                 journal_dir: str | None = None, read_only: bool = False, **config: Any):
         self.path = _log_dir(path, read_only)
         self.read_only = bool(read_only)
         self.config = BookieConfig.from_dict(config)
@@ -116,7 +122,8 @@ class EmbeddedLog:
 
     # -- ledgers -------------------------------------------------------------------
 
-    def create_ledger(self, digest="crc32c", password: bytes = b"", scope_id: int = 0) -> "WriteHandle":
+    def create_ledger(self, digest: str = "crc32c", password: bytes | str = b"",
+                      scope_id: int = 0) -> WriteHandle:
         """A new ledger. ``digest``: "crc32c" (default), "crc32", "mac" (HMAC-SHA1 keyed by the
         password) or "dummy": no digest at all, so a damaged entry is served exactly as
         stored (the entry logs' block checksums, checked by the shell's
@@ -137,7 +144,8 @@ class EmbeddedLog:
         forking.track(handle)
         return handle
 
-    def open_ledger(self, ledger_id, password: bytes = b"", recovery: bool = True) -> "ReadHandle":
+    def open_ledger(self, ledger_id: LedgerRef, password: bytes | str = b"",
+                    recovery: bool = True) -> ReadHandle:
         """Open for reading; with recovery, an OPEN ledger is fenced and closed first.
         Read-only (``read_only=True``): never recovered; the handle reads what the writer
         had made durable when it was opened (an OPEN ledger up to its LAC)."""
@@ -176,7 +184,7 @@ class EmbeddedLog:
     def _write_metadata(self, _kind, md, version):
         return self.metadata.ledger_manager.write_ledger_metadata(md, version)
 
-    def delete_ledger(self, ledger_id) -> None:
+    def delete_ledger(self, ledger_id: LedgerRef) -> None:
         self._check_writable()
         lid = LedgerId.coerce(ledger_id)
         self.metadata.ledger_manager.remove_ledger_metadata(lid)
@@ -186,7 +194,7 @@ class EmbeddedLog:
             except NoSuchLedgerError:
                 pass                # garbage collection found it gone first
 
-    def append_many_ledgers(self, batches) -> list:
+    def append_many_ledgers(self, batches: Iterable[tuple[WriteHandle, Iterable[Payload]]]) -> list[int]:
         """Append to several ledgers, all made durable by one group commit.
 
         ``batches``: (WriteHandle, entries) pairs; each handle's entries are appended in
@@ -227,19 +235,19 @@ class EmbeddedLog:
             raise error
         return out
 
-    def list_ledgers(self, scope_id: int = 0) -> list:
+    def list_ledgers(self, scope_id: int = 0) -> list[LedgerId]:
         self._check_open()
         return list(self.metadata.ledger_manager.iterate_ledgers(scope_id))
 
-    def ledger_metadata(self, ledger_id) -> LedgerMetadata:
+    def ledger_metadata(self, ledger_id: LedgerRef) -> LedgerMetadata:
         return self.metadata.ledger_manager.read_ledger_metadata(LedgerId.coerce(ledger_id)).value
 
-    def statistics(self) -> dict:
+    def statistics(self) -> dict[str, Any]:
         return self.bookie.statistics()
 
     # -- streams (unbounded ledgers on this one bookie) -------------------------------
 
-    def client_context(self):
+    def client_context(self) -> ClientContext:
         """The ClientContext this log's streams run on (made on first use): an event loop
         thread and worker threads, with this bookie reached in process, without a socket.
         embedlog.aio runs this log's coroutines and blocking steps there."""
@@ -257,14 +265,14 @@ class EmbeddedLog:
             self._ctx = ctx
         return self._ctx
 
-    def open_stream(self, name: str, *, create: bool = True, digest="crc32c", password: bytes = b"",
-                    **policy):
+    def open_stream(self, name: str, *, create: bool = True, digest: str = "crc32c",
+                    password: bytes | str = b"", **policy: int | None) -> Stream:
         """The stream called ``name`` (created if absent); see embedlog.client.stream."""
         self._check_writable("streams")
         return open_stream(self._stream_ctx(), name, create=create, ensemble=(1, 1, 1),
                            digest=digest, password=password_bytes(password), **policy)
 
-    def list_streams(self, pattern: str | None = None) -> list:
+    def list_streams(self, pattern: str | None = None) -> list[str]:
         return list_streams(self.metadata, pattern)
 
     def delete_stream(self, name: str) -> None:
@@ -306,10 +314,10 @@ class EmbeddedLog:
         finally:
             self.metadata.close()
 
-    def __enter__(self):
+    def __enter__(self) -> EmbeddedLog:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -324,7 +332,7 @@ class WriteHandle:
     durable, through ``_deliver``, which never acknowledges past the point a close fixed.
     """
 
-    def __init__(self, log: EmbeddedLog, md: LedgerMetadata, version):
+    def __init__(self, log: EmbeddedLog, md: LedgerMetadata, version: object):
         self._log = log
         self._bookie = log.bookie
         self._md = md
@@ -441,13 +449,13 @@ class WriteHandle:
             self._broken = self._broken or exc
             raise
 
-    def append(self, data) -> int:
+    def append(self, data: Payload) -> int:
         """Append one entry; returns its entry id once it is durable."""
         seq, last = self._add([data])
         self._wait(seq)
         return self._deliver(last)
 
-    def append_many(self, items) -> int:
+    def append_many(self, items: Iterable[Payload]) -> int:
         """Append entries in order; returns the last entry id once all are durable."""
         items = items if isinstance(items, list) else list(items)
         if not items:
@@ -456,7 +464,7 @@ class WriteHandle:
         self._wait(seq)
         return self._deliver(last)
 
-    def append_async(self, data) -> concurrent.futures.Future:
+    def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
         """Append one entry; the future completes with its entry id once durable."""
         fut = AddFuture()
         seq, last = self._add([data])
@@ -511,10 +519,10 @@ class WriteHandle:
             return self._length
         return parse_entry_header(self._bookie.read_entry(self.ledger_id, last))[5] if last >= 0 else 0
 
-    def __enter__(self):
+    def __enter__(self) -> WriteHandle:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -592,12 +600,12 @@ class ReadHandle:
         self._check_range(entry_id, entry_id)
         raise NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id!r}")
 
-    def read_batch(self, first: int, last: int) -> list:
+    def read_batch(self, first: int, last: int) -> list[bytes]:
         """Payloads of first..last inclusive: the fast scan path."""
         self._check_range(first, last)
         raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
 
-    def read_arrays(self, first: int, last: int) -> tuple:
+    def read_arrays(self, first: int, last: int) -> tuple[Any, Any]:
         """(offsets int32[n + 1], values uint8[m]) of the payloads of first..last inclusive,
         numpy arrays: every digest checked, each payload copied once, no Python object per
         entry (the scan path for columnar consumers)."""
@@ -606,12 +614,12 @@ class ReadHandle:
             raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
         return self._reader.read_arrays(first, last)
 
-    def read_arrow(self, first: int, last: int):
+    def read_arrow(self, first: int, last: int) -> Any:
         """The payloads of first..last inclusive as one pyarrow.BinaryArray over
         read_arrays' buffers (no copy). Needs pyarrow (the ``spark`` extra)."""
         return binary_array(*self.read_arrays(first, last))
 
-    def read(self, first: int, last: int, batch_size: int = 4096):
+    def read(self, first: int, last: int, batch_size: int = 4096) -> Iterator[LedgerEntry]:
         """Yield LedgerEntry objects for first..last inclusive."""
         self._check_range(first, last)
         lid = self.ledger_id
@@ -622,7 +630,7 @@ class ReadHandle:
                 yield LedgerEntry(lid, pos + i, data)
             pos = end + 1
 
-    def tail(self, start: int = 0, poll_timeout_ms: int = 200, stop=None):
+    def tail(self, start: int = 0, poll_timeout_ms: int = 200, stop: Stop = None) -> Iterator[TailEntry]:
         """Yield entries from ``start`` on as the writer's LAC passes them (the client's
         tail over the in-process connection to this bookie); ends when the ledger is
         closed and read to its end, or when ``stop()`` is true. The LAC travels in the
@@ -638,8 +646,8 @@ class ReadHandle:
     def close(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self) -> ReadHandle:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

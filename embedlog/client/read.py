@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any, Iterator
 
 from embedlog._native.arrowread import packed_arrays, payload_arrays
 from embedlog._native.format import decode_entry, mac_key
@@ -12,12 +13,17 @@ from embedlog.client.scan import binary_array, read_runs
 from embedlog.client.schedule import write_set
 from embedlog.net import protocol as P
 
+if TYPE_CHECKING:
+    from embedlog._native.format import LedgerId
+    from embedlog._types import Stop
+    from embedlog.meta.api import LedgerMetadata
+
 
 
 class LedgerEntry:
     __slots__ = ("ledger_id", "entry_id", "data")
 
-    def __init__(self, ledger_id, entry_id, data):
+    def __init__(self, ledger_id: LedgerId, entry_id: int, data: bytes):
         self.ledger_id, self.entry_id, self.data = ledger_id, entry_id, data
 
     def __repr__(self):
@@ -38,7 +44,7 @@ async def read_range(ctx, md, mac_key, first: int, last: int) -> list:
 
 
 class ReadHandle:
-    def __init__(self, ctx, md, password: bytes):
+    def __init__(self, ctx: Any, md: LedgerMetadata, password: bytes):
         self._ctx = ctx
         self._md = md
         self.ledger_id = md.ledger_id
@@ -50,7 +56,7 @@ class ReadHandle:
             self.read_lac()
 
     @property
-    def metadata(self):
+    def metadata(self) -> LedgerMetadata:
         return self._md
 
     @property
@@ -60,10 +66,10 @@ class ReadHandle:
     def close(self) -> None:
         """Nothing to release (connections belong to the client); for ``with``."""
 
-    def __enter__(self):
+    def __enter__(self) -> ReadHandle:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -146,7 +152,7 @@ class ReadHandle:
         self._check_range(entry_id, entry_id)
         return self._ctx.run(self._read_one(entry_id))
 
-    def read_batch(self, first: int, last: int) -> list:
+    def read_batch(self, first: int, last: int) -> list[bytes]:
         self._check_range(first, last)
         return self._ctx.run(self._read_range(first, last))
 
@@ -156,12 +162,12 @@ class ReadHandle:
         self._check_range(entry_id, entry_id)
         return await self._read_one(entry_id)
 
-    async def read_batch_async(self, first: int, last: int) -> list:
+    async def read_batch_async(self, first: int, last: int) -> list[bytes]:
         """read_batch() as a coroutine of the client's event loop."""
         self._check_range(first, last)
         return await self._read_range(first, last)
 
-    def read_arrow(self, first: int, last: int, packed: bool = False):
+    def read_arrow(self, first: int, last: int, packed: bool = False) -> Any:
         """Payloads of entries first..last (inclusive, up to the LAC) as one
         pyarrow.BinaryArray: ranged reads of up to 1024 entries a request, every digest
         checked, one copy of each payload and no Python object per entry
@@ -171,7 +177,7 @@ class ReadHandle:
             return binary_array(*self.read_packed(first, last)[:2])
         return binary_array(*payload_arrays(self._runs(first, last), self._digest))
 
-    def read_packed(self, first: int, last: int) -> tuple:
+    def read_packed(self, first: int, last: int) -> tuple[Any, Any, Any]:
         """(offsets int32[n + 1], values uint8[m], rows per entry int32[last - first + 1]): the
         n rows packed in entries first..last, as numpy arrays (no pyarrow needed)."""
         return packed_arrays(self._runs(first, last), self._digest)
@@ -180,7 +186,7 @@ class ReadHandle:
         self._check_range(first, last)
         return self._ctx.run(read_runs(self._ctx, self._md, self._mac_key, first, last))
 
-    def read(self, first: int, last: int, batch_size: int = 1024):
+    def read(self, first: int, last: int, batch_size: int = 1024) -> Iterator[LedgerEntry]:
         self._check_range(first, last)
         pos = first
         while pos <= last:
@@ -189,12 +195,12 @@ class ReadHandle:
                 yield LedgerEntry(self.ledger_id, pos + i, data)
             pos = end + 1
 
-    def read_unconfirmed(self, first: int, last: int) -> list:
+    def read_unconfirmed(self, first: int, last: int) -> list[bytes]:
         """Entries past the LAC too (they may not be durable on Qa bookies yet)."""
         self._check_range(first, last, unconfirmed=True)
         return self._ctx.run(self._read_range(first, last))
 
-    def tail(self, start: int = 0, poll_timeout_ms: int = 1000, stop=None):
+    def tail(self, start: int = 0, poll_timeout_ms: int = 1000, stop: Stop = None) -> Iterator[LedgerEntry]:
         """Yield entries from ``start`` on as the LAC passes them, long-polling the bookies.
 
         Ends when the ledger is closed and read to its end, or when ``stop()`` is true."""
@@ -207,7 +213,7 @@ class ReadHandle:
             pos += len(batch)
 
     async def next_entries(self, start: int, max_count: int = 1024,
-                           poll_timeout_ms: int = 1000) -> list | None:
+                           poll_timeout_ms: int = 1000) -> list[LedgerEntry] | None:
         """The tail's step, a coroutine of the client's event loop: the entries from
         ``start`` up to the LAC (at most ``max_count``); when there are none yet, waits for
         the LAC to pass ``start - 1`` (one long poll of the bookies, up to

@@ -32,17 +32,21 @@ import concurrent.futures
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Iterable
 
 from embedlog._native.format import encode_entry, mac_key, master_key
 from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError, IllegalOpError,
                              InvalidTermError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
-from embedlog.meta.api import DigestType, LedgerState, Versioned
+from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.client.inflight import AddFuture, InFlight
 from embedlog.client.lifecycle import close_ledger
 from embedlog.client.schedule import write_quorums
 from embedlog.net import protocol as P
+
+if TYPE_CHECKING:
+    from embedlog._types import Payload
 
 log = logging.getLogger("embedlog.client")
 TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUESTS, 50 ms .. 0.8 s apart
@@ -124,11 +128,11 @@ class WriteHandle:
         return self._lac_length
 
     @property
-    def metadata(self):
+    def metadata(self) -> LedgerMetadata:
         return self._md
 
     @property
-    def version(self):
+    def version(self) -> object:
         """The metadata version this writer's next CAS expects."""
         return self._version
 
@@ -146,10 +150,10 @@ class WriteHandle:
         if self._closed:
             raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
 
-    def append_async(self, data) -> concurrent.futures.Future:
+    def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
         return self.append_many_async([data])[-1]
 
-    def append_many_async(self, items: list) -> list:
+    def append_many_async(self, items: list[Payload]) -> list[concurrent.futures.Future[int]]:
         self._check()
         limit = self._ctx.config.max_entry_size_bytes
         for item in items:
@@ -206,10 +210,10 @@ class WriteHandle:
             self._inbox_scheduled = False
         self._submit([d for d, _f in batch], [f for _d, f in batch])
 
-    def append(self, data) -> int:
+    def append(self, data: Payload) -> int:
         return self.append_async(data).result()
 
-    def append_many(self, items) -> int:
+    def append_many(self, items: Iterable[Payload]) -> int:
         items = list(items)
         if not items:
             raise IllegalOpError("append_many needs at least one entry")
@@ -239,10 +243,10 @@ class WriteHandle:
             await self._idle.wait()
             await self._change_done.wait()
 
-    def __enter__(self):
+    def __enter__(self) -> WriteHandle:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
