@@ -3,6 +3,8 @@ run takes seconds, not the minutes PySpark's 455 MB take), while `make test` ins
 extra; and the demo really runs with none of the optional packages importable."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,13 +18,13 @@ OPTIONAL = ("kazoo", "etcd3", "pyspark", "pyarrow", "pandas", "lmdb", "rocksdict
             "hypothesis", "trustme", "google_crc32c", "atheris", "pytest_benchmark", "uvloop")
 
 
-def dry_run(target: str, tmp_path) -> list:
+def dry_run(target: str, tmp_path, only: str | None = "pip install") -> list:
     if shutil.which("make") is None:
         pytest.fail("make is not installed (the README's two commands are make targets)")
     r = subprocess.run(["make", "-n", target, f"VENV={tmp_path}/venv"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    return [l for l in r.stdout.splitlines() if "pip install" in l]
+    return [l for l in r.stdout.splitlines() if only is None or only in l]
 
 
 def test_make_run_installs_no_extra(tmp_path):
@@ -58,3 +60,29 @@ def test_the_demo_needs_no_optional_package(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert '"verified": 3000' in r.stdout
     assert list(tmp_path.iterdir()) == []          # and it left nothing behind (item 5)
+
+
+# setup.py run with setup() and cythonize() replaced by probes: nothing is built
+PROBE = """
+import json, runpy, setuptools, Cython.Build
+seen = {}
+Cython.Build.cythonize = lambda exts, **kw: seen.update(nthreads=kw.get("nthreads")) or []
+setuptools.setup = lambda **kw: seen.update(parallel=kw["options"]["build_ext"]["parallel"])
+runpy.run_path("setup.py")
+print(json.dumps(seen))
+"""
+
+
+def test_make_run_builds_the_modules_once_in_parallel(tmp_path):
+    """Issue 27 item 10: the editable install compiles nothing; one build_ext compiles every
+    module, Cython and the C compiler one job per core; run builds no benchmark module."""
+    run = dry_run("run", tmp_path, only=None)
+    assert [l for l in run if "build_ext" in l] == [f"{tmp_path}/venv/bin/python setup.py build_ext --inplace"], run
+    installs = [l for l in run if "pip install" in l and "-e ." in l]
+    assert installs and all(l.startswith("EMBEDLOG_NO_EXT=1 ") for l in installs), installs
+    assert not any("floor" in l for l in run), run
+    r = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = os.cpu_count()
+    assert json.loads(r.stdout.splitlines()[-1]) == {"nthreads": jobs, "parallel": jobs}
