@@ -31,6 +31,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -186,6 +187,19 @@ def run_target(target: str, args, native: str | None) -> dict:
            "EMBEDLOG_FUZZ_TARGET": target}          # makes tools/fuzz.py the child
     if native:
         env["EMBEDLOG_FUZZ_NATIVE"] = native
+    # the targets' scratch files (a bookie's directory for bookie_add): libFuzzer ends the
+    # child with _exit, so its atexit cleanup never runs; this root goes when the target is done
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    env["EMBEDLOG_FUZZ_TMP_ROOT"] = tmp_root = tempfile.mkdtemp(prefix=f"embedlog-fuzz-{target}-", dir=shm)
+    try:
+        return _run_child(target, args, cmd, env, work, corpus, crashes, max_len, before_corpus,
+                          before_crashes, native)
+    finally:
+        shutil.rmtree(tmp_root, ignore_errors=True)
+
+
+def _run_child(target, args, cmd, env, work, corpus, crashes, max_len, before_corpus,
+               before_crashes, native) -> dict:
     log_path = os.path.join(work, "fuzz.log")
     t0 = time.monotonic()
     with open(log_path, "wb") as log:

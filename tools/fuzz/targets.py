@@ -23,8 +23,9 @@ from embedlog.errors import EmbedlogError
 
 # file-based parsers get their input through a file; /dev/shm keeps the writes in memory
 _SHM = "/dev/shm"
-TMP = tempfile.mkdtemp(prefix="embedlog-fuzz-",
-                       dir=_SHM if os.access(_SHM, os.W_OK) else None)
+# (tools/fuzz.py gives its children a root it removes afterwards: libFuzzer exits without atexit)
+TMP = tempfile.mkdtemp(prefix="embedlog-fuzz-", dir=os.environ.get("EMBEDLOG_FUZZ_TMP_ROOT")
+                       or (_SHM if os.access(_SHM, os.W_OK) else None))
 atexit.register(shutil.rmtree, TMP, True)
 
 MAX_RECORD = 1 << 20        # journal record bound passed to scan/replay (the bookie's is config)
