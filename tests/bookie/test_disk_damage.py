@@ -104,8 +104,8 @@ def test_data_is_private_to_its_user(tmp_path):
 
 
 def test_a_flipped_byte_in_a_dummy_ledger_is_found_by_the_block_checksums(tmp_path):
-    """DUMMY means no digest: its entries are served as stored. The seal's block checksums
-    still find the damaged record, and name the file, the block and the entry."""
+    """DUMMY means no digest. The seal's block checksums still find the damaged record, and
+    name the file, the block and the entry; a read checks them too."""
     from embedlog._native import entrylog as nel
     from embedlog.bookie.scrub import damaged_records
     cfg = dict(CFG, entry_log_size_limit=1 << 20)
@@ -139,12 +139,52 @@ def test_a_flipped_byte_in_a_dummy_ledger_is_found_by_the_block_checksums(tmp_pa
     assert out["ok"] is False and not out["errors"]
     [block] = out["damaged_entry_log_blocks"]
     assert block["file"] == path and [lid.qualified_name, int(eids[k])] in block["entries"]
-    with embedlog.open(tmp_path, **cfg) as log:             # DUMMY serves the flipped bytes as is
-        got = log.open_ledger(lid).read_entry(int(eids[k]))
-        assert got != b"%05d" % int(eids[k]) + bytes(2000)
+    with embedlog.open(tmp_path, **cfg) as log:     # and a read checks its block's crc: refused
+        r = log.open_ledger(lid)
+        with pytest.raises(CorruptedDataError, match="block checksum"):
+            r.read_entry(int(eids[k]))
+        with pytest.raises(CorruptedDataError, match="block checksum"):
+            r.read_batch(0, int(eids[k]))
+        with pytest.raises(CorruptedDataError, match="block checksum"):
+            log.bookie.read_entry(lid, int(eids[k]))          # the wire path, encoded
+        assert r.read_entry(0) == b"00000" + bytes(2000)      # other blocks read as before
 
 
 def shell_json(*args, code=0):
     r = CliRunner().invoke(shell, [str(a) for a in args] + ["--json"], catch_exceptions=False)
     assert r.exit_code == code, r.output
     return json.loads(r.output)
+
+
+def test_the_unsealed_logs_completed_blocks_are_checked_on_read(tmp_path):
+    """The log being written has no checksum table yet: the crc of each block is taken as a
+    memtable flush completes it, checked on read, and written at the seal (so the damage is
+    not sealed in as good)."""
+    from embedlog.bookie.scrub import damaged_records
+    cfg = dict(CFG, entry_log_size_limit=4 << 20)
+    with embedlog.open(tmp_path, **cfg) as log:
+        w = log.create_ledger(digest="dummy")
+        w.append_many([b"%05d" % i + bytes(1000) for i in range(600)])   # ~600 KiB: 9 blocks
+        log.bookie.checkpoint()
+        el = log.bookie.storage.entry_logger
+        path, log_id = el.current.path, el.current.log_id
+        assert not el.current.sealed
+        loc = log.bookie.storage.location((0, w.ledger_id.ledger_id), 100)
+        off = (loc & 0xFFFFFFFF) + 50                          # entry 100, in block 1
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"\xff", off)                       # the map shares these pages
+        finally:
+            os.close(fd)
+        with pytest.raises(CorruptedDataError, match="block checksum"):
+            log.bookie.read_entry(w.ledger_id, 100)
+        assert log.bookie.read_entry(w.ledger_id, 500).endswith(b"00500" + bytes(1000))
+        w.append_many([b"%05d" % i + bytes(1000) for i in range(600, 5000)])  # rolls: sealed
+        log.bookie.checkpoint()
+        assert el.current.log_id != log_id
+        w.close()
+    found = damaged_records([(log_id, path)])
+    assert len(found) == 1 and found[0]["offset"] <= off < found[0]["end"]
+    with embedlog.open(tmp_path, **cfg) as log:
+        with pytest.raises(CorruptedDataError, match="block checksum"):
+            log.open_ledger(w.ledger_id).read_entry(100)

@@ -142,3 +142,30 @@ def test_a_crash_before_the_first_checkpoint_is_not_damage(tmp_path):
         r = log.open_ledger(lid)
         assert r.last_add_confirmed >= last
         assert r.read_batch(0, last) == [payload(i) for i in range(last + 1)]
+
+
+def test_a_flipped_byte_in_the_unsealed_log_of_a_crash_is_not_sealed_in(tmp_path):
+    """The log being written when the writer was killed is sealed at the next start. Its
+    block crcs are the ones taken as the blocks were written (kept in the log's tail at
+    each flush), not crcs of the damaged bytes: a DUMMY read is refused (issue 26 item 6)."""
+    from embedlog._native import entrylog as nel
+    lid, last = killed_writer(tmp_path, "dummy")
+    current = tmp_path / "current"
+    [name] = [n for n in os.listdir(current) if n.endswith(".log")]
+    m = nel.MappedLog.open_existing(str(current / name), int(name[:-4], 16))
+    try:
+        assert not m.sealed
+        locs, _sizes, _scopes, _lids, eids = m.entry_table()
+        off = int(locs[list(eids).index(100)] & 0xFFFFFFFF) + 20
+    finally:
+        m.close()
+    with open(current / name, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with embedlog.open(tmp_path, **CFG) as log:
+        r = log.open_ledger(lid)
+        assert r.read_entry(600) == payload(600)               # another block
+        with pytest.raises(CorruptedDataError, match="block checksum"):
+            r.read_entry(100)

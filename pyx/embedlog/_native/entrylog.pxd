@@ -10,6 +10,22 @@ cdef class MappedLog:
     cdef readonly bint writable
     cdef Py_ssize_t synced
     cdef Py_ssize_t allocated               # blocks allocated (fallocate) up to here
+    # block checksums checked on read: crcs[k] of block k < nblocks_known (from the sealed
+    # table, or computed as a memtable flush completes the block of a log being written),
+    # verified[] a bitmap of the blocks checked since the log was mapped
+    cdef uint32_t *crcs
+    cdef uint8_t *verified
+    cdef Py_ssize_t nblocks_known
+    cdef bint tracking                      # crcs are taken as bytes are written
+    cdef uint32_t crc_run                   # the crc of the block being written, so far
+    cdef Py_ssize_t crcs_persisted          # blocks whose crcs flush() wrote to the file's tail
+    cdef Py_ssize_t _tail_start(self)
+    cdef int _load_tail_crcs(self) except -1
+    cdef int _track(self, Py_ssize_t capacity_bytes) except -1
+    cdef void _crc_feed(self, const uint8_t *data, Py_ssize_t n) noexcept nogil
+    cdef int _load_block_crcs(self) except -1
+    cdef int _verify_block(self, Py_ssize_t k) except -1
+    cdef const uint8_t *checked_entry_at(self, uint32_t offset, Py_ssize_t *n) except? NULL
     cdef int reserve(self, Py_ssize_t n) except -1
     cdef _unmap(self)
     cdef int _map(self, int prot) except -1

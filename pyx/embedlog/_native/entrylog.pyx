@@ -10,7 +10,10 @@ Grammar (big-endian; see docs/FORMATS.md)::
                   crc32c:u32
     block_crcs := "ELBC" block_bytes:u32 count:u32 crc32c:u32*count table_crc:u32
                   # crc32c of each block_bytes of [1024, map_offset) at the seal, so a
-                  # damaged record is found even in a DUMMY-digest ledger (localconsistencycheck)
+                  # damaged record is found even in a DUMMY-digest ledger (localconsistencycheck),
+                  # and a read checks the blocks it reads (once per block while mapped). An
+                  # unsealed log keeps the crcs of its completed blocks in its last
+                  # 16 + 4 * nblocks bytes (written at each flush; the seal cuts them away)
     location   := log_id << 32 | offset of entry[] in its file   (0: no entry)
 
 A file is created at ``size_limit`` (sparse) and mapped once for reads. Memtable
@@ -66,9 +69,17 @@ cdef class MappedLog:
     def __cinit__(self):
         self.base = NULL
         self.fd = -1
+        self.crcs = NULL
+        self.verified = NULL
+        self.nblocks_known = 0
+        self.tracking = False
+        self.crc_run = 0
+        self.crcs_persisted = 0
 
     def __dealloc__(self):
         self._unmap()
+        free(self.crcs)
+        free(self.verified)
 
     cdef _unmap(self):
         if self.base != NULL:
@@ -111,6 +122,8 @@ cdef class MappedLog:
             raise
         m.writable = True
         m._map(PROT_READ | PROT_WRITE)
+        m._track(size_limit)
+        m.tracking = True
         memcpy(m.base, b"ELLO", 4)
         el_put32(m.base + 4, 1)
         m.position = HEADER_SIZE
@@ -131,6 +144,7 @@ cdef class MappedLog:
         m._map(PROT_READ)
         m._check_header()
         m.position = m._scan_end()
+        m._load_block_crcs()
         return m
 
     @staticmethod
@@ -150,6 +164,7 @@ cdef class MappedLog:
         m.position = m._scan_end()
         m.allocated = m.position
         m.synced = 0
+        m._load_tail_crcs()
         return m
 
     cdef _check_header(self):
@@ -160,6 +175,116 @@ cdef class MappedLog:
         if version != 1:
             self._unmap()
             raise CorruptedDataError(f"entry log {self.path} offset 4: unknown format version {version}")
+
+    cdef int _track(self, Py_ssize_t capacity_bytes) except -1:
+        """Room for the checksums and the verified bits of every block of the file."""
+        cdef Py_ssize_t nb = (capacity_bytes - LOG_HEADER_SIZE + CRC_BLOCK_BYTES - 1) // CRC_BLOCK_BYTES
+        nb = max(nb, 1)
+        self.crcs = <uint32_t *>malloc(nb * sizeof(uint32_t))
+        self.verified = <uint8_t *>malloc((nb + 7) // 8)
+        if self.crcs == NULL or self.verified == NULL:
+            raise MemoryError()
+        memset(self.verified, 0, (nb + 7) // 8)
+        return 0
+
+    cdef void _crc_feed(self, const uint8_t *data, Py_ssize_t n) noexcept nogil:
+        """``data[:n]`` is being written at ``position``: fold it into the crc of its block,
+        and keep the crc of each block it completes (``nblocks_known`` is moved by the
+        caller, with the GIL, once the bytes are in the file)."""
+        cdef Py_ssize_t pos = self.position, k, take
+        while n > 0:
+            k = (pos - LOG_HEADER_SIZE) // CRC_BLOCK_BYTES
+            take = min(n, LOG_HEADER_SIZE + (k + 1) * CRC_BLOCK_BYTES - pos)
+            self.crc_run = el_crc32c(self.crc_run, data, take)
+            pos += take
+            data += take
+            n -= take
+            if (pos - LOG_HEADER_SIZE) % CRC_BLOCK_BYTES == 0:
+                self.crcs[k] = self.crc_run
+                self.crc_run = 0
+
+    cdef Py_ssize_t _tail_start(self):
+        """Where an unsealed log keeps the crcs of its completed blocks (its last bytes, which
+        a memtable flush leaves free: see flush_memtable)."""
+        return self.mapped - (16 + 4 * ((self.mapped - LOG_HEADER_SIZE + CRC_BLOCK_BYTES - 1)
+                                        // CRC_BLOCK_BYTES))
+
+    cdef int _load_tail_crcs(self) except -1:
+        """A log left unsealed: the block crcs its last flush kept in its tail, for the
+        start-up seal to write (so damage since is not sealed in as good); none if absent.
+        Read with pread, not through the map: the tail may be a hole, and reading a hole
+        through a map faults (SIGBUS) on a full tmpfs."""
+        cdef Py_ssize_t at = self._tail_start(), k
+        cdef const uint8_t[::1] v
+        cdef uint32_t count
+        if at < LOG_HEADER_SIZE or el_get64(self.base + 8) != 0:
+            return 0
+        raw = os.pread(self.fd, self.mapped - at, at)
+        if len(raw) < 16 or raw[:4] != b"ELBC":
+            return 0
+        v = raw
+        count = el_get32(&v[8])
+        if el_get32(&v[4]) != CRC_BLOCK_BYTES or 16 + 4 * <Py_ssize_t>count > len(raw) or \
+                LOG_HEADER_SIZE + <Py_ssize_t>count * CRC_BLOCK_BYTES > self.position or \
+                el_crc32c(0, &v[0], 12 + 4 * count) != el_get32(&v[12 + 4 * count]):
+            return 0
+        self._track(self.mapped)
+        for k in range(count):
+            self.crcs[k] = el_get32(&v[12 + 4 * k])
+        self.nblocks_known = count
+        return 0
+
+    cdef int _load_block_crcs(self) except -1:
+        """A sealed log's checksum table, copied for the reads to check against. A log
+        without one (older, or sealed with no room) is read unchecked; a damaged table
+        too (localconsistencycheck reports it; entries with a digest are still checked)."""
+        cdef uint64_t off = el_get64(self.base + 20)
+        cdef uint64_t map_off = el_get64(self.base + 8)
+        cdef const uint8_t *t
+        cdef uint32_t count, k
+        if off == 0 or map_off == 0 or off + 16 > <uint64_t>self.mapped:
+            return 0
+        t = self.base + off
+        count = el_get32(t + 8)
+        if memcmp4(<uint8_t *>t, b"ELBC") or el_get32(t + 4) != CRC_BLOCK_BYTES or \
+                off + 16 + 4 * <uint64_t>count > <uint64_t>self.mapped or \
+                <uint64_t>count * CRC_BLOCK_BYTES < map_off - LOG_HEADER_SIZE or \
+                el_crc32c(0, t, 12 + 4 * count) != el_get32(t + 12 + 4 * count):
+            return 0
+        self._track(LOG_HEADER_SIZE + <Py_ssize_t>count * CRC_BLOCK_BYTES)
+        for k in range(count):
+            self.crcs[k] = el_get32(t + 12 + 4 * k)
+        self.nblocks_known = count
+        return 0
+
+    cdef int _verify_block(self, Py_ssize_t k) except -1:
+        cdef Py_ssize_t start = LOG_HEADER_SIZE + k * CRC_BLOCK_BYTES
+        cdef Py_ssize_t n = min(<Py_ssize_t>CRC_BLOCK_BYTES, self.position - start)
+        # with the GIL held: a seal may unmap the log as soon as it is released
+        cdef uint32_t c = el_crc32c(0, self.base + start, n)
+        if c != self.crcs[k]:
+            raise CorruptedDataError(
+                f"entry log {self.path} offset {start}: bytes {start}..{start + n} do not match "
+                "their block checksum (the file was damaged after they were written)")
+        self.verified[k >> 3] |= <uint8_t>(1 << (k & 7))
+        return 0
+
+    cdef const uint8_t *checked_entry_at(self, uint32_t offset, Py_ssize_t *n) except? NULL:
+        """entry_at, with the blocks the record spans checked against their checksums the
+        first time one is read (CorruptedDataError if they do not match). Blocks without a
+        checksum yet (the one being written) are read as they are."""
+        cdef const uint8_t *p = self.entry_at(offset, n)
+        cdef Py_ssize_t k, last
+        if p == NULL or self.nblocks_known == 0:
+            return p
+        k = (<Py_ssize_t>offset - 4 - LOG_HEADER_SIZE) // CRC_BLOCK_BYTES
+        last = min((<Py_ssize_t>offset + n[0] - 1 - LOG_HEADER_SIZE) // CRC_BLOCK_BYTES,
+                   self.nblocks_known - 1)
+        while k <= last:
+            if not (self.verified[k >> 3] & (1 << (k & 7))):
+                self._verify_block(k)
+            k += 1
+        return p
 
     @property
     def sealed(self):
@@ -227,7 +352,7 @@ cdef class MappedLog:
         for i in range(total):
             if <uint64_t>(locs[i] >> 32) != src.log_id:
                 raise CorruptedDataError(f"location {locs[i]:#x} is not in log {src.log_id:x}")
-            p = src.entry_at(<uint32_t>locs[i], &n)
+            p = src.checked_entry_at(<uint32_t>locs[i], &n)   # never copy damaged bytes
             if p == NULL:
                 raise CorruptedDataError(f"no entry at {locs[i]:#x} in {src.path}")
             if self.position + 4 + n + reserve > self.mapped:
@@ -287,7 +412,11 @@ cdef class MappedLog:
             return 0
         el_put32(self.base + pos, <uint32_t>n)
         memcpy(self.base + pos + 4, data, n)
+        if self.tracking:
+            self._crc_feed(self.base + pos, 4 + n)
         self.position = pos + 4 + n
+        if self.tracking:
+            self.nblocks_known = (self.position - LOG_HEADER_SIZE) // CRC_BLOCK_BYTES
         return (self.log_id << 32) | <uint64_t>(pos + 4)
 
     cdef int write_end(self, const uint8_t *data, Py_ssize_t n) except -1:
@@ -306,9 +435,13 @@ cdef class MappedLog:
                     err = errno
                     break
                 done += w
+            if not err and self.tracking:
+                self._crc_feed(data, n)
         if err:
             raise OSError(err, f"write to entry log {self.path} failed: {os.strerror(err)}")
         self.position += n
+        if self.tracking:
+            self.nblocks_known = (self.position - LOG_HEADER_SIZE) // CRC_BLOCK_BYTES
         if self.allocated < self.position:
             self.allocated = self.position
         return 0
@@ -338,7 +471,23 @@ cdef class MappedLog:
         cdef Py_ssize_t start = (self.synced // 4096) * 4096
         cdef Py_ssize_t end = self.position
         cdef int r = 0
+        cdef Py_ssize_t at = self._tail_start(), count = self.nblocks_known
         if self.writable and end > start:
+            if self.tracking and count > self.crcs_persisted and end <= at:
+                # the crcs of the blocks completed so far, durable with them: a start-up seal
+                # after a crash writes these rather than crcs of what the file holds then
+                table = bytearray(16 + 4 * count)
+                table[0:4] = b"ELBC"
+                table[4:12] = (<uint64_t>CRC_BLOCK_BYTES << 32 | <uint64_t>count).to_bytes(8, "big")
+                for k in range(count):
+                    table[12 + 4 * k:16 + 4 * k] = self.crcs[k].to_bytes(4, "big")
+                table[12 + 4 * count:] = el_crc32c(0, table, 12 + 4 * count).to_bytes(4, "big")
+                try:
+                    os.pwrite(self.fd, table, at)
+                    self.crcs_persisted = count
+                except OSError as exc:
+                    if exc.errno != errno_ENOSPC:     # a full disk: they are an aid, not data
+                        raise
             with nogil:
                 r = msync(self.base + start, end - start, MS_SYNC)
             if r != 0:
@@ -397,11 +546,14 @@ cdef class MappedLog:
         el_put32(p + 4, CRC_BLOCK_BYTES)
         el_put32(p + 8, nblocks)
         p += 12
+        cdef Py_ssize_t known = self.nblocks_known if self.crcs != NULL else 0
         with nogil:
             for k in range(nblocks):
                 start = LOG_HEADER_SIZE + k * CRC_BLOCK_BYTES
                 n = min(<Py_ssize_t>CRC_BLOCK_BYTES, end - start)
-                el_put32(p + 4 * k, el_crc32c(0, self.base + start, n))
+                # the crcs taken as the blocks were written: damage since is found on read
+                el_put32(p + 4 * k, self.crcs[k] if k < known and n == CRC_BLOCK_BYTES
+                         else el_crc32c(0, self.base + start, n))
         el_put32(p + 4 * nblocks, el_crc32c(0, table, 12 + 4 * nblocks))
 
     def damaged_blocks(self):
@@ -595,7 +747,7 @@ cdef class EntryLogger:
         cdef MappedLog m = self._log(location >> 32)
         if m is None:
             return NULL
-        return m.entry_at(<uint32_t>location, n)
+        return m.checked_entry_at(<uint32_t>location, n)
 
     def read_encoded(self, uint64_t location):
         cdef Py_ssize_t n = 0
@@ -648,7 +800,11 @@ cdef class EntryLogger:
                 if self.current is None:
                     self.roll()
                 cur = self.current
-                room = cur.mapped - cur.position
+                # keep room for the seal's ledgers map and block checksums: a log filled to
+                # its end was sealed without them (no checksums for its reads to check)
+                room = cur.mapped - cur.position - (
+                    12 + 24 * (len(self.current_ledgers) + 1) + 16 +
+                    4 * ((cur.mapped - HEADER_SIZE + CRC_BLOCK_BYTES - 1) // CRC_BLOCK_BYTES))
                 r = &mt.recs[order[i]]
                 if 4 + <Py_ssize_t>r.size > room:
                     if cur.position == HEADER_SIZE:

@@ -116,7 +116,7 @@ cdef class LedgerReader:
                 self.last_log = m
             p = NULL
             if m is not None:
-                p = m.entry_at(<uint32_t>loc, n)
+                p = m.checked_entry_at(<uint32_t>loc, n)     # its block's crc, once per block
             if p != NULL:
                 return p
             # compaction may have moved the entry and deleted its old log since the page
@@ -144,7 +144,7 @@ cdef class LedgerReader:
         if loc != 0:
             m = self.last_log
             if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
-                p = m.entry_at(<uint32_t>loc, n)
+                p = m.checked_entry_at(<uint32_t>loc, n)
         if p == NULL:
             # the careful path (page load, other log, ...); the next step takes the page
             # from the index again, as this one may be an evicted copy older than the entry
