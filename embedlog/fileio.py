@@ -94,11 +94,14 @@ def replace(src: str, dst: str) -> None:
 
 # -- what is durable (tests) -----------------------------------------------------------------
 
-def durable(path: str, length: int) -> None:
-    """``path``'s first ``length`` bytes are on stable storage."""
+def durable(path: str, length: int, size: int | None = None) -> None:
+    """``path``'s first ``length`` bytes are on stable storage, and its size is at least
+    ``size`` (a preallocated file: what lies between reads back as zeros or as it was)."""
     if _durable is not None:
+        key = os.path.abspath(path)
         with _lock:
-            _durable[os.path.abspath(path)] = length
+            old = _durable.get(key)
+            _durable[key] = (length, max(old[1] if old else 0, size or 0, length))
 
 
 def record_durable(on: bool = True) -> None:
@@ -110,21 +113,31 @@ def record_durable(on: bool = True) -> None:
 
 def power_loss(root: str) -> list:
     """Cut every file under ``root`` back to what was recorded durable, as a power loss
-    would: longer files are truncated, a data file never made durable is removed (its
-    directory entry need not have survived either). Returns what changed."""
+    would: longer files are truncated to their durable size, bytes past the durable length
+    within it become zeros (preallocated space whose writes never reached the disk), a
+    data file never made durable is removed (its directory entry need not have survived
+    either). Returns what changed."""
     changed = []
     with _lock:
         known = dict(_durable or {})
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             path = os.path.abspath(os.path.join(dirpath, name))
-            length = known.get(path)
-            if length is None:
+            entry = known.get(path)
+            if entry is None:
                 if name.endswith(DATA_SUFFIXES):
                     os.unlink(path)
                     changed.append((path, "removed"))
                 continue
-            if os.path.getsize(path) > length:
-                os.truncate(path, length)
-                changed.append((path, length))
+            length, size = entry
+            cur = os.path.getsize(path)
+            if cur > size:
+                os.truncate(path, size)
+                cur = size
+                changed.append((path, size))
+            if cur > length:
+                with open(path, "r+b") as f:
+                    f.seek(length)
+                    f.write(bytes(cur - length))
+                changed.append((path, f"zeros from {length}"))
     return changed

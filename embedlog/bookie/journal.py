@@ -46,6 +46,12 @@ def journal_ids(directory: str) -> list[int]:
     return sorted(ids)
 
 
+
+def prealloc_floor(prealloc_bytes: int) -> int:
+    """The size a journal file has from its creation: its header block and the zeros
+    written ahead at once (its header records it, see nj.file_min_size)."""
+    return ALIGN + min(prealloc_bytes, 4 << 20)
+
 class Journal:
     def __init__(self, directory: str, config, cv: threading.Condition, lock):
         self.directory = directory
@@ -129,21 +135,27 @@ class Journal:
         path = os.path.join(self.directory, "%x.txn" % new_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         dfd = -1
-        header = nj.file_header(new_id, max(existing, default=0))
+        prev = max(existing, default=0)
+        header = nj.file_header(new_id, prev)
         try:
             # the header's whole block, so O_DIRECT writes start on block boundaries after it
             if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
                 raise OSError(errno.ENOSPC, "short write of a journal header")
             dfd = self._open_direct(path)
-            zero_end = ALIGN + min(self._prealloc, 4 << 20)
+            zero_end = prealloc_floor(self._prealloc)
             try:
                 nj.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN, sync=False)
             except OSError as exc:
                 if not _no_space(exc):
                     raise               # zeros ahead are a speed-up: without room, none
+            else:
+                # the header says how long the zeros made the file: replay takes a file found
+                # shorter as cut (records after the cut would be lost without a word)
+                header = nj.file_header(new_id, prev, zero_end)
+                os.pwrite(fd, header, 0)
             os.fsync(fd)
             fsync_dir(self.directory)
-            fileio.durable(path, nj.HEADER_SIZE)
+            fileio.durable(path, nj.HEADER_SIZE, os.fstat(fd).st_size)
             if getattr(self, "_mark", None) is not None:
                 self._mark.write_head(new_id)
         except BaseException:
@@ -268,7 +280,7 @@ class Journal:
             failpoints.hit("journal.before_write")
             if rolled:
                 self._open_file_locked_out(start_seq, sync_old=not self._needs_roll)
-            attempted = (self._path, self._offset)
+            attempted = (self._path, self._offset, buf.nbytes)
             self._write(buf)
             self._offset += buf.nbytes
             sync = self.config.journal_sync_data
@@ -342,9 +354,17 @@ class Journal:
         failed sync, a partial write): cut them off, or a crash would replay an add that
         was failed. Returns the error the group fails with; if the cut fails too, one that
         fails the journal (When in doubt, fail)."""
-        path, offset = attempted
+        path, offset, nbytes = attempted
         try:
-            os.ftruncate(self._fd, offset)
+            # zeros over the group, keeping the file's size: a newest journal that ends
+            # short of its preallocation reads as cut at the next start. Past the
+            # preallocated space the zeros may find no room either: then the file is cut
+            try:
+                os.pwrite(self._fd, bytes(nbytes), offset)
+            except OSError as err:
+                if not _no_space(err):
+                    raise
+                os.ftruncate(self._fd, offset)
             os.fsync(self._fd)
             fileio.durable(path, offset)
         except OSError as err:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import struct
 import threading
 import time
 
@@ -195,6 +196,48 @@ def check_chain(directory: str, mark_id: int, head: int | None) -> list:
     return missing
 
 
+RECORD_HEAD = 9                  # len:u32 crc:u32 type:u8
+SECTOR = 512                     # the unit a torn write loses
+
+
+def tail_damage(mm, end: int, size: int, max_record_size: int) -> str | None:
+    """What the bad record at ``end`` (the last thing in its file) is: None for a torn write
+    (part of it never reached the disk: it ends in zeros, or a sector of it is all zeros, as
+    preallocated space reads), else why it is damage: a record cut by the end of the file,
+    or a complete record (every sector written) failing its checksum, such as a flipped bit."""
+    if end + 4 > size:
+        return f"the file ends inside a record header at offset {end}"
+    (length,) = struct.unpack_from(">I", mm, end)
+    if length > max_record_size:
+        return (f"the record at offset {end} claims {length} bytes, more than any record "
+                f"({max_record_size}), and it is not unwritten space")
+    stop = end + RECORD_HEAD + length
+    if stop > size:
+        return f"the file ends at {size}, inside the record at offset {end} ({length} bytes)"
+    if mm[stop - 1] == 0:
+        return None                  # its last bytes never arrived (or were zeros)
+    # the sector holding the record's start was written (its length is not zero); a torn
+    # write loses a later one, which then reads as zeros
+    sector = end - end % SECTOR + SECTOR
+    while sector < stop:
+        if not any(mm[max(sector, end):min(sector + SECTOR, stop)]):
+            return None
+        sector += SECTOR
+    return (f"the record at offset {end} ({length} bytes) was written whole but fails its "
+            "checksum")
+
+
+def _damaged_tail(path: str, end: int, why: str, skip_corrupt: bool, report: dict) -> None:
+    if not skip_corrupt:
+        raise JournalCorruptedError(
+            f"journal {path} is damaged at offset {end}: {why}. Acknowledged entries may have "
+            "been there: restore the file, or set journal_skip_corrupt_records=True to accept "
+            "the loss (it is reported in replay_report['damaged_tails']).")
+    log.error("journal %s: damaged at offset %d (%s); accepting the loss "
+              "(journal_skip_corrupt_records)", path, end, why)
+    report["damaged_tails"].append((path, end, why))
+
+
 def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
            max_record_size: int, head: int | None = None, allow_missing: bool = False,
            apply_entries=None) -> dict:
@@ -206,10 +249,17 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
     JournalCorruptedError naming file and offset, unless ``skip_corrupt``, which steps
     over it and reports what it skipped. ``apply_entries(mm, records, i, path)``, if
     given, applies the run of entry records from records[i] and returns the index after it.
+
+    A bad last record is a torn tail only if part of it never reached the disk
+    (``tail_damage``); one cut by the end of the file or complete but failing its checksum
+    is damage. So is a newest file shorter than the size its header says its preallocated
+    zeros gave it (nj.file_min_size): it was cut.
+    Damage raises JournalCorruptedError naming file and offset unless ``skip_corrupt``
+    (the operator accepts the loss: it is logged and reported in ``damaged_tails``).
     """
     t0 = time.perf_counter()
     report = {"files": 0, "records": 0, "bytes": 0, "torn": [], "skipped": [],
-              "missing_files": []}
+              "missing_files": [], "damaged_tails": []}
     mark_id, mark_off = mark
     missing = check_chain(directory, mark_id, head)
     if missing and not allow_missing:
@@ -221,7 +271,8 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
         log.error("journal %s: starting without %s (journal_allow_missing_files)",
                   directory, "; ".join(missing))
         report["missing_files"] = missing
-    for file_id in journal_ids(directory):
+    ids = journal_ids(directory)
+    for file_id in ids:
         if file_id < mark_id:
             continue
         path = os.path.join(directory, "%x.txn" % file_id)
@@ -253,6 +304,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 if got_id != file_id:
                     raise JournalCorruptedError(
                         f"journal {path} offset 0: header names journal {got_id:x}")
+                floor = nj.file_min_size(mm[:nj.HEADER_SIZE])
                 start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
                 # the journal's pages were dropped after each sync: read ahead of the scan
                 mm.madvise(mmap.MADV_SEQUENTIAL)
@@ -276,6 +328,15 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 report["records"] += len(records)
                 report["bytes"] += end - start
                 report["skipped"].extend((path, o, n) for o, n in skipped)
+                damage = None
+                if status == "torn":
+                    damage = tail_damage(mm, end, len(mm), max_record_size)
+                elif status == "clean" and file_id == ids[-1] and len(mm) < floor:
+                    damage = (f"the file is {len(mm)} bytes, short of the {floor} its "
+                              f"preallocation gave it: it was cut, and records after offset "
+                              f"{end} are gone")
+                if damage is not None:
+                    _damaged_tail(path, end, damage, skip_corrupt, report)
                 tail = None
                 if status == "torn":
                     tail = mm[end:].rstrip(b"\0")
@@ -285,11 +346,14 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 torn_dir = os.path.join(directory, "torn")
                 private_dir(torn_dir)
                 atomic_write(os.path.join(torn_dir, "%x.txn.%d" % (file_id, end)), tail)
-                f.truncate(end)
-                f.flush()
+                # zeros over the tail, not a shorter file: a journal that ends exactly at a
+                # record short of its preallocation is one that was cut (see above)
+                os.pwrite(f.fileno(), bytes(len(tail)), end)
                 os.fsync(f.fileno())
-                fsync_dir(directory)
-                fileio.durable(path, end)
+                fileio.durable(path, os.fstat(f.fileno()).st_size)
+                log.warning("journal %s: cut a torn tail of %d bytes at offset %d (a write "
+                            "that never reached the disk whole; a copy is in %s)", path,
+                            len(tail), end, torn_dir)
                 report["torn"].append((path, end, len(tail)))
         report["files"] += 1
     report["seconds"] = time.perf_counter() - t0

@@ -31,7 +31,16 @@ def read_all(path, lid, **cfg):
         return out, log.bookie.replay_report
 
 
+def _other_nonzero(b, r):
+    j = 1 + r % 255
+    return j if j != b else 1 + j % 255
+
+
 def test_torn_tail_at_every_byte_of_the_last_record(tmp_path):
+    """A torn write leaves zeros where its bytes never arrived: cut, logged and kept aside.
+    Garbage over the last record (a complete record failing its checksum, such as a flipped
+    bit) and a file cut inside a record are damage (issue 26, item 3): refused with the file
+    and offset, unless journal_skip_corrupt_records accepts the loss, which is reported."""
     payloads = [b"entry-%03d" % i + os.urandom(40) for i in range(20)]
     base = tmp_path / "base"
     lid = write_and_crash(base, payloads)
@@ -48,12 +57,25 @@ def test_torn_tail_at_every_byte_of_the_last_record(tmp_path):
                 n = body_start + body_len - cut
                 f.seek(cut)
                 old = f.read(n)
-                # garbage differs from the record at every byte: a random byte equal to the
-                # one it replaced would leave the record whole (1 in 256 at the last byte)
-                junk = bytes(b ^ (1 + r % 255) for b, r in zip(old, os.urandom(n)))
+                # garbage differs from the record at every byte (a random byte equal to the
+                # one it replaced would leave the record whole) and is never zero (zeros are
+                # what a torn write leaves)
+                junk = bytes(_other_nonzero(b, r) for b, r in zip(old, os.urandom(n)))
                 new = junk if garbage else bytes(n)
                 f.seek(cut)
                 f.write(new)
+            if garbage:
+                # the length intact: a whole record failing its checksum is damage; garbage in
+                # the length may also read as a shorter record, or the end of the journal
+                try:
+                    got, report = read_all(d, lid)
+                except JournalCorruptedError as exc:
+                    assert f"offset {last_off}" in str(exc), cut
+                    got, report = read_all(d, lid, journal_skip_corrupt_records=True)
+                    assert got == payloads[:-1] and report["damaged_tails"], cut
+                else:
+                    assert cut < last_off + 4 and got == payloads[:-1], cut
+                continue
             got, report = read_all(d, lid)
             # the torn record was the last add: every earlier one survives, byte for byte
             assert got in (payloads[:-1], payloads), cut
@@ -61,14 +83,18 @@ def test_torn_tail_at_every_byte_of_the_last_record(tmp_path):
                 assert got == payloads and not report["torn"], cut
             elif cut >= last_off + 4:        # past the length field: a torn record, kept aside
                 assert report["torn"] and os.listdir(d / "journal" / "torn"), cut
-    # every offset with zeros (the common torn shape), checked one by one
+    # the file cut inside the last record, or exactly before it: what followed is gone, and
+    # the open says so
     for cut in range(last_off, body_start + body_len):
         d = tmp_path / f"z{cut}"
         copy_dir(base, d)
         with open(d / rel, "r+b") as f:
             f.truncate(cut)
-        got, _ = read_all(d, lid)
-        assert got == payloads[:-1], cut
+        with pytest.raises(JournalCorruptedError, match="cut|ends"):
+            read_all(d, lid)
+        if cut in (last_off, last_off + 5, body_start + body_len - 1):
+            got, report = read_all(d, lid, journal_skip_corrupt_records=True)
+            assert got == payloads[:-1] and report["damaged_tails"], cut
 
 
 def test_restart_twice_after_torn_tail(tmp_path):
@@ -76,8 +102,10 @@ def test_restart_twice_after_torn_tail(tmp_path):
     lid = write_and_crash(tmp_path, payloads)
     jpath = newest_journal(tmp_path)
     records, _, _ = journal_records(jpath)
-    with open(jpath, "r+b") as f:
-        f.truncate(records[-1][0] + 12)          # tear the last record
+    last_off, _t, body_start, body_len = records[-1]
+    with open(jpath, "r+b") as f:                  # tear the last record: its end never
+        f.seek(last_off + 12)                      # reached the disk (zeros, as preallocated)
+        f.write(bytes(body_start + body_len - last_off - 12))
     log = embedlog.open(tmp_path, **CFG)
     assert log.bookie.replay_report["torn"]
     r = log.open_ledger(lid)                       # recovery closes it at entry 8

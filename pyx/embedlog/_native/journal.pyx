@@ -6,10 +6,12 @@ Grammar (big-endian; see docs/FORMATS.md)::
 
     journal_file := header(512) record* zeros*
     header       := "ELJN" version:u32(=2; 1 before ENTRY_CRC32C) log_id:u64 header_crc:u32
-                    prev_log_id:u64 chain_crc:u32 zeros(484)
+                    prev_log_id:u64 chain_crc:u32 min_size:u64 size_crc:u32 zeros(472)
                     # header_crc = crc32c(bytes 0..15); chain_crc = crc32c(bytes 0..27): the
                     # journal written before this one (0: none), so a missing file is seen;
-                    # headers written before the chain existed hold zeros there
+                    # size_crc = crc32c(bytes 0..39): min_size, the size its preallocated
+                    # zeros gave the file (0: none), so a file found shorter was cut; headers
+                    # written before the chain or the size existed hold zeros there
     record       := len:u32 crc:u32 type:u8 body[len]     # len > 0
     crc          := crc32c(len:u32 type:u8 body)          # all types but ENTRY_CRC32C
     type ENTRY(1)        body := encoded entry (V1 or V2), as the client sent it
@@ -48,6 +50,9 @@ from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el
 from embedlog._native.memtable cimport MemTable
 
 from embedlog._native.format import parse_entry_header, MAX_ENTRY_ID
+
+cdef uint64_t V1_LEDGER_LIMIT = 1ULL << 63
+cdef int64_t MAX_LENGTH = 0x7FFFFFFFFFFFFFFF     # a ledger's length is an i64 in every entry
 from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
                              JournalCorruptedError)
 
@@ -70,8 +75,10 @@ ENTRY_CRC32C = REC_ENTRY_CRC32C
 ENTRY_TYPES = (REC_ENTRY, REC_ENTRY_CRC32C)
 
 
-def file_header(unsigned long long log_id, unsigned long long prev_log_id=0):
-    """The 512-byte header of journal file ``log_id``, written after ``prev_log_id``."""
+def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
+                unsigned long long min_size=0):
+    """The 512-byte header of journal file ``log_id``, written after ``prev_log_id``, whose
+    preallocation made it ``min_size`` bytes long."""
     cdef bytearray h = bytearray(512)
     cdef uint8_t *p = h
     memcpy(p, b"ELJN", 4)
@@ -80,7 +87,18 @@ def file_header(unsigned long long log_id, unsigned long long prev_log_id=0):
     el_put32(p + 16, el_crc32c(0, p, 16))
     el_put64(p + 20, prev_log_id)
     el_put32(p + 28, el_crc32c(0, p, 28))
+    el_put64(p + 32, min_size)
+    el_put32(p + 40, el_crc32c(0, p, 40))
     return bytes(h)
+
+
+def file_min_size(data):
+    """The size a journal file's preallocation gave it (0: none, or a header from before
+    the field; call check_file_header first)."""
+    cdef const uint8_t[::1] v = data
+    if v.shape[0] < 44 or el_get32(&v[40]) != el_crc32c(0, &v[0], 40):
+        return 0
+    return el_get64(&v[32])
 
 
 def file_chain(data):
@@ -784,6 +802,10 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
     if start >= total:
         return 0, length
     _check_entry_ids(first_eid, first_eid + (total - start - 1))
+    if scope == 0 and lid >= V1_LEDGER_LIMIT:
+        raise IllegalOpError(f"scope-0 ledger ids are below 2^63, got {lid}")
+    if length < 0:
+        raise IllegalOpError(f"a ledger's length is not negative, got {length}")
     if digest == DIGEST_MAC:
         return _add_payloads_mac(jb, mt, scope, lid, first_eid, lac, length, mac_key, payloads,
                                  start, max_entry_size)
@@ -821,6 +843,8 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
             count += 1
         if count == 0:
             return 0, length
+        if length > MAX_LENGTH - mbytes:
+            raise IllegalOpError(f"the ledger's length {length} would pass 2^63 - 1")
         if start + count < total:       # the rest waits for another pass: check it now
             check_payloads(payloads, scope, digest, max_entry_size, mt.limit_bytes, start + count)
         mt.prepare(count, count // 64 + 2)
@@ -867,8 +891,8 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
     cdef uint8_t *dst
     cdef int64_t eid = first_eid
     cdef Py_ssize_t hdr = encoded_size(scope, DIGEST_MAC, 0)
-    if start == 0:                  # entry by entry: the whole batch is checked first
-        check_payloads(payloads, scope, DIGEST_MAC, max_entry_size, mt.limit_bytes)
+    # entry by entry: what is left of the batch is checked first, so a refusal frames nothing
+    check_payloads(payloads, scope, DIGEST_MAC, max_entry_size, mt.limit_bytes, start)
     for i in range(start, total):
         item = <object>PyList_GET_ITEM(payloads, i)
         view = item if PyBytes_Check(item) else _payload_view(item)
@@ -885,6 +909,8 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
         dst = mt.reserve(enc)
         if dst == NULL:
             break
+        if length > MAX_LENGTH - n:
+            raise IllegalOpError(f"the ledger's length {length} would pass 2^63 - 1")
         length += n
         rec = jb.reserve(RECORD_HEADER_SIZE + enc)
         encode_into(rec + RECORD_HEADER_SIZE, scope, lid, eid, lac, length, DIGEST_MAC, mac_key,
