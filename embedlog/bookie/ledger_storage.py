@@ -83,9 +83,12 @@ class SortedLedgerStorage:
                 snap, seq = self.snapshot, self.snapshot_seq
             try:
                 self._flush(snap)
-            except OSError as exc:
+            except Exception as exc:        # noqa: BLE001 - a dead flusher would hang every add
                 # a full disk (no room for a new entry log): the entries stay in the snapshot
-                # and the journal; retry once a second while the bookie turns read-only
+                # and the journal; retry once a second while the bookie turns read-only.
+                # Anything else is a bug, but adds must see it rather than wait for ever
+                if not isinstance(exc, OSError):
+                    log.error("memtable flush failed", exc_info=True)
                 with self.cv:
                     self.flush_error = exc
                     self.stats["memtable_flush_errors"] += 1
@@ -148,6 +151,8 @@ class SortedLedgerStorage:
             self.stats["throttled_adds"] += 1
         while self.snapshot is not None:
             self._raise_flush_error()
+            if self._stopping:
+                raise EmbedlogError("the bookie is closing: the memtable is not flushed again")
             self.cv.wait()
         self._swap(seq)
         self._flush_cv.notify()
@@ -160,6 +165,8 @@ class SortedLedgerStorage:
     def wait_flushed(self) -> None:
         while self.snapshot is not None:
             self._raise_flush_error()
+            if self._stopping:
+                raise EmbedlogError("the bookie is closing: the memtable is not flushed again")
             self.cv.wait()
 
     def _raise_flush_error(self) -> None:
@@ -367,6 +374,7 @@ class SortedLedgerStorage:
         with self.cv:
             self._stopping = True
             self._flush_cv.notify_all()
+            self.cv.notify_all()            # adds waiting for room see the bookie closing
         if self._thread is not None:
             self._thread.join(timeout=30)
         self.entry_logger.close()

@@ -25,6 +25,7 @@ Pages are cached in memory up to a bound shared by every ledger of a bookie
 the LastLogMark moves, so a crash replays the journal over them.
 """
 
+import errno as _errno
 import os
 
 import numpy as np
@@ -257,22 +258,60 @@ cdef class LedgerIndex:
                 cur = page_no
             v[e[i] % ENTRIES_PER_PAGE] = l[i]
 
+    def _pages_between(self, int64_t lo_page, int64_t hi_page):
+        """The page numbers in lo_page..hi_page that may hold a location, ascending: those in
+        memory and those the file has data for (its holes are pages never written). Walks
+        cost what the ledger holds, not its highest id: a ledger with one entry near
+        MAX_ENTRY_ID spans 2^30 pages, nearly all of them holes."""
+        pages = {p for p in self.pages if lo_page <= p <= hi_page}
+        cdef int64_t top = min(hi_page, self.max_page_on_disk), first, last
+        if top < lo_page:
+            return sorted(pages)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return sorted(pages)
+        try:
+            off = HEADER_SIZE + lo_page * PAGE_SIZE
+            end = HEADER_SIZE + (top + 1) * PAGE_SIZE
+            while off < end:
+                try:
+                    data = os.lseek(fd, off, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == _errno.ENXIO:        # no data after off
+                        break
+                    pages.update(range(lo_page, top + 1))   # no SEEK_DATA here: every page
+                    break
+                if data >= end:
+                    break
+                hole = os.lseek(fd, data, os.SEEK_HOLE)
+                first = max(lo_page, (data - HEADER_SIZE) // PAGE_SIZE)
+                last = min(top, (hole - 1 - HEADER_SIZE) // PAGE_SIZE)
+                pages.update(range(first, last + 1))
+                off = hole
+        finally:
+            os.close(fd)
+        return sorted(pages)
+
     def clear_range(self, int64_t lo, int64_t hi=0x7FFFFFFFFFFFFFFF):
         """Forget every entry with lo <= id <= hi (stream truncation and retention)."""
-        cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
         cdef int64_t p, a, b
         lo = max(lo, 0)
-        for p in range(lo // ENTRIES_PER_PAGE, min(top, hi // ENTRIES_PER_PAGE) + 1):
+        if hi < lo:
+            return
+        for p in self._pages_between(lo // ENTRIES_PER_PAGE, hi // ENTRIES_PER_PAGE):
             a = max(lo - p * ENTRIES_PER_PAGE, 0)
             b = min(hi - p * ENTRIES_PER_PAGE, ENTRIES_PER_PAGE - 1)
-            page = self._page(p, True, True)
+            page = self._page(p, False)
+            if page is None or not page[a:b + 1].any():
+                continue
+            page = self._page(p, False, True)      # dirty: the cleared slots reach disk
             page[a:b + 1] = 0
 
     def last_entry_id(self):
         """The highest entry id with a location, or -1."""
         cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
-        cdef int64_t p
-        for p in range(top, -1, -1):
+        for p in reversed(self._pages_between(0, top)):
             page = self._page(p, False)
             if page is None:
                 continue
@@ -285,7 +324,7 @@ cdef class LedgerIndex:
         """Every entry id with a location, ascending (for scans and checks)."""
         cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
         out = []
-        for p in range(top + 1):
+        for p in self._pages_between(0, top):
             page = self._page(p, False)
             if page is not None:
                 out.extend((p * ENTRIES_PER_PAGE + np.flatnonzero(page)).tolist())
