@@ -53,23 +53,6 @@ def test_corpus_and_regressions_replay(target):
             raise AssertionError(f"{os.path.relpath(path, ROOT)} crashes {target}: {exc!r}") from exc
 
 
-KNOWN = sorted(p for p in glob.glob(os.path.join(FUZZ, "regressions", "*", "known-*")))
-
-
-@pytest.mark.parametrize("path", KNOWN, ids=[os.path.basename(p) for p in KNOWN])
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open finding (issue 25): the target tolerates it unless "
-                          "EMBEDLOG_FUZZ_STRICT=1; once fixed, drop the tolerance and the known- prefix")
-def test_known_findings_are_still_open(path, monkeypatch):
-    """The regressions named known-* are findings of the fuzz targets not fixed yet (the targets
-    let them pass so that fuzzing goes on past them; targets.STRICT makes them crash). Each
-    must still fail in strict mode: a fixed one XPASSes, which fails this test, so the
-    tolerance is removed with the fix."""
-    monkeypatch.setattr(targets, "STRICT", True)
-    target = os.path.basename(os.path.dirname(path))
-    targets.TARGETS[target](open(path, "rb").read())
-
-
 def test_regressions_have_targets():
     for d in glob.glob(os.path.join(FUZZ, "regressions", "*")):
         assert os.path.basename(d) in targets.TARGETS, d

@@ -342,7 +342,6 @@ def fuzz_config_env(data: bytes) -> None:
 
 # -- the add kernels (pyx/embedlog/_native/journal.pyx, memtable.pyx) ----------------------------
 
-STRICT = os.environ.get("EMBEDLOG_FUZZ_STRICT") == "1"   # also the contract gaps issue 25 lists
 
 
 class Reader:
@@ -544,8 +543,6 @@ def _kernel_payloads(st: _KernelState, r: Reader, op: int) -> None:
     scope = SCOPES[r.u(1) % 3] if op & 0x40 else 0
     lid_sel = r.u(1)
     lid = LEDGERS[lid_sel & 3] if lid_sel < 0x80 else r.u(8)
-    if scope == 0 and not STRICT:
-        lid &= I64_MAX     # encode_entry refuses scope-0 ids >= 2^63; add_payloads takes them
     mode, v = r.u(1), r.u(8)
     first = _eid(mode, v)
     lac, length = r.i(8), r.u(4)
@@ -591,10 +588,7 @@ def _kernel_payloads(st: _KernelState, r: Reader, op: int) -> None:
         if got < count - start:
             _check(not st.mt.is_empty(), "no progress on an empty memtable")
     else:
-        # _add_payloads_mac checks the whole batch only when start == 0 (Bookie.add_payloads
-        # starts there, so a later pass never refuses): with start > 0 it frames, then refuses
-        _check(taken == 0 or (digest == 2 and start > 0 and not STRICT),
-               "a refusal leaves nothing half written")
+        _check(taken == 0, "a refusal leaves nothing half written")
     if any(e is None for e in expect):
         raise InvariantError("ids or length past int64 taken")
     for k, e in enumerate(expect):
@@ -937,7 +931,7 @@ def fuzz_bookie_add(data: bytes) -> None:
     for k, segment in enumerate(segments):    # a connection each, a checkpoint between them
         if k:
             but.bookie.checkpoint()
-        out += but.exchange(segment if STRICT else _defuse(segment))
+        out += but.exchange(segment)
     if len(_ERRORS.records) > n_errors:
         rec = _ERRORS.records[n_errors]
         raise InvariantError(f"the server logged an error: {rec.getMessage()} "
@@ -978,26 +972,6 @@ def fuzz_bookie_add(data: bytes) -> None:
         _check(bookie.read_entry(LedgerId(s, l), e) == entry,
                f"entry {e} of ({s}, {l}) reads back after a checkpoint")
     _canary(but, stream)
-
-
-def _defuse(stream: bytes) -> bytes:
-    """The stream without what triggers an open finding (fuzzing, issue 25): an ADD with
-    FLAG_TRUNCATE or a TRIM below a ledger's highest indexed entry makes the bookie walk (and
-    create) every index page in between under its lock (index.pyx clear_range): ~36 s for an
-    entry at 2^24, for ever (and 8 KiB a page) at 2^40. Their flag is cleared, TRIM becomes
-    READ_LAC; EMBEDLOG_FUZZ_STRICT=1 sends them as they are."""
-    from embedlog.net import protocol as P
-    b, pos = bytearray(stream), 0
-    while pos + 4 + P.REQ_HEAD.size <= len(b):
-        (n,) = P.LENGTH.unpack_from(b, pos)
-        if n < P.REQ_HEAD.size or pos + 4 + n > len(b):
-            break
-        if b[pos + 5] == P.ADD:
-            b[pos + 7] &= ~P.FLAG_TRUNCATE & 0xFF
-        elif b[pos + 5] == P.TRIM:
-            b[pos + 5] = P.READ_LAC
-        pos += 4 + n
-    return bytes(b)
 
 
 def _canary(but: _BookieUnderTest, stream: bytes) -> None:
