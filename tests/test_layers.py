@@ -16,7 +16,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "embedlog"
 # bottom to top (DESIGN.md, "Layers"); a module belongs to the longest prefix that names it
 LAYERS = [
     ("shared", ["embedlog", "embedlog.errors", "embedlog.config", "embedlog.failpoints",
-                "embedlog.fileio", "embedlog.meta.api", "embedlog._native", "embedlog._types"]),
+                "embedlog.fileio", "embedlog.meta.api", "embedlog._native", "embedlog._types",
+                "embedlog.forking"]),
     ("bookie", ["embedlog.bookie"]),
     ("meta", ["embedlog.meta"]),
     ("net", ["embedlog.net"]),

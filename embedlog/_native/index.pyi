@@ -11,6 +11,8 @@ MAX_KEY: int
 STATE_FENCED: int
 STATE_EXPLICIT_LAC: int
 STATE_KEY: int
+STATE_INCARNATION: int
+MAX_ENTRY_ID: int
 
 def index_path(root: str, scope: int, lid: int) -> str: ...
 def parse_index_name(name: str, scoped: bool) -> tuple[int, int] | None: ...
@@ -27,6 +29,7 @@ class LedgerIndex:
     master_key: bytes | None
     fenced: bool
     term: int
+    incarnation: int
     explicit_lac: int
     header_dirty: bool
     @property

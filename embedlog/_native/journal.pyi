@@ -10,6 +10,7 @@ from embedlog.errors import (CorruptedDataError as CorruptedDataError,
 _Buffer = bytes | bytearray | memoryview
 
 HEADER_SIZE: int
+MAX_ENTRY_ID: int
 DIRECT_ALIGN_BYTES: int
 MAX_MASTER_KEY: int
 MAGIC: bytes

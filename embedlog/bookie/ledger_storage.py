@@ -28,7 +28,7 @@ from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
 from embedlog.bookie import scrub
-from embedlog.fileio import atomic_write
+from embedlog.fileio import atomic_write, private_dir
 from embedlog.errors import CorruptedDataError, EmbedlogError, NoSuchEntryError, NoSuchLedgerError
 
 log = logging.getLogger("embedlog.bookie")
@@ -330,7 +330,7 @@ class SortedLedgerStorage:
                 idx.fenced = True                # its fence state is unknown: take no more adds
                 idx.header_dirty = True
                 note = r["file"] + ".damaged"
-                nix._private_dirs(os.path.dirname(note))
+                private_dir(os.path.dirname(note))
                 atomic_write(note, f"{r['problem']}; rebuilt from the entry logs\n".encode()
                              if r["missing"] else open(r["file"], "rb").read())
                 self.damaged[key] = {"file": r["file"], "set_aside": note, "error": r["problem"],

@@ -27,9 +27,9 @@ from embedlog._native.format import decode_entry, mac_key, master_key
 from embedlog.errors import BadVersionError, EmbedlogError, NoSuchLedgerError
 from embedlog.meta.api import DigestType, LedgerState
 from embedlog.client.recovery import cancel
-from embedlog.client.scan import _read
+from embedlog.client.scan import read_run
 from embedlog.client.schedule import MAX_READ_ENTRIES, slots
-from embedlog.client.stream import NAME_KEY, Stream, _released
+from embedlog.client.stream import NAME_KEY, Stream, released_position
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.autorecovery")
@@ -184,7 +184,7 @@ class AutoRecovery:
             frags = list(md.fragments)
             # a released stream has no writer and ends at the released position: its last
             # fragment is copied like a closed one (a take-over meanwhile fails our CAS)
-            released = _released(md) if md.unbounded else None
+            released = released_position(md) if md.unbounded else None
             todo = [k for k, (_f, ens) in enumerate(frags) if missing & set(ens)
                     and (md.state == LedgerState.CLOSED or k < len(frags) - 1 or released)]
             if not todo:
@@ -266,7 +266,7 @@ class AutoRecovery:
                 b = others[(lo // WINDOW + k) % len(others)]
                 while pos <= hi:          # a bookie answers at most half a frame: ask again
                     try:
-                        body = await _read(self.ctx, md, b, pos, hi - pos + 1)
+                        body = await read_run(self.ctx, md, b, pos, hi - pos + 1)
                     except EmbedlogError:
                         break
                     n = arrowread.verify_run(body, scope, ledger, pos, hi, digest, mk)

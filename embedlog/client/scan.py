@@ -56,7 +56,7 @@ def _windows(md, first: int, last: int) -> list:
     return out
 
 
-async def _read(ctx, md, bookie: str, first: int, count: int):
+async def read_run(ctx, md, bookie: str, first: int, count: int):
     scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
     resp = await ctx.call(bookie, lambda rid: P.read_request(rid, scope, ledger, first, count),
                           ctx.config.read_timeout_s)
@@ -71,7 +71,7 @@ async def _one_entry(ctx, md, mac_key, eid: int) -> tuple:
     error: BaseException = NoSuchEntryError(f"no entry {eid} in ledger {md.ledger_id!r}")
     for k in range(len(ws)):
         try:
-            body = await _read(ctx, md, ws[(eid + k) % len(ws)], eid, 1)
+            body = await read_run(ctx, md, ws[(eid + k) % len(ws)], eid, 1)
         except EmbedlogError as exc:
             error = exc
             continue
@@ -98,7 +98,7 @@ async def _window(ctx, md, mac_key, lo: int, hi: int) -> list:
             b = ws[(start + k) % len(ws)]
             while pos <= hi:       # a bookie answers at most half a frame: ask it again for the rest
                 try:
-                    body = await _read(ctx, md, b, pos, hi - pos + 1)
+                    body = await read_run(ctx, md, b, pos, hi - pos + 1)
                 except EmbedlogError:
                     break
                 n = arrowread.verify_run(body, scope, ledger, pos, hi, digest, mac_key)

@@ -283,7 +283,7 @@ class Stream:
                 self._ctx.run(old.drain())
             for _ in range(64):
                 md = self.refresh()
-                released = _released(md)
+                released = released_position(md)
                 custom = {k: v for k, v in md.custom_metadata.items() if k != RELEASED_KEY}
                 try:
                     v = self._ctx.write_metadata_sync(
@@ -788,7 +788,7 @@ class Stream:
         self._md, self._version = v.value, v.version
 
 
-def _released(md):
+def released_position(md):
     """(last position, length) when the leader of ``md``'s term released it, else None. A
     stream still at term 0 was never led: nothing to recover, so it starts at position 0."""
     if md.term == 0:
