@@ -200,6 +200,14 @@ class Journal:
         for start_seq, file_id, start_off in reversed(self.files):
             if seq >= start_seq:
                 return file_id, start_off + (seq - start_seq)
+        if not self.files:
+            # a start on a full disk found no room for a journal file: nothing was journalled
+            # since the mark, which stays where it is
+            mark = getattr(self, "_mark", None)
+            if mark is None or mark.persisted is None:
+                raise EmbedlogError(f"journal {self.directory}: no journal file is open yet "
+                                    "(no room for one)")
+            return tuple(mark.persisted)
         start_seq, file_id, start_off = self.files[0]
         return file_id, start_off
 

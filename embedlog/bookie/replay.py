@@ -200,19 +200,23 @@ RECORD_HEAD = 9                  # len:u32 crc:u32 type:u8
 SECTOR = 512                     # the unit a torn write loses
 
 
-def tail_damage(mm, end: int, size: int, max_record_size: int) -> str | None:
+def tail_damage(mm, end: int, size: int, max_record_size: int,
+                hole_after: bool = False) -> str | None:
     """What the bad record at ``end`` (the last thing in its file) is: None for a torn write
     (part of it never reached the disk: it ends in zeros, or a sector of it is all zeros, as
     preallocated space reads), else why it is damage: a record cut by the end of the file,
-    or a complete record (every sector written) failing its checksum, such as a flipped bit."""
+    or a complete record (every sector written) failing its checksum, such as a flipped bit.
+    ``hole_after``: ``size`` is where the file's data stops, a hole (never written) follows."""
     if end + 4 > size:
-        return f"the file ends inside a record header at offset {end}"
+        return None if hole_after else f"the file ends inside a record header at offset {end}"
     (length,) = struct.unpack_from(">I", mm, end)
     if length > max_record_size:
         return (f"the record at offset {end} claims {length} bytes, more than any record "
                 f"({max_record_size}), and it is not unwritten space")
     stop = end + RECORD_HEAD + length
     if stop > size:
+        if hole_after:
+            return None              # its end was never written: a hole reads as zeros
         return f"the file ends at {size}, inside the record at offset {end} ({length} bytes)"
     if mm[stop - 1] == 0:
         return None                  # its last bytes never arrived (or were zeros)
@@ -225,6 +229,15 @@ def tail_damage(mm, end: int, size: int, max_record_size: int) -> str | None:
         sector += SECTOR
     return (f"the record at offset {end} ({length} bytes) was written whole but fails its "
             "checksum")
+
+
+def _data_end(fd: int, size: int) -> int:
+    """Where a journal file's written bytes end: its first hole after the header (records
+    are written contiguously from there), or its size."""
+    try:
+        return max(nj.HEADER_SIZE, min(size, os.lseek(fd, nj.HEADER_SIZE, os.SEEK_HOLE)))
+    except OSError:
+        return size
 
 
 def _damaged_tail(path: str, end: int, why: str, skip_corrupt: bool, report: dict) -> None:
@@ -295,7 +308,10 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
             report["torn"].append((path, 0, size))
             continue
         with open(path, "r+b") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            # only the part the journal wrote: a hole of a preallocated file read through the
+            # map faults (SIGBUS) on a full tmpfs, and holds no record anyway
+            data_end = _data_end(f.fileno(), size)
+            mm = mmap.mmap(f.fileno(), data_end, access=mmap.ACCESS_READ)
             try:
                 try:
                     got_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
@@ -330,9 +346,10 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 report["skipped"].extend((path, o, n) for o, n in skipped)
                 damage = None
                 if status == "torn":
-                    damage = tail_damage(mm, end, len(mm), max_record_size)
-                elif status == "clean" and file_id == ids[-1] and len(mm) < floor:
-                    damage = (f"the file is {len(mm)} bytes, short of the {floor} its "
+                    damage = tail_damage(mm, end, data_end, max_record_size,
+                                         hole_after=data_end < size)
+                elif status == "clean" and file_id == ids[-1] and size < floor:
+                    damage = (f"the file is {size} bytes, short of the {floor} its "
                               f"preallocation gave it: it was cut, and records after offset "
                               f"{end} are gone")
                 if damage is not None:
