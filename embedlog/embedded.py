@@ -154,7 +154,7 @@ class EmbeddedLog:
         versioned = self.metadata.ledger_manager.read_ledger_metadata(lid)
         md = versioned.value
         if master_key(password_bytes(password)) != master_key(md.password):
-            raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
+            raise UnauthorizedAccessError(f"wrong password for ledger {lid}")
         if self.read_only:
             # a view taken after the metadata was read holds every entry it covers
             self.refresh()
@@ -375,10 +375,10 @@ class WriteHandle:
         """
         with self._lock:
             if self._closed:
-                raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
+                raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
             if self._broken is not None:
                 # an entry that failed leaves a hole a later one must not be acked across
-                raise LedgerClosedError(f"ledger {self.ledger_id!r}: an earlier add failed "
+                raise LedgerClosedError(f"ledger {self.ledger_id}: an earlier add failed "
                                         f"({self._broken}); close it and write to a new ledger")
             start, total = 0, len(payloads)
             try:
@@ -426,14 +426,14 @@ class WriteHandle:
         so every lower entry is durable too), unless a close fixed an earlier last entry."""
         with self._ack_lock:
             if self._close_point is not None and last > self._close_point:
-                raise LedgerClosedError(f"ledger {self.ledger_id!r} was closed at entry "
+                raise LedgerClosedError(f"ledger {self.ledger_id} was closed at entry "
                                         f"{self._close_point} before entry {last} was acknowledged")
             # a group that failed took back an earlier entry: a later group's sync must not
             # acknowledge across that hole (async adds, or threads sharing the handle, have
             # several groups in flight; the failed add's own waiter may not have woken yet)
             lost = self._bookie.lost_adds.get(self._key)
             if lost is not None and last >= lost:
-                exc = LedgerClosedError(f"ledger {self.ledger_id!r}: entry {lost} was not written "
+                exc = LedgerClosedError(f"ledger {self.ledger_id}: entry {lost} was not written "
                                         f"(its journal group failed), so entry {last} is not "
                                         f"acknowledged; close the ledger and write to a new one")
                 self._broken = self._broken or exc
@@ -593,17 +593,17 @@ class ReadHandle:
             raise IllegalOpError(f"bad entry range {first}..{last}")
         if last > self._lac:
             raise NoSuchEntryError(
-                f"entry {last} of ledger {self.ledger_id!r} is past the LAC ({self._lac})")
+                f"entry {last} of ledger {self.ledger_id} is past the LAC ({self._lac})")
 
     def read_entry(self, entry_id: int) -> bytes:
         """The payload of one entry (bytes)."""
         self._check_range(entry_id, entry_id)
-        raise NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id!r}")
+        raise NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id}")
 
     def read_batch(self, first: int, last: int) -> list[bytes]:
         """Payloads of first..last inclusive: the fast scan path."""
         self._check_range(first, last)
-        raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
+        raise NoSuchEntryError(f"no entries in ledger {self.ledger_id}")
 
     def read_arrays(self, first: int, last: int) -> tuple[Any, Any]:
         """(offsets int32[n + 1], values uint8[m]) of the payloads of first..last inclusive,
@@ -611,7 +611,7 @@ class ReadHandle:
         entry (the scan path for columnar consumers)."""
         if self._reader is None:
             self._check_range(first, last)
-            raise NoSuchEntryError(f"no entries in ledger {self.ledger_id!r}")
+            raise NoSuchEntryError(f"no entries in ledger {self.ledger_id}")
         return self._reader.read_arrays(first, last)
 
     def read_arrow(self, first: int, last: int) -> Any:

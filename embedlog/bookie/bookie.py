@@ -285,16 +285,16 @@ class Bookie:
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             if key in self.deleted:
                 # a writer that missed the recovery and deletion of its ledger: never bring
                 # the ledger back (its entry would be acknowledged, then collected)
-                raise LedgerFencedError(f"ledger {LedgerId(*key)!r} was deleted from bookie "
+                raise LedgerFencedError(f"ledger {LedgerId(*key)} was deleted from bookie "
                                         f"{self.bookie_id}; it is not created again")
             facts = self.ledger_facts(key)
             if facts is not None and facts.master_key != bytes(master_key):
                 # squatting: a ledger is created here only with the key its password gives
-                raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r} "
+                raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)} "
                                               f"(not the one its metadata's password gives)")
             idx = self._known(key)
             idx.master_key = bytes(master_key)
@@ -304,7 +304,7 @@ class Bookie:
             self.journal.add_record(nj.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
             return idx
         if idx.master_key != master_key:
-            raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)!r}")
+            raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
         self._check_incarnation(key, idx)
         return idx
 
@@ -314,7 +314,7 @@ class Bookie:
         damage = self.storage.damaged.get(key)
         if damage is not None:
             raise CorruptedDataError(
-                f"ledger {LedgerId(*key)!r} on bookie {self.bookie_id}: its index file "
+                f"ledger {LedgerId(*key)} on bookie {self.bookie_id}: its index file "
                 f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
                 "entry logs for reading and recovery, and this bookie takes no more writes to it")
 
@@ -331,7 +331,7 @@ class Bookie:
             idx.header_dirty = True
         elif idx.incarnation != facts.ctime_ms:
             raise LedgerExistsError(
-                f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)!r} "
+                f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)} "
                 f"(created at {idx.incarnation} ms) than the one the metadata store lists "
                 f"(created at {facts.ctime_ms} ms): did the metadata go back in time? This "
                 "bookie takes no adds or recovery for it")
@@ -432,7 +432,7 @@ class Bookie:
             self._refuse_damaged(key)
             idx = self._check_key(key, master_key, True)
             if idx.fenced:
-                raise LedgerFencedError(f"ledger {lid!r} is fenced")
+                raise LedgerFencedError(f"ledger {lid} is fenced")
             self.journal.make_room()
             done = 0
             total = len(payloads)
@@ -468,10 +468,10 @@ class Bookie:
         if term:
             facts = self.ledger_facts(key)
             if facts is not None and not facts.unbounded:
-                raise IllegalOpError(f"ledger {LedgerId(*key)!r} is bounded: it takes no term "
+                raise IllegalOpError(f"ledger {LedgerId(*key)} is bounded: it takes no term "
                                      f"(the request has term {term})")
         if term < idx.term:
-            raise InvalidTermError(f"ledger {LedgerId(*key)!r} is at term {idx.term} on bookie "
+            raise InvalidTermError(f"ledger {LedgerId(*key)} is at term {idx.term} on bookie "
                                    f"{self.bookie_id}; the request has term {term}")
         if term > idx.term:
             idx.term = term
@@ -492,8 +492,8 @@ class Bookie:
             headers = [parse_entry_header(e) for e in entries]     # parsed once, used twice
             for e, (_v, scope, lid, eid, _lac, _len, _d) in zip(entries, headers):
                 if ledger is not None and (scope, lid) != ledger:
-                    raise IllegalOpError(f"entry of ledger ({scope}, {lid}) in an add for "
-                                         f"({ledger[0]}, {ledger[1]})")
+                    raise IllegalOpError(f"entry of ledger {LedgerId(scope, lid)} in an add for "
+                                         f"{LedgerId(*ledger)}")
                 _check_entry_id(eid)
                 key = (scope, lid)
                 self._check_entry(key, e, _v, _d)
@@ -502,7 +502,7 @@ class Bookie:
                         self._refuse_damaged(key)
                     idx = self._check_key(key, master_key, True)
                     if idx.fenced and not recovery:
-                        raise LedgerFencedError(f"ledger {LedgerId(*key)!r} is fenced")
+                        raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
                     self._check_term_locked(idx, key, term)
                     checked[key] = idx
             if truncate and len(checked) != 1:
@@ -530,10 +530,10 @@ class Bookie:
         and its payload is within max_entry_size_bytes (the documented limit)."""
         facts = self._facts.get(key)
         if version == 2 and digest not in DIGEST_SIZES:
-            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)!r} has unknown digest "
+            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has unknown digest "
                                      f"code {digest} (known: {sorted(DIGEST_SIZES)})")
         if facts is not None and version == 2 and digest != facts.digest:
-            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)!r} has digest code "
+            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has digest code "
                                      f"{digest}, the ledger's is {facts.digest}")
         code = facts.digest if facts is not None else digest
         overhead = (41 if version == 2 else 32) + DIGEST_SIZES.get(code, 0 if code else 20)
@@ -597,7 +597,7 @@ class Bookie:
         with self.cv:
             idx = self.ledgers.get(key)
             if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             return idx.fenced
 
     def set_explicit_lac(self, ledger_id, lac: int, master_key: bytes) -> int:
@@ -616,14 +616,14 @@ class Bookie:
         with self.cv:
             idx = self.ledgers.get(key)
             if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             return idx.explicit_lac
 
     def read_last_entry_id(self, ledger_id) -> int:
         key = self._key(ledger_id)
         with self.cv:
             if key not in self.ledgers:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             return self.last_entry.get(key, -1)
 
     def last_recoverable_entry(self, ledger_id) -> int:
@@ -645,7 +645,7 @@ class Bookie:
         with self.cv:
             idx = self.ledgers.get(key)
             if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             last = self.last_entry.get(key, -1)
             lac = max(self.lacs.get(key, -1), idx.explicit_lac)
             if last >= 0 and key not in self.lacs:
@@ -658,7 +658,7 @@ class Bookie:
         with self.cv:
             idx = self.ledgers.get(key)
             if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             return idx.term
 
     def master_key_of(self, ledger_id):
@@ -682,7 +682,7 @@ class Bookie:
         with self.cv:
             self._ensure_open()
             if key not in self.ledgers:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
             self._delete_locked(key)
             seq = self.journal.appended_seq
@@ -743,7 +743,7 @@ class Bookie:
         with self.cv:
             idx = self.ledgers.get(key)
             if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             st = self.storage
             return LedgerReader(st.mt_a, st.mt_b, st.entry_logger, idx, key[0], key[1],
                                 digest, mac_key, lac)

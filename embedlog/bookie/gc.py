@@ -301,11 +301,11 @@ class GarbageCollector:
                     (missing if lm.ledger_deleted_at(lid) is None else deleted).append(key)
                 except MetadataError as exc:
                     raise _Abort(f"metadata store error while reading the deletion record of "
-                                 f"{lid!r}: {exc}") from exc
+                                 f"{lid}: {exc}") from exc
                 continue
             except MetadataError as exc:
-                raise _Abort(f"metadata store error while confirming {lid!r}: {exc}") from exc
-            raise _Abort(f"ledger {lid!r} exists in the metadata store though the "
+                raise _Abort(f"metadata store error while confirming {lid}: {exc}") from exc
+            raise _Abort(f"ledger {lid} exists in the metadata store though the "
                          f"listing missed it (created during the scan)")
         return deleted, missing
 

@@ -244,7 +244,7 @@ class SortedLedgerStorage:
                             continue
                         if key in seen:
                             raise CorruptedDataError(
-                                f"ledger {LedgerId(*key)!r} has index files in two ledger "
+                                f"ledger {LedgerId(*key)} has index files in two ledger "
                                 f"directories: {seen[key]} and {os.path.join(dirpath, name)}")
                         path = seen[key] = os.path.join(dirpath, name)
                         try:
@@ -351,10 +351,10 @@ class SortedLedgerStorage:
     def location(self, key, entry_id: int) -> int:
         idx = self.ledgers.get(key)
         if idx is None:
-            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)!r}")
+            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
         loc = idx.get_location(entry_id) if entry_id >= 0 else 0
         if not loc:
-            raise NoSuchEntryError(f"no entry {entry_id} in ledger {LedgerId(*key)!r}")
+            raise NoSuchEntryError(f"no entry {entry_id} in ledger {LedgerId(*key)}")
         return loc
 
     # -- checkpoints --------------------------------------------------------------------------

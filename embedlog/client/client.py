@@ -78,7 +78,7 @@ class Client:
         else:
             lid = LedgerId.coerce(ledger_id)
             if scope_id and lid.scope_id != scope_id:
-                raise IllegalOpError(f"ledger id {lid!r} is not in scope {scope_id}")
+                raise IllegalOpError(f"ledger id {lid} is not in scope {scope_id}")
         md = LedgerMetadata(ledger_id=lid, ensemble_size=ensemble_size, write_quorum=write_quorum,
                             ack_quorum=ack_quorum, digest_type=DigestType(code), password=password,
                             fragments=((0, tuple(ensemble)),), custom_metadata=custom)
@@ -93,7 +93,7 @@ class Client:
         md = versioned.value
         password = password_bytes(password)
         if master_key(password) != master_key(md.password):
-            raise UnauthorizedAccessError(f"wrong password for ledger {lid!r}")
+            raise UnauthorizedAccessError(f"wrong password for ledger {lid}")
         if recovery and md.state != LedgerState.CLOSED:
             md = self._ctx.run(recover(self._ctx, versioned, password))
         return ReadHandle(self._ctx, md, password)

@@ -30,10 +30,10 @@ def close_ledger(versioned, last: int, length: int, write, read, before_write=No
         if md.state == LedgerState.CLOSED:
             if md.last_entry_id == last:
                 return type(versioned)(md, version)
-            raise LedgerClosedError(f"ledger {lid!r} was closed by another client at entry "
+            raise LedgerClosedError(f"ledger {lid} was closed by another client at entry "
                                     f"{md.last_entry_id}, not {last}")
         if md.state == LedgerState.IN_RECOVERY:
-            raise LedgerFencedError(f"ledger {lid!r} is being recovered by another client")
+            raise LedgerFencedError(f"ledger {lid} is being recovered by another client")
         if before_write is not None:
             before_write()
         try:
@@ -42,7 +42,7 @@ def close_ledger(versioned, last: int, length: int, write, read, before_write=No
         except BadVersionError:
             v = read(lid)
             md, version = v.value, v.version
-    raise BadVersionError(f"could not close ledger {lid!r}: its metadata kept changing")
+    raise BadVersionError(f"could not close ledger {lid}: its metadata kept changing")
 
 
 def begin_recovery(versioned, write, read):
@@ -56,7 +56,7 @@ def begin_recovery(versioned, write, read):
         except BadVersionError:
             v = read(md.ledger_id)
             md, version = v.value, v.version
-    raise BadVersionError(f"could not recover ledger {md.ledger_id!r}: its metadata kept changing")
+    raise BadVersionError(f"could not recover ledger {md.ledger_id}: its metadata kept changing")
 
 
 def close_recovered(base, local, version, last: int, length: int, write, read):
@@ -74,10 +74,10 @@ def close_recovered(base, local, version, last: int, length: int, write, read):
             return v.value            # closed by a concurrent recovery: its last entry is the answer
         target = merge_local_fragments(base, local, v.value)
         if v.value.state != LedgerState.IN_RECOVERY or target is None:
-            raise LedgerRecoveryError(f"ledger {lid!r} changed while it was recovered "
+            raise LedgerRecoveryError(f"ledger {lid} changed while it was recovered "
                                       f"({v.value.state.name}); recover it again")
         version = v.version
-    raise BadVersionError(f"could not close ledger {lid!r} after recovery")
+    raise BadVersionError(f"could not close ledger {lid} after recovery")
 
 
 def merge_local_fragments(base, local, current):

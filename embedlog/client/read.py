@@ -111,7 +111,7 @@ class ReadHandle:
         if not answers:
             if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
                 raise errors[0]            # a refused token or certificate says so
-            raise TimeoutError(f"no bookie of ledger {self.ledger_id!r} answered a LAC read"
+            raise TimeoutError(f"no bookie of ledger {self.ledger_id} answered a LAC read"
                                + (f" (last error: {errors[-1]})" if errors else ""))
         return max(answers)
 
@@ -120,7 +120,7 @@ class ReadHandle:
     async def _read_one(self, entry_id: int) -> bytes:
         ws = write_set(self._md, entry_id)
         start = entry_id % len(ws)
-        last_error: BaseException = NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id!r}")
+        last_error: BaseException = NoSuchEntryError(f"no entry {entry_id} in ledger {self.ledger_id}")
         for k in range(len(ws)):
             b = ws[(start + k) % len(ws)]
             try:
@@ -146,7 +146,7 @@ class ReadHandle:
         if first < 0 or last < first:
             raise IllegalOpError(f"bad entry range {first}..{last}")
         if not unconfirmed and last > self._lac:
-            raise NoSuchEntryError(f"entry {last} of ledger {self.ledger_id!r} is past the LAC ({self._lac})")
+            raise NoSuchEntryError(f"entry {last} of ledger {self.ledger_id} is past the LAC ({self._lac})")
 
     def read_entry(self, entry_id: int) -> bytes:
         self._check_range(entry_id, entry_id)

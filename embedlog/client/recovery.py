@@ -90,7 +90,7 @@ async def fence(ctx, md, build) -> list:
         settle(tasks)              # the rest go on fencing their bookies
     if not quorum_covered(md, ensemble, answered):
         raise LedgerRecoveryError(
-            f"could not fence ledger {md.ledger_id!r}: too few bookies of the last fragment "
+            f"could not fence ledger {md.ledger_id}: too few bookies of the last fragment "
             f"answered ({sorted(answered)} of {list(ensemble)}; {errors})")
     return lacs
 
@@ -128,7 +128,7 @@ async def read_for_recovery(ctx, md, eid: int, build, mac) -> bytes | None:
     finally:
         cancel(tasks)
     raise LedgerRecoveryError(
-        f"recovery of ledger {md.ledger_id!r} cannot tell whether entry {eid} exists "
+        f"recovery of ledger {md.ledger_id} cannot tell whether entry {eid} exists "
         f"({absent} bookies said no, {len(failed)} failed: {failed})")
 
 
@@ -194,7 +194,7 @@ async def recover(ctx, versioned, password: bytes):
         return await ctx.offload(close_recovered, base, writer.local_metadata, version, last,
                                  last_length, ctx.write_metadata_sync, lm.read_ledger_metadata)
     finally:
-        writer.abandon(LedgerRecoveryError(f"recovery of ledger {lid!r} is over"))
+        writer.abandon(LedgerRecoveryError(f"recovery of ledger {lid} is over"))
 
 
 async def _length_of(ctx, md, entry_id: int) -> int:
@@ -214,4 +214,4 @@ async def read_raw(ctx, md, entry_id: int) -> bytes:
                 return entries[0][1]
         except EmbedlogError:
             continue
-    raise LedgerRecoveryError(f"cannot read entry {entry_id} of {md.ledger_id!r}")
+    raise LedgerRecoveryError(f"cannot read entry {entry_id} of {md.ledger_id}")

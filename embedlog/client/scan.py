@@ -68,7 +68,7 @@ async def _one_entry(ctx, md, mac_key, eid: int) -> tuple:
     scope, ledger = md.ledger_id.scope_id, md.ledger_id.ledger_id
     digest = int(md.digest_type)
     ws = write_set(md, eid)
-    error: BaseException = NoSuchEntryError(f"no entry {eid} in ledger {md.ledger_id!r}")
+    error: BaseException = NoSuchEntryError(f"no entry {eid} in ledger {md.ledger_id}")
     for k in range(len(ws)):
         try:
             body = await read_run(ctx, md, ws[(eid + k) % len(ws)], eid, 1)

@@ -449,13 +449,13 @@ class Stream:
             if md is None:
                 md = checked[lid] = self._ctx.metadata.ledger_manager.read_ledger_metadata(lid).value
                 if md.unbounded or md.state != LedgerState.CLOSED:
-                    raise IllegalOpError(f"only a closed ledger can be linked; {lid!r} is not")
+                    raise IllegalOpError(f"only a closed ledger can be linked; {lid} is not")
                 if master_key(md.password) != key:
-                    raise UnauthorizedAccessError(f"ledger {lid!r} has another password than "
+                    raise UnauthorizedAccessError(f"ledger {lid} has another password than "
                                                   f"stream {self.name!r}")
             if not (isinstance(first, int) and isinstance(count, int) and first >= 0
                     and 1 <= count <= MAX_LINK_ENTRIES and first + count - 1 <= md.last_entry_id):
-                raise IllegalOpError(f"ledger {lid!r} has entries 0..{md.last_entry_id}; cannot link "
+                raise IllegalOpError(f"ledger {lid} has entries 0..{md.last_entry_id}; cannot link "
                                      f"{count!r} from {first!r}")
             if packed:
                 if not isinstance(link[3], int) or link[3] < 0:
@@ -841,7 +841,7 @@ async def _recover_stream(ctx, versioned, password: bytes) -> WriteHandle:
                 break
             await writer.replace_bookies(failed)       # in memory, from the no-op on
         else:
-            raise LedgerRecoveryError(f"could not write the truncating no-op of stream ledger {lid!r}")
+            raise LedgerRecoveryError(f"could not write the truncating no-op of stream ledger {lid}")
         await ctx.offload(ctx.failpoint, "client.take_over.before_commit")
 
         # 5. the term's commit: the recovery's ensemble changes, with the term unchanged
@@ -852,7 +852,7 @@ async def _recover_stream(ctx, versioned, password: bytes) -> WriteHandle:
                 break                              # nothing changed: nothing to commit
             target = merge_local_fragments(md, local, committed.value)
             if target is None:
-                raise LedgerRecoveryError(f"stream ledger {lid!r} changed during its take-over; "
+                raise LedgerRecoveryError(f"stream ledger {lid} changed during its take-over; "
                                           "take over again")
             try:
                 committed = await ctx.write_metadata("term_commit", target, committed.version)
@@ -860,10 +860,10 @@ async def _recover_stream(ctx, versioned, password: bytes) -> WriteHandle:
             except BadVersionError:
                 committed = await ctx.read_metadata(lid)
                 if committed.value.term != term:
-                    raise InvalidTermError(f"stream ledger {lid!r} moved to term "
+                    raise InvalidTermError(f"stream ledger {lid} moved to term "
                                            f"{committed.value.term} during this take-over (term {term})")
         else:
-            raise BadVersionError(f"could not commit the take-over of stream ledger {lid!r}")
+            raise BadVersionError(f"could not commit the take-over of stream ledger {lid}")
     except BaseException as exc:
         writer.abandon(exc if isinstance(exc, EmbedlogError) else LedgerRecoveryError(str(exc)))
         raise

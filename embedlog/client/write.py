@@ -148,7 +148,7 @@ class WriteHandle:
         if self._error is not None:
             raise self._error
         if self._closed:
-            raise LedgerClosedError(f"ledger {self.ledger_id!r} is closed")
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
     def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
         return self.append_many_async([data])[-1]
@@ -186,7 +186,7 @@ class WriteHandle:
             if n:
                 self._slots.give(n)
             raise TooManyRequestsError(
-                f"ledger {self.ledger_id!r}: {len(items)} adds from a done-callback on the "
+                f"ledger {self.ledger_id}: {len(items)} adds from a done-callback on the "
                 f"client's loop with max_pending_adds ({self._ctx.config.max_pending_adds}) "
                 f"reached; the loop cannot wait for the slots it frees")
         return self._hand_in(items)
@@ -233,7 +233,7 @@ class WriteHandle:
     async def close_async(self) -> None:
         if self._close_task is None:
             self._close_task = asyncio.get_running_loop().create_task(
-                self._close(LedgerClosedError(f"ledger {self.ledger_id!r} was closed")))
+                self._close(LedgerClosedError(f"ledger {self.ledger_id} was closed")))
         await asyncio.shield(self._close_task)
 
     async def drain(self) -> None:
@@ -251,7 +251,7 @@ class WriteHandle:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return (f"WriteHandle({self.ledger_id!r}, {state}, E/Qw/Qa {self._E}/{self._Qw}/{self._Qa}, "
+        return (f"WriteHandle({self.ledger_id}, {state}, E/Qw/Qa {self._E}/{self._Qw}/{self._Qa}, "
                 f"last_add_confirmed={self._lac})")
 
     # -- the loop ----------------------------------------------------------------------------
@@ -273,7 +273,7 @@ class WriteHandle:
         ops = []
         for data, fut in zip(items, futures):
             refused = self._error if self._error is not None else (
-                LedgerClosedError(f"ledger {self.ledger_id!r} is closed") if self._closed else None)
+                LedgerClosedError(f"ledger {self.ledger_id} is closed") if self._closed else None)
             if refused is not None:
                 self._slots.give()
                 fut.set_exception(refused)
@@ -535,7 +535,7 @@ class WriteHandle:
                 self._send_ops(pending, only=set(fresh))
             if any(b in self._ensemble for b in self._failed):
                 self._unrecoverable(NotEnoughBookiesError(
-                    f"could not replace failed bookies of ledger {self.ledger_id!r}"))
+                    f"could not replace failed bookies of ledger {self.ledger_id}"))
         except (LedgerFencedError, InvalidTermError, NoSuchLedgerError) as exc:
             self._fail_all(exc)
         except NotEnoughBookiesError as exc:
@@ -562,10 +562,10 @@ class WriteHandle:
         v = await self._ctx.read_metadata(self.ledger_id)
         md = v.value
         if md.unbounded and md.term != self._term:
-            raise InvalidTermError(f"stream ledger {self.ledger_id!r} moved to term {md.term}; "
+            raise InvalidTermError(f"stream ledger {self.ledger_id} moved to term {md.term}; "
                                    f"this writer had term {self._term}")
         if md.state != LedgerState.OPEN:
-            raise LedgerFencedError(f"ledger {self.ledger_id!r} is {md.state.name}: another client "
+            raise LedgerFencedError(f"ledger {self.ledger_id} is {md.state.name}: another client "
                                     "recovered or closed it")
         self._md, self._version = md, v.version
         self._ensemble = list(md.fragments[-1][1])

@@ -337,7 +337,7 @@ class Faults:
         gate = self._first(self._gates, (ctx.name, kind, md))
         if gate is None:
             return write(md, version)
-        self.log.append((time.monotonic(), f"{ctx.name or 'client'}: {kind} of {md.ledger_id!r} at {gate!r}"))
+        self.log.append((time.monotonic(), f"{ctx.name or 'client'}: {kind} of {md.ledger_id} at {gate!r}"))
         return gate.pass_through(write, md, version)
 
     def _note(self, ctx, rule, bookie_id, msg) -> None:

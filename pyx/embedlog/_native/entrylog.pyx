@@ -47,6 +47,7 @@ from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el
 from embedlog._native.memtable cimport MemTable, mt_rec
 
 from embedlog import fileio
+from embedlog._native.format import ledger_name
 from embedlog.errors import CorruptedDataError, NoSuchEntryError
 
 el_crc_init()
@@ -762,7 +763,7 @@ cdef class EntryLogger:
         cdef const uint8_t *p = self.locate(location, &n)
         if p == NULL:
             raise CorruptedDataError(
-                f"index of ledger ({scope}, {lid}) points entry {eid} at {location:#x}, "
+                f"index of ledger {ledger_name(scope, lid)} points entry {eid} at {location:#x}, "
                 "where no entry is")
         return decode_payload(p, n, scope, lid, eid, digest, mac_key)
 

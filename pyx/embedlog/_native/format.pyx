@@ -294,13 +294,14 @@ cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, ui
             if d not in DIGEST_NAMES:
                 raise CorruptedDataError(f"unknown digest type code {d} in entry flags")
             raise DigestMismatchError(
-                f"entry {e} of ledger ({s}, {l}) has digest type {d}, ledger uses {digest}")
+                f"entry {e} of ledger {ledger_name(s, l)} has digest type {d}, ledger uses {digest}")
         h = V2_HEADER_SIZE
     else:
         h = V1_HEADER_SIZE
     if s != scope or l != lid or e != eid:
         raise CorruptedDataError(
-            f"expected entry {eid} of ledger ({scope}, {lid}), found entry {e} of ledger ({s}, {l})")
+            f"expected entry {eid} of ledger {ledger_name(scope, lid)}, found entry {e} of "
+            f"ledger {ledger_name(s, l)}")
     ds = digest_size(d)
     if n < h + ds:
         raise CorruptedDataError(f"entry {eid} of {n} bytes is shorter than header and digest")
@@ -308,18 +309,18 @@ cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, ui
         c = el_crc32c(0, buf, h)
         c = el_crc32c(c, buf + h + 4, n - h - 4)
         if c != el_get32(buf + h):
-            raise DigestMismatchError(f"CRC32C mismatch on entry {eid} of ledger ({scope}, {lid})")
+            raise DigestMismatchError(f"CRC32C mismatch on entry {eid} of ledger {ledger_name(scope, lid)}")
     elif d == DIGEST_CRC32:
         c = el_crc32(0, buf, h)
         c = el_crc32(c, buf + h + 8, n - h - 8)
         if <uint64_t>c != el_get64(buf + h):
-            raise DigestMismatchError(f"CRC32 mismatch on entry {eid} of ledger ({scope}, {lid})")
+            raise DigestMismatchError(f"CRC32 mismatch on entry {eid} of ledger {ledger_name(scope, lid)}")
     elif d == DIGEST_MAC:
         whole = PyBytes_FromStringAndSize(<char *>buf, n)
         m = _mac(mac_key, <const uint8_t *>PyBytes_AS_STRING(whole), h,
                  <const uint8_t *>PyBytes_AS_STRING(whole) + h + 20, n - h - 20)
         if not hmac.compare_digest(m, whole[h:h + 20]):
-            raise DigestMismatchError(f"MAC mismatch on entry {eid} of ledger ({scope}, {lid})")
+            raise DigestMismatchError(f"MAC mismatch on entry {eid} of ledger {ledger_name(scope, lid)}")
     return h + ds
 
 
@@ -373,3 +374,9 @@ def parse_entry_header(data):
     if version == 2:
         return (2, s, l, e, <int64_t>el_get64(&v[25]), <int64_t>el_get64(&v[33]), v[0] & 0x0F)
     return (1, 0, l, e, <int64_t>el_get64(&v[16]), <int64_t>el_get64(&v[24]), None)
+
+
+def ledger_name(scope, lid):
+    """How messages spell a ledger id: str(LedgerId), the number in scope 0, else the
+    32-hex-digit qualified name (what the CLI takes)."""
+    return str(LedgerId(scope, lid))

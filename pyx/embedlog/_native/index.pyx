@@ -38,6 +38,7 @@ from embedlog._native.format cimport el_put32, el_put64, el_get32, el_get64, el_
 
 from embedlog._native.format import MAX_ENTRY_ID
 from embedlog import fileio
+from embedlog._native.format import ledger_name
 from embedlog.errors import CorruptedDataError, IllegalOpError
 
 el_crc_init()
@@ -248,7 +249,7 @@ cdef class LedgerIndex:
             raise IllegalOpError(f"{n} entry ids and {l.shape[0]} locations")
         for i in range(n):
             if e[i] < 0 or e[i] > top:
-                raise IllegalOpError(f"entry id {e[i]} of ledger ({self.scope}, {self.lid}) is "
+                raise IllegalOpError(f"entry id {e[i]} of ledger {ledger_name(self.scope, self.lid)} is "
                                      f"outside 0..{top}, what the index addresses")
         for i in range(n):
             page_no = e[i] // ENTRIES_PER_PAGE

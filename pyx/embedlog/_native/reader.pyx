@@ -22,6 +22,7 @@ from embedlog._native.memtable cimport MemTable
 from embedlog._native.entrylog cimport EntryLogger, MappedLog
 from embedlog._native.index cimport LedgerIndex
 
+from embedlog._native.format import ledger_name
 from embedlog.errors import CorruptedDataError, IllegalOpError, NoSuchEntryError
 
 cnp.import_array()
@@ -109,7 +110,7 @@ cdef class LedgerReader:
                     p = self.mt2.get(self.scope, self.lid, eid, n)
                 if p != NULL:
                     return p
-                raise NoSuchEntryError(f"no entry {eid} in ledger ({self.scope}, {self.lid})")
+                raise NoSuchEntryError(f"no entry {eid} in ledger {ledger_name(self.scope, self.lid)}")
             m = self.last_log
             if m is None or m.log_id != (loc >> 32) or m.base == NULL:
                 m = self.el._log(loc >> 32)          # may map the log: the GIL is released
@@ -125,7 +126,7 @@ cdef class LedgerReader:
             if locs == NULL or locs[eid & 1023] == loc:
                 break
         raise CorruptedDataError(
-            f"index of ledger ({self.scope}, {self.lid}) points entry {eid} at {loc:#x}, "
+            f"index of ledger {ledger_name(self.scope, self.lid)} points entry {eid} at {loc:#x}, "
             "where no entry is")
 
     cdef const uint8_t *_locate_logged(self, int64_t eid, Py_ssize_t *n) except NULL:
@@ -162,7 +163,7 @@ cdef class LedgerReader:
             raise IllegalOpError(f"bad entry range {first}..{last}")
         if last > self.lac:
             raise NoSuchEntryError(
-                f"entry {last} of ledger ({self.scope}, {self.lid}) is past the LAC ({self.lac})")
+                f"entry {last} of ledger {ledger_name(self.scope, self.lid)} is past the LAC ({self.lac})")
         return 0
 
     def read_entry(self, int64_t entry_id):
