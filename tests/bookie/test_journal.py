@@ -1,6 +1,7 @@
 """Journal crash safety: torn tails at every byte, corruption in the middle, power loss,
 group commit, and acknowledgement only after fdatasync."""
 import os
+import queue
 import threading
 import time
 
@@ -311,22 +312,30 @@ def test_an_add_framed_during_a_write_waits_for_its_own_group(tmp_path):
     with embedlog.open(tmp_path, **CFG) as log:
         w = log.create_ledger()
         w.append(b"warm")
-        held, go = threading.Event(), threading.Event()
-        failpoints.arm("journal.before_write", lambda: (held.set(), go.wait(10)))
+        gates = queue.Queue()                      # one gate per group: each waits for its own
+
+        def hold():
+            gate = threading.Event()
+            gates.put(gate)
+            gate.wait(30)
+
+        failpoints.arm("journal.before_write", hold)
+        opened = []
         try:
             f1 = w.append_async(b"one")            # group A: held before its write
-            assert held.wait(10)
-            held.clear()
+            opened.append(gates.get(timeout=30))
             f2 = w.append_async(b"two")            # framed while A is out of the buffer
-            go.set()                                # A is written and synced...
-            assert f1.result(10) == 1
-            go.clear()
-            assert held.wait(10)                    # ...and group B (holding "two") is held
+            opened[0].set()                         # A is written and synced...
+            assert f1.result(30) == 1
+            opened.append(gates.get(timeout=30))    # ...and group B (holding "two") is held
             assert not f2.done(), "acknowledged before its record was written"
         finally:
             failpoints.disarm()
-            go.set()
-        assert f2.result(10) == 2
+            for gate in opened:
+                gate.set()
+            while not gates.empty():
+                gates.get().set()
+        assert f2.result(30) == 2
 
 
 @pytest.mark.parametrize("scope", [0, 7])          # V1 and V2 entries

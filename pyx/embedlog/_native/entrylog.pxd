@@ -23,6 +23,7 @@ cdef class MappedLog:
     cdef int _load_tail_crcs(self) except -1
     cdef int _track(self, Py_ssize_t capacity_bytes) except -1
     cdef void _crc_feed(self, const uint8_t *data, Py_ssize_t n) noexcept nogil
+    cdef bint _fits(self, uint64_t off, uint64_t n) noexcept
     cdef int _load_block_crcs(self) except -1
     cdef int _verify_block(self, Py_ssize_t k) except -1
     cdef const uint8_t *checked_entry_at(self, uint32_t offset, Py_ssize_t *n) except? NULL

@@ -235,6 +235,12 @@ cdef class MappedLog:
         self.nblocks_known = count
         return 0
 
+    cdef bint _fits(self, uint64_t off, uint64_t n) noexcept:
+        """Whether n bytes at offset ``off`` (read from the file: any value) lie past the
+        header and within the mapped file, without an overflowing sum."""
+        return (LOG_HEADER_SIZE <= off <= <uint64_t>self.mapped
+                and n <= <uint64_t>self.mapped - off)
+
     cdef int _load_block_crcs(self) except -1:
         """A sealed log's checksum table, copied for the reads to check against. A log
         without one (older, or sealed with no room) is read unchecked; a damaged table
@@ -243,12 +249,12 @@ cdef class MappedLog:
         cdef uint64_t map_off = el_get64(self.base + 8)
         cdef const uint8_t *t
         cdef uint32_t count, k
-        if off == 0 or map_off == 0 or off + 16 > <uint64_t>self.mapped:
+        if off == 0 or map_off < LOG_HEADER_SIZE or not self._fits(off, 16):
             return 0
         t = self.base + off
         count = el_get32(t + 8)
         if memcmp4(<uint8_t *>t, b"ELBC") or el_get32(t + 4) != CRC_BLOCK_BYTES or \
-                off + 16 + 4 * <uint64_t>count > <uint64_t>self.mapped or \
+                not self._fits(off, 16 + 4 * <uint64_t>count) or \
                 <uint64_t>count * CRC_BLOCK_BYTES < map_off - LOG_HEADER_SIZE or \
                 el_crc32c(0, t, 12 + 4 * count) != el_get32(t + 12 + 4 * count):
             return 0
@@ -567,14 +573,14 @@ cdef class MappedLog:
         cdef Py_ssize_t start, n
         if off == 0 or map_off == 0:
             return None
-        if off + 12 > <uint64_t>self.mapped:
+        if not self._fits(off, 16):
             raise CorruptedDataError(f"entry log {self.path} offset 20: block checksums at {off}, "
                                      "past the end")
         t = self.base + off
         if memcmp4(<uint8_t *>t, b"ELBC"):
             raise CorruptedDataError(f"entry log {self.path} offset {off}: bad block checksum table")
         bsize, count = el_get32(t + 4), el_get32(t + 8)
-        if bsize == 0 or off + 16 + 4 * <uint64_t>count > <uint64_t>self.mapped or \
+        if bsize == 0 or not self._fits(off, 16 + 4 * <uint64_t>count) or \
                 el_crc32c(0, t, 12 + 4 * count) != el_get32(t + 12 + 4 * count):
             raise CorruptedDataError(f"entry log {self.path} offset {off}: block checksum table "
                                      "damaged")
