@@ -57,9 +57,12 @@ class _NativeFinder:
         self.directory = directory
 
     def find_spec(self, name, path=None, target=None):
-        import importlib.util
+        # the name first: importing importlib.util here before it is loaded asks this finder
+        # for it again, for ever (nothing imports it early when embedlog's install is a plain
+        # path in a .pth file, as the Makefile's editable_mode=compat makes it)
         if not name.startswith("embedlog._native."):
             return None
+        import importlib.util
         found = glob.glob(os.path.join(self.directory, name.rsplit(".", 1)[1] + ".cpython-*.so"))
         return importlib.util.spec_from_file_location(name, found[0]) if found else None
 
