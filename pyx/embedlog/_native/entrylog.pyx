@@ -28,6 +28,13 @@ A bookie may have several ledger directories: log ids are unique across them,
 each log lives in one of them, and ``EntryLogger`` remembers which. Compaction
 writes ``<hex id>.log.compacting`` files (see embedlog/bookie/compaction.py);
 their ids come from the same sequence.
+
+Bounds: an entry is read only if its size field, its header and its end lie within the
+written part of the log (``entry_at``: offset >= header + 4, offset + size <= position, 64-bit
+sums); ``append`` and ``write_end`` refuse a write past the mapping; the map and checksum
+table offsets read from a header are checked with ``_fits`` (within the file, no overflowing
+sum) before anything is read through them; a flush stages at most STAGE_BYTES or the largest
+entry, and leaves room for the seal's map and table.
 """
 
 import errno as _errno

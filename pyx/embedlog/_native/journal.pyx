@@ -31,6 +31,14 @@ A zero ``len`` is the end of the log: files are preallocated with zeros, so a
 preallocated tail never parses; a zero ``len`` followed by a good record is corruption,
 as a bad record followed by a good one is. Replay skips records of unknown type with a good
 crc, so newer record types can be added.
+
+Bounds: a record's length is checked against what is left of the mapping and against
+``max_record_size`` before its checksum is read (``_valid_record``); ``Records.push`` grows
+by doubling and reports failure instead of writing; replay checks every record's body lies
+within the data; the add kernels check every entry (ids 0..MAX_ENTRY_ID, header, size within
+the memtable) before framing any, and reserve the journal buffer for the whole pass before
+writing into it (``JournalBuffer.reserve`` grows to fit); a header's ``min_size`` is read
+only behind its own crc.
 """
 
 from libc.stdlib cimport malloc, realloc, free

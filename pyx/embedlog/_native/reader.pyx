@@ -8,6 +8,10 @@ taking a pointer and copying out, while every writer step leaves a state a
 reader can use: a memtable flush sets index locations before it clears the
 memtable, and a sealed log is unmapped before it is dropped (a reader then
 maps it again read-only).
+
+Bounds: a range is checked against 0..LAC before any list or buffer is sized from it; an
+index page's locations are indexed by ``eid & 1023`` of a checked id; read_arrays refuses
+more than 2 GiB of payloads (int32 offsets) before it grows its buffer.
 """
 
 from libc.stdint cimport uint8_t, int32_t, uint32_t, uint64_t, int64_t
