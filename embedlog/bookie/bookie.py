@@ -494,7 +494,8 @@ class Bookie:
                 if ledger is not None and (scope, lid) != ledger:
                     raise IllegalOpError(f"entry of ledger {LedgerId(scope, lid)} in an add for "
                                          f"{LedgerId(*ledger)}")
-                _check_entry_id(eid)
+                if not 0 <= eid <= MAX_ENTRY_ID:     # per entry: no call when in range
+                    _check_entry_id(eid)
                 key = (scope, lid)
                 self._check_entry(key, e, _v, _d)
                 if key not in checked:

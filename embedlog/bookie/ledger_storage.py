@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 
-import numpy as np
 from sortedcontainers import SortedDict
 
 from embedlog._native import entrylog as nel
@@ -257,27 +256,12 @@ class SortedLedgerStorage:
         """A new index for ``key`` from every entry it finds in the entry logs (newest log
         wins for an entry id written twice), replacing the damaged file at ``path``."""
         os.replace(path, path + ".damaged")
-        eids_all, locs_all = [], []
-        for log_id in self.entry_logger.log_ids():
-            try:
-                m = nel.MappedLog.open_existing(self.entry_logger.path_of(log_id), log_id)
-            except (CorruptedDataError, OSError):
-                continue
-            try:
-                locs, _sizes, scopes, lids, eids = m.entry_table()
-            finally:
-                m.close()
-            mask = (scopes == key[0]) & (lids == key[1])
-            if mask.any():
-                eids_all.append(eids[mask])
-                locs_all.append(locs[mask])
+        eids, locs = scrub.ledger_entries(
+            [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()], key)
         idx = self.index_cache.open(key[0], key[1], False, current)
-        found = 0
-        if eids_all:
-            eids, locs = np.concatenate(eids_all), np.concatenate(locs_all)
-            order = np.argsort(eids, kind="stable")   # later logs come later: they win
-            idx.set_locations(eids[order], locs[order])
-            found = len(np.unique(eids))
+        found = len(eids)
+        if found:
+            idx.set_locations(eids, locs)
         idx.fenced = True                # its fence state is unknown: take no more adds
         idx.header_dirty = True
         self.damaged[key] = {"file": path, "set_aside": path + ".damaged", "error": str(error),

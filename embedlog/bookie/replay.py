@@ -89,9 +89,10 @@ def apply_record(bookie, rtype: int, body: bytes) -> None:
         handler(bookie, fields, body)
 
 
-def replay_bookie(bookie) -> dict:
+def replay_bookie(bookie, live: bool = False) -> dict:
     """Replay ``bookie``'s journal from its LastLogMark (read by the caller, see
-    ``LastLogMark.read``); the report of what was done."""
+    ``LastLogMark.read``); the report of what was done. ``live``: another process is
+    writing the journal (a read-only view): see ``replay``."""
     mark = bookie.mark.persisted
 
     def apply(rtype, body, path, off):
@@ -130,7 +131,7 @@ def replay_bookie(bookie) -> dict:
     report = replay(bookie.journal_dir, mark, apply, apply_entries=apply_entries,
                     skip_corrupt=cfg.journal_skip_corrupt_records,
                     max_record_size=cfg.max_entry_size_bytes + 4096, head=bookie.mark.read_head(),
-                    allow_missing=cfg.journal_allow_missing_files)
+                    allow_missing=cfg.journal_allow_missing_files, live=live)
     report["mark"] = mark
     report["damaged_marks"] = list(bookie.mark.damaged)
     return report
@@ -253,7 +254,7 @@ def _damaged_tail(path: str, end: int, why: str, skip_corrupt: bool, report: dic
 
 def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
            max_record_size: int, head: int | None = None, allow_missing: bool = False,
-           apply_entries=None) -> dict:
+           apply_entries=None, live: bool = False) -> dict:
     """Apply every journal record from ``mark`` on, in numeric file order.
 
     A journal file replay needs that is missing (check_chain) stops start-up with the file
@@ -269,6 +270,9 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
     zeros gave it (nj.file_min_size): it was cut.
     Damage raises JournalCorruptedError naming file and offset unless ``skip_corrupt``
     (the operator accepts the loss: it is logged and reported in ``damaged_tails``).
+    ``live``: a writer is appending to the journal (a read-only view replays it): its tail
+    is where the writer is, so a bad last record is neither damage nor cut, and nothing is
+    written.
     """
     t0 = time.perf_counter()
     report = {"files": 0, "records": 0, "bytes": 0, "torn": [], "skipped": [],
@@ -307,7 +311,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
             # a file created but never written before a crash: nothing was acknowledged in it
             report["torn"].append((path, 0, size))
             continue
-        with open(path, "r+b") as f:
+        with open(path, "rb" if live else "r+b") as f:
             # only the part the journal wrote: a hole of a preallocated file read through the
             # map faults (SIGBUS) on a full tmpfs, and holds no record anyway
             data_end = _data_end(f.fileno(), size)
@@ -345,7 +349,9 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 report["bytes"] += end - start
                 report["skipped"].extend((path, o, n) for o, n in skipped)
                 damage = None
-                if status == "torn":
+                if live:
+                    status = "live"            # the writer's tail: not read, not cut
+                elif status == "torn":
                     damage = tail_damage(mm, end, data_end, max_record_size,
                                          hole_after=data_end < size)
                 elif status == "clean" and file_id == ids[-1] and size < floor:

@@ -90,24 +90,32 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
             problem = f"its index file is cut at {size} bytes"
         if not keep(key, path is None):
             continue
-        eids_all, locs_all = [], []
-        for log_id, lpath in where:
-            try:
-                m = nel.MappedLog.open_existing(lpath, log_id)
-            except (CorruptedDataError, OSError):
-                continue
-            try:
-                locs, _sizes, scopes, lids, eids = m.entry_table()
-            finally:
-                m.close()
-            mask = (scopes == key[0]) & (lids == key[1]) & (eids >= first_page * nix.ENTRIES_PER_PAGE)
-            eids_all.append(eids[mask])
-            locs_all.append(locs[mask])
-        eids, locs = np.concatenate(eids_all), np.concatenate(locs_all)
-        if not len(eids):
-            continue
-        order = np.argsort(eids, kind="stable")          # later logs come later: they win
-        eids, locs = eids[order], locs[order]
-        last = np.append(eids[1:] != eids[:-1], True)
-        out[key] = {"file": path, "problem": problem, "eids": eids[last], "locs": locs[last]}
+        eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE)
+        if len(eids):
+            out[key] = {"file": path, "problem": problem, "eids": eids, "locs": locs}
     return out
+
+
+def ledger_entries(logs, key, first: int = 0):
+    """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
+    entry logs ``logs`` ([(log id, path)], ascending), one per id, ascending: an id written
+    twice (a compaction's copy) takes the newest log's location. Unreadable logs are skipped
+    (damaged_records reports them)."""
+    eids_all, locs_all = [np.empty(0, np.int64)], [np.empty(0, np.uint64)]
+    for log_id, path in logs:
+        try:
+            m = nel.MappedLog.open_existing(path, log_id)
+        except (CorruptedDataError, OSError):
+            continue
+        try:
+            locs, _sizes, scopes, lids, eids = m.entry_table()
+        finally:
+            m.close()
+        mask = (scopes == key[0]) & (lids == key[1]) & (eids >= first)
+        eids_all.append(eids[mask])
+        locs_all.append(locs[mask])
+    eids, locs = np.concatenate(eids_all), np.concatenate(locs_all)
+    order = np.argsort(eids, kind="stable")          # later logs come later: they win
+    eids, locs = eids[order], locs[order]
+    last = np.append(eids[1:] != eids[:-1], True) if len(eids) else np.zeros(0, bool)
+    return eids[last], locs[last]

@@ -11,20 +11,17 @@ old journals are removed) or a journal record being written makes the load start
 from __future__ import annotations
 
 import collections
-import mmap
 import os
 import threading
 
-from embedlog._native import journal as nj
 from embedlog._native import memtable as nmt
 from embedlog.bookie import disks
 from embedlog.bookie.bookie import Bookie
-from embedlog.bookie.journal import journal_ids
 from embedlog.bookie.lastmark import LastLogMark
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
-from embedlog.bookie.replay import apply_record
+from embedlog.bookie.replay import replay_bookie
 from embedlog.config import BookieConfig
-from embedlog.errors import CorruptedDataError, EmbedlogError, JournalCorruptedError
+from embedlog.errors import CorruptedDataError, EmbedlogError
 
 _ATTEMPTS = 20                 # loads tried while the writer checkpoints under us
 _UNBOUNDED = 1 << 62           # the view's memtables hold the whole journal tail
@@ -90,40 +87,9 @@ class BookieSnapshot(Bookie):
         self._replay()
 
     def _replay(self) -> None:
-        mark_id, mark_off = self.mark.persisted
-        ids = [i for i in journal_ids(self.journal_dir) if i >= mark_id]
-        if mark_id and (not ids or ids[0] != mark_id):
-            raise JournalCorruptedError(f"journal {mark_id:x}.txn is gone (a checkpoint trimmed it)")
-        storage, seen, refused = self.storage, {}, []
-        for file_id in ids:
-            path = os.path.join(self.journal_dir, "%x.txn" % file_id)
-            with open(path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < nj.HEADER_SIZE:
-                    continue
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            try:
-                if nj.check_file_header(mm[:nj.HEADER_SIZE]) != file_id:
-                    raise JournalCorruptedError(f"journal {path}: header names another file")
-                start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
-                records, _end, status, _ = nj.scan(
-                    mm, start, self.config.max_entry_size_bytes + 4096, False)
-                if status == "corrupt":
-                    raise JournalCorruptedError(f"journal {path}: a bad record before good ones")
-                i = 0
-                while i < len(records):        # a torn tail: where the writer is, not read
-                    if records[i][1] in nj.ENTRY_TYPES:
-                        i = nj.replay_entries(mm, records, i, storage.active, seen, refused)
-                        for key, eid in seen.items():
-                            self._known(key)
-                            self._seen(key, eid)
-                        seen.clear()
-                        refused.clear()
-                        continue
-                    _off, rtype, body_start, body_len = records[i]
-                    apply_record(self, rtype, mm[body_start:body_start + body_len])
-                    i += 1
-            finally:
-                mm.close()
+        # the writer's own restart replay, reading only: its memtables are unbounded, so it
+        # never flushes, and a bad last record is where the writer is
+        replay_bookie(self, live=True)
 
     def _delete_locked(self, key) -> None:
         # the writer deleted it: forget it here, leave its files to the writer

@@ -484,6 +484,16 @@ class _KernelState:
                        "journal record is the entry taken")
 
 
+def _sizes(size_sel: int, size: int, count: int) -> list:
+    """Payload sizes of a kernel call: one size or growing ones, masked to a size class,
+    halved in count until the call's bytes fit KERNEL_BYTES."""
+    mask = SIZE_MASKS[size_sel & 3]
+    lens = [((size * (i + 1)) if size_sel & 4 else size) & mask for i in range(count)]
+    while lens and sum(lens) > KERNEL_BYTES:
+        lens = lens[:len(lens) // 2]
+    return lens
+
+
 def _kernel_encoded(st: _KernelState, r: Reader, op: int) -> None:
     from embedlog._native import format as F
     from embedlog._native import journal as nj
@@ -502,11 +512,8 @@ def _kernel_encoded(st: _KernelState, r: Reader, op: int) -> None:
     start = r.u(1)
     bad = r.u(2)
     digest = (op >> 4 & 3) + 1
-    mask = SIZE_MASKS[size_sel & 3]
-    lens = [((size * (i + 1)) if size_sel & 4 else size) & mask for i in range(count)]
-    while count and sum(lens) > KERNEL_BYTES:
-        count //= 2
-        lens = lens[:count]
+    lens = _sizes(size_sel, size, count)
+    count = len(lens)
     mac_key = F.mac_key(MAC_PASSWORD)
     entries = []
     for i in range(count):
@@ -550,11 +557,8 @@ def _kernel_payloads(st: _KernelState, r: Reader, op: int) -> None:
     start = r.u(1)
     max_entry = r.u(3) if op & 0x80 else 1 << 20
     digest = (op >> 4 & 3) + 1
-    mask = SIZE_MASKS[size_sel & 3]
-    lens = [((size * (i + 1)) if size_sel & 4 else size) & mask for i in range(count)]
-    while count and sum(lens) > KERNEL_BYTES:
-        count //= 2
-        lens = lens[:count]
+    lens = _sizes(size_sel, size, count)
+    count = len(lens)
     start = min(start, count)
     payloads = []
     for i in range(count):
