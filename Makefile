@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,bench,zk,etcd,spark
 
-.PHONY: run test test-asan build build-ext build-floor venv venv-core servers bench soak clean
+.PHONY: run test test-asan build build-ext build-floor venv venv-core servers peers bench soak clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,10 +49,19 @@ servers:
 	@if ! command -v java >/dev/null 2>&1; then \
 	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
 	    openjdk-17-jre-headless; fi
+	@# Maven fetches the Java peers' jars (make peers), only when no mvn is on the PATH
+	@if ! command -v mvn >/dev/null 2>&1; then \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=600 \
+	    maven; fi
+
+# the Java peers' jars (BookKeeper, Kafka, Spark's Kafka connector) from Maven Central into
+# ~/.cache/embedlog/peers (embedlog/harness/jars.py); tests and benchmarks run them as children
+peers: servers venv
+	$(BIN)/python -m embedlog.harness.jars
 
 # the suite, then the tests that touch native code again under ASan + UBSan (tools/sanitize.py
 # builds an instrumented copy in build/asan; a sanitizer report fails the run)
-test: servers venv build-ext
+test: servers venv peers build-ext
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/python tools/sanitize.py
 
