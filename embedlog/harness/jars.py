@@ -24,6 +24,14 @@ from embedlog.harness.servers import ServerMissing
 PEERS: dict[str, list[tuple[str, str, str]]] = {
     "bookkeeper-4.17.2": [("org.apache.bookkeeper", "bookkeeper-server", "4.17.2")],
     "bookkeeper-4.16.6": [("org.apache.bookkeeper", "bookkeeper-server", "4.16.6")],
+    # Kafka's broker (KRaft) for the side-by-side of issue 30 (embedlog/harness/kafka.py)
+    # (log4j-slf4j-impl: Kafka logs through SLF4J 1.7, and its runtime dependencies bind none)
+    "kafka-4.4.0": [("org.apache.kafka", "kafka_2.13", "4.4.0"),
+                    ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")],
+    # Spark's Kafka source and sink. PySpark runs 4.3.0, whose connector is not served;
+    # 4.2.0 is the newest that is. Only the jars Spark does not ship go on spark.jars
+    # (embedlog.harness.kafka.spark_jars).
+    "spark-sql-kafka-4.2.0": [("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")],
 }
 BOOKKEEPER_VERSIONS = ("4.17.2", "4.16.6")
 MARKER = ".complete"
