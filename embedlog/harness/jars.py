@@ -10,6 +10,7 @@ return at once. The cache is ``$EMBEDLOG_PEERS_DIR`` or ``~/.cache/embedlog/peer
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import os
 import shutil
@@ -114,7 +115,6 @@ def java() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     ap = argparse.ArgumentParser(description="fetch the Java peers' jars into the cache")
     ap.add_argument("names", nargs="*", help=f"peers (default all): {', '.join(PEERS)}")
     args = ap.parse_args(argv)
