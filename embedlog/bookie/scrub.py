@@ -53,8 +53,8 @@ def damaged_records(logs) -> list:
 
 def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
     """Entries the entry logs hold that a ledger's index file should hold and cannot: the
-    file is missing, or cut (to its header, or inside a page: a good file holds whole
-    pages). ``logs``: [(log id, path)]; ``find_index(key)``: the ledger's index file, or
+    file is missing, or cut: shorter than the length its header records (a file from
+    before that record: cut to its header, or inside a page, as it held whole pages). ``logs``: [(log id, path)]; ``find_index(key)``: the ledger's index file, or
     None; ``keep(key, missing)``: whether to look at a suspect (a missing file may be a
     deleted ledger's). Every log names its ledgers (its map; a log without one, such as
     the unsealed last one, is scanned). Returns {key: {"file", "problem", "eids", "locs"}}:
@@ -84,9 +84,15 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
                 size = os.path.getsize(path)
             except FileNotFoundError:
                 continue
-            first_page, rest = divmod(max(size - nix.HEADER_SIZE, 0), nix.PAGE_SIZE)
-            if size < nix.HEADER_SIZE or (first_page and not rest):
+            if size < nix.HEADER_SIZE:
                 continue           # a header cut short is the loader's (rebuilt there)
+            first_page, rest = divmod(size - nix.HEADER_SIZE, nix.PAGE_SIZE)
+            recorded = nix.recorded_length(path)
+            if recorded is not None:
+                if size >= recorded:
+                    continue       # the pages reach as far as the header says
+            elif first_page and not rest:
+                continue           # a file from before the length bit holds whole pages
             problem = f"its index file is cut at {size} bytes"
         if not keep(key, path is None):
             continue

@@ -63,7 +63,7 @@ def shell_json(*args, code=0):
     return json.loads(r.output)
 
 
-@pytest.mark.parametrize("damage", ["lost", "cut_to_header", "cut_mid_page"])
+@pytest.mark.parametrize("damage", ["lost", "cut_to_header", "cut_mid_page", "cut_at_a_page_end"])
 def test_an_open_ledgers_lost_index_is_rebuilt_before_recovery(tmp_path, damage, caplog):
     lid, last = killed_writer(tmp_path)
     path = nix.index_path(str(tmp_path / "current"), lid.scope_id, lid.ledger_id)
@@ -71,14 +71,17 @@ def test_an_open_ledgers_lost_index_is_rebuilt_before_recovery(tmp_path, damage,
     if damage == "lost":
         os.unlink(path)
     else:
-        os.truncate(path, nix.HEADER_SIZE if damage == "cut_to_header"
-                    else nix.HEADER_SIZE + nix.PAGE_SIZE + 100)
+        # the last page (1,024..1,499) is short; a cut at a page's end leaves whole pages,
+        # which only the length the header records tells from a good file
+        os.truncate(path, {"cut_to_header": nix.HEADER_SIZE,
+                           "cut_mid_page": nix.HEADER_SIZE + nix.PAGE_SIZE + 100,
+                           "cut_at_a_page_end": nix.HEADER_SIZE + nix.PAGE_SIZE}[damage])
     # the offline check names the ledger before any bookie has started
     out = shell_json("localconsistencycheck", "--dir", tmp_path, code=1)
     assert out["ok"] is False
     [row] = out["unindexed_ledgers"]
     assert row["qualified_name"] == lid.qualified_name
-    assert row["first_entry_id"] == (1024 if damage == "cut_mid_page" else 0)
+    assert row["first_entry_id"] == (1024 if damage.startswith("cut_") and damage != "cut_to_header" else 0)
     assert row["last_entry_id"] >= 1499
     with embedlog.open(tmp_path, **CFG) as log:
         damaged = log.bookie.statistics()["damaged_ledgers"]
@@ -92,6 +95,32 @@ def test_an_open_ledgers_lost_index_is_rebuilt_before_recovery(tmp_path, damage,
     assert "rebuilt" in caplog.text
     with embedlog.open(tmp_path, **CFG) as log:          # the rebuilt index was written back
         assert log.open_ledger(lid).read_batch(0, last)[last] == payload(last)
+
+
+def test_a_ledgers_index_costs_what_it_holds(tmp_path):
+    """A one-entry ledger's index file is its header and one location (one file-system
+    block, not a header and a whole 8 KiB page), and 100 such ledgers come back after a
+    reopen. (Cleared locations in a short page: tests/shared/test_native_models_index.py.)"""
+    with embedlog.open(tmp_path, **CFG) as log:
+        ids = []
+        for i in range(100):
+            w = log.create_ledger()
+            w.append(payload(i))
+            w.close()
+            ids.append(w.ledger_id)
+        log.bookie.checkpoint()
+        paths = [nix.index_path(str(tmp_path / "current"), lid.scope_id, lid.ledger_id) for lid in ids]
+        assert {os.path.getsize(p) for p in paths} == {nix.HEADER_SIZE + 8}
+        assert {nix.recorded_length(p) for p in paths} == {nix.HEADER_SIZE + 8}
+        assert sum(os.stat(p).st_blocks for p in paths) * 512 <= 100 * 4096
+        w = log.create_ledger()
+        w.append_many([payload(i) for i in range(10)])
+        log.bookie.checkpoint()
+        path = nix.index_path(str(tmp_path / "current"), w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        assert os.path.getsize(path) == nix.HEADER_SIZE + 80
+    with embedlog.open(tmp_path, **CFG) as log:
+        assert [log.open_ledger(lid).read_entry(0) for lid in ids] == [payload(i) for i in range(100)]
+        assert log.open_ledger(w.ledger_id).read_batch(0, 9) == [payload(i) for i in range(10)]
 
 
 def test_a_rebuilt_open_ledger_stays_readable_and_recoverable(tmp_path):

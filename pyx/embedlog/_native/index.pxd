@@ -18,10 +18,12 @@ cdef class LedgerIndex:
     cdef Py_ssize_t npage_locs        # memory): the read path's lookup, no Python object
     cdef readonly set dirty_pages
     cdef readonly int64_t max_page_on_disk
+    cdef readonly int64_t disk_end    # bytes of the file its pages reach (the last may be short)
     cdef uint32_t page_loads[64]      # pages put into ``pages``, by page number mod 64:
                                       # a load that raced with another of its page reads again
     cdef IndexCache cache
     cdef bytes _header_bytes(self)
+    cdef _set_disk_end(self, int64_t end)
     cdef object _page(self, int64_t page_no, bint create, bint dirty=*)
     cpdef uint64_t get_location(self, int64_t eid)
     cdef bint _evict(self, int64_t page_no)

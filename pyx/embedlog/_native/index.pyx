@@ -11,8 +11,14 @@ Grammar (see docs/FORMATS.md)::
                 | bit 3 incarnation set (the ledger's metadata ctime_ms: an add for a ledger
                   of the same id created again, after the metadata went back in time, is
                   refused; files written before it have the bit clear)
+                | bit 4 length set: u64 at byte 104 is the file length the pages reach
+                  when the header was written; a shorter file was cut (files written
+                  before it have the bit clear and hold whole pages)
     page       := location:u64le * 1024        # page p holds entries p*1024 .. p*1024+1023
                                                 # location 0: no entry
+    The last page is written only up to its highest location, so a ledger's first page
+    costs what it holds (one entry: 1,032 bytes, one block, not 9,216); what a short page
+    lacks reads as zeros.
 
 Bounds: entry ids are 0 .. MAX_ENTRY_ID (format.pyx), so a page number is below 2^30 and
 a page's file offset below 2^43; set_locations refuses any other id before it writes (a
@@ -55,6 +61,7 @@ STATE_FENCED = 1
 STATE_EXPLICIT_LAC = 2
 STATE_KEY = 4
 STATE_INCARNATION = 8
+STATE_LENGTH = 16
 
 
 def index_path(root, uint64_t scope, uint64_t lid):
@@ -71,6 +78,23 @@ def index_path(root, uint64_t scope, uint64_t lid):
     return os.path.join(root, "ledgers-scoped", "%02x" % ((scope >> 8) & 0xFF),
                         "%02x" % (scope & 0xFF), "%02x" % ((lid >> 8) & 0xFF),
                         "%02x" % (lid & 0xFF), "%016x%016x.idx" % (scope, lid))
+
+
+def recorded_length(path):
+    """The file length an index file's header vouches for (its pages reach that far), or
+    None: the header records none (a file from before the length bit) or cannot be read
+    (the loader reports and rebuilds a bad header)."""
+    try:
+        with open(path, "rb") as f:
+            h = f.read(HEADER_SIZE)
+    except OSError:
+        return None
+    if len(h) < HEADER_SIZE or h[:4] != b"ELIX":
+        return None
+    cdef const uint8_t[::1] v = h
+    if el_get32(&v[1020]) != el_crc32c(0, &v[0], 1020) or not el_get32(&v[8]) & STATE_LENGTH:
+        return None
+    return <int64_t>el_get64(&v[104])
 
 
 def parse_index_name(name, scoped):
@@ -109,6 +133,7 @@ cdef class LedgerIndex:
         self.pages = {}
         self.dirty_pages = set()
         self.max_page_on_disk = -1
+        self.disk_end = HEADER_SIZE
 
     def __dealloc__(self):
         free(self.page_locs)
@@ -160,7 +185,11 @@ cdef class LedgerIndex:
         self.term = el_get64(&v[80])
         self.explicit_lac = <int64_t>el_get64(&v[88]) if state & STATE_EXPLICIT_LAC else -1
         self.incarnation = <int64_t>el_get64(&v[96]) if state & STATE_INCARNATION else -1
-        self.max_page_on_disk = (size - HEADER_SIZE) // PAGE_SIZE - 1 if size > HEADER_SIZE else -1
+        self._set_disk_end(size)
+
+    cdef _set_disk_end(self, int64_t end):
+        self.disk_end = max(end, HEADER_SIZE)
+        self.max_page_on_disk = (self.disk_end - 1 - HEADER_SIZE) // PAGE_SIZE
 
     cdef bytes _header_bytes(self):
         cdef bytearray h = bytearray(HEADER_SIZE)
@@ -182,6 +211,8 @@ cdef class LedgerIndex:
         if self.incarnation >= 0:
             state |= STATE_INCARNATION
             el_put64(p + 96, <uint64_t>self.incarnation)
+        state |= STATE_LENGTH
+        el_put64(p + 104, <uint64_t>self.disk_end)
         el_put32(p + 8, state)
         el_put64(p + 80, self.term)
         el_put64(p + 88, <uint64_t>self.explicit_lac)
@@ -404,11 +435,22 @@ cdef class LedgerIndex:
             _private_dirs(os.path.dirname(self.path))
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            os.pwrite(fd, self._header_bytes(), 0)
+            end = self.disk_end
             for p in sorted(self.dirty_pages):
-                os.pwrite(fd, self.pages[p].tobytes(), HEADER_SIZE + p * PAGE_SIZE)
-                if p > self.max_page_on_disk:
-                    self.max_page_on_disk = p
+                off = HEADER_SIZE + p * PAGE_SIZE
+                page = self.pages[p]
+                n = PAGE_SIZE
+                if off + PAGE_SIZE > end:
+                    # the last page: up to its highest location, and at least what the file
+                    # holds of it (slots cleared since must be overwritten with zeros)
+                    nz = np.flatnonzero(page)
+                    n = max(8 * (int(nz[len(nz) - 1]) + 1) if len(nz) else 0, end - off)
+                if n > 0:
+                    os.pwrite(fd, page[:n // 8].tobytes(), off)
+                    end = max(end, off + n)
+            self._set_disk_end(end)
+            # the header last: the length it records covers pages already written
+            os.pwrite(fd, self._header_bytes(), 0)
             if sync:
                 os.fdatasync(fd) if not new else os.fsync(fd)
                 size = os.fstat(fd).st_size
