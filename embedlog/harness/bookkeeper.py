@@ -1,0 +1,679 @@
+"""Real Apache BookKeeper from its published jars: a test and benchmark peer (issue 28).
+
+``BookKeeperCluster`` runs N Java bookies (``org.apache.bookkeeper.server.Main``) as child
+processes on a ZooKeeper root that BookieShell formatted, and offers BookieShell as an
+oracle (metadata, entries, bookies, ledgers) plus ``tools/peers/BkDriver.java``, our own
+driver of BookKeeper's Java client, for what the shell cannot do (create with a chosen
+quorum and digest, write while a test kills things, recovery opens, long-poll tails,
+benchmarks)::
+
+    with BookKeeperCluster("4.17.2", bookies=3) as bk:
+        made = bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2, count=100)
+        assert [p for _, p in bk.read_ledger(made.ledger_id)][0] == b"entry-0"
+
+Each bookie: a generated ``bk_server.conf`` (``conf_path(i)``), journal and ledger dirs and a
+log under the cluster's temp dir, a port from free_ports() kept across ``kill``/``start``.
+Ready = its registration znode ``ROOT/available/127.0.0.1:PORT`` exists, made by this
+incarnation's session (a SIGKILLed bookie's znode lives until its session expires, so
+``start(i)`` waits for the new one), and its port answers. Bookies start in parallel.
+
+Measured here (2 cores, Java 17, idle machine): ZooKeeper ~0.5 s, initnewcluster ~0.9 s,
+3 bookies in parallel ready ~1.6 s after spawn (4.17.2 and 4.16.6 alike); a BookieShell
+command or a driver run costs one JVM start, ~0.9-1.5 s. Numbers for a busy machine are in
+tests/interop/test_bookkeeper_fixture.py's log line.
+
+What differed from ../shared/reference/RECIPES.md (its recipe had never run here):
+
+- BookieShell prints its results through its logger (SLF4J -> log4j2 at INFO), not to
+  stdout: with the jar's own log4j2.xml results and ZooKeeper chatter share stdout. We give
+  every JVM our own log4j2 configuration: tools log results (``org.apache.bookkeeper.tools``
+  and ``BookieShell``) as bare lines on stdout and everything else at WARN on stderr.
+- The default ``ledgerStorageClass`` in ServerConfiguration is SortedLedgerStorage, not
+  DbLedgerStorage (only the shipped bk_server.conf picks DbLedgerStorage). We set
+  DbLedgerStorage (what Pulsar runs) explicitly, with small write/read-ahead caches; both
+  start equally fast here (RocksDB costs ~0.1 s).
+- ``readledger`` prints payloads with ``-m`` through ``entryFormatterClass`` (a string by
+  default): we configure HexDumpEntryFormatter and parse its columns. With ``-b BOOKIE`` it
+  needs ``-fe``/``-le`` (else it prints nothing), reads every id in the range from that bookie
+  (ids outside its write set print "No such entry") and dumps the whole stored entry,
+  BookKeeper's entry header and digest included, in Netty's boxed hex format.
+- A failing shell command exits 255 and prints "Got an exception" and a stack on stdout.
+- ``initnewcluster`` works as written (~0.9 s); ``metaformat`` is not needed. ``simpletest``
+  deletes its ledger afterwards.
+- Hosts in ``metadataServiceUri`` are separated by ``;`` (a ZooKeeper connect string's
+  commas are translated).
+- ``useV2WireProtocol`` etc. are unchanged; the client prints a RackawareEnsemblePlacement
+  DNS-resolver warning on every start, harmless.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+from embedlog.harness import jars
+from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer, free_port,
+                                      free_ports, port_taken)
+
+READY_TIMEOUT_S = 60.0          # a bookie on a loaded 2-core machine (load 8) is slow to start
+STOP_TIMEOUT_S = 10.0
+TOOL_TIMEOUT_S = 120.0
+BOOKIE_ZK_TIMEOUT_MS = 4000     # a killed bookie's znode outlives it by this: restarts wait on it
+DRIVER_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tools", "peers", "BkDriver.java")
+DIGEST_BYTES = {"CRC32": 8, "CRC32C": 4, "MAC": 20, "DUMMY": 0}
+ENTRY_HEADER_BYTES = 32         # ledger id, entry id, LAC, length: 4 longs before the digest
+
+BOOKIE_HEAP = ["-Xmx256m", "-XX:MaxDirectMemorySize=256m"]
+TOOL_HEAP = ["-Xmx192m", "-XX:MaxDirectMemorySize=128m"]
+
+# Every bookie's settings; bookie_config= overrides or adds keys. Sizes are small so three
+# bookies fit next to the tests on 2 cores: DbLedgerStorage would take a quarter of the
+# direct memory for each of its caches.
+BOOKIE_DEFAULTS = {
+    "advertisedAddress": "127.0.0.1",
+    "allowLoopback": "true",
+    "httpServerEnabled": "false",
+    "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+    "dbStorage_writeCacheMaxSizeMb": "16",
+    "dbStorage_readAheadCacheMaxSizeMb": "8",
+    "dbStorage_rocksDB_blockCacheSize": str(8 << 20),
+    "dbStorage_rocksDB_writeBufferSizeMB": "4",
+    "journalPreAllocSizeMB": "4",
+    "journalMaxSizeMB": "64",
+    "numReadWorkerThreads": "2",
+    "numHighPriorityWorkerThreads": "2",
+    "zkTimeout": str(BOOKIE_ZK_TIMEOUT_MS),
+    # a CI disk fuller than 95 % must not turn the bookies read-only
+    "diskUsageThreshold": "0.99",
+    "diskUsageWarnThreshold": "0.98",
+    "diskUsageLwmThreshold": "0.98",
+}
+
+_BOOKIE_LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="warn">
+  <Appenders><Console name="OUT" target="SYSTEM_OUT">
+    <PatternLayout pattern="%d{HH:mm:ss.SSS} %-5p [%t] %c{1} - %m%n"/></Console></Appenders>
+  <Loggers><Root level="INFO"><AppenderRef ref="OUT"/></Root></Loggers>
+</Configuration>
+"""
+# tools: results (logged by the command classes) as bare stdout lines, the rest on stderr
+_TOOL_LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="warn">
+  <Appenders>
+    <Console name="OUT" target="SYSTEM_OUT"><PatternLayout pattern="%m%n"/></Console>
+    <Console name="ERR" target="SYSTEM_ERR">
+      <PatternLayout pattern="%d{HH:mm:ss.SSS} %-5p [%t] %c{1} - %m%n"/></Console>
+  </Appenders>
+  <Loggers>
+    <Root level="WARN"><AppenderRef ref="ERR"/></Root>
+    <Logger name="org.apache.bookkeeper.tools" level="INFO" additivity="false">
+      <AppenderRef ref="OUT"/></Logger>
+    <Logger name="org.apache.bookkeeper.bookie.BookieShell" level="INFO" additivity="false">
+      <AppenderRef ref="OUT"/></Logger>
+  </Loggers>
+</Configuration>
+"""
+
+
+class BookKeeperToolError(RuntimeError):
+    """A BookieShell command or a BkDriver run failed; ``output`` holds what it printed."""
+
+    def __init__(self, message: str, output: str = "", returncode: int | None = None):
+        super().__init__(message)
+        self.output = output
+        self.returncode = returncode
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the spawning thread dies, so a SIGKILLed
+    test run leaves no JVMs behind (atexit covers ordinary exits)."""
+    import ctypes  # lazy: only in the forked child
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _preexec():
+    # PDEATHSIG follows the spawning *thread*: only the main thread lives as long as we do
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
+def _lock(path: str):
+    f = open(path, "w")
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return f
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+def driver_command(version: str) -> list[str]:
+    """``java ... BkDriver`` for ``version``'s jars: compiled once per version and source
+    into the jar cache (javac ~1.5 s), or run by the source launcher if javac is missing."""
+    java, cp = jars.java(), jars.classpath(f"bookkeeper-{version}")
+    with open(DRIVER_SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    out = os.path.join(jars.cache_dir(), f"bkdriver-{version}-{digest}")
+    javac = shutil.which("javac")
+    if javac is None:
+        return [java, *jars.JVM_OPTS, *TOOL_HEAP, "-cp", cp, DRIVER_SOURCE]
+    if not os.path.exists(os.path.join(out, "BkDriver.class")):
+        with _lock(out + ".lock"):
+            if not os.path.exists(os.path.join(out, "BkDriver.class")):
+                staging = tempfile.mkdtemp(prefix=".bkdriver-", dir=jars.cache_dir())
+                run = subprocess.run([javac, "-nowarn", "-d", staging, "-cp", cp, DRIVER_SOURCE],
+                                     capture_output=True, text=True)
+                if run.returncode != 0:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    raise BookKeeperToolError(f"javac BkDriver.java failed: {run.stderr[-2000:]}",
+                                              run.stderr, run.returncode)
+                shutil.rmtree(out, ignore_errors=True)
+                os.rename(staging, out)
+    return [java, *jars.JVM_OPTS, *TOOL_HEAP, "-cp", f"{out}:{cp}", "BkDriver"]
+
+
+@dataclasses.dataclass
+class DriverResult:
+    """What a BkDriver run printed, parsed (see the grammar at the top of BkDriver.java)."""
+    returncode: int | None = None
+    lines: list[str] = dataclasses.field(default_factory=list)
+    ledger_id: int | None = None
+    acked: list[int] = dataclasses.field(default_factory=list)
+    ensembles: dict[int, list[str]] = dataclasses.field(default_factory=dict)
+    lac: int | None = None
+    length: int | None = None
+    closed: bool | None = None
+    entries: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)
+    error: str | None = None        # "CODE NAME MESSAGE" of an error line
+    error_code: int | None = None   # BookKeeper's BKException code (e.g. -102 unauthorized)
+    bench: dict | None = None
+
+    def feed(self, line: str) -> None:
+        """Take one output line."""
+        import json  # lazy: only bench output needs it
+        line = line.rstrip("\n")
+        self.lines.append(line)
+        word, _, rest = line.partition(" ")
+        if word == "ledger":
+            self.ledger_id = int(rest)
+        elif word == "ack":
+            self.acked.append(int(rest))
+        elif word == "ensemble":
+            first, _, bookies = rest.partition(" ")
+            self.ensembles[int(first)] = bookies.split(",") if bookies else []
+        elif word == "lac":
+            self.lac = int(rest)
+        elif word == "length":
+            self.length = int(rest)
+        elif word == "closed":
+            self.closed = rest == "true"
+        elif word == "entry":
+            eid, _, data = rest.partition(" ")
+            self.entries.append((int(eid), bytes.fromhex(data)))
+        elif word in ("error", "usage"):
+            self.error = rest
+            code = rest.split(" ", 1)[0]
+            self.error_code = int(code) if re.fullmatch(r"-?\d+", code) else None
+        elif line.startswith("{"):
+            self.bench = json.loads(line)
+
+
+def driver_args(command: str, *positional, **options) -> list[str]:
+    """BkDriver arguments from Python names: ``write_quorum=2`` -> ``--write-quorum 2``,
+    ``recover=True`` -> ``--recover`` (False or None leave an option out)."""
+    args = [command, *(str(p) for p in positional)]
+    for name, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args
+
+
+# -- the cluster --------------------------------------------------------------------------
+
+class _Bookie:
+    def __init__(self, index: int, directory: str, port: int):
+        self.index = index
+        self.dir = directory
+        self.port = port
+        self.proc: subprocess.Popen | None = None
+        self.owner: int | None = None       # session owning its registration znode when ready
+        self.log_path = os.path.join(directory, "bookie.log")
+        self.conf_path = os.path.join(directory, "bk_server.conf")
+
+    @property
+    def bookie_id(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+class BookKeeperCluster:
+    """Java bookies of one BookKeeper version on a ZooKeeper root (see the module doc)."""
+
+    def __init__(self, version: str = "4.17.2", bookies: int = 3, zk_hosts: str | None = None,
+                 root: str = "/ledgers", *, format: bool = True, start: bool = True,
+                 bookie_config: dict | None = None, base_dir: str | None = None):
+        if version not in jars.BOOKKEEPER_VERSIONS:
+            raise ValueError(f"BookKeeper {version!r} is not a peer; served: "
+                             f"{', '.join(jars.BOOKKEEPER_VERSIONS)}")
+        if not root.startswith("/") or root.endswith("/") or root == "/":
+            raise ValueError(f"root is an absolute znode path like /ledgers, got {root!r}")
+        self.version = version
+        self.root = root
+        self.java = jars.java()
+        self.classpath = jars.classpath(f"bookkeeper-{version}")
+        self.dir = base_dir or tempfile.mkdtemp(prefix=f"embedlog-bk-{version}-")
+        os.makedirs(self.dir, exist_ok=True)
+        self._zk_server: ZooKeeperServer | None = None
+        self._zk = None
+        self._bookies: list[_Bookie] = []
+        self._stopped = False
+        self.bookie_config = {**BOOKIE_DEFAULTS, **{k: str(v) for k, v in
+                                                    (bookie_config or {}).items()}}
+        atexit.register(self.stop)
+        try:
+            if zk_hosts is None:
+                self._zk_server = ZooKeeperServer()
+                zk_hosts = self._zk_server.hosts
+            self.zk_hosts = zk_hosts
+            self._write_tool_files()
+            if format:
+                self.format()
+            ports = free_ports(bookies)
+            for i, port in enumerate(ports):
+                self._bookies.append(_Bookie(i, os.path.join(self.dir, f"bookie-{i}"), port))
+            if start:
+                self.start_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- addresses and files --
+
+    @property
+    def metadata_uri(self) -> str:
+        return f"zk+hierarchical://{self.zk_hosts.replace(',', ';')}{self.root}"
+
+    @property
+    def bookie_ids(self) -> list[str]:
+        return [b.bookie_id for b in self._bookies]
+
+    def __len__(self) -> int:
+        return len(self._bookies)
+
+    def _b(self, i: int) -> _Bookie:
+        if not isinstance(i, int) or not 0 <= i < len(self._bookies):
+            raise ValueError(f"no bookie {i!r} in a cluster of {len(self._bookies)}")
+        return self._bookies[i]
+
+    def conf_path(self, i: int) -> str:
+        return self._b(i).conf_path
+
+    def pid(self, i: int) -> int | None:
+        b = self._b(i)
+        return b.proc.pid if b.alive() else None
+
+    def log_tail(self, i: int, n_bytes: int = 4000) -> str:
+        try:
+            with open(self._b(i).log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - n_bytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _write_tool_files(self) -> None:
+        self._bookie_log4j = os.path.join(self.dir, "log4j2-bookie.xml")
+        self._tool_log4j = os.path.join(self.dir, "log4j2-tool.xml")
+        self.client_conf_path = os.path.join(self.dir, "client.conf")
+        with open(self._bookie_log4j, "w") as f:
+            f.write(_BOOKIE_LOG4J)
+        with open(self._tool_log4j, "w") as f:
+            f.write(_TOOL_LOG4J)
+        with open(self.client_conf_path, "w") as f:
+            f.write(f"metadataServiceUri={self.metadata_uri}\nzkTimeout=10000\n"
+                    "entryFormatterClass=org.apache.bookkeeper.util.HexDumpEntryFormatter\n")
+
+    def _write_bookie_conf(self, b: _Bookie) -> None:
+        journal, ledgers = os.path.join(b.dir, "journal"), os.path.join(b.dir, "ledgers")
+        os.makedirs(journal, exist_ok=True)
+        os.makedirs(ledgers, exist_ok=True)
+        conf = {"metadataServiceUri": self.metadata_uri, "bookiePort": str(b.port),
+                "journalDirectories": journal, "ledgerDirectories": ledgers,
+                **self.bookie_config}
+        with open(b.conf_path, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in conf.items())
+
+    def _zk_client(self):
+        if self._zk is None:
+            from kazoo.client import KazooClient  # lazy: the optional 'zk' extra
+            self._zk = KazooClient(hosts=self.zk_hosts, timeout=10.0)
+            self._zk.start(timeout=30)
+        return self._zk
+
+    # -- bookies --
+
+    def format(self) -> str:
+        """Format the root as BookKeeper does (``initnewcluster``: the root, available/,
+        available/readonly, INSTANCEID, LAYOUT); fails if the root exists."""
+        return self.shell("initnewcluster")
+
+    def _spawn(self, b: _Bookie) -> None:
+        self._write_bookie_conf(b)
+        log = open(b.log_path, "ab")
+        try:
+            b.proc = subprocess.Popen(
+                [self.java, *jars.JVM_OPTS, *BOOKIE_HEAP,
+                 f"-Dlog4j2.configurationFile={self._bookie_log4j}",
+                 "-cp", self.classpath, "org.apache.bookkeeper.server.Main",
+                 "--conf", b.conf_path],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=b.dir,
+                preexec_fn=_preexec())
+        finally:
+            log.close()
+        b.owner = None
+
+    def _registered_owner(self, b: _Bookie) -> int | None:
+        zk = self._zk_client()
+        for path in (f"{self.root}/available/{b.bookie_id}",
+                     f"{self.root}/available/readonly/{b.bookie_id}"):
+            stat = zk.exists(path)
+            if stat is not None and stat.ephemeralOwner:
+                return stat.ephemeralOwner
+        return None
+
+    @staticmethod
+    def _port_answers(port: int) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def _wait_ready(self, pending: dict[int, int | None]) -> None:
+        """Until every bookie in ``pending`` (index -> stale znode owner or None) has
+        registered with a new session and answers; raise with its log if one exits."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while pending:
+            for i in list(pending):
+                b = self._bookies[i]
+                if b.proc.poll() is not None:
+                    tail = self.log_tail(i)
+                    if port_taken(tail):
+                        raise _PortTaken(i)
+                    raise BookKeeperToolError(
+                        f"bookie {i} ({b.bookie_id}) exited with {b.proc.returncode}: {tail}",
+                        tail, b.proc.returncode)
+                owner = self._registered_owner(b)
+                if owner is not None and owner != pending[i] and self._port_answers(b.port):
+                    b.owner = owner
+                    del pending[i]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                i = next(iter(pending))
+                raise BookKeeperToolError(f"bookie {i} not ready in {READY_TIMEOUT_S}s: "
+                                          f"{self.log_tail(i)}")
+            time.sleep(0.05)
+
+    def start_all(self) -> None:
+        """Start every bookie that is not running, in parallel, and wait until all are ready.
+        A first start whose port another process took gets a fresh port and empty dirs."""
+        pending = {b.index: b.owner for b in self._bookies if not b.alive()}
+        for i in pending:
+            self._spawn(self._bookies[i])
+        for _ in range(PORT_ATTEMPTS):
+            try:
+                self._wait_ready(dict(pending))
+                return
+            except _PortTaken as taken:
+                b = self._bookies[taken.index]
+                if b.owner is not None:             # its dirs and cookie name this port
+                    raise BookKeeperToolError(f"bookie {b.index}: port {b.port} is taken")
+                shutil.rmtree(b.dir, ignore_errors=True)
+                b.port = free_port()
+                self._spawn(b)
+        raise BookKeeperToolError(f"bookies: ports taken on {PORT_ATTEMPTS} attempts")
+
+    def start(self, i: int) -> None:
+        """Start bookie ``i`` again on its dirs and port (after kill or stop_bookie)."""
+        b = self._b(i)
+        if b.alive():
+            raise ValueError(f"bookie {i} is running")
+        self._spawn(b)
+        self._wait_ready({i: self._registered_owner(b)})
+
+    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to bookie ``i``; for SIGKILL/SIGTERM/SIGINT wait until it is gone.
+        A SIGKILLed bookie's registration stays until its ZooKeeper session expires."""
+        b = self._b(i)
+        if not b.alive():
+            raise ValueError(f"bookie {i} is not running")
+        os.kill(b.proc.pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            try:
+                b.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.kill(b.proc.pid, signal.SIGKILL)
+                b.proc.wait()
+
+    def stop_bookie(self, i: int) -> None:
+        """Stop bookie ``i`` gracefully (SIGTERM: it unregisters and flushes)."""
+        self.kill(i, signal.SIGTERM)
+
+    def stop(self) -> None:
+        """Stop every bookie (SIGTERM, SIGKILL after a while), our ZooKeeper, remove dirs."""
+        if self._stopped:
+            return
+        self._stopped = True
+        live = [b for b in self._bookies if b.alive()]
+        for b in live:
+            os.kill(b.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for b in live:
+            try:
+                b.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(b.proc.pid, signal.SIGKILL)
+                b.proc.wait()
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception:  # noqa: BLE001 - a dead ZooKeeper must not stop the cleanup
+                pass
+        if self._zk_server is not None:
+            self._zk_server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- BookieShell --
+
+    def _tool_env_opts(self) -> list[str]:
+        return [*jars.JVM_OPTS, *TOOL_HEAP, f"-Dlog4j2.configurationFile={self._tool_log4j}"]
+
+    def shell(self, *args: str, check: bool = True, timeout: float = TOOL_TIMEOUT_S) -> str:
+        """Run ``BookieShell -conf <client.conf> ARGS``; its result lines (stdout). A non-zero
+        exit raises BookKeeperToolError carrying stdout and stderr."""
+        run = subprocess.run([self.java, *self._tool_env_opts(), "-cp", self.classpath,
+                              "org.apache.bookkeeper.bookie.BookieShell",
+                              "-conf", self.client_conf_path, *map(str, args)],
+                             capture_output=True, text=True, timeout=timeout, cwd=self.dir,
+                             stdin=subprocess.DEVNULL)
+        if check and run.returncode != 0:
+            raise BookKeeperToolError(
+                f"BookieShell {' '.join(map(str, args))} exited {run.returncode}: "
+                f"{run.stdout[-3000:]}{run.stderr[-2000:]}", run.stdout + run.stderr,
+                run.returncode)
+        return run.stdout
+
+    def ledger_metadata(self, ledger_id: int) -> str:
+        """BookKeeper's own rendering of the metadata: ``LedgerMetadata{formatVersion=3, ...}``."""
+        out = self.shell("ledgermetadata", "-l", ledger_id)
+        for line in out.splitlines():
+            if line.startswith("LedgerMetadata{"):
+                return line
+        raise BookKeeperToolError(f"ledgermetadata {ledger_id}: no metadata in {out!r}", out)
+
+    def dump_metadata(self, ledger_id: int) -> bytes:
+        """The ledger's metadata znode as stored (``ledgermetadata -dumptofile``)."""
+        path = os.path.join(self.dir, f"dump-{ledger_id}-{time.monotonic_ns()}.bin")
+        try:
+            self.shell("ledgermetadata", "-l", ledger_id, "-dumptofile", path)
+            with open(path, "rb") as f:
+                return f.read()
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def restore_metadata(self, ledger_id: int, blob: bytes, update: bool = False) -> None:
+        """Write ``blob`` as the ledger's metadata (``-restorefromfile``, parsed by BookKeeper
+        first); without ``update`` the ledger must not exist."""
+        path = os.path.join(self.dir, f"restore-{ledger_id}-{time.monotonic_ns()}.bin")
+        with open(path, "wb") as f:
+            f.write(blob)
+        try:
+            self.shell("ledgermetadata", "-l", ledger_id, "-restorefromfile", path,
+                       *(["-update"] if update else []))
+        finally:
+            os.unlink(path)
+
+    def list_bookies(self, readonly: bool = False) -> list[str]:
+        """Bookie ids registered read-write (or read-only), as the shell lists them."""
+        out = self.shell("listbookies", "-ro" if readonly else "-rw")
+        return re.findall(r"^BookieID:(\S+?),", out, re.M)
+
+    def list_ledgers(self) -> list[int]:
+        out = self.shell("listledgers")
+        return [int(x) for x in re.findall(r"^ledgerID: (\d+)", out, re.M)]
+
+    def simpletest(self, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
+                   entries: int = 10) -> str:
+        """BookKeeper's own smoke test (writes, reads back, deletes a ledger)."""
+        out = self.shell("simpletest", "-e", ensemble, "-w", write_quorum, "-a", ack_quorum,
+                         "-n", entries)
+        if f"{entries} entries written" not in out:
+            raise BookKeeperToolError(f"simpletest did not finish: {out}", out)
+        return out
+
+    def read_ledger(self, ledger_id: int, bookie: str | None = None, first: int = 0,
+                    last: int | None = None, raw: bool = False) -> list[tuple[int, bytes]]:
+        """Entries ``first..last`` as ``(entry_id, payload)`` via ``readledger -m``. With
+        ``bookie`` only what that bookie stores (ids outside its write set are absent); then
+        ``raw=True`` keeps BookKeeper's stored entry (header and digest) whole. ``last``
+        defaults to the LAC (the last entry of a closed ledger)."""
+        if bookie is None:
+            args = ["readledger", "-m", "-l", ledger_id, "-fe", first]
+            if last is not None:
+                args += ["-le", last]
+            return _parse_hexdump_entries(self.shell(*args))
+        meta = self.ledger_metadata(ledger_id)
+        if last is None:
+            last = int(re.search(r"lastEntryId=(-?\d+)", meta).group(1))
+            if last < 0:
+                raise ValueError(f"ledger {ledger_id} is open: give last= to read from {bookie}")
+        out = self.shell("readledger", "-m", "-l", ledger_id, "-b", bookie, "-fe", first,
+                         "-le", last)
+        stored = _parse_boxed_entries(out)
+        if raw:
+            return stored
+        skip = ENTRY_HEADER_BYTES + DIGEST_BYTES[re.search(r"digestType=(\w+)", meta).group(1)]
+        return [(eid, data[skip:]) for eid, data in stored]
+
+    # -- the Java client (BkDriver) --
+
+    def driver_command(self) -> list[str]:
+        cmd = driver_command(self.version)
+        return [cmd[0], f"-Dlog4j2.configurationFile={self._tool_log4j}", *cmd[1:],
+                "--metadata-uri", self.metadata_uri]
+
+    def java_client_popen(self, command: str, *positional, stdin: bool = False,
+                          v2: bool = False, **options) -> subprocess.Popen:
+        """Start BkDriver COMMAND (text mode, stdout piped; stdin piped if ``stdin``): feed
+        its lines to ``DriverResult.feed`` as they come, or kill it between them."""
+        args = driver_args(command, *positional, **options)
+        if stdin:
+            args.append("--stdin")
+        cmd = self.driver_command() + (["--v2"] if v2 else []) + args
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                text=True, bufsize=1, cwd=self.dir, preexec_fn=_preexec())
+
+    def java_client(self, command: str, *positional, check: bool = True,
+                    payloads: list[bytes] | None = None, v2: bool = False,
+                    timeout: float = TOOL_TIMEOUT_S, **options) -> DriverResult:
+        """Run BkDriver to the end and parse what it printed. ``payloads`` (for create) are
+        written one entry each instead of the generated ``entry-<id>``. ``check`` raises
+        BookKeeperToolError on a non-zero exit (an ``error`` line)."""
+        proc = self.java_client_popen(command, *positional, stdin=payloads is not None,
+                                      v2=v2, **options)
+        feed = "".join(p.hex() + "\n" for p in payloads) if payloads is not None else None
+        try:
+            out, err = proc.communicate(feed, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise BookKeeperToolError(f"BkDriver {command} timed out after {timeout}s: "
+                                      f"{out[-2000:]}{err[-2000:]}", out + err)
+        result = DriverResult(returncode=proc.returncode)
+        for line in out.splitlines():
+            result.feed(line)
+        if check and proc.returncode != 0:
+            raise BookKeeperToolError(f"BkDriver {command} exited {proc.returncode}: "
+                                      f"{out[-2000:]}{err[-2000:]}", out + err, proc.returncode)
+        return result
+
+
+class _PortTaken(Exception):
+    def __init__(self, index: int):
+        super().__init__(index)
+        self.index = index
+
+
+_BLOCK = re.compile(r"^--------- Lid=\d+, Eid=(\d+)")
+
+
+def _parse_hexdump_entries(out: str) -> list[tuple[int, bytes]]:
+    """readledger -m with HexDumpEntryFormatter (commons-io HexDump): a block header line,
+    then lines "OOOOOOOO XX XX ... ascii", 16 bytes a line, the bytes in columns 9..56."""
+    entries: list[tuple[int, bytes]] = []
+    for line in out.splitlines():
+        m = _BLOCK.match(line)
+        if m:
+            entries.append((int(m.group(1)), b""))
+        elif entries and re.match(r"^[0-9A-Fa-f]{8} ", line):
+            eid, data = entries[-1]
+            entries[-1] = (eid, data + bytes.fromhex(line[9:57]))
+    return entries
+
+
+def _parse_boxed_entries(out: str) -> list[tuple[int, bytes]]:
+    """readledger -b: Netty's prettyHexDump, rows "|OOOOOOOO| XX XX ... |ascii|"."""
+    entries: list[tuple[int, bytes]] = []
+    for line in out.splitlines():
+        m = _BLOCK.match(line)
+        if m:
+            entries.append((int(m.group(1)), b""))
+        elif entries and re.match(r"^\|[0-9a-f]{8}\|", line):
+            eid, data = entries[-1]
+            entries[-1] = (eid, data + bytes.fromhex(line[10:].split("|", 1)[0]))
+    return entries
