@@ -13,7 +13,7 @@ import pytest
 
 from cliutil import ROOT
 
-NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader", "arrowread", "arenas"]
+NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader", "arrowread", "arenas", "bkwire"]
 CONFIG = """[mypy-embedlog.*]
 ignore_errors = True
 [mypy-embedlog._native.*]
