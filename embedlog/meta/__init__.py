@@ -16,8 +16,12 @@ SCHEMES = {
     "zk+hierarchical": "hierarchical",
     "zk+longhierarchical": "longhierarchical",
     "zk": "hierarchical",            # BookKeeper's plain zk:// means its default factory
+    "zk+null": "hierarchical",
     "etcd": None,
 }
+# BookKeeper's zk:// and zk+null:// name no layout: a root is read in the layout its LAYOUT
+# records, and a new one is made hierarchical (BookKeeper's default)
+LAYOUT_FROM_ROOT = ("zk", "zk+null")
 
 
 def _option_value(text: str):
@@ -67,7 +71,11 @@ def open_metadata_store(uri: str, *, create: bool = True, **options) -> Metadata
 
     - ``sqlite:///abs/path/meta.db``: :class:`embedlog.meta.sqlite.SqliteMetadataStore`
     - ``zk+flat|zk+hierarchical|zk+longhierarchical://h1:2181[;h2:2181]/root``:
-      :class:`embedlog.meta.zookeeper.ZkMetadataStore` (root defaults to /ledgers)
+      :class:`embedlog.meta.zookeeper.ZkMetadataStore` (root defaults to /ledgers);
+      ``metadata_format=auto|embedlog|bookkeeper`` picks embedlog's own tree or
+      BookKeeper's (auto: what the root records, else embedlog's). ``zk://`` and
+      ``zk+null://`` take the layout the root records (a new root: hierarchical), as
+      BookKeeper does.
     - ``etcd://host:2379/prefix``: :class:`embedlog.meta.etcd.EtcdMetadataStore`
 
     Every driver takes ``timeout_s`` (default 5): an unreachable server raises
@@ -76,6 +84,9 @@ def open_metadata_store(uri: str, *, create: bool = True, **options) -> Metadata
     # drivers import on use: kazoo and etcd3 are heavy, and only the chosen one is needed
     scheme, servers, path, query_options = parse_metadata_uri(uri)
     opts = {**query_options, **options}
+    if not scheme.startswith("zk") and opts.pop("metadata_format", "embedlog") not in ("auto", "embedlog"):
+        raise MetadataUriError(f"{scheme} keeps metadata in embedlog's format only; BookKeeper's "
+                               f"format is a ZooKeeper one (zk+hierarchical://...): {uri!r}")
     if scheme == "sqlite":
         if servers not in ("", "localhost"):
             raise MetadataUriError(f"sqlite URI names a host ({servers!r}); use sqlite:///abs/path")
@@ -89,5 +100,6 @@ def open_metadata_store(uri: str, *, create: bool = True, **options) -> Metadata
         from embedlog.meta.etcd import EtcdMetadataStore
         return EtcdMetadataStore(servers, path or "/ledgers", uri=uri, create=create, **opts)
     from embedlog.meta.zookeeper import ZkMetadataStore
-    return ZkMetadataStore(servers, path or "/ledgers", layout=SCHEMES[scheme], uri=uri,
+    layout = None if scheme in LAYOUT_FROM_ROOT else SCHEMES[scheme]
+    return ZkMetadataStore(servers, path or "/ledgers", layout=layout, uri=uri,
                            create=create, **opts)

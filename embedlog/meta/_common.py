@@ -59,6 +59,15 @@ def check_layout(stored: bytes | None, ledger_layout: str, where: str) -> None:
             f"{ledger_layout!r} and would not see them")
 
 
+def recorded_layout(stored: bytes | None) -> str | None:
+    """The ledger layout an embedlog layout record names (None for any other record)."""
+    if stored is None or not stored.startswith(LAYOUT_MAGIC):
+        return None
+    body = stored[len(LAYOUT_MAGIC):].partition(b"\n")[2].decode("utf-8", "replace")
+    fields = dict(line.split("=", 1) for line in body.splitlines() if "=" in line)
+    return fields.get("ledger_manager")
+
+
 def coerce_ledger_id(ledger_id) -> LedgerId:
     """An int means scope 0 (DESIGN.md)."""
     return ledger_id if isinstance(ledger_id, LedgerId) else LedgerId.coerce(ledger_id)

@@ -70,6 +70,11 @@ class LedgerMetadata:
     # retention kept; fragments wholly below it are gone from this list and the bookies
     fragment_ctimes_ms: tuple[int, ...] = ()
     first_entry_id: int = 0
+    # what a foreign format stored that embedlog has no field for (BookKeeper's cToken,
+    # whether it stored ctime, protobuf fields a newer BookKeeper added): opaque, set by
+    # that format's reader and carried by with_() so a rewrite keeps it. Not part of
+    # equality, and never in embedlog's own format.
+    preserved: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not (self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1):

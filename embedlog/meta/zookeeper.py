@@ -19,6 +19,14 @@ Under the root (``/ledgers`` by default; docs/METADATA.md has the full tree)::
     scoped/<scope %020d as 4-4-4-4-4>/<ledger %020d as 4-4-4-4>/L<last 4>
                           scope != 0 ("LongLongHierarchical"), every layout
 
+A root is in one of two formats (``metadata_format``): embedlog's own (above; its
+LAYOUT starts ``embedlog-layout``) or BookKeeper's, shared with Java clients and bookies
+(embedlog/meta/bookkeeper/tree.py has that tree: BookKeeper's records in BookKeeper's
+encodings, embedlog's deletion and under-replication records under ``embedlog/``, scope 0
+only). "auto", the default, takes the format recorded in LAYOUT, and formats a new root
+in embedlog's; "bookkeeper" formats a new root as BookKeeper's ``initnewcluster`` does.
+Opening a root recorded in the other format than the one asked for is a MetadataError.
+
 Versions are znode versions. Every call waits at most ``timeout_s``: kazoo's blocking
 calls wait for the session to resolve, which can take the whole session timeout.
 """
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import threading
 import time
 import uuid
@@ -42,7 +51,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from embedlog._native.format import LedgerId
 from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
-from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, check_layout,
+from embedlog.meta._common import (LAYOUT_MAGIC, PollingWatch, StoreBase, check_bookie_id,
+                                   check_layout, recorded_layout,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
                                    deleted_id_message,
                                    decode_bookie, decode_underreplicated, encode_bookie_info,
@@ -52,8 +62,12 @@ from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsErro
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
+from embedlog.meta.bookkeeper import layout as bklayout
+from embedlog.meta.bookkeeper import ledger_metadata as bkledger
+from embedlog.meta.bookkeeper.tree import BookKeeperTree
 
 LAYOUTS = ("flat", "hierarchical", "longhierarchical")
+FORMATS = ("auto", "embedlog", "bookkeeper")
 SHORT_ID_LIMIT = (1 << 31) - 1          # Integer.MAX_VALUE: the hierarchical switch point
 _RETRIES = 50                            # bound on optimistic retry loops
 _SNAPSHOT_RETRIES = 10                   # bound on re-listing the bookies (_all_bookies)
@@ -76,6 +90,76 @@ def _split(digits: str, widths) -> list[str]:
     return out
 
 
+class EmbedlogTree:
+    """embedlog's own format of a root (the module docstring's tree); BookKeeperTree is the
+    other, with the same methods."""
+    name = "embedlog"
+
+    def __init__(self, root: str, ledger_layout: str):
+        self.root, self.layout = root, ledger_layout
+
+    def p(self, *parts: str) -> str:
+        return "/".join((self.root,) + parts)
+
+    def layout_record(self) -> bytes:
+        return layout_record(self.layout)
+
+    def format_dirs(self) -> tuple[str, ...]:
+        return ("available/readonly", "cookies", "idgen", "underreplication/ledgers")
+
+    def check_layout(self, stored: bytes | None, where: str, explicit: bool) -> str:
+        check_layout(stored, self.layout, where)
+        return self.layout
+
+    def check_scope(self, scope_id: int | None) -> None:
+        if scope_id is not None:
+            check_scope(scope_id)
+
+    def ledger_path(self, lid: LedgerId) -> str:
+        n = lid.ledger_id
+        if lid.scope_id:
+            scope = _split(f"{lid.scope_id:020d}", _SCOPE_LEVELS)
+            levels = _split(f"{n:020d}", _SCOPED_LEDGER[0] + (4,))
+            return self.p("scoped", *scope, *levels[:-1], "L" + levels[-1])
+        if self.layout == "flat":
+            return self.p(f"L{n:010d}")
+        if self.layout == "hierarchical" and n < SHORT_ID_LIMIT:
+            levels = _split(f"{n:010d}", (2, 4, 4))
+        else:
+            levels = _split(f"{n:019d}", (3, 4, 4, 4, 4))
+        return self.p(*levels[:-1], "L" + levels[-1])
+
+    def partition_trees(self) -> list:
+        return [_LONG] if self.layout == "longhierarchical" else [_LEGACY, _LONG]
+
+    def has_scoped_tree(self) -> bool:
+        return True
+
+    def encode_ledger(self, md: LedgerMetadata) -> bytes:
+        return md.to_bytes()
+
+    def decode_ledger(self, lid: LedgerId, data: bytes, znode_ctime_ms: int) -> LedgerMetadata:
+        return LedgerMetadata.from_bytes(data)
+
+    def deleted_base(self) -> str:
+        return self.p("deleted")
+
+    def underreplication_base(self) -> str:
+        return self.p("underreplication", "ledgers")
+
+    def encode_registration(self, bookie_id: str, info: dict | None) -> bytes:
+        return encode_bookie_info(info)
+
+    def decode_registration(self, bookie_id: str, read_only: bool, data: bytes) -> BookieRegistration:
+        return decode_bookie(bookie_id, read_only, data)
+
+    def cookie_path(self, name: str) -> str:
+        return self.p("cookies", name)
+
+    def cookie_dirs(self) -> tuple[str, ...]:
+        return (self.p("cookies"),)
+
+
 class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator,
                       RegistrationManager, RegistrationClient, LayoutManager,
                       CookieStore, UnderreplicationManager):
@@ -83,19 +167,28 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     Options: ``timeout_s`` (connect and per-call bound, default 5), ``session_timeout_s``
     (ZooKeeper session, 10: how long a dead bookie's ephemeral znode outlives it),
-    ``poll_interval_s`` (safety-net poll of watches, 1).
+    ``poll_interval_s`` (safety-net poll of watches, 1), ``metadata_format`` ("auto",
+    "embedlog" or "bookkeeper": the module docstring). ``layout=None`` takes the layout the
+    root records (else hierarchical), as BookKeeper's ``zk://`` and ``zk+null://`` do.
+    ``.metadata_format`` says which format the open root is in.
     """
 
-    def __init__(self, hosts: str, root: str = "/ledgers", *, layout: str = "hierarchical",
+    def __init__(self, hosts: str, root: str = "/ledgers", *, layout: str | None = "hierarchical",
                  timeout_s: float = 5.0, session_timeout_s: float = 10.0,
-                 poll_interval_s: float = 1.0, uri: str | None = None, create: bool = True):
-        if layout not in LAYOUTS:
+                 poll_interval_s: float = 1.0, uri: str | None = None, create: bool = True,
+                 metadata_format: str = "auto"):
+        if layout is not None and layout not in LAYOUTS:
             raise MetadataError(f"unknown ZooKeeper ledger layout {layout!r}; known: {LAYOUTS}")
+        if metadata_format not in FORMATS:
+            raise MetadataError(f"unknown metadata format {metadata_format!r}; known: {FORMATS}")
         root = "/" + root.strip("/")
         if root == "/":
             raise MetadataError("the ZooKeeper ledgers root cannot be '/'")
-        self.layout, self.root, self.hosts = layout, root, hosts
-        self.uri = uri or f"zk+{layout}://{hosts.replace(',', ';')}{root}"
+        self._explicit_layout = layout is not None
+        self.layout, self.root, self.hosts = layout or "hierarchical", root, hosts
+        self.uri = uri or f"zk+{self.layout}://{hosts.replace(',', ';')}{root}"
+        self._wanted_format = metadata_format
+        self._tree: EmbedlogTree | BookKeeperTree = EmbedlogTree(root, self.layout)
         self._timeout_s = float(timeout_s)
         self._session_timeout_s = float(session_timeout_s)
         self._poll_interval_s = float(poll_interval_s)
@@ -117,6 +210,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             raise MetadataError(f"ZooKeeper at {hosts}: {exc}") from exc
         self._zk.add_listener(self._on_state)
         try:
+            self._choose_tree()
             if create:
                 self._init_tree()
             else:
@@ -193,20 +287,52 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
     def _p(self, *parts: str) -> str:
         return "/".join((self.root,) + parts)
 
+    @property
+    def metadata_format(self) -> str:
+        """"embedlog" or "bookkeeper": the format of this root."""
+        return self._tree.name
+
+    def _choose_tree(self) -> None:
+        """The format recorded in LAYOUT (and its layout, when the URI named none), or on a
+        root without one the format asked for ("auto": embedlog's)."""
+        stored = self.read_layout()
+        found = ("bookkeeper" if bklayout.is_bookkeeper_layout(stored) else
+                 "embedlog" if stored is not None and stored.startswith(LAYOUT_MAGIC) else None)
+        wanted = self._wanted_format
+        if found and wanted != "auto" and found != wanted:
+            raise MetadataError(f"zookeeper {self.hosts}{self.root} holds metadata in "
+                                f"{found}'s format, not {wanted}'s (metadata_format={wanted!r})")
+        fmt = found or ("embedlog" if wanted == "auto" else wanted)
+        if fmt == "bookkeeper":
+            if stored is not None and found and not self._explicit_layout:
+                self.layout = bklayout.parse_layout(stored).ledger_layout
+            self._tree = BookKeeperTree(self.root, self.layout)
+        elif found and not self._explicit_layout:
+            self.layout = recorded_layout(stored) or self.layout
+            self._tree = EmbedlogTree(self.root, self.layout)
+
     def _init_tree(self) -> None:
-        for sub in ("available/readonly", "cookies", "idgen", "underreplication/ledgers"):
+        for sub in self._tree.format_dirs():
             self._ensure(self._p(sub))
-        try:
-            self._create(self._p("LAYOUT"), layout_record(self.layout), makepath=False)
-        except NodeExistsError:
-            pass
+        # INSTANCEID before LAYOUT, as BookKeeper's initnewcluster: a root with a layout
+        # is a formatted one
         try:
             self._create(self._p("INSTANCEID"), str(uuid.uuid4()).encode(),
                          makepath=False)
         except NodeExistsError:
             pass
+        try:
+            self._create(self._p("LAYOUT"), self._tree.layout_record(), makepath=False)
+        except NodeExistsError:
+            pass
         self.instance_id = self._get(self._p("INSTANCEID"))[0].decode()
-        check_layout(self.read_layout(), self.layout, f"zookeeper {self.hosts}{self.root}")
+        stored = self.read_layout()
+        if self._tree.name == "embedlog" and bklayout.is_bookkeeper_layout(stored):
+            # another process formatted the root for BookKeeper meanwhile
+            raise MetadataError(f"zookeeper {self.hosts}{self.root} holds metadata in "
+                                f"bookkeeper's format, not embedlog's")
+        self._tree.check_layout(stored, f"zookeeper {self.hosts}{self.root}",
+                                self._explicit_layout)
 
     def _check_tree(self) -> None:
         """create=False: an initialised store (layout, instance id), read without writing."""
@@ -216,31 +342,20 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             raise MetadataError(f"no metadata store at {self.uri}: {self.root}/INSTANCEID does not "
                                 f"exist (a bookie, `embedlog cluster up` or `embedlog metadata "
                                 f"format` makes one)") from None
-        check_layout(self.read_layout(), self.layout, f"zookeeper {self.hosts}{self.root}")
+        self._tree.check_layout(self.read_layout(), f"zookeeper {self.hosts}{self.root}",
+                                self._explicit_layout)
 
     # ---- paths ---------------------------------------------------------------------
 
     def ledger_path(self, ledger_id) -> str:
         """The znode of a ledger under this layout (public for tools and tests)."""
-        lid = coerce_ledger_id(ledger_id)
-        n = lid.ledger_id
-        if lid.scope_id:
-            scope = _split(f"{lid.scope_id:020d}", _SCOPE_LEVELS)
-            levels = _split(f"{n:020d}", _SCOPED_LEDGER[0] + (4,))
-            return self._p("scoped", *scope, *levels[:-1], "L" + levels[-1])
-        if self.layout == "flat":
-            return self._p(f"L{n:010d}")
-        if self.layout == "hierarchical" and n < SHORT_ID_LIMIT:
-            levels = _split(f"{n:010d}", (2, 4, 4))
-        else:
-            levels = _split(f"{n:019d}", (3, 4, 4, 4, 4))
-        return self._p(*levels[:-1], "L" + levels[-1])
+        return self._tree.ledger_path(coerce_ledger_id(ledger_id))
 
     # ---- LedgerManager -------------------------------------------------------------
 
     def _deleted_path(self, lid: LedgerId) -> str:
         qn = lid.qualified_name
-        return self._p("deleted", qn[-2:], qn)
+        return f"{self._tree.deleted_base()}/{qn[-2:]}/{qn}"
 
     def _ensure_parent(self, path: str) -> None:
         parent = path.rsplit("/", 1)[0]
@@ -250,13 +365,18 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def create_ledger_metadata(self, metadata: LedgerMetadata) -> Versioned:
         lid = metadata.ledger_id
+        if isinstance(self._tree, BookKeeperTree) and bkledger.ctoken_of(metadata) is None:
+            # BookKeeper's creator token: a create that finds the znode it made itself
+            # (a retry after a lost answer) knows it by this token
+            metadata = bkledger.with_ctoken(metadata, secrets.randbelow(1 << 63))
+        data = self._tree.encode_ledger(metadata)        # MetadataError if it cannot be kept
         path, gone = self.ledger_path(lid), self._deleted_path(lid)
         self._ensure_parent(path)
         self._ensure_parent(gone)
         # creating and deleting the deletion record in the same transaction fails it
         # when a record exists: a deleted id is not created again while it is kept
         txn = self._zk.transaction()
-        txn.create(path, metadata.to_bytes())
+        txn.create(path, data)
         txn.create(gone, b"")
         txn.delete(gone)
         try:
@@ -265,11 +385,25 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             at = self.ledger_deleted_at(lid)
             if at is not None:
                 raise LedgerExistsError(deleted_id_message(lid, at)) from None
+            if self._created_by(lid, metadata):
+                return Versioned(metadata, 0)
             raise LedgerExistsError(f"ledger {lid} already exists") from None
         except NoNodeError:                      # a parent removed meanwhile: make it again
             self._ensured.clear()
             return self.create_ledger_metadata(metadata)
         return Versioned(metadata, 0)
+
+    def _created_by(self, lid: LedgerId, metadata: LedgerMetadata) -> bool:
+        """Whether the znode of ``lid`` is the one ``metadata`` created (same creator token,
+        and never written since)."""
+        token = bkledger.ctoken_of(metadata)
+        if token is None:
+            return False
+        try:
+            found = self.read_ledger_metadata(lid)
+        except (NoSuchLedgerError, MetadataError):
+            return False
+        return found.version == 0 and bkledger.ctoken_of(found.value) == token
 
     def ledger_deleted_at(self, ledger_id) -> int | None:
         lid = coerce_ledger_id(ledger_id)
@@ -284,9 +418,10 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def purge_deletions(self, before_ms: int) -> int:
         gone = 0
-        for part in self._listdir(self._p("deleted")):
-            for name in self._listdir(self._p("deleted", part)):
-                path = self._p("deleted", part, name)
+        base = self._tree.deleted_base()
+        for part in self._listdir(base):
+            for name in self._listdir(f"{base}/{part}"):
+                path = f"{base}/{part}/{name}"
                 try:
                     data, stat = self._get(path)
                     if int(data) < before_ms:
@@ -302,7 +437,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             data, stat = self._get(self.ledger_path(lid))
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {lid}") from None
-        metadata = LedgerMetadata.from_bytes(data)
+        metadata = self._tree.decode_ledger(lid, data, stat.ctime)
         if metadata.ledger_id != lid:
             raise MetadataError(f"corrupted ledger metadata: znode of {lid} holds {metadata.ledger_id}")
         return Versioned(metadata, stat.version)
@@ -312,7 +447,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         if not isinstance(version, int):
             raise BadVersionError(f"ledger {lid}: version {version!r} is not a znode version")
         try:
-            stat = self._set(self.ledger_path(lid), metadata.to_bytes(), version)
+            stat = self._set(self.ledger_path(lid), self._tree.encode_ledger(metadata), version)
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {lid}") from None
         except KzBadVersion:
@@ -369,8 +504,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             nums = sorted(int(m.group(1)) for m in map(_LEAF.match, self._listdir(self.root)) if m)
             yield ("flat",), [LedgerId(0, n) for n in nums]
             return
-        trees = [_LONG] if self.layout == "longhierarchical" else [_LEGACY, _LONG]
-        for widths, leaf in trees:
+        for widths, leaf in self._tree.partition_trees():
             for levels, nums in self._walk(self.root, widths, leaf, ()):
                 yield levels, [LedgerId(0, n) for n in nums]
 
@@ -399,6 +533,8 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         scope != 0. Flat has one partition. Each is listed with one getChildren."""
         if scope_id is None or scope_id == 0:
             yield from self._scope0_partitions()
+        if not self._tree.has_scoped_tree():
+            return                       # BookKeeper's format: scope 0 is all there is
         if scope_id is None or scope_id != 0:
             if scope_id is not None:
                 check_scope(scope_id)
@@ -411,9 +547,9 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
     # ---- LedgerIdGenerator ---------------------------------------------------------
 
     def generate_ledger_id(self, scope_id: int | None = 0) -> LedgerId:
+        self._tree.check_scope(scope_id)
         if scope_id is None:
             return decentralised_ledger_id()
-        check_scope(scope_id)
         if scope_id == 0:
             short, long = self._p("idgen"), self._p("idgen-long")
         else:
@@ -480,7 +616,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         expire as BookKeeper does, then MetadataError."""
         check_bookie_id(bookie_id)
         read_only = bool(read_only)
-        data = encode_bookie_info(info)
+        data = self._tree.encode_registration(bookie_id, info)
         self._register(bookie_id, read_only, data)
         with self._reg_lock:
             self._registered.pop((bookie_id, not read_only), None)
@@ -555,7 +691,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                 data, _ = self._wait(result, f"get {self._parent(read_only)}/{name}")
             except NoNodeError:          # went away between the listing and the read
                 continue
-            out.append(decode_bookie(name, read_only, data))
+            out.append(self._tree.decode_registration(name, read_only, data))
         return out
 
     def _all_bookies(self, watch=None) -> list[BookieRegistration]:
@@ -629,13 +765,13 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def read_cookie(self, bookie_id: str) -> Versioned | None:
         try:
-            data, stat = self._get(self._p("cookies", check_bookie_id(bookie_id)))
+            data, stat = self._get(self._tree.cookie_path(check_bookie_id(bookie_id)))
         except NoNodeError:
             return None
         return Versioned(data, stat.version)
 
     def write_cookie(self, bookie_id: str, data: bytes, version: Any = None) -> Versioned:
-        path = self._p("cookies", check_bookie_id(bookie_id))
+        path = self._tree.cookie_path(check_bookie_id(bookie_id))
         try:
             if version is None:
                 self._create(path, bytes(data))
@@ -649,7 +785,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def remove_cookie(self, bookie_id: str, version: Any = None) -> None:
         try:
-            self._delete(self._p("cookies", check_bookie_id(bookie_id)),
+            self._delete(self._tree.cookie_path(check_bookie_id(bookie_id)),
                          -1 if version is None else version)
         except NoNodeError:
             raise MetadataError(f"no cookie for bookie {bookie_id}") from None
@@ -657,12 +793,12 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             raise BadVersionError(f"cookie of {bookie_id}: version {version!r} is stale") from None
 
     def list_cookies(self) -> list[str]:
-        return sorted(self._listdir(self._p("cookies")))
+        return sorted(name for d in self._tree.cookie_dirs() for name in self._listdir(d))
 
     # ---- UnderreplicationManager ---------------------------------------------------
 
     def _ur_path(self, lid: LedgerId) -> str:
-        return self._p("underreplication", "ledgers", "urL" + lid.qualified_name)
+        return f"{self._tree.underreplication_base()}/urL{lid.qualified_name}"
 
     def mark_ledger_underreplicated(self, ledger_id, missing_bookies: list[str]) -> None:
         lid = coerce_ledger_id(ledger_id)
@@ -694,7 +830,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             pass
 
     def list_underreplicated(self) -> dict[LedgerId, list[str]]:
-        base = self._p("underreplication", "ledgers")
+        base = self._tree.underreplication_base()
         out = {}
         for name in sorted(self._listdir(base)):
             if not name.startswith("urL"):
@@ -720,4 +856,5 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         self._shutdown_client()
 
     def __repr__(self) -> str:
-        return f"ZkMetadataStore({self.hosts!r}, {self.root!r}, layout={self.layout!r})"
+        return (f"ZkMetadataStore({self.hosts!r}, {self.root!r}, layout={self.layout!r}, "
+                f"metadata_format={self.metadata_format!r})")
