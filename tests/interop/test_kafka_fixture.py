@@ -1,0 +1,113 @@
+"""The Kafka peer itself (issue 30): a KRaft broker from the pinned jars, formatted, started,
+killed, restarted and cleaned up by KafkaCluster, driven by confluent-kafka; and the Python
+cells of benchmarks/vs_kafka.py at tiny sizes, so the comparison never rots.
+
+One broker for the whole module (start-up is most of the cost). Three brokers (RF 3, min ISR
+2) are exercised by the benchmark and by the soak test at the end. Under CI=true a missing
+java, jar or confluent-kafka fails instead of skipping.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+import pytest
+
+from embedlog.harness import jars
+from embedlog.harness.kafka import KAFKA_PEER, KafkaCluster
+from servers import ServerMissing, in_ci, skip_unless_ci
+
+log = logging.getLogger(__name__)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "benchmarks"))
+
+
+def _cluster(brokers: int) -> KafkaCluster:
+    if not jars.is_fetched(KAFKA_PEER) and not in_ci():
+        pytest.skip(f"{KAFKA_PEER}'s jars are not in {jars.cache_dir()} (make peers)")
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        skip_unless_ci("confluent-kafka is not installed (the test extra)")
+    try:
+        kc = KafkaCluster(brokers=brokers)
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    log.warning("Kafka: %d broker(s) formatted, started and listed in %.2fs", brokers, kc.startup_s)
+    return kc
+
+
+@pytest.fixture(scope="module")
+def kafka():
+    kc = _cluster(1)
+    yield kc
+    pids = [kc.pid(i) for i in range(len(kc))]
+    kc.close()
+    assert not os.path.exists(kc.base_dir)
+    for pid in pids:                     # reaped: no process left with that id of ours
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def _consume(bootstrap: str, topic: str, count: int, timeout_s: float = 30.0) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "fixture-test",
+                  "enable.auto.commit": False, "log_level": 0})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                assert m.error() is None, m.error()
+                got.append(m.value())
+    finally:
+        c.close()
+    return got
+
+
+def test_produce_consume_kill_restart(kafka):
+    from confluent_kafka import Producer
+    kafka.create_topic("fixture", partitions=1, config={"flush.messages": "1"})
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "log_level": 0})
+    for i in range(100):
+        p.produce("fixture", b"m%d" % i)
+    assert p.flush(30) == 0
+    want = [b"m%d" % i for i in range(100)]
+    assert _consume(kafka.bootstrap, "fixture", 100) == want
+
+    kafka.kill(0)                                  # SIGKILL: no controlled shutdown
+    assert not kafka.is_running(0)
+    kafka.restart(0)                               # same ports, same data
+    assert kafka.is_running(0)
+    assert _consume(kafka.bootstrap, "fixture", 100) == want   # flushed: all there
+
+
+def test_topic_settings_and_metadata(kafka):
+    kafka.create_topic("two-parts", partitions=2, rf=1)
+    md = kafka.admin().list_topics("two-parts", timeout=10).topics["two-parts"]
+    assert sorted(md.partitions) == [0, 1]
+    assert all(p.leader == 1 for p in md.partitions.values())
+    assert kafka.bootstrap == f"127.0.0.1:{kafka.port(0)}"
+
+
+def test_python_cells_of_the_benchmark(kafka, tmp_path):
+    """Every Python cell of benchmarks/vs_kafka.py, tiny: produce with each client and both
+    durabilities, consume from the beginning, tail end to end."""
+    import vs_kafka
+    from embedlog.harness import LocalCluster
+    rows = []
+    with LocalCluster(bookies=1, base_dir=str(tmp_path / "el"), proxies=False,
+                      autorecovery=False) as el:
+        setup = vs_kafka.Setup("one node", kafka, {"sync": el, "page cache": el}, (1, 1, 1))
+        for durability in ("sync", "page cache"):
+            for client in vs_kafka.PRODUCERS:
+                rows.append(vs_kafka.produce_cell(setup, durability, client, 100, 300))
+        for system in ("kafka", "embedlog"):
+            rows.append(vs_kafka.consume_cell(setup, system, 100, 300))
+            rows.append(vs_kafka.tail_cell(setup, system, 100, rate=200, seconds=0.5))
+    for r in rows:
+        assert r.count > 0 and r.seconds > 0, r
+        assert r.errors == 0, r
