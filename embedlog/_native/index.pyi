@@ -12,6 +12,7 @@ STATE_FENCED: int
 STATE_EXPLICIT_LAC: int
 STATE_KEY: int
 STATE_INCARNATION: int
+STATE_LENGTH: int
 MAX_ENTRY_ID: int
 
 def index_path(root: str, scope: int, lid: int) -> str: ...

@@ -650,7 +650,7 @@ class Bookie:
             last = self.last_entry.get(key, -1)
             lac = max(self.lacs.get(key, -1), idx.explicit_lac)
             if last >= 0 and key not in self.lacs:
-                lac = max(lac, parse_entry_header(self.storage.get_encoded(key, last))[4])
+                lac = max(lac, parse_entry_header(self._wire_reader(key).encoded_entry(last))[4])
                 self.lacs[key] = lac
             return lac, last
 
@@ -732,10 +732,26 @@ class Bookie:
         lid = LedgerId.coerce(ledger_id)
         return (lid.scope_id, lid.ledger_id)
 
+    def _wire_reader(self, key) -> LedgerReader:
+        """A reader of entries as stored, at any id held (the wire checks no digest and
+        recovery reads past the LAC): reader.pyx's one lookup, with its retries."""
+        idx = self.ledgers.get(key)
+        if idx is None:
+            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
+        st = self.storage
+        return LedgerReader(st.mt_a, st.mt_b, st.entry_logger, idx, key[0], key[1], 0, None,
+                            MAX_ENTRY_ID)
+
     def read_entry(self, ledger_id, entry_id: int) -> bytes:
         """The encoded entry as stored (the wire read path; the client checks the digest)."""
         self.stats["reads"] += 1
-        return self.storage.get_encoded(self._key(ledger_id), entry_id)
+        return self._wire_reader(self._key(ledger_id)).encoded_entry(entry_id)
+
+    def read_entries(self, ledger_id, first: int, count: int, max_bytes: int) -> tuple[int, bytearray]:
+        """(k, framed entries) from ``first`` on, as stored: LedgerReader.encoded_run."""
+        k, out = self._wire_reader(self._key(ledger_id)).encoded_run(first, count, max_bytes)
+        self.stats["reads"] += k
+        return k, out
 
     def reader(self, ledger_id, digest: int, mac_key, lac: int) -> LedgerReader:
         """A lock-free reader of one ledger (see embedlog._native.reader); NoSuchLedgerError

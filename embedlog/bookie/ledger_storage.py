@@ -202,26 +202,6 @@ class SortedLedgerStorage:
 
     # -- reads (no lock needed: see embedlog._native.reader) ------------------------------
 
-    def get_encoded(self, key, entry_id: int) -> bytes:
-        data = self.active.get_encoded(key[0], key[1], entry_id)
-        if data is None:
-            snap = self.snapshot
-            if snap is not None:
-                data = snap.get_encoded(key[0], key[1], entry_id)
-        if data is not None:
-            return data
-        loc = self.location(key, entry_id)
-        for _ in range(2):
-            try:
-                return self.entry_logger.read_encoded(loc)
-            except CorruptedDataError:
-                # compaction may have moved the entry and deleted its old log meanwhile
-                again = self.location(key, entry_id)
-                if again == loc:
-                    raise
-                loc = again
-        return self.entry_logger.read_encoded(loc)
-
     def load_indexes(self):
         """(key, LedgerIndex) of every index file in every ledger directory (start-up).
 

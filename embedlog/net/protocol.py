@@ -219,6 +219,14 @@ def read_response_body(lac: int, entries: list) -> bytes:
     return b"".join(parts)
 
 
+def read_response_framed(request_id, flags, scope, ledger, lac: int, count: int, framed) -> list:
+    """A READ response whose entries are already framed (LedgerReader.encoded_run), as the
+    parts to write: the entries are not copied into one frame again."""
+    head = RESP_HEAD.pack(VERSION, READ | RESPONSE_BIT, flags, request_id, EOK, scope, ledger)
+    return [LENGTH.pack(len(head) + READ_RESP.size + len(framed)) + head + READ_RESP.pack(lac, count),
+            framed]
+
+
 def parse_response(message) -> Response:
     if len(message) < RESP_HEAD.size:
         raise CorruptedDataError(f"response of {len(message)} bytes is shorter than its header")

@@ -21,7 +21,7 @@ import shutil
 import time
 
 from embedlog._native.format import LedgerId, parse_entry_header
-from embedlog.errors import EmbedlogError, IllegalOpError, NoSuchEntryError
+from embedlog.errors import EmbedlogError, IllegalOpError
 from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.server")
@@ -84,12 +84,17 @@ class _Exchange:
         return self.answered
 
     def write(self, data) -> None:
+        self.writelines((data,))
+
+    def writelines(self, parts) -> None:
+        """One reply in parts (the first holds its header): a read's entries go out as the
+        reader framed them."""
         self.answered = True
         self.server._release(self.conn, self.nbytes)
         if not self.conn.writer.is_closing():
-            self.conn.writer.write(data)
+            self.conn.writer.writelines(parts)
         if self.req is not None:
-            self.server._observe(self.req, data, self.started)
+            self.server._observe(self.req, parts[0], self.started)
 
 
 class BookieServer:
@@ -507,21 +512,12 @@ class BookieServer:
 
     def _read_now(self, req, writer, first: int, count: int) -> None:
         lid = _lid(req)
-        out, size = [], 0
-        for eid in range(first, first + count):
-            try:
-                data = self.bookie.read_entry(lid, eid)
-            except NoSuchEntryError:
-                if not out:
-                    raise
-                break
-            size += len(data) + 12
-            if out and size > self.max_frame_bytes // 2:
-                break               # the reader asks again for the rest: frames stay bounded
-            out.append((eid, data))
+        # the reader asks again for the rest: frames stay bounded
+        k, framed = self.bookie.read_entries(lid, first, count, self.max_frame_bytes // 2)
         lac, _last = self.bookie.last_add_confirmed(lid)
-        self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, req.scope,
-                                       req.ledger, P.read_response_body(lac, out)))
+        if not writer.is_closing():
+            writer.writelines(P.read_response_framed(req.request_id, req.flags, req.scope,
+                                                     req.ledger, lac, k, framed))
 
     def _long_poll(self, req, writer, first: int, count: int, previous_lac: int,
                    timeout_ms: int) -> None:

@@ -163,6 +163,9 @@ class _ReplyCatcher:
         if not self.fut.done():
             self.fut.set_result(P.parse_response(memoryview(data)[4:]))
 
+    def writelines(self, parts) -> None:
+        self.write(b"".join(parts))
+
     def close(self) -> None:
         pass
 

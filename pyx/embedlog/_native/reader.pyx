@@ -9,7 +9,8 @@ reader can use: a memtable flush sets index locations before it clears the
 memtable, and a sealed log is unmapped before it is dropped (a reader then
 maps it again read-only).
 
-Bounds: a range is checked against 0..LAC before any list or buffer is sized from it; an
+Bounds: a range is checked against 0..LAC before any list or buffer is sized from it (the
+wire's encoded reads are bounded by a count and a byte budget instead); an
 index page's locations are indexed by ``eid & 1023`` of a checked id; read_arrays refuses
 more than 2 GiB of payloads (int32 offsets) before it grows its buffer.
 """
@@ -21,7 +22,7 @@ from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF
 cimport numpy as cnp
 
-from embedlog._native.format cimport decode_payload, check_entry, DIGEST_MAC
+from embedlog._native.format cimport decode_payload, check_entry, DIGEST_MAC, el_put32, el_put64
 from embedlog._native.memtable cimport MemTable
 from embedlog._native.entrylog cimport EntryLogger, MappedLog
 from embedlog._native.index cimport LedgerIndex
@@ -197,6 +198,49 @@ cdef class LedgerReader:
                 PyList_SET_ITEM(out, i, item)
         self.reads += count
         return out
+
+    def encoded_entry(self, int64_t entry_id):
+        """One entry as stored (bytes, digest not checked: the wire's reader checks it), at
+        any id the bookie holds, past the LAC too (recovery reads)."""
+        cdef Py_ssize_t n = 0
+        if entry_id < 0:
+            raise IllegalOpError(f"bad entry id {entry_id}")
+        cdef const uint8_t *p = self._locate(entry_id, &n)
+        self.reads += 1
+        return p[:n]
+
+    def encoded_run(self, int64_t first, int64_t count, Py_ssize_t max_bytes):
+        """(k, bytearray): entries first.. as stored, each framed ``entry_id:i64 size:u32
+        entry`` (the READ response's grammar), at most ``count`` of them and while the framed
+        bytes stay within ``max_bytes`` (the first always goes). The run ends at the first id
+        the bookie does not hold; NoSuchEntryError if that is ``first``."""
+        if first < 0 or count < 1 or first > (<int64_t>1 << 62):
+            raise IllegalOpError(f"bad read range: first {first}, count {count}")
+        cdef bytearray out = bytearray()
+        cdef Py_ssize_t n = 0, used = 0, k = 0
+        cdef const uint8_t *p
+        cdef uint8_t *dst
+        cdef int64_t eid
+        for eid in range(first, first + count):
+            try:
+                p = self._locate(eid, &n)
+            except NoSuchEntryError:
+                if k == 0:
+                    raise
+                break
+            if k and used + 12 + n > max_bytes:
+                break
+            # _locate's pointer stays valid while the GIL is held: growing the buffer
+            # neither releases it nor moves the entry
+            PyByteArray_Resize(out, used + 12 + n)
+            dst = <uint8_t *>PyByteArray_AS_STRING(out) + used
+            el_put64(dst, <uint64_t>eid)
+            el_put32(dst + 8, <uint32_t>n)
+            memcpy(dst + 12, p, n)
+            used += 12 + n
+            k += 1
+        self.reads += k
+        return k, out
 
     cdef object _read_logged(self, int64_t eid):
         cdef Py_ssize_t n = 0
