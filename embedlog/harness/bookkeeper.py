@@ -17,10 +17,12 @@ Ready = its registration znode ``ROOT/available/127.0.0.1:PORT`` exists, made by
 incarnation's session (a SIGKILLed bookie's znode lives until its session expires, so
 ``start(i)`` waits for the new one), and its port answers. Bookies start in parallel.
 
-Measured here (2 cores, Java 17, idle machine): ZooKeeper ~0.5 s, initnewcluster ~0.9 s,
-3 bookies in parallel ready ~1.6 s after spawn (4.17.2 and 4.16.6 alike); a BookieShell
-command or a driver run costs one JVM start, ~0.9-1.5 s. Numbers for a busy machine are in
-tests/interop/test_bookkeeper_fixture.py's log line.
+Start-up is most of what a test pays, so: bookies start in parallel; every JVM maps a
+class-data-sharing archive (jvmcds.py) made by its first run; BkDriver is compiled once into
+a jar. Measured here (2 cores, Java 17, other test runs loading the machine to 4-16):
+format + 3 bookies ready 3.9-5.2 s with archives, 8.9-13.8 s on the run that makes them;
+idle, 3 bookies ready ~1.4 s with archives vs ~2.6-3.2 s without (SortedLedgerStorage; db
+adds ~0.5 s). One BookieShell or BkDriver run ~1 s. A bookie's log is ``bookie-I/bookie.log``.
 
 What differed from ../shared/reference/RECIPES.md (its recipe had never run here):
 
@@ -29,9 +31,17 @@ What differed from ../shared/reference/RECIPES.md (its recipe had never run here
   every JVM our own log4j2 configuration: tools log results (``org.apache.bookkeeper.tools``
   and ``BookieShell``) as bare lines on stdout and everything else at WARN on stderr.
 - The default ``ledgerStorageClass`` in ServerConfiguration is SortedLedgerStorage, not
-  DbLedgerStorage (only the shipped bk_server.conf picks DbLedgerStorage). We set
-  DbLedgerStorage (what Pulsar runs) explicitly, with small write/read-ahead caches; both
-  start equally fast here (RocksDB costs ~0.1 s).
+  DbLedgerStorage (only the shipped bk_server.conf picks DbLedgerStorage). We keep
+  SortedLedgerStorage (``ledger_storage="sorted"``, ~0.5 s faster to start: no RocksDB);
+  ``ledger_storage="db"`` is what Pulsar runs, with small caches here (its defaults take a
+  quarter of the direct memory for each).
+- BookKeeper.close() in a client JVM waits ~2 s for its worker pool ("mainWorkerPool did not
+  shutdown cleanly"): simpletest pays it; BkDriver halts instead of closing its client.
+- A killed bookie's registration znode lives until its ZooKeeper session expires, and a
+  restarted bookie waits for it: bookies use zkTimeout=4000 so ``start(i)`` after a SIGKILL
+  takes ~4-5 s. An ensemble change needs a spare bookie: with 3 bookies, kill tests write
+  E=2 ledgers (a 3/2/2 ledger on 3 bookies has no replacement and its writes fail).
+- ``initnewcluster`` on a root that exists exits 1 ("Ledger root path: ... already exists").
 - ``readledger`` prints payloads with ``-m`` through ``entryFormatterClass`` (a string by
   default): we configure HexDumpEntryFormatter and parse its columns. With ``-b BOOKIE`` it
   needs ``-fe``/``-le`` (else it prints nothing), reads every id in the range from that bookie
@@ -40,10 +50,11 @@ What differed from ../shared/reference/RECIPES.md (its recipe had never run here
 - A failing shell command exits 255 and prints "Got an exception" and a stack on stdout.
 - ``initnewcluster`` works as written (~0.9 s); ``metaformat`` is not needed. ``simpletest``
   deletes its ledger afterwards.
+- Class-data sharing refuses a class directory on the classpath: BkDriver is put in a jar.
 - Hosts in ``metadataServiceUri`` are separated by ``;`` (a ZooKeeper connect string's
   commas are translated).
-- ``useV2WireProtocol`` etc. are unchanged; the client prints a RackawareEnsemblePlacement
-  DNS-resolver warning on every start, harmless.
+- Every client JVM warns that RackawareEnsemblePlacementPolicy found no DNS-resolver script:
+  harmless.
 """
 
 from __future__ import annotations
@@ -61,8 +72,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from typing import Callable
 
-from embedlog.harness import jars
+from embedlog.harness import jars, jvmcds
 from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer, free_port,
                                       free_ports, port_taken)
 
@@ -78,6 +90,14 @@ ENTRY_HEADER_BYTES = 32         # ledger id, entry id, LAC, length: 4 longs befo
 BOOKIE_HEAP = ["-Xmx256m", "-XX:MaxDirectMemorySize=256m"]
 TOOL_HEAP = ["-Xmx192m", "-XX:MaxDirectMemorySize=128m"]
 
+# ledger_storage= names. "sorted" is ServerConfiguration's default and starts ~0.5 s faster
+# here than "db" (RocksDB), which the shipped bk_server.conf and Pulsar use.
+LEDGER_STORAGE = {
+    "sorted": "org.apache.bookkeeper.bookie.SortedLedgerStorage",
+    "db": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
+    "interleaved": "org.apache.bookkeeper.bookie.InterleavedLedgerStorage",
+}
+
 # Every bookie's settings; bookie_config= overrides or adds keys. Sizes are small so three
 # bookies fit next to the tests on 2 cores: DbLedgerStorage would take a quarter of the
 # direct memory for each of its caches.
@@ -85,7 +105,6 @@ BOOKIE_DEFAULTS = {
     "advertisedAddress": "127.0.0.1",
     "allowLoopback": "true",
     "httpServerEnabled": "false",
-    "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",
     "dbStorage_writeCacheMaxSizeMb": "16",
     "dbStorage_readAheadCacheMaxSizeMb": "8",
     "dbStorage_rocksDB_blockCacheSize": str(8 << 20),
@@ -157,29 +176,40 @@ def _lock(path: str):
 
 # -- the driver ---------------------------------------------------------------------------
 
-def driver_command(version: str) -> list[str]:
-    """``java ... BkDriver`` for ``version``'s jars: compiled once per version and source
-    into the jar cache (javac ~1.5 s), or run by the source launcher if javac is missing."""
-    java, cp = jars.java(), jars.classpath(f"bookkeeper-{version}")
-    with open(DRIVER_SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    out = os.path.join(jars.cache_dir(), f"bkdriver-{version}-{digest}")
+def driver_classpath(version: str) -> tuple[str, str | None]:
+    """(classpath, main) running BkDriver on ``version``'s jars: compiled once per version
+    and source (javac ~1.5 s) into a jar under ``<cache>/bkdriver/`` (a jar, not a class
+    directory, so class-data sharing takes it); without javac, (jars, None): run the source
+    file with Java's source launcher, which compiles on every run."""
+    cp = jars.classpath(f"bookkeeper-{version}")
     javac = shutil.which("javac")
     if javac is None:
-        return [java, *jars.JVM_OPTS, *TOOL_HEAP, "-cp", cp, DRIVER_SOURCE]
-    if not os.path.exists(os.path.join(out, "BkDriver.class")):
-        with _lock(out + ".lock"):
-            if not os.path.exists(os.path.join(out, "BkDriver.class")):
-                staging = tempfile.mkdtemp(prefix=".bkdriver-", dir=jars.cache_dir())
-                run = subprocess.run([javac, "-nowarn", "-d", staging, "-cp", cp, DRIVER_SOURCE],
-                                     capture_output=True, text=True)
-                if run.returncode != 0:
-                    shutil.rmtree(staging, ignore_errors=True)
-                    raise BookKeeperToolError(f"javac BkDriver.java failed: {run.stderr[-2000:]}",
-                                              run.stderr, run.returncode)
-                shutil.rmtree(out, ignore_errors=True)
-                os.rename(staging, out)
-    return [java, *jars.JVM_OPTS, *TOOL_HEAP, "-cp", f"{out}:{cp}", "BkDriver"]
+        return cp, None
+    with open(DRIVER_SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    home = os.path.join(jars.cache_dir(), "bkdriver")
+    jar = os.path.join(home, f"BkDriver-{version}-{digest}.jar")
+    if not os.path.exists(jar):
+        os.makedirs(home, exist_ok=True)
+        with _lock(os.path.join(home, ".lock")):
+            if not os.path.exists(jar):
+                _compile_driver(javac, cp, jar)
+    return f"{cp}:{jar}", "BkDriver"
+
+
+def _compile_driver(javac: str, cp: str, jar: str) -> None:
+    import zipfile  # lazy: only when the driver is (re)built
+    with tempfile.TemporaryDirectory(prefix="bkdriver-") as classes:
+        run = subprocess.run([javac, "-nowarn", "-d", classes, "-cp", cp, DRIVER_SOURCE],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise BookKeeperToolError(f"javac BkDriver.java failed: {run.stderr[-2000:]}",
+                                      run.stderr, run.returncode)
+        staging = f"{jar}.{os.getpid()}.tmp"
+        with zipfile.ZipFile(staging, "w") as z:
+            for name in sorted(os.listdir(classes)):
+                z.write(os.path.join(classes, name), name)
+        os.replace(staging, jar)
 
 
 @dataclasses.dataclass
@@ -248,6 +278,7 @@ class _Bookie:
         self.dir = directory
         self.port = port
         self.proc: subprocess.Popen | None = None
+        self.exited: Callable[[], None] = _nothing  # after proc exits (a CDS dump to keep)
         self.owner: int | None = None       # session owning its registration znode when ready
         self.log_path = os.path.join(directory, "bookie.log")
         self.conf_path = os.path.join(directory, "bk_server.conf")
@@ -259,30 +290,50 @@ class _Bookie:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def reap(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """Wait for its exit (SIGKILL after ``timeout``) and settle what its exit leaves."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        exited, self.exited = self.exited, _nothing
+        exited()
+
 
 class BookKeeperCluster:
     """Java bookies of one BookKeeper version on a ZooKeeper root (see the module doc)."""
 
     def __init__(self, version: str = "4.17.2", bookies: int = 3, zk_hosts: str | None = None,
                  root: str = "/ledgers", *, format: bool = True, start: bool = True,
-                 bookie_config: dict | None = None, base_dir: str | None = None):
+                 ledger_storage: str = "sorted", bookie_config: dict | None = None,
+                 base_dir: str | None = None):
         if version not in jars.BOOKKEEPER_VERSIONS:
             raise ValueError(f"BookKeeper {version!r} is not a peer; served: "
                              f"{', '.join(jars.BOOKKEEPER_VERSIONS)}")
         if not root.startswith("/") or root.endswith("/") or root == "/":
             raise ValueError(f"root is an absolute znode path like /ledgers, got {root!r}")
+        if ledger_storage not in LEDGER_STORAGE:
+            raise ValueError(f"ledger_storage is one of {', '.join(LEDGER_STORAGE)}, "
+                             f"got {ledger_storage!r}")
         self.version = version
         self.root = root
         self.java = jars.java()
         self.classpath = jars.classpath(f"bookkeeper-{version}")
+        self._driver_cp: tuple[str, str | None] | None = None
+        cds = os.path.join(jars.cache_dir(), "cds")
+        self._archives = {role: jvmcds.ClassArchive(cds, f"bookkeeper-{version}-{role}",
+                                                    self.java, self.classpath)
+                          for role in ("bookie", "shell")}
         self.dir = base_dir or tempfile.mkdtemp(prefix=f"embedlog-bk-{version}-")
         os.makedirs(self.dir, exist_ok=True)
         self._zk_server: ZooKeeperServer | None = None
         self._zk = None
         self._bookies: list[_Bookie] = []
         self._stopped = False
-        self.bookie_config = {**BOOKIE_DEFAULTS, **{k: str(v) for k, v in
-                                                    (bookie_config or {}).items()}}
+        self.bookie_config = {**BOOKIE_DEFAULTS,
+                              "ledgerStorageClass": LEDGER_STORAGE[ledger_storage],
+                              **{k: str(v) for k, v in (bookie_config or {}).items()}}
         atexit.register(self.stop)
         try:
             if zk_hosts is None:
@@ -373,10 +424,11 @@ class BookKeeperCluster:
 
     def _spawn(self, b: _Bookie) -> None:
         self._write_bookie_conf(b)
+        cds, b.exited = self._archives["bookie"].options()
         log = open(b.log_path, "ab")
         try:
             b.proc = subprocess.Popen(
-                [self.java, *jars.JVM_OPTS, *BOOKIE_HEAP,
+                [self.java, *jars.JVM_OPTS, *BOOKIE_HEAP, *cds,
                  f"-Dlog4j2.configurationFile={self._bookie_log4j}",
                  "-cp", self.classpath, "org.apache.bookkeeper.server.Main",
                  "--conf", b.conf_path],
@@ -411,6 +463,7 @@ class BookKeeperCluster:
             for i in list(pending):
                 b = self._bookies[i]
                 if b.proc.poll() is not None:
+                    b.reap()
                     tail = self.log_tail(i)
                     if port_taken(tail):
                         raise _PortTaken(i)
@@ -434,6 +487,8 @@ class BookKeeperCluster:
         A first start whose port another process took gets a fresh port and empty dirs."""
         pending = {b.index: b.owner for b in self._bookies if not b.alive()}
         for i in pending:
+            if self._bookies[i].proc is not None:
+                self._bookies[i].reap()     # it died: settle its exit first
             self._spawn(self._bookies[i])
         for _ in range(PORT_ATTEMPTS):
             try:
@@ -453,6 +508,7 @@ class BookKeeperCluster:
         b = self._b(i)
         if b.alive():
             raise ValueError(f"bookie {i} is running")
+        b.reap()                            # it died: settle its exit first
         self._spawn(b)
         self._wait_ready({i: self._registered_owner(b)})
 
@@ -464,11 +520,7 @@ class BookKeeperCluster:
             raise ValueError(f"bookie {i} is not running")
         os.kill(b.proc.pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
-            try:
-                b.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.kill(b.proc.pid, signal.SIGKILL)
-                b.proc.wait()
+            b.reap()
 
     def stop_bookie(self, i: int) -> None:
         """Stop bookie ``i`` gracefully (SIGTERM: it unregisters and flushes)."""
@@ -483,12 +535,9 @@ class BookKeeperCluster:
         for b in live:
             os.kill(b.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for b in live:
-            try:
-                b.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(b.proc.pid, signal.SIGKILL)
-                b.proc.wait()
+        for b in self._bookies:
+            if b.proc is not None:
+                b.reap(timeout=max(0.1, deadline - time.monotonic()))
         if self._zk is not None:
             try:
                 self._zk.stop()
@@ -508,17 +557,23 @@ class BookKeeperCluster:
 
     # -- BookieShell --
 
-    def _tool_env_opts(self) -> list[str]:
+    def _tool_opts(self) -> list[str]:
         return [*jars.JVM_OPTS, *TOOL_HEAP, f"-Dlog4j2.configurationFile={self._tool_log4j}"]
 
-    def shell(self, *args: str, check: bool = True, timeout: float = TOOL_TIMEOUT_S) -> str:
+    def shell(self, *args: object, check: bool = True, timeout: float = TOOL_TIMEOUT_S) -> str:
         """Run ``BookieShell -conf <client.conf> ARGS``; its result lines (stdout). A non-zero
         exit raises BookKeeperToolError carrying stdout and stderr."""
-        run = subprocess.run([self.java, *self._tool_env_opts(), "-cp", self.classpath,
-                              "org.apache.bookkeeper.bookie.BookieShell",
-                              "-conf", self.client_conf_path, *map(str, args)],
-                             capture_output=True, text=True, timeout=timeout, cwd=self.dir,
-                             stdin=subprocess.DEVNULL)
+        # the shell's archive holds the classes of the command that made it: let one that
+        # runs BookKeeper's client make it, the commands used most
+        cds, exited = self._archives["shell"].options(dump=str(args[0]) in _SHELL_DUMPERS)
+        try:
+            run = subprocess.run([self.java, *self._tool_opts(), *cds, "-cp", self.classpath,
+                                  "org.apache.bookkeeper.bookie.BookieShell",
+                                  "-conf", self.client_conf_path, *map(str, args)],
+                                 capture_output=True, text=True, timeout=timeout, cwd=self.dir,
+                                 stdin=subprocess.DEVNULL)
+        finally:
+            exited()
         if check and run.returncode != 0:
             raise BookKeeperToolError(
                 f"BookieShell {' '.join(map(str, args))} exited {run.returncode}: "
@@ -576,19 +631,23 @@ class BookKeeperCluster:
         return out
 
     def read_ledger(self, ledger_id: int, bookie: str | None = None, first: int = 0,
-                    last: int | None = None, raw: bool = False) -> list[tuple[int, bytes]]:
+                    last: int | None = None, raw: bool = False,
+                    digest: str | None = None) -> list[tuple[int, bytes]]:
         """Entries ``first..last`` as ``(entry_id, payload)`` via ``readledger -m``. With
         ``bookie`` only what that bookie stores (ids outside its write set are absent); then
-        ``raw=True`` keeps BookKeeper's stored entry (header and digest) whole. ``last``
+        ``raw=True`` keeps BookKeeper's stored entry (header and digest) whole, and ``last``
+        and ``digest`` (to strip it) are read from the metadata unless given. ``last``
         defaults to the LAC (the last entry of a closed ledger)."""
         if bookie is None:
             args = ["readledger", "-m", "-l", ledger_id, "-fe", first]
             if last is not None:
                 args += ["-le", last]
             return _parse_hexdump_entries(self.shell(*args))
-        meta = self.ledger_metadata(ledger_id)
+        meta = ""
+        if last is None or (digest is None and not raw):
+            meta = self.ledger_metadata(ledger_id)
         if last is None:
-            last = int(re.search(r"lastEntryId=(-?\d+)", meta).group(1))
+            last = int(_field(meta, "lastEntryId"))
             if last < 0:
                 raise ValueError(f"ledger {ledger_id} is open: give last= to read from {bookie}")
         out = self.shell("readledger", "-m", "-l", ledger_id, "-b", bookie, "-fe", first,
@@ -596,27 +655,44 @@ class BookKeeperCluster:
         stored = _parse_boxed_entries(out)
         if raw:
             return stored
-        skip = ENTRY_HEADER_BYTES + DIGEST_BYTES[re.search(r"digestType=(\w+)", meta).group(1)]
+        digest = digest or _field(meta, "digestType")
+        skip = ENTRY_HEADER_BYTES + DIGEST_BYTES[digest.upper()]
         return [(eid, data[skip:]) for eid, data in stored]
 
     # -- the Java client (BkDriver) --
 
-    def driver_command(self) -> list[str]:
-        cmd = driver_command(self.version)
-        return [cmd[0], f"-Dlog4j2.configurationFile={self._tool_log4j}", *cmd[1:],
-                "--metadata-uri", self.metadata_uri]
+    def driver_command(self, dump: bool = False) -> tuple[list[str], Callable[[], None]]:
+        """``java ... BkDriver --metadata-uri URI``, and what to call after it exits."""
+        if self._driver_cp is None:
+            self._driver_cp = driver_classpath(self.version)
+            self._archives["driver"] = jvmcds.ClassArchive(
+                os.path.join(jars.cache_dir(), "cds"), f"bookkeeper-{self.version}-driver",
+                self.java, self._driver_cp[0])
+        cp, main = self._driver_cp
+        cds, exited = self._archives["driver"].options(dump) if main else ([], _nothing)
+        return ([self.java, *self._tool_opts(), *cds, "-cp", cp, main or DRIVER_SOURCE,
+                 "--metadata-uri", self.metadata_uri], exited)
 
     def java_client_popen(self, command: str, *positional, stdin: bool = False,
                           v2: bool = False, **options) -> subprocess.Popen:
         """Start BkDriver COMMAND (text mode, stdout piped; stdin piped if ``stdin``): feed
         its lines to ``DriverResult.feed`` as they come, or kill it between them."""
+        return self._driver_popen(command, positional, stdin, v2, options)[0]
+
+    def _driver_popen(self, command, positional, stdin, v2, options, dump=False):
         args = driver_args(command, *positional, **options)
         if stdin:
             args.append("--stdin")
-        cmd = self.driver_command() + (["--v2"] if v2 else []) + args
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                text=True, bufsize=1, cwd=self.dir, preexec_fn=_preexec())
+        cmd, exited = self.driver_command(dump)
+        try:
+            proc = subprocess.Popen(cmd + (["--v2"] if v2 else []) + args,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                    text=True, bufsize=1, cwd=self.dir, preexec_fn=_preexec())
+        except BaseException:
+            exited()
+            raise
+        return proc, exited
 
     def java_client(self, command: str, *positional, check: bool = True,
                     payloads: list[bytes] | None = None, v2: bool = False,
@@ -624,8 +700,8 @@ class BookKeeperCluster:
         """Run BkDriver to the end and parse what it printed. ``payloads`` (for create) are
         written one entry each instead of the generated ``entry-<id>``. ``check`` raises
         BookKeeperToolError on a non-zero exit (an ``error`` line)."""
-        proc = self.java_client_popen(command, *positional, stdin=payloads is not None,
-                                      v2=v2, **options)
+        proc, exited = self._driver_popen(command, positional, payloads is not None, v2,
+                                          options, dump=True)
         feed = "".join(p.hex() + "\n" for p in payloads) if payloads is not None else None
         try:
             out, err = proc.communicate(feed, timeout=timeout)
@@ -634,6 +710,8 @@ class BookKeeperCluster:
             out, err = proc.communicate()
             raise BookKeeperToolError(f"BkDriver {command} timed out after {timeout}s: "
                                       f"{out[-2000:]}{err[-2000:]}", out + err)
+        finally:
+            exited()
         result = DriverResult(returncode=proc.returncode)
         for line in out.splitlines():
             result.feed(line)
@@ -643,12 +721,25 @@ class BookKeeperCluster:
         return result
 
 
+def _nothing() -> None:
+    pass
+
+
 class _PortTaken(Exception):
     def __init__(self, index: int):
         super().__init__(index)
         self.index = index
 
 
+def _field(meta: str, name: str) -> str:
+    """One ``name=value`` of BookKeeper's LedgerMetadata{...} rendering."""
+    m = re.search(rf"\b{name}=([^,}}]*)", meta)
+    if m is None:
+        raise BookKeeperToolError(f"no {name} in {meta!r}", meta)
+    return m.group(1)
+
+
+_SHELL_DUMPERS = ("simpletest", "readledger")
 _BLOCK = re.compile(r"^--------- Lid=\d+, Eid=(\d+)")
 
 

@@ -1,104 +1,125 @@
 """The BookKeeper peer itself (issue 28 item 1): Java bookies from the jars, BookieShell as
 an oracle and our BkDriver agree with each other, on 4.17.2 and 4.16.6.
 
-One cluster of 3 bookies per version for the whole module (start-up is most of the cost).
-Under CI=true a missing java, jar or ZooKeeper fails instead of skipping.
+One cluster of 3 bookies per version for the whole module (start-up is most of the cost);
+independent JVM runs go in parallel. Under CI=true a missing java, jar or ZooKeeper fails
+instead of skipping.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from embedlog.harness import jars
 from embedlog.harness.bookkeeper import BookKeeperCluster, DriverResult
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
 
 log = logging.getLogger(__name__)
 PASSWORD = "fixture-pw"
 
 
+@pytest.fixture(scope="module")
+def zk():
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
-def bk(request):
+def bk(request, zk):
     name = f"bookkeeper-{request.param}"
     if not jars.is_fetched(name) and not in_ci():
         pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
     started = time.monotonic()
     try:
-        cluster = BookKeeperCluster(request.param, bookies=3)
+        cluster = BookKeeperCluster(request.param, bookies=3, zk_hosts=zk.hosts,
+                                    root=f"/bk-{request.param}")
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
-    log.warning("BookKeeper %s: ZooKeeper, format and 3 bookies ready in %.2fs",
+    log.warning("BookKeeper %s: format and 3 bookies ready in %.2fs",
                 request.param, time.monotonic() - started)
     yield cluster
     cluster.stop()
 
 
-def test_simpletest(bk):
-    assert "10 entries written" in bk.simpletest(ensemble=3, write_quorum=3, ack_quorum=2)
+@pytest.fixture
+def cluster(bk):
+    bk.start_all()          # whatever an earlier test killed runs again (no-op otherwise)
+    return bk
 
 
-def test_listbookies(bk):
-    assert sorted(bk.list_bookies()) == sorted(bk.bookie_ids)
-    assert bk.list_bookies(readonly=True) == []
+def parallel(*calls):
+    """Run the calls (JVM starts, mostly) at once; their results in order."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(c) for c in calls]]
 
 
-def test_driver_writes_shell_and_driver_read_back(bk):
-    made = bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2,
-                          digest="CRC32C", password=PASSWORD, count=100)
+def test_shell_simpletest_and_listbookies(cluster):
+    out, listed = parallel(lambda: cluster.simpletest(ensemble=3, write_quorum=3, ack_quorum=2),
+                           cluster.list_bookies)
+    assert "10 entries written" in out
+    assert sorted(listed) == sorted(cluster.bookie_ids)
+
+
+def test_driver_writes_shell_and_driver_read_back(cluster):
+    made = cluster.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                               digest="CRC32C", password=PASSWORD, count=100)
     assert made.acked == list(range(100)) and made.lac == 99 and made.closed
+    lid, bookie = made.ledger_id, made.ensembles[0][0]
     expected = [(i, b"entry-%d" % i) for i in range(100)]
 
-    assert bk.read_ledger(made.ledger_id) == expected
-    meta = bk.ledger_metadata(made.ledger_id)
+    shell_read, meta, ledgers, read, wrong, stored = parallel(
+        lambda: cluster.read_ledger(lid),
+        lambda: cluster.ledger_metadata(lid),
+        cluster.list_ledgers,
+        lambda: cluster.java_client("read", lid, password=PASSWORD),
+        lambda: cluster.java_client("read", lid, password="wrong", check=False),
+        lambda: cluster.read_ledger(lid, bookie=bookie, last=99, raw=True))
+
+    assert shell_read == expected
     for part in ("ensembleSize=3", "writeQuorumSize=2", "ackQuorumSize=2", "state=CLOSED",
                  "lastEntryId=99", "digestType=CRC32C"):
         assert part in meta, meta
-    assert made.ledger_id in bk.list_ledgers()
-
-    read = bk.java_client("read", made.ledger_id, password=PASSWORD)
+    assert lid in ledgers
     assert read.lac == 99 and read.closed and read.entries == expected
-    wrong = bk.java_client("read", made.ledger_id, password="wrong", check=False)
     assert wrong.returncode == 2 and wrong.error_code == -102, wrong.lines   # unauthorized
-
-    # one bookie holds the entries whose write set names it: 2 of every 3, each stored
-    # whole (BookKeeper's header: ledger id, entry id, LAC, length; then a 4-byte CRC32C)
-    bookie = made.ensembles[0][0]
-    stored = bk.read_ledger(made.ledger_id, bookie=bookie, raw=True)
+    # one bookie holds the entries whose write set names it, 2 of every 3, each stored whole:
+    # BookKeeper's header (ledger id, entry id, LAC, length), a 4-byte CRC32C, the payload
     assert 60 <= len(stored) <= 70
     for eid, raw in stored:
-        assert int.from_bytes(raw[0:8], "big") == made.ledger_id
+        assert int.from_bytes(raw[0:8], "big") == lid
         assert int.from_bytes(raw[8:16], "big") == eid
         assert raw[36:] == b"entry-%d" % eid
 
 
-def test_bookie_killed_mid_write_changes_ensemble(bk):
+def test_bookie_killed_mid_write_changes_ensemble(cluster):
     """A 2/2/2 ledger on 3 bookies: SIGKILL one of its two bookies after 20 acks; the
     writer replaces it with the third and acknowledges every entry."""
-    proc = bk.java_client_popen("create", ensemble=2, write_quorum=2, ack_quorum=2,
-                                digest="CRC32C", password=PASSWORD, stdin=True)
+    proc = cluster.java_client_popen("create", ensemble=2, write_quorum=2, ack_quorum=2,
+                                     digest="CRC32C", password=PASSWORD, stdin=True)
     watchdog = threading.Timer(60, proc.kill)
     watchdog.start()
     result = DriverResult()
-    victim = None
     try:
         def send(first, n):
             proc.stdin.write("".join((b"entry-%d" % i).hex() + "\n"
                                      for i in range(first, first + n)))
             proc.stdin.flush()
 
-        def until_acked(eid):
-            while eid not in result.acked:
-                line = proc.stdout.readline()
-                assert line, f"driver ended early: {result.lines} {proc.stderr.read()[-2000:]}"
-                result.feed(line)
-
         send(0, 20)
-        until_acked(19)
-        victim = bk.bookie_ids.index(result.ensembles[0][0])
-        bk.kill(victim)
+        while 19 not in result.acked:
+            line = proc.stdout.readline()
+            assert line, f"driver ended early: {result.lines} {proc.stderr.read()[-2000:]}"
+            result.feed(line)
+        victim = cluster.bookie_ids.index(result.ensembles[0][0])
+        cluster.kill(victim)
         send(20, 20)
         proc.stdin.close()
         for line in proc.stdout:
@@ -110,13 +131,15 @@ def test_bookie_killed_mid_write_changes_ensemble(bk):
             proc.kill()
             proc.wait()
     assert result.acked == list(range(40)) and result.lac == 39 and result.closed
-    dead = bk.bookie_ids[victim]
+    dead = cluster.bookie_ids[victim]
     assert len(result.ensembles) == 2, result.ensembles
     first, later = sorted(result.ensembles)
     assert 20 <= later <= 21
     assert dead in result.ensembles[first] and dead not in result.ensembles[later]
 
-    read = bk.java_client("read", result.ledger_id, password=PASSWORD)
+    # the victim comes back on its dirs and port (waiting out its old ZooKeeper session)
+    # while the driver reads the ledger through the ensemble change
+    read, _ = parallel(lambda: cluster.java_client("read", result.ledger_id, password=PASSWORD),
+                       lambda: cluster.start(victim))
     assert read.entries == [(i, b"entry-%d" % i) for i in range(40)]
-    bk.start(victim)                # the same dirs and port, for whatever runs next
-    assert sorted(bk.list_bookies()) == sorted(bk.bookie_ids)
+    assert cluster.pid(victim) is not None

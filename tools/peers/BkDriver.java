@@ -230,79 +230,72 @@ public class BkDriver {
         long count = num("--count", 0);
         int size = (int) num("--size", 0);
         int outstanding = (int) Math.max(1, num("--outstanding", 1));
-        {
-            BookKeeper bk = connect(false);
-            WriteHandle wh = createLedger(bk);
-            emit("ledger " + wh.getId());
-            printEnsembles(wh.getLedgerMetadata());
-            Semaphore window = new Semaphore(outstanding);
-            AtomicReference<Throwable> failure = new AtomicReference<>();
-            java.io.BufferedReader in = flag("--stdin")
-                ? new java.io.BufferedReader(new java.io.InputStreamReader(System.in)) : null;
-            for (long i = 0; in != null || i < count; i++) {
-                byte[] data;
-                if (in != null) {
-                    String line = in.readLine();
-                    if (line == null) {
-                        break;
-                    }
-                    data = unhex(line.trim());
-                } else {
-                    data = payload(i, size);
-                }
-                window.acquire();
-                if (failure.get() != null) {
+        BookKeeper bk = connect(false);
+        WriteHandle wh = createLedger(bk);
+        emit("ledger " + wh.getId());
+        printEnsembles(wh.getLedgerMetadata());
+        Semaphore window = new Semaphore(outstanding);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        java.io.BufferedReader in = flag("--stdin")
+            ? new java.io.BufferedReader(new java.io.InputStreamReader(System.in)) : null;
+        for (long i = 0; in != null || i < count; i++) {
+            byte[] data;
+            if (in != null) {
+                String line = in.readLine();
+                if (line == null) {
                     break;
                 }
-                wh.appendAsync(data).whenComplete((eid, err) -> {
-                    if (err != null) {
-                        failure.compareAndSet(null, err);
-                    } else {
-                        emit("ack " + eid);
-                    }
-                    window.release();
-                });
-            }
-            window.acquire(outstanding);        // every append has completed
-            if (failure.get() != null) {
-                throw asException(failure.get());
-            }
-            if (!flag("--no-close")) {
-                wh.close();
-                printEnsembles(wh.getLedgerMetadata());
-                emit("lac " + wh.getLastAddConfirmed());
-                emit("closed true");
+                data = unhex(line.trim());
             } else {
-                printEnsembles(wh.getLedgerMetadata());
-                emit("lac " + wh.getLastAddConfirmed());
-                emit("closed false");
+                data = payload(i, size);
             }
-            emit("end");
+            window.acquire();
+            if (failure.get() != null) {
+                break;
+            }
+            wh.appendAsync(data).whenComplete((eid, err) -> {
+                if (err != null) {
+                    failure.compareAndSet(null, err);
+                } else {
+                    emit("ack " + eid);
+                }
+                window.release();
+            });
         }
+        window.acquire(outstanding);        // every append has completed
+        if (failure.get() != null) {
+            throw asException(failure.get());
+        }
+        boolean close = !flag("--no-close");   // else the ledger stays open, as a dead writer's
+        if (close) {
+            wh.close();
+        }
+        printEnsembles(wh.getLedgerMetadata());
+        emit("lac " + wh.getLastAddConfirmed());
+        emit("closed " + close);
+        emit("end");
         return 0;
     }
 
     int read() throws Exception {
         long lid = ledgerArg();
-        {
-            BookKeeper bk = connect(!opts.containsKey("--digest"));
-            try (ReadHandle rh = openLedger(bk, lid, flag("--recover"))) {
-                long lac = rh.getLastAddConfirmed();
-                emit("lac " + lac);
-                emit("length " + rh.getLength());
-                emit("closed " + rh.isClosed());
-                printEnsembles(rh.getLedgerMetadata());
-                long first = num("--from", 0);
-                long last = num("--to", lac);
-                if (first <= last && last >= 0) {
-                    try (LedgerEntries entries = rh.read(first, last)) {
-                        for (LedgerEntry e : entries) {
-                            emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
-                        }
+        BookKeeper bk = connect(!opts.containsKey("--digest"));
+        try (ReadHandle rh = openLedger(bk, lid, flag("--recover"))) {
+            long lac = rh.getLastAddConfirmed();
+            emit("lac " + lac);
+            emit("length " + rh.getLength());
+            emit("closed " + rh.isClosed());
+            printEnsembles(rh.getLedgerMetadata());
+            long first = num("--from", 0);
+            long last = num("--to", lac);
+            if (first <= last && last >= 0) {
+                try (LedgerEntries entries = rh.read(first, last)) {
+                    for (LedgerEntry e : entries) {
+                        emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
                     }
                 }
-                emit("end");
             }
+            emit("end");
         }
         return 0;
     }
@@ -314,62 +307,58 @@ public class BkDriver {
         long pollMs = num("--poll-ms", 1000);
         long idleMs = num("--idle-ms", 30000);
         long seen = 0;
-        {
-            BookKeeper bk = connect(!opts.containsKey("--digest"));
-            try (ReadHandle rh = openLedger(bk, lid, false)) {
-                long idleSince = System.nanoTime();
-                while (seen < limit) {
-                    try (LastConfirmedAndEntry le = rh.readLastAddConfirmedAndEntry(next, pollMs, false)) {
-                        if (le.hasEntry()) {
-                            LedgerEntry e = le.getEntry();
-                            emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
-                            next = e.getEntryId() + 1;
-                            seen++;
-                            idleSince = System.nanoTime();
-                            continue;
-                        }
-                        if (le.getLastAddConfirmed() >= next) {
-                            // the LAC passed next without the entry piggybacked: read it plainly
-                            try (LedgerEntries es = rh.read(next, le.getLastAddConfirmed())) {
-                                for (LedgerEntry e : es) {
-                                    emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
-                                    next = e.getEntryId() + 1;
-                                    seen++;
-                                }
+        BookKeeper bk = connect(!opts.containsKey("--digest"));
+        try (ReadHandle rh = openLedger(bk, lid, false)) {
+            long idleSince = System.nanoTime();
+            while (seen < limit) {
+                try (LastConfirmedAndEntry le = rh.readLastAddConfirmedAndEntry(next, pollMs, false)) {
+                    if (le.hasEntry()) {
+                        LedgerEntry e = le.getEntry();
+                        emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
+                        next = e.getEntryId() + 1;
+                        seen++;
+                        idleSince = System.nanoTime();
+                        continue;
+                    }
+                    if (le.getLastAddConfirmed() >= next) {
+                        // the LAC passed next without the entry piggybacked: read it plainly
+                        try (LedgerEntries es = rh.read(next, le.getLastAddConfirmed())) {
+                            for (LedgerEntry e : es) {
+                                emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
+                                next = e.getEntryId() + 1;
+                                seen++;
                             }
-                            idleSince = System.nanoTime();
-                            continue;
                         }
-                    }
-                    // a closed ledger read to its end has nothing more to give
-                    LedgerMetadata md = bk.getLedgerMetadata(lid).get();
-                    if (md.isClosed() && next > md.getLastEntryId()) {
-                        emit("closed true");
-                        break;
-                    }
-                    if ((System.nanoTime() - idleSince) / 1_000_000 > idleMs) {
-                        emit("idle " + next);
-                        break;
+                        idleSince = System.nanoTime();
+                        continue;
                     }
                 }
-                emit("lac " + (next - 1));
-                emit("end");
+                // a closed ledger read to its end has nothing more to give
+                LedgerMetadata md = bk.getLedgerMetadata(lid).get();
+                if (md.isClosed() && next > md.getLastEntryId()) {
+                    emit("closed true");
+                    break;
+                }
+                if ((System.nanoTime() - idleSince) / 1_000_000 > idleMs) {
+                    emit("idle " + next);
+                    break;
+                }
             }
+            emit("lac " + (next - 1));
+            emit("end");
         }
         return 0;
     }
 
     int close() throws Exception {
         long lid = ledgerArg();
-        {
-            BookKeeper bk = connect(!opts.containsKey("--digest"));
-            try (ReadHandle rh = openLedger(bk, lid, true)) {
-                emit("lac " + rh.getLastAddConfirmed());
-                emit("length " + rh.getLength());
-                emit("closed " + rh.isClosed());
-                printEnsembles(rh.getLedgerMetadata());
-                emit("end");
-            }
+        BookKeeper bk = connect(!opts.containsKey("--digest"));
+        try (ReadHandle rh = openLedger(bk, lid, true)) {
+            emit("lac " + rh.getLastAddConfirmed());
+            emit("length " + rh.getLength());
+            emit("closed " + rh.isClosed());
+            printEnsembles(rh.getLedgerMetadata());
+            emit("end");
         }
         return 0;
     }
@@ -381,46 +370,44 @@ public class BkDriver {
         int outstanding = (int) Math.max(1, num("--outstanding", 100));
         byte[] data = new byte[size];
         Arrays.fill(data, (byte) 'x');
-        {
-            BookKeeper bk = connect(false);
-            WriteHandle wh = createLedger(bk);
-            Semaphore window = new Semaphore(outstanding);
-            AtomicReference<Throwable> failure = new AtomicReference<>();
-            long[] latencyNs = new long[(int) count];
-            long start = 0;
-            for (long i = -warmup; i < count && failure.get() == null; i++) {
-                window.acquire();
-                if (i == 0) {
-                    window.acquire(outstanding - 1);  // warm-up drained before the clock starts
-                    window.release(outstanding - 1);
-                    start = System.nanoTime();
+        BookKeeper bk = connect(false);
+        WriteHandle wh = createLedger(bk);
+        Semaphore window = new Semaphore(outstanding);
+        AtomicReference<Throwable> failure = new AtomicReference<>();
+        long[] latencyNs = new long[(int) count];
+        long start = 0;
+        for (long i = -warmup; i < count && failure.get() == null; i++) {
+            window.acquire();
+            if (i == 0) {
+                window.acquire(outstanding - 1);  // warm-up drained before the clock starts
+                window.release(outstanding - 1);
+                start = System.nanoTime();
+            }
+            final long idx = i;
+            final long sent = System.nanoTime();
+            wh.appendAsync(data).whenComplete((eid, err) -> {
+                if (err != null) {
+                    failure.compareAndSet(null, err);
+                } else if (idx >= 0) {
+                    latencyNs[(int) idx] = System.nanoTime() - sent;
                 }
-                final long idx = i;
-                final long sent = System.nanoTime();
-                wh.appendAsync(data).whenComplete((eid, err) -> {
-                    if (err != null) {
-                        failure.compareAndSet(null, err);
-                    } else if (idx >= 0) {
-                        latencyNs[(int) idx] = System.nanoTime() - sent;
-                    }
-                    window.release();
-                });
-            }
-            window.acquire(outstanding);
-            long elapsed = System.nanoTime() - start;
-            if (failure.get() != null) {
-                throw asException(failure.get());
-            }
-            wh.close();
-            Arrays.sort(latencyNs);
-            double seconds = elapsed / 1e9;
-            emit(String.format(java.util.Locale.ROOT,
-                "{\"adds\": %d, \"size\": %d, \"outstanding\": %d, \"seconds\": %.3f, "
-                + "\"adds_per_s\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, "
-                + "\"max_ms\": %.3f}",
-                count, size, outstanding, seconds, count / seconds, pct(latencyNs, 0.50),
-                pct(latencyNs, 0.99), pct(latencyNs, 0.999), latencyNs[latencyNs.length - 1] / 1e6));
+                window.release();
+            });
         }
+        window.acquire(outstanding);
+        long elapsed = System.nanoTime() - start;
+        if (failure.get() != null) {
+            throw asException(failure.get());
+        }
+        wh.close();
+        Arrays.sort(latencyNs);
+        double seconds = elapsed / 1e9;
+        emit(String.format(java.util.Locale.ROOT,
+            "{\"adds\": %d, \"size\": %d, \"outstanding\": %d, \"seconds\": %.3f, "
+            + "\"adds_per_s\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, "
+            + "\"max_ms\": %.3f}",
+            count, size, outstanding, seconds, count / seconds, pct(latencyNs, 0.50),
+            pct(latencyNs, 0.99), pct(latencyNs, 0.999), latencyNs[latencyNs.length - 1] / 1e6));
         return 0;
     }
 
