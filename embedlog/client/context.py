@@ -24,6 +24,7 @@ from embedlog import failpoints, forking
 from embedlog.errors import ClientClosedError, NotEnoughBookiesError
 from embedlog.net import loop as event_loop
 from embedlog.net import security
+from embedlog.net.bookkeeper import PROTOCOL as BOOKKEEPER_PROTOCOL, BookKeeperConnection
 from embedlog.net.transport import BookieConnection, BookieUnavailableError
 
 
@@ -93,6 +94,7 @@ class ClientContext:
         self._thread.start()
         self._conns: dict[str, BookieConnection] = {}
         self._addresses: dict[str, str] = {}
+        self._protocols: dict[str, str] = {}         # address -> "bookkeeper" for Java bookies
         self._quarantine: dict[str, float] = {}      # bookie id -> when it last failed
         self._local: dict = {}                        # bookie id -> in-process connection
         self.writers = weakref.WeakSet()              # open writers: their LAC is sent at close
@@ -179,6 +181,7 @@ class ClientContext:
                 addr = (reg.info or {}).get("address")
                 if addr:
                     self._addresses[reg.bookie_id] = addr
+                    self._protocols[addr] = (reg.info or {}).get("protocol") or "embedlog"
         return [r.bookie_id for r in writable], [r.bookie_id for r in readonly]
 
     def address_of(self, bookie_id: str) -> str:
@@ -209,9 +212,14 @@ class ClientContext:
             return local
         addr = await self.address_of_async(bookie_id)
         conn = self._conns.get(addr)
-        if conn is None or conn.closed:
-            conn = BookieConnection(addr, connect_timeout_s=self.config.connect_timeout_s,
-                                    ssl_context=self._ssl, auth_token=self._token)
+        # a Java bookie (its registration says protocol "bookkeeper") speaks BookKeeper's v3
+        kind = (BookKeeperConnection if self._protocols.get(addr) == BOOKKEEPER_PROTOCOL
+                else BookieConnection)
+        if conn is None or conn.closed or type(conn) is not kind:
+            if conn is not None:
+                conn.close()                  # another kind of bookie took over the address
+            conn = kind(addr, connect_timeout_s=self.config.connect_timeout_s,
+                        ssl_context=self._ssl, auth_token=self._token)
             self._conns[addr] = conn
         return conn
 
