@@ -72,10 +72,11 @@ def _run(version: str, args: list[str], stdin: str | None = None, cwd: str | Non
     return run.stdout
 
 
-def shell_batch(version: str, conf_path: str, commands: list[list[str]]) -> list[tuple[int, str]]:
+def shell_batch(version: str, conf_path: str, commands: list[list]) -> list[tuple[int, str]]:
     """(return code, output) of each BookieShell command, run one after another in one JVM
-    with the client configuration ``conf_path``. Output is what BookieShell logged and
-    printed on stdout between the command's markers (log lines keep their prefixes)."""
+    with the client configuration ``conf_path`` (a command whose first word is ``@PATH``
+    uses the configuration PATH). Output is what BookieShell logged and printed on stdout
+    between the command's markers (log lines keep their prefixes)."""
     lines = "".join(" ".join(map(str, c)) + "\n" for c in commands)
     out = _run(version, ["--conf", conf_path, "shell"], stdin=lines)
     results: list[tuple[int, str]] = []
@@ -93,13 +94,14 @@ def shell_batch(version: str, conf_path: str, commands: list[list[str]]) -> list
     return results
 
 
-def create_many_popen(version: str, metadata_uri: str, count: int, *, ensemble: int = 1,
+def create_many_popen(version: str, metadata_uris: list[str], count: int, *, ensemble: int = 1,
                       in_flight: int = 8) -> subprocess.Popen:
-    """BookKeeper's client creating ``count`` ledgers; it prints "ledger ID" per ledger as
-    created, then "end". Read its stdout to the end, then wait()."""
-    return subprocess.Popen(command(version) + ["--metadata-uri", metadata_uri, "create-many",
-                                                str(count), "--ensemble", str(ensemble),
-                                                "--in-flight", str(in_flight)],
+    """BookKeeper's client creating ``count`` ledgers on each root (one client per root, in
+    turns); it prints "ledger ROOT_INDEX ID" per ledger as created, then "end". Read its
+    stdout to the end, then wait()."""
+    return subprocess.Popen(command(version) + ["--metadata-uri", "|".join(metadata_uris),
+                                                "create-many", str(count), "--ensemble",
+                                                str(ensemble), "--in-flight", str(in_flight)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             stdin=subprocess.DEVNULL)
 

@@ -148,42 +148,42 @@ def _store(zk_hosts: str, root: str, scheme: str = "zk+hierarchical", **options)
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
 def bk(request, zk):
     """Per version: /emb formatted by embedlog in BookKeeper's format with one Java bookie
-    on it, /java formatted by BookieShell initnewcluster, /long formatted by embedlog as
-    BookKeeper's long-hierarchical layout."""
+    on it, and /long formatted by embedlog as BookKeeper's long-hierarchical layout
+    (/java, formatted by BookieShell initnewcluster, comes with the ``shell`` fixture)."""
     from embedlog.harness.bookkeeper import BookKeeperCluster   # after the jar check below
     version = request.param
     if not jars.is_fetched(f"bookkeeper-{version}") and not in_ci():
         pytest.skip(f"bookkeeper-{version}'s jars are not in {jars.cache_dir()} (make peers)")
     tag = version.replace(".", "")
     ns = SimpleNamespace(version=version, hosts=zk.hosts, emb=f"/emb{tag}", java=f"/java{tag}",
-                         long=f"/long{tag}", clusters=[], stores=[])
+                         long=f"/long{tag}", cluster=None, stores=[])
     ns.raw = KazooClient(zk.hosts)
     ns.raw.start(timeout=10)
     try:
         ns.store = _store(zk.hosts, ns.emb, metadata_format="bookkeeper")
+        ns.stores.append(ns.store)
         ns.long_store = _store(zk.hosts, ns.long, "zk+longhierarchical",
                                metadata_format="bookkeeper")
-        ns.stores += [ns.store, ns.long_store]
+        ns.stores.append(ns.long_store)
         try:
             ns.cluster = BookKeeperCluster(version, bookies=1, zk_hosts=zk.hosts, root=ns.emb,
                                            format=False)
-            ns.clusters.append(ns.cluster)
-            ns.java_cluster = BookKeeperCluster(version, bookies=0, zk_hosts=zk.hosts,
-                                                root=ns.java, format=True)
-            ns.clusters.append(ns.java_cluster)
         except ServerMissing as exc:
             skip_unless_ci(str(exc))
+        ns.java_conf = os.path.join(ns.cluster.dir, "java-root.conf")
+        with open(ns.java_conf, "w") as f:
+            f.write(f"metadataServiceUri=zk+hierarchical://{zk.hosts}{ns.java}\nzkTimeout=10000\n")
         yield ns
     finally:
         for s in ns.stores:
             s.close()
-        for c in ns.clusters:
-            c.stop()
+        if ns.cluster is not None:
+            ns.cluster.stop()
         ns.raw.stop()
         ns.raw.close()
 
 
-def test_embedlog_formats_a_root_as_initnewcluster_does(bk):
+def test_embedlog_formats_a_root_as_initnewcluster_does(bk, shell):
     for root in (bk.emb, bk.java):
         children = set(bk.raw.get_children(root))
         assert {"LAYOUT", "INSTANCEID", "available"} <= children, (root, children)
@@ -196,7 +196,7 @@ def test_embedlog_formats_a_root_as_initnewcluster_does(bk):
         assert bk.raw.exists(f"{bk.emb}/{name}") is None, name
 
 
-def test_a_root_initnewcluster_formatted_opens_in_embedlog(bk):
+def test_a_root_initnewcluster_formatted_opens_in_embedlog(bk, shell):
     for scheme in ("zk", "zk+null", "zk+hierarchical"):
         with _store(bk.hosts, bk.java, scheme, create=False) as s:
             assert (s.metadata_format, s.layout) == ("bookkeeper", "hierarchical")
@@ -264,12 +264,14 @@ def shell(bk):
     made["future"] = store.read_ledger_metadata(future).value
     store.register_bookie(FAKE_BOOKIE, True, {"address": "127.0.0.1:10", "pid": os.getpid()})
     ids = {kind: md.ledger_id.ledger_id for kind, md in made.items()}
-    commands = [["ledgermetadata", "-l", ids[k]] for k in made] + [
+    commands = [["@" + bk.java_conf, "initnewcluster"]] + [
+        ["ledgermetadata", "-l", ids[k]] for k in made] + [
         ["listbookies", "-rw"], ["listbookies", "-ro"], ["listledgers"],
-        ["simpletest", "-e", 1, "-w", 1, "-a", 1, "-n", 5], ["listledgers"]]
+        ["simpletest", "-e", 1, "-w", 1, "-a", 1, "-n", 5]]
     results = bkmeta.shell_batch(bk.version, bk.cluster.client_conf_path, commands)
-    out = dict(zip([f"meta:{k}" for k in made] + ["rw", "ro", "ledgers", "simpletest",
-                                                   "ledgers_after"], results))
+    out = dict(zip(["initnewcluster"] + [f"meta:{k}" for k in made] +
+                   ["rw", "ro", "ledgers", "simpletest"], results))
+    assert out["initnewcluster"][0] == 0, out["initnewcluster"]
     raw_future = bk.raw.get(store.ledger_path(future))[0]
     yield SimpleNamespace(made=made, out=out, raw_future=raw_future, top=top,
                           in_segment=in_segment)
@@ -328,35 +330,57 @@ def test_embedlog_registration_carries_both_endpoints(bk, shell):
         {("bookie-rpc", 9), ("embedlog", 10)}
 
 
-def _race(bk, store, uri: str, count: int) -> tuple[list[int], list[int]]:
-    """BookKeeper's client creates ``count`` ledgers while embedlog creates as many as it
-    can until the Java client is done: (Java's ids, embedlog's ids)."""
-    proc = bkmeta.create_many_popen(bk.version, uri, count, ensemble=1, in_flight=8)
-    ours: list[int] = []
+RACE_COUNT = 150
+
+
+@pytest.fixture(scope="module")
+def race(bk):
+    """BookKeeper's client creates ledgers on /emb (hierarchical) and /long while embedlog
+    creates as many as it can on both until the Java client is done: per root, (Java's
+    ids, embedlog's ids). On /long both sides take ids past 2^31 from
+    idgen-long/HOB-0000000007; a bookie registered by embedlog makes the ensemble there
+    (the Java client creates and closes empty ledgers: it never connects to it)."""
+    bk.raw.ensure_path(f"{bk.long}/idgen-long/HOB-{HOB:010d}")
+    bk.long_store.register_bookie(FAKE_BOOKIE, False, {"address": "127.0.0.1:10"})
+    stores = [bk.store, bk.long_store]
+    uris = [bk.cluster.metadata_uri, f"zk+longhierarchical://{bk.hosts}{bk.long}"]
+    proc = bkmeta.create_many_popen(bk.version, uris, RACE_COUNT, ensemble=1, in_flight=8)
+    ours: list[list[int]] = [[], []]
     stop = threading.Event()
     errors: list[BaseException] = []
 
-    def embedlog_creates():
+    def embedlog_creates(store, out: list[int]) -> None:
         try:
-            while not stop.is_set() and len(ours) < 4 * count:
+            while not stop.is_set() and len(out) < 4 * RACE_COUNT:
                 lid = store.generate_ledger_id()
                 store.create_ledger_metadata(LedgerMetadata(lid, 1, 1, 1,
                                                             fragments=((0, (FAKE_BOOKIE,)),)))
-                ours.append(lid.ledger_id)
-        except BaseException as exc:   # noqa: BLE001 - reported by the test below
+                out.append(lid.ledger_id)
+        except BaseException as exc:   # noqa: BLE001 - reported by the tests
             errors.append(exc)
 
-    first = proc.stdout.readline()               # the Java client is up: race from here
-    thread = threading.Thread(target=embedlog_creates)
-    thread.start()
-    rest, err = proc.communicate(timeout=bkmeta.TIMEOUT_S)
-    stop.set()
-    thread.join(timeout=30)
+    try:
+        first = proc.stdout.readline()               # the Java client is up: race from here
+        threads = [threading.Thread(target=embedlog_creates, args=(st, out))
+                   for st, out in zip(stores, ours)]
+        for t in threads:
+            t.start()
+        rest, err = proc.communicate(timeout=bkmeta.TIMEOUT_S)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for t in threads:
+            t.join(timeout=30)
+        bk.long_store.unregister_bookie(FAKE_BOOKIE, False)
     assert proc.returncode == 0, first + rest + err
     assert not errors, errors
-    theirs = [int(x) for x in re.findall(r"^ledger (\d+)$", first + rest, re.M)]
-    assert len(theirs) == count
-    return theirs, ours
+    theirs: list[list[int]] = [[], []]
+    for root, lid in re.findall(r"^ledger (\d) (\d+)$", first + rest, re.M):
+        theirs[int(root)].append(int(lid))
+    assert [len(t) for t in theirs] == [RACE_COUNT, RACE_COUNT]
+    return list(zip(theirs, ours))
 
 
 def _check_race(store, theirs: list[int], ours: list[int]) -> None:
@@ -370,23 +394,14 @@ def _check_race(store, theirs: list[int], ours: list[int]) -> None:
         assert md.state == LedgerState.CLOSED and bkmd.ctoken_of(md) is not None
 
 
-def test_ids_never_collide_hierarchical(bk):
-    theirs, ours = _race(bk, bk.store, bk.cluster.metadata_uri, 150)
+def test_ids_never_collide_hierarchical(bk, race):
+    theirs, ours = race[0]
     assert max(theirs + ours) < 2**31 - 1
     _check_race(bk.store, theirs, ours)
 
 
-def test_ids_never_collide_long_hierarchical(bk):
-    # past 2^31 ids: both sides take the high half from idgen-long/HOB-*, the low half
-    # from a sequential znode under it; a bookie registered by embedlog makes the ensemble
-    # (the Java client creates and closes empty ledgers: it never connects to it)
-    bk.raw.ensure_path(f"{bk.long}/idgen-long/HOB-{HOB:010d}")
-    bk.long_store.register_bookie(FAKE_BOOKIE, False, {"address": "127.0.0.1:10"})
-    try:
-        uri = f"zk+longhierarchical://{bk.hosts}{bk.long}"
-        theirs, ours = _race(bk, bk.long_store, uri, 150)
-    finally:
-        bk.long_store.unregister_bookie(FAKE_BOOKIE, False)
+def test_ids_never_collide_long_hierarchical(bk, race):
+    theirs, ours = race[1]
     assert all(i >> 32 == HOB for i in theirs + ours), (theirs, ours)
     _check_race(bk.long_store, theirs, ours)
     digits = f"{ours[0]:019d}"

@@ -5,12 +5,13 @@
 //       creates one ledger of each kind below through BookKeeper's client (and, for what a
 //       client cannot make on demand, its LedgerManager) and writes OUTDIR/manifest.json:
 //       what BookKeeper reads back for each (its getters), keyed by the golden's name.
-//   BkMeta --metadata-uri URI create-many N [--ensemble E] [--in-flight K]
-//       creates N ledgers (E/E/E, CRC32C, empty password) K at a time; one line per
-//       ledger: "ledger ID"; then "end".
+//   BkMeta --metadata-uri URI[|URI...] create-many N [--ensemble E] [--in-flight K]
+//       creates N ledgers (E/E/E, CRC32C, empty password) on each root, in turns, K at a
+//       time, each closed at once; one line per ledger: "ledger ROOT_INDEX ID"; then "end".
 //   BkMeta --conf FILE shell
-//       BookieShell commands, one per stdin line (its arguments, space separated), run in
-//       this one JVM; each is framed by "### begin N" and "### end N RC" on stdout.
+//       BookieShell commands, one per stdin line (its arguments, space separated; a first
+//       word @PATH runs that one with the configuration PATH), run in this one JVM; each
+//       is framed by "### begin N" and "### end N RC" on stdout.
 //
 // Errors: "error MESSAGE" on stdout, exit status 2.
 
@@ -203,43 +204,66 @@ public class BkMeta {
         System.out.println("end");
     }
 
-    static void createMany(String uri, int count, int ensemble, int inFlight) throws Exception {
-        try (BookKeeper bk = new BookKeeper(clientConf(uri))) {
+    static void createMany(String uris, int count, int ensemble, int inFlight) throws Exception {
+        // one client per root, creating in turns: one JVM races embedlog on every root
+        List<BookKeeper> clients = new ArrayList<>();
+        try {
+            for (String uri : uris.split("\\|")) {
+                clients.add(new BookKeeper(clientConf(uri)));
+            }
             Semaphore permits = new Semaphore(inFlight);
             List<CompletableFuture<Void>> all = new ArrayList<>();
             for (int i = 0; i < count; i++) {
-                permits.acquire();
-                CompletableFuture<Void> done = new CompletableFuture<>();
-                all.add(done);
-                bk.asyncCreateLedger(ensemble, ensemble, ensemble, BookKeeper.DigestType.CRC32C, new byte[0],
-                    (rc, lh, ctx) -> {
-                        permits.release();
-                        if (rc != 0) {
-                            done.completeExceptionally(new RuntimeException("create failed: rc " + rc));
-                            return;
-                        }
-                        synchronized (BkMeta.class) {
-                            System.out.println("ledger " + lh.getId());
-                        }
-                        lh.asyncClose((rc2, lh2, ctx2) -> done.complete(null), null);
-                    }, null, null);
+                for (int c = 0; c < clients.size(); c++) {
+                    final int root = c;
+                    permits.acquire();
+                    CompletableFuture<Void> done = new CompletableFuture<>();
+                    all.add(done);
+                    clients.get(c).asyncCreateLedger(ensemble, ensemble, ensemble,
+                        BookKeeper.DigestType.CRC32C, new byte[0], (rc, lh, ctx) -> {
+                            permits.release();
+                            if (rc != 0) {
+                                done.completeExceptionally(new RuntimeException("create failed: rc " + rc));
+                                return;
+                            }
+                            synchronized (BkMeta.class) {
+                                System.out.println("ledger " + root + " " + lh.getId());
+                                System.out.flush();
+                            }
+                            lh.asyncClose((rc2, lh2, ctx2) -> done.complete(null), null);
+                        }, null, null);
+                }
             }
             CompletableFuture.allOf(all.toArray(new CompletableFuture[0])).get();
+        } finally {
+            for (BookKeeper bk : clients) {
+                bk.close();
+            }
         }
         System.out.println("end");
     }
 
-    static void shell(String confFile) throws Exception {
+    static ServerConfiguration loadConf(String confFile) throws Exception {
         // a ServerConfiguration is the CompositeConfiguration of whichever commons-configuration
         // this version uses (4.16: 1.x, 4.17: 2.x), so one source compiles against both
         ServerConfiguration conf = new ServerConfiguration();
         conf.loadConf(new File(confFile).toURI().toURL());
+        return conf;
+    }
+
+    static void shell(String confFile) throws Exception {
+        ServerConfiguration defaultConf = loadConf(confFile);
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         int n = 0;
         while ((line = in.readLine()) != null) {
+            List<String> words = new ArrayList<>(Arrays.asList(line.trim().split("\\s+")));
             if (line.trim().isEmpty()) {
                 continue;
+            }
+            ServerConfiguration conf = defaultConf;
+            if (words.get(0).startsWith("@")) {
+                conf = loadConf(words.remove(0).substring(1));
             }
             BookieShell sh = new BookieShell(LedgerIdFormatter.LONG_LEDGERID_FORMATTER,
                                              EntryFormatter.STRING_FORMATTER);
@@ -248,7 +272,7 @@ public class BkMeta {
             System.out.flush();
             int rc;
             try {
-                rc = sh.run(line.trim().split("\\s+"));
+                rc = sh.run(words.toArray(new String[0]));
             } catch (Throwable t) {
                 System.out.println("exception " + t);
                 rc = -99;
