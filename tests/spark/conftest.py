@@ -34,14 +34,24 @@ def pytest_report_header(config):
         return f"embedlog spark tests: {'FAIL (CI)' if in_ci() else 'skipped'}: {_WHY}"
 
 
+def _kafka_connector() -> str | None:
+    """Spark's Kafka connector jars (the spark-sql-kafka peer, fetched by make peers), if here."""
+    from embedlog.harness import jars
+    from embedlog.harness.kafka import SPARK_KAFKA_PEER, spark_jars
+    return spark_jars() if jars.is_fetched(SPARK_KAFKA_PEER) else None
+
+
 @pytest.fixture(scope="session")
 def spark():
     why = _missing()
     if why is not None:
         skip_unless_ci(why)
     import embedlog.spark
-    session = embedlog.spark.local_session("local[2]", "embedlog-tests",
-                                           **{"spark.task.maxFailures": "1"})
+    conf = {"spark.task.maxFailures": "1"}
+    kafka = _kafka_connector()
+    if kafka:                          # format("kafka") for test_vs_kafka.py (issue 30)
+        conf["spark.jars"] = kafka
+    session = embedlog.spark.local_session("local[2]", "embedlog-tests", **conf)
     yield session
     session.stop()
 
