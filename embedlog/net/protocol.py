@@ -105,8 +105,9 @@ class Response:
 # -- requests ------------------------------------------------------------------------------
 
 def _frame(parts: list) -> bytes:
-    size = sum(len(p) for p in parts)
-    return LENGTH.pack(size) + b"".join(parts)
+    """One join: the length goes in front of the parts, not onto a joined copy."""
+    parts.insert(0, LENGTH.pack(sum(len(p) for p in parts)))
+    return b"".join(parts)
 
 
 def add_request(request_id, scope, ledger, master_key, entries, flags=0, term=0) -> bytes:
@@ -159,6 +160,7 @@ def parse_request(message) -> Request:
 
 
 def parse_add_body(body) -> list:
+    """The entries of an ADD body, as views of it (``body`` is a memoryview)."""
     if len(body) < 4:
         raise CorruptedDataError("add request without an entry count")
     (count,) = U32.unpack_from(body)
@@ -170,7 +172,7 @@ def parse_add_body(body) -> list:
         pos += 4
         if pos + n > len(body):
             raise CorruptedDataError("add request truncated in an entry")
-        out.append(bytes(body[pos:pos + n]))
+        out.append(body[pos:pos + n])     # a view: the kernels copy it once, into the journal
         pos += n
     if pos != len(body):
         raise CorruptedDataError("add request has trailing bytes")
