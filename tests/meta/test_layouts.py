@@ -123,6 +123,26 @@ def test_zk_layout_mismatch_refused(zk):
         open_metadata_store(f"zk+flat://{hosts}/ledgers", timeout_s=5)
 
 
+def test_zk_uri_without_layout_takes_the_recorded_one(zk):
+    """zk:// and zk+null:// name no layout: the root's LAYOUT decides (BookKeeper's meaning),
+    a new root is hierarchical; a root is opened in its own format only."""
+    raw, hosts = zk
+    with open_metadata_store(f"zk+longhierarchical://{hosts}/ledgers", timeout_s=5):
+        pass
+    for scheme in ("zk", "zk+null"):
+        with open_metadata_store(f"{scheme}://{hosts}/ledgers", timeout_s=5, create=False) as s:
+            assert (s.layout, s.metadata_format) == ("longhierarchical", "embedlog")
+    with open_metadata_store(f"zk+null://{hosts}/fresh", timeout_s=5) as s:
+        assert s.layout == "hierarchical"
+    with pytest.raises(MetadataError, match="embedlog's format"):
+        open_metadata_store(f"zk://{hosts}/ledgers", timeout_s=5, metadata_format="bookkeeper")
+    with pytest.raises(MetadataError, match="unknown metadata format"):
+        open_metadata_store(f"zk://{hosts}/ledgers", timeout_s=5, metadata_format="json")
+    with pytest.raises(MetadataError, match="flat"):
+        open_metadata_store(f"zk+flat://{hosts}/bk", timeout_s=5, metadata_format="bookkeeper")
+    assert raw.exists("/bk/LAYOUT") is None
+
+
 def test_zk_failed_transaction_is_reported(zk):
     """kazoo returns a failed transaction's errors instead of raising: the driver raises,
     and nothing of the transaction was applied."""

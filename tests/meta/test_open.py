@@ -54,6 +54,13 @@ def test_sqlite_uri_errors(tmp_path):
         open_metadata_store(f"sqlite://{bad}")
 
 
+def test_bookkeeper_format_is_a_zookeeper_one(tmp_path):
+    with pytest.raises(MetadataError, match="BookKeeper's format is a ZooKeeper one"):
+        open_metadata_store(f"sqlite://{tmp_path}/m.db?metadata_format=bookkeeper")
+    with open_metadata_store(f"sqlite://{tmp_path}/m.db", metadata_format="embedlog"):
+        pass
+
+
 def test_parse_uri_and_query_options(tmp_path):
     assert parse_metadata_uri("zk+hierarchical://a:1;b:2/ledgers") == (
         "zk+hierarchical", "a:1,b:2", "/ledgers", {})
