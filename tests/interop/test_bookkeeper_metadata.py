@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import re
 import threading
 import uuid
@@ -34,6 +35,7 @@ from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 from embedlog.meta.bookkeeper import ledger_metadata as bkmd
 from embedlog.meta.bookkeeper import protobuf as pb
+from embedlog.meta.bookkeeper import textformat as tf
 from embedlog.meta.bookkeeper.cookie import Cookie
 from embedlog.meta.bookkeeper.layout import ledger_levels
 from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
@@ -127,6 +129,37 @@ def test_what_bookkeeper_cannot_carry_is_refused_by_the_codec():
                     b"embedlog-ledger-metadata\t1\n{}", b"BookieMetadataFormatVersion\t3\n\x02\x08\x01"]:
         with pytest.raises(MetadataError):
             bkmd.decode(damaged, LedgerId(0, 1), 0)
+
+
+def test_damaged_records_raise_metadata_error_only():
+    """Seeded mutations of every golden (binary and text): each read either succeeds or
+    raises MetadataError, and what it reads encodes or is refused with MetadataError."""
+    rnd = random.Random(28)
+    blobs = [golden_blob(v, n) for v in jars.BOOKKEEPER_VERSIONS
+             for n in ("open_crc32c_custom", "three_segments_closed_ctime", "v2_text_closed")]
+    alphabet = b'\\"{}:#\n 0123456789xabnt-\x80\xff\x08\x12\x1a'
+    for _ in range(3000):
+        b = bytearray(rnd.choice(blobs))
+        for _ in range(rnd.randint(1, 3)):
+            at = rnd.randrange(len(b) + 1)
+            if rnd.random() < 0.5 and at < len(b):
+                b[at] = rnd.choice(alphabet) if rnd.random() < 0.5 else rnd.randrange(256)
+            elif rnd.random() < 0.3:
+                del b[at:]
+            else:
+                b.insert(at, rnd.choice(alphabet))
+        try:
+            bkmd.encode(bkmd.decode(bytes(b), LedgerId(0, 1), 0))
+        except MetadataError:
+            pass
+
+
+def test_text_format_strings_round_trip_any_bytes():
+    rnd = random.Random(2)
+    for _ in range(2000):
+        data = bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 24)))
+        text = tf.Printer().string("f", data).begin("m").scalar("n", -rnd.randrange(1 << 63)).end()
+        assert tf.parse(text.getvalue())[0] == ("f", data)
 
 
 # ---- live: Java bookies, BookieShell and BookKeeper's client ------------------------------
