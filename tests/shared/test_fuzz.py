@@ -378,6 +378,14 @@ def test_bookie_add(data):
     _check("bookie_add", data.draw(mutate(base, [0, 1, 2, 3, 6, 8, 9, 10, 18, 20])))
 
 
+
+@FAST
+@given(st.data())
+def test_bk_wire(data):
+    base = data.draw(st.sampled_from(_seeds("bk_wire")))
+    # the parser byte, the first frame's length and its header's bytes (version, op, txn)
+    _check("bk_wire", data.draw(mutate(base, [0, 1, 4, 5, 6, 7, 8, 9, 10, 11])))
+
 def test_every_target_has_a_hypothesis_test():
     assert {t for t in TARGETS if f"test_{t}" not in globals()} == set()
 

@@ -228,6 +228,47 @@ def fuzz_wire_response(data: bytes) -> None:
             _expect(P.parse_read_lac_body, resp.body)
 
 
+# -- BookKeeper's v3 frames (pyx/embedlog/_native/bkwire.pyx) ---------------------------------------
+
+def fuzz_bk_wire(data: bytes) -> None:
+    """The first byte picks the parser: 0 the v3 responses a client reads from a Java bookie,
+    1 the requests a bookie reads, 2 an embedlog ADD body turned into v3 AddRequests (and
+    read back as requests: one per entry, each carrying its entry whole)."""
+    from embedlog._native import bkwire as W
+    if not data:
+        return
+    kind, rest = data[0] % 3, data[1:]
+    if kind in (0, 1):
+        decode = W.decode_responses if kind == 0 else W.decode_requests
+        got, pos, err = decode(rest)
+        _check(0 <= pos <= len(rest) and (err is None or isinstance(err, EmbedlogError)), "decode")
+        for m in got:
+            _check(m.body is None or isinstance(m.body, bytes), "body")
+            _check(m.ledger_id is None or -(1 << 63) <= m.ledger_id < (1 << 63), "ledger id")
+        if err is None and got:
+            again, pos2, _ = decode(rest, 0, pos)
+            _check(len(again) == len(got) and pos2 == pos, "the same frames decode the same")
+        return
+    if len(rest) < 8:
+        return
+    ledger = struct.unpack_from(">q", rest)[0]
+    body = rest[8:]
+    out = _expect(W.encode_adds, 1, ledger, b"k" * 20, body, bool(data[0] & 4))
+    if out is None:
+        return
+    frames, count, first = out
+    reqs, pos, err = W.decode_requests(frames)
+    _check(err is None and pos == len(frames) and len(reqs) == count, "frames of the adds")
+    off = 4
+    for i, r in enumerate(reqs):
+        (n,) = struct.unpack_from(">I", body, off)
+        _check(r.body == body[off + 4:off + 4 + n] and r.ledger_id == ledger and r.txn_id == 1 + i,
+               "an AddRequest carries its entry")
+        _check(r.entry_id == struct.unpack_from(">q", body, off + 12)[0], "entry id")
+        off += 4 + n
+    _check(reqs[0].entry_id == first, "first entry id")
+
+
 # -- metadata (embedlog/meta, embedlog/bookie/cookies.py) ---------------------------------------
 
 def _meta_ledger(body: bytes) -> None:
@@ -1011,6 +1052,7 @@ TARGETS = {
     "config_env": fuzz_config_env,
     "add_kernels": fuzz_add_kernels,
     "bookie_add": fuzz_bookie_add,
+    "bk_wire": fuzz_bk_wire,
 }
 
 # -max_len per target: file formats need room for their headers (index pages are 8 KiB)
