@@ -43,7 +43,7 @@ import uuid
 
 from embedlog import forking
 from embedlog.errors import IllegalOpError
-from embedlog.harness import jars
+from embedlog.harness import jars, jvmcds
 from embedlog.harness.servers import PortTaken, ServerMissing, free_ports, port_taken
 
 KAFKA_PEER = "kafka-4.4.0"
@@ -99,6 +99,10 @@ def _cluster_id() -> str:
             return text
 
 
+def _nothing() -> None:
+    pass
+
+
 def _die_with_parent() -> None:
     # runs in the child between fork and exec: SIGKILL when the parent (thread) dies
     libc = ctypes.CDLL(None, use_errno=True)
@@ -112,6 +116,7 @@ class _Broker:
         self.port = 0
         self.controller_port = 0
         self.process: subprocess.Popen | None = None
+        self.exited = _nothing             # call once the JVM has exited (its CDS archive)
         self.log_path = os.path.join(directory, "broker.log")
         self.config_path = os.path.join(directory, "server.properties")
         self.data_dir = os.path.join(directory, "data")
@@ -147,6 +152,12 @@ class KafkaCluster:
         self.cluster_id = _cluster_id()
         self._brokers = [_Broker(i + 1, os.path.join(self.base_dir, f"broker-{i}"))
                          for i in range(brokers)]
+        # class-data-sharing archives (jvmcds.py): the first JVM of a role makes one, later
+        # ones start faster; only for fast_start, whose JVM options the archives are made with
+        cds = os.path.join(jars.cache_dir(), "cds")
+        self._archives = {role: jvmcds.ClassArchive(cds, f"{KAFKA_PEER}-{role}", self.java,
+                                                    self.classpath)
+                          for role in ("broker", "format")}
         self._log4j = os.path.join(self.base_dir, "log4j2.properties")
         with open(self._log4j, "w") as f:
             f.write(LOG4J2)
@@ -219,14 +230,16 @@ class KafkaCluster:
         for b in brokers:
             shutil.rmtree(b.data_dir, ignore_errors=True)
             out = open(os.path.join(b.directory, "format.log"), "wb")
-            procs.append((b, out, subprocess.Popen(
-                [*self._jvm()[:1], "-Xmx128m", *FAST_OPTS, "-cp", self.classpath,
+            cds, exited = self._archives["format"].options()
+            procs.append((b, out, exited, subprocess.Popen(
+                [self.java, "-Xmx128m", *FAST_OPTS, *cds, "-cp", self.classpath,
                  f"-Dlog4j2.configurationFile=file:{self._log4j}",
                  "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                  "-c", b.config_path], stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)))
-        for b, out, p in procs:
+        for b, out, exited, p in procs:
             rc = p.wait(timeout=START_TIMEOUT_S)
+            exited()
             out.close()
             if rc != 0:
                 with open(os.path.join(b.directory, "format.log"), errors="replace") as f:
@@ -235,8 +248,9 @@ class KafkaCluster:
 
     def _spawn(self, b: _Broker) -> None:
         log = open(b.log_path, "ab")
+        cds, b.exited = self._archives["broker"].options() if self.fast_start else ([], _nothing)
         try:
-            b.process = subprocess.Popen([*self._jvm(), "kafka.Kafka", b.config_path],
+            b.process = subprocess.Popen([*self._jvm(), *cds, "kafka.Kafka", b.config_path],
                                          stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, cwd=b.directory,
                                          preexec_fn=_die_with_parent)
@@ -361,8 +375,14 @@ class KafkaCluster:
     def _kill(self, b: _Broker) -> None:
         if b.running():
             b.process.kill()
+        self._reap(b)
+
+    @staticmethod
+    def _reap(b: _Broker) -> None:
         if b.process is not None:
             b.process.wait()
+            b.exited()
+            b.exited = _nothing
 
     def _stop(self, b: _Broker, timeout_s: float = STOP_TIMEOUT_S) -> None:
         if b.running():
@@ -371,8 +391,7 @@ class KafkaCluster:
                 b.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 b.process.kill()
-        if b.process is not None:
-            b.process.wait()
+        self._reap(b)
 
     def close(self) -> None:
         """Stop every broker (SIGTERM to all, SIGKILL to any still running after
@@ -392,7 +411,7 @@ class KafkaCluster:
                 b.process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 b.process.kill()
-                b.process.wait()
+            self._reap(b)
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
