@@ -80,11 +80,11 @@ class WriteLac:
 
 
 class _Call:
-    """The v3 requests of one embedlog request: txn ids first..first+count-1."""
-    __slots__ = ("first", "remaining", "results", "fut")
+    """The v3 requests of one embedlog request: txn ids first..first+count-1, of one operation."""
+    __slots__ = ("first", "remaining", "results", "fut", "op")
 
-    def __init__(self, first: int, count: int, fut: asyncio.Future):
-        self.first, self.remaining, self.fut = first, count, fut
+    def __init__(self, first: int, count: int, op: int, fut: asyncio.Future):
+        self.first, self.remaining, self.op, self.fut = first, count, op, fut
         self.results: list = [None] * count
 
 
@@ -115,6 +115,13 @@ class _Wire(asyncio.Protocol):
             call = pending.pop(r.txn_id, None)
             if call is None:
                 continue                      # timed out or cancelled meanwhile
+            if r.operation != call.op:
+                # BookKeeper's client keys its completions by (txnId, operation) too; the call
+                # fails with the connection, as everything still pending on it
+                pending[r.txn_id] = call
+                err = CorruptedDataError(f"a {W.OPERATIONS.get(r.operation, r.operation)} answer to "
+                                         f"a {W.OPERATIONS.get(call.op, call.op)} request (txn {r.txn_id})")
+                break
             call.results[r.txn_id - call.first] = r
             call.remaining -= 1
             if call.remaining == 0 and not call.fut.done():
@@ -210,8 +217,8 @@ class BookKeeperConnection:
 
     # -- requests --------------------------------------------------------------------------
 
-    async def _send(self, data: bytes, count: int, first: int, timeout_s: float) -> list:
-        """Write ``count`` v3 frames (txn ids first..) and wait for all their answers."""
+    async def _send(self, data: bytes, count: int, first: int, op: int, timeout_s: float) -> list:
+        """Write ``count`` v3 frames of ``op`` (txn ids first..) and wait for all their answers."""
         wire = await self._connect()
         if wire.writable is not None:
             await wire.writable                  # the socket's buffer is full: wait for room
@@ -221,7 +228,7 @@ class BookKeeperConnection:
             raise BookieUnavailableError(f"connection to bookie {self.address} lost")
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        call = _Call(first, count, fut)
+        call = _Call(first, count, op, fut)
         pending = wire.pending
         for txn in range(first, first + count):
             pending[txn] = call
@@ -286,7 +293,7 @@ class BookKeeperConnection:
         data, count, first_entry = W.encode_adds(first, req.ledger, req.master_key, req.body,
                                                  bool(req.flags & P.FLAG_RECOVERY_ADD),
                                                  self.send_max_frame_bytes)
-        results = await self._send(data, count, first, timeout_s)
+        results = await self._send(data, count, first, W.ADD_ENTRY, timeout_s)
         worst = None
         for r in results:
             if r.status != _OK and (worst is None or _ADD_PRECEDENCE.get(r.status, 9)
@@ -312,7 +319,7 @@ class BookKeeperConnection:
         txn = self._txn_range(count)
         data = W.encode_reads(txn, req.ledger, first, count, W.FENCE_LEDGER if fence else 0,
                               req.master_key if fence else None)
-        results = await self._send(data, count, txn, timeout_s)
+        results = await self._send(data, count, txn, W.READ_ENTRY, timeout_s)
         lac, out, size = -1, [], 0
         for i, r in enumerate(results):
             if r.status != _OK:
@@ -339,7 +346,7 @@ class BookKeeperConnection:
         data = W.encode_request(txn, W.READ_ENTRY, ledger_id=req.ledger,
                                 entry_id=W.LAST_ADD_CONFIRMED, flag=W.ENTRY_PIGGYBACK,
                                 previous_lac=previous_lac, timeout_ms=timeout_ms)
-        (r,) = await self._send(data, 1, txn, timeout_s)
+        (r,) = await self._send(data, 1, txn, W.READ_ENTRY, timeout_s)
         if r.status != _OK:
             raise self._error(r, f"long-poll read of ledger {req.ledger}")
         lac = r.max_lac if r.max_lac is not None else -1
@@ -370,7 +377,7 @@ class BookKeeperConnection:
             data = W.encode_request(txn, W.READ_ENTRY, ledger_id=req.ledger,
                                     entry_id=W.LAST_ADD_CONFIRMED, master_key=req.master_key,
                                     flag=W.FENCE_LEDGER)
-            (r,) = await self._send(data, 1, txn, timeout_s)
+            (r,) = await self._send(data, 1, txn, W.READ_ENTRY, timeout_s)
             if r.status != _OK:
                 raise self._error(r, f"fencing read of ledger {req.ledger}")
             if r.body is None:
@@ -379,7 +386,7 @@ class BookKeeperConnection:
             eid, lac = W.entry_ids(r.body, req.ledger)
             return P.READ_LAC_RESP.pack(lac, eid, len(r.body)) + r.body
         data = W.encode_request(txn, W.READ_LAC, ledger_id=req.ledger)
-        (r,) = await self._send(data, 1, txn, timeout_s)
+        (r,) = await self._send(data, 1, txn, W.READ_LAC, timeout_s)
         if r.lac_body is None and r.last_entry_body is None:
             raise self._error(r, f"LAC read of ledger {req.ledger}")
         # 4.16/4.17 answer EIO beside an explicit LAC when the ledger has no entry yet: the LAC
@@ -401,7 +408,7 @@ class BookKeeperConnection:
         txn = self._txn_range(1)
         data = W.encode_request(txn, W.WRITE_LAC, ledger_id=req.ledger, lac=lac,
                                 master_key=req.master_key, body=build.bk_body())
-        (r,) = await self._send(data, 1, txn, timeout_s)
+        (r,) = await self._send(data, 1, txn, W.WRITE_LAC, timeout_s)
         if r.status != _OK:
             raise self._error(r, f"LAC write of ledger {req.ledger}")
         return b""
@@ -410,7 +417,7 @@ class BookKeeperConnection:
         txn = self._txn_range(1)
         data = W.encode_request(txn, W.GET_BOOKIE_INFO,
                                 requested=W.TOTAL_DISK_CAPACITY | W.FREE_DISK_SPACE)
-        (r,) = await self._send(data, 1, txn, timeout_s)
+        (r,) = await self._send(data, 1, txn, W.GET_BOOKIE_INFO, timeout_s)
         if r.status != _OK:
             raise self._error(r, "bookie info")
         return json.dumps({"address": self.address, "protocol": PROTOCOL,

@@ -7,7 +7,9 @@ live half, against Java bookies, is tests/interop/test_bookkeeper_wire.py.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import hmac
 import struct
 import zlib
@@ -446,3 +448,99 @@ def test_protocol_constants_match_embedlogs():
     assert set(STATUS_TO_WIRE) == set(W.STATUS_NAMES)
     assert set(STATUS_TO_WIRE.values()) <= {P.EOK, P.ENOLEDGER, P.ENOENTRY, P.EBADREQ, P.EIO, P.EUA,
                                             P.EBADVERSION, P.EFENCED, P.EREADONLY, P.ETOOMANYREQUESTS}
+
+
+# -- the connection: refusals, and a hostile peer -------------------------------------------------
+
+def test_what_bookkeeper_cannot_express_is_refused_before_anything_is_sent():
+    """Nothing listens at the address: a refusal that came from trying to send would be
+    BookieUnavailableError, not IllegalOpError."""
+    import ssl
+    from embedlog.net.bookkeeper import BookKeeperConnection
+    from embedlog.net.transport import BookieUnavailableError
+    from servers import free_port
+    address = f"127.0.0.1:{free_port()}"
+    e = F.encode_entry(0, 5, 0, -1, 1, F.digest_code("crc32c"), b"x")
+    refused = [
+        ("128-bit", lambda rid: P.add_request(rid, 7, 5, KEY, [F.encode_entry(7, 5, 0, -1, 1, 3, b"x")])),
+        ("128-bit", lambda rid: P.read_request(rid, 0, 1 << 63, 0)),
+        ("terms", lambda rid: P.add_request(rid, 0, 5, KEY, [e], term=3)),
+        ("add flags", lambda rid: P.add_request(rid, 0, 5, KEY, [e], flags=P.FLAG_TRUNCATE)),
+        ("read flags", lambda rid: P.read_request(rid, 0, 5, 0, flags=P.FLAG_RECOVERY_READ, master_key=KEY)),
+        ("LAC-read flags", lambda rid: P.read_lac_request(rid, 0, 5, flags=P.FLAG_RECOVERY_READ, master_key=KEY)),
+        ("trim", lambda rid: P.trim_request(rid, 0, 5, KEY, 1)),
+        ("auth", lambda rid: P.auth_request(rid, b"token")),
+        ("WriteLac", lambda rid: P.write_lac_request(rid, 0, 5, KEY, 0)),
+        ("ledger 5 in an add to ledger 6", lambda rid: P.add_request(rid, 0, 6, KEY, [e])),
+    ]
+
+    async def run():
+        c = BookKeeperConnection(address)
+        for match, build in refused:
+            with pytest.raises(IllegalOpError, match=match):
+                await c.call(build, 5)
+        for conn in (BookKeeperConnection(address, auth_token=b"t"),
+                     BookKeeperConnection(address, ssl_context=ssl.create_default_context())):
+            with pytest.raises(IllegalOpError, match="START_TLS"):
+                await conn.call(P.bookie_info_request, 5)
+        with pytest.raises(BookieUnavailableError):       # what it can express, it tries to send
+            await c.call(P.bookie_info_request, 5)
+
+    asyncio.run(run())
+
+
+def test_bad_bytes_from_a_bookie_fail_its_calls_and_close_the_connection():
+    """A peer answering with malformed frames: the call fails with embedlog's error, the
+    connection is dropped, the next call reconnects and the process goes on."""
+    from embedlog.net.bookkeeper import BookKeeperConnection
+    from embedlog.net.transport import BookieUnavailableError
+
+    def good(txn):
+        return W.encode_response(txn, W.GET_BOOKIE_INFO, W.EOK, total_disk_capacity=10, free_disk_space=4)
+
+    answers = [
+        lambda txn: frame(b"\x08\x01"),                                   # the header as a varint
+        lambda txn: struct.pack(">I", 64 << 20) + b"\0" * 64,            # a 64 MiB frame
+        lambda txn: good(txn)[:9],                                        # cut, then the peer closes
+        lambda txn: W.encode_response(txn, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=1),  # wrong op
+        lambda txn: good(txn + 1000) + good(txn)[:7] + good(txn)[7:],     # unknown txn, split frame
+    ]
+    seen = []
+
+    async def handle(reader, writer):
+        n = len(seen)
+        seen.append(n)
+        data = b""
+        while True:
+            got, pos, err = W.decode_requests(data)
+            if got or err:
+                break
+            chunk = await reader.read(4096)
+            if not chunk:
+                return
+            data += chunk
+        writer.write(answers[min(n, len(answers) - 1)](got[0].txn_id))
+        await writer.drain()
+        if n == 2:
+            writer.close()
+            return
+        await reader.read()                   # until the client hangs up
+
+    async def run():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        c = BookKeeperConnection(f"127.0.0.1:{port}")
+        try:
+            for expected, match in [(CorruptedDataError, "wrong wire type"), (CorruptedDataError, "exceeds"),
+                                    (BookieUnavailableError, "lost"), (CorruptedDataError, "ADD_ENTRY answer")]:
+                with pytest.raises(expected, match=match):
+                    await c.call(P.bookie_info_request, 5)
+            info = json.loads(bytes((await c.call(P.bookie_info_request, 5)).body))
+            assert (info["total_bytes"], info["free_bytes"]) == (10, 4)
+            assert len(seen) == 5 and not c.closed
+        finally:
+            c.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
