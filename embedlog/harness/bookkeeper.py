@@ -40,11 +40,12 @@ What differed from ../shared/reference/RECIPES.md (its recipe had never run here
 - A killed bookie's registration znode lives until its ZooKeeper session expires, and a
   restarted bookie waits for it: bookies use zkTimeout=4000 so ``start(i)`` after a SIGKILL
   takes ~4-5 s. An ensemble change needs a spare bookie: with 3 bookies, kill tests write
-  E=2 ledgers (a 3/2/2 ledger on 3 bookies has no replacement and its writes fail).
+  E=2 ledgers (a 3/2/2 ledger on 3 bookies has no replacement: its writer stalls, no error).
 - ``initnewcluster`` on a root that exists exits 1 ("Ledger root path: ... already exists").
 - ``readledger`` prints payloads with ``-m`` through ``entryFormatterClass`` (a string by
   default): we configure HexDumpEntryFormatter and parse its columns. With ``-b BOOKIE`` it
-  needs ``-fe``/``-le`` (else it prints nothing), reads every id in the range from that bookie
+  needs ``-fe``/``-le`` (else it prints nothing), takes ``-le`` as exclusive (inclusive
+  without ``-b``), reads every id in the range from that bookie
   (ids outside its write set print "No such entry") and dumps the whole stored entry,
   BookKeeper's entry header and digest included, in Netty's boxed hex format.
 - A failing shell command exits 255 and prints "Got an exception" and a stack on stdout.
@@ -650,8 +651,9 @@ class BookKeeperCluster:
             last = int(_field(meta, "lastEntryId"))
             if last < 0:
                 raise ValueError(f"ledger {ledger_id} is open: give last= to read from {bookie}")
+        # with -b the last id is exclusive (without it, inclusive)
         out = self.shell("readledger", "-m", "-l", ledger_id, "-b", bookie, "-fe", first,
-                         "-le", last)
+                         "-le", last + 1)
         stored = _parse_boxed_entries(out)
         if raw:
             return stored
