@@ -259,8 +259,7 @@ class EmbeddedLog:
         # transport to this bookie (no socket), with E = Qw = Qa = 1
         if self._ctx is None:
             ctx = ClientContext(self.metadata, ClientConfig())
-            server = BookieServer(self.bookie)
-            server._loop = ctx.loop
+            server = BookieServer(self.bookie, loop=ctx.loop)
             ctx.add_local_bookie(self.bookie.bookie_id, InProcessConnection(server))
             self._ctx = ctx
         return self._ctx
@@ -338,7 +337,6 @@ class WriteHandle:
         self._md = md
         self._version = version
         self.ledger_id = md.ledger_id
-        self._key = (md.ledger_id.scope_id, md.ledger_id.ledger_id)
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         self._master_key = master_key(md.password)
@@ -431,7 +429,7 @@ class WriteHandle:
             # a group that failed took back an earlier entry: a later group's sync must not
             # acknowledge across that hole (async adds, or threads sharing the handle, have
             # several groups in flight; the failed add's own waiter may not have woken yet)
-            lost = self._bookie.lost_adds.get(self._key)
+            lost = self._bookie.first_lost_entry(self.ledger_id)
             if lost is not None and last >= lost:
                 exc = LedgerClosedError(f"ledger {self.ledger_id}: entry {lost} was not written "
                                         f"(its journal group failed), so entry {last} is not "
@@ -502,7 +500,7 @@ class WriteHandle:
             with self._ack_lock:
                 # after a failed add, entries framed past it are not durable in the journal
                 if durable and framed > self._lac and self._broken is None and \
-                        self._key not in self._bookie.lost_adds:
+                        self._bookie.first_lost_entry(self.ledger_id) is None:
                     self._lac = framed
                 last = self._close_point = self._lac
             v = close_ledger(Versioned(self._md, self._version), last, self._length_at(last),

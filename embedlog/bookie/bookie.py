@@ -18,7 +18,6 @@ journals.
 """
 from __future__ import annotations
 
-import collections
 import fcntl
 import logging
 import os
@@ -28,25 +27,24 @@ import uuid
 
 from embedlog._native import journal as nj
 from embedlog._native.reader import LedgerReader
-from embedlog._native.format import (DIGEST_SIZES, MAX_ENTRY_ID, LedgerId, master_key as derive_key,
-                                     parse_entry_header)
+from embedlog._native.format import MAX_ENTRY_ID, LedgerId, parse_entry_header
 from embedlog.bookie import cookies, disks, gc
 from embedlog.fileio import atomic_write, no_space as _no_space, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.checkpoint import Checkpointer
+from embedlog.bookie.descriptors import LedgerDescriptors
 from embedlog.bookie.journal import Journal
 from embedlog.bookie.lastmark import LastLogMark
 from embedlog.bookie.replay import prefetch, replay_bookie
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
-                             EntryTooLargeError, IllegalOpError, InvalidTermError,
-                             LedgerExistsError, LedgerFencedError, NoSuchLedgerError,
-                             ReadOnlyBookieError, UnauthorizedAccessError)
+                             IllegalOpError, LedgerFencedError, NoSuchLedgerError,
+                             ReadOnlyBookieError)
 
 log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
-_FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
+_IDS_I64 = struct.Struct(">QQq")
 
 
 def _check_entry_id(eid: int) -> None:
@@ -56,20 +54,6 @@ def _check_entry_id(eid: int) -> None:
     if eid > MAX_ENTRY_ID:
         raise IllegalOpError(f"entry id {eid} is over {MAX_ENTRY_ID}, the highest a bookie's "
                              f"index addresses (2^40 - 1): roll over to a new ledger")
-
-
-class LedgerFacts:
-    """What the metadata store says of a ledger that the bookie checks requests against;
-    ``ctime_ms`` tells one incarnation of a ledger id from another."""
-    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms")
-
-    def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1):
-        self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
-        self.ctime_ms = ctime_ms
-
-
-_IDS_I64 = struct.Struct(">QQq")
-_IDS_U64 = struct.Struct(">QQQ")
 
 
 class Bookie:
@@ -123,18 +107,13 @@ class Bookie:
             self.ledger_currents, self.config, self.cv, self._lock,
             choose_current=lambda: os.path.join(self.disks.choose_dir(limit), "current"))
         self.ledgers = self.storage.ledgers          # (scope, lid) -> LedgerIndex
-        self.last_entry: dict = {}                   # (scope, lid) -> highest entry id seen
-        self.lacs: dict = {}                         # (scope, lid) -> highest LAC carried by an entry
-        # (scope, lid) -> lowest entry id a failed journal group took back: an embedded
-        # writer acknowledges nothing from there on, even entries a later group made durable
-        self.lost_adds: dict = {}
         self.mark = LastLogMark(self.ledger_currents)
         # the journal replay will read comes into the page cache meanwhile (replay.py)
         self._stop_prefetch = prefetch(self.journal_dir, self.mark.read())
         self.deleted = DeletedLedgers(self.ledger_currents[0], self.config.deleted_ledger_retention_ms,
                                       self.config.deleted_ledgers_max)
-        self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
-        self._facts_lock = threading.Lock()
+        self.descriptors = LedgerDescriptors(self.storage, self.deleted, self.metadata,
+                                             self.bookie_id, self.config.max_entry_size_bytes)
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._closed = False
         # read-only mode, with its reasons: "operator" (--read-only, SIGUSR1, the admin API)
@@ -148,6 +127,7 @@ class Bookie:
         self.compaction_report = self.gc.recover()     # before replay: its locations are newer
         self._restore_unindexed()                      # every log is sealed now
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
+        self.descriptors.journal = self.journal
         # the flusher runs during replay: a full memtable goes to the entry logs in the
         # background while replay fills the other one (as adds do)
         self.storage.start()
@@ -229,8 +209,7 @@ class Bookie:
 
     def _load_ledgers(self) -> None:
         for key, idx in self.storage.load_indexes():
-            self.ledgers[key] = idx
-            self.last_entry[key] = idx.last_entry_id()
+            self.descriptors.load(key, idx)
 
     def _restore_unindexed(self) -> None:
         """Ledgers whose index file is missing or cut get what the entry logs hold of them
@@ -240,101 +219,19 @@ class Bookie:
             if key in self.deleted:
                 return False
             try:
-                return self.ledger_facts(key) is not None or self.metadata is None
+                return self.descriptors.facts(key) is not None or self.metadata is None
             except NoSuchLedgerError:
                 return False
             except EmbedlogError:
                 return True            # the store cannot tell now: keep the entries
         self.storage.restore_unindexed(wanted)
         for key in self.storage.rebuilt:
-            self.last_entry[key] = max(self.last_entry.get(key, -1),
-                                       self.ledgers[key].last_entry_id())
+            self.descriptors.seen(key, self.ledgers[key].last_entry_id())
 
     def _journal_failed(self, exc, lost) -> None:
-        """A group the disk refused (cv held): its entries, already in the memtable, are
-        taken out again (they were never durable, so nothing may count or serve them)."""
-        touched = set()
-        for scope, lid, eid in lost:
-            key = (scope, lid)
-            if key in self.ledgers:
-                self.storage.erase(key, eid, eid)
-                touched.add(key)
-            if eid < self.lost_adds.get(key, eid + 1):
-                self.lost_adds[key] = eid
-        for key in touched:
-            idx = self.ledgers.get(key)
-            self.last_entry[key] = idx.last_entry_id() if idx is not None else -1
-            for mt in (self.storage.mt_a, self.storage.mt_b):
-                self.last_entry[key] = max(self.last_entry[key], mt.last_entry_id(*key))
-            self.lacs.pop(key, None)
+        """A group the disk refused (cv held): its entries are taken back (descriptors)."""
+        self.descriptors.take_back(lost)
         self.disks.check(exc)
-
-    # -- helpers (cv held) ------------------------------------------------------------
-
-    def _known(self, key):
-        if key not in self.ledgers:
-            self.last_entry[key] = -1
-        return self.storage.known(key)
-
-    def _seen(self, key, eid: int) -> None:
-        if eid > self.last_entry.get(key, -1):
-            self.last_entry[key] = eid
-
-    def _check_key(self, key, master_key: bytes, create: bool):
-        """The ledger's index after checking the master key (stored on first add)."""
-        idx = self.ledgers.get(key)
-        if idx is None or idx.master_key is None:
-            if not create:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            if key in self.deleted:
-                # a writer that missed the recovery and deletion of its ledger: never bring
-                # the ledger back (its entry would be acknowledged, then collected)
-                raise LedgerFencedError(f"ledger {LedgerId(*key)} was deleted from bookie "
-                                        f"{self.bookie_id}; it is not created again")
-            facts = self.ledger_facts(key)
-            if facts is not None and facts.master_key != bytes(master_key):
-                # squatting: a ledger is created here only with the key its password gives
-                raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)} "
-                                              f"(not the one its metadata's password gives)")
-            idx = self._known(key)
-            idx.master_key = bytes(master_key)
-            if facts is not None:
-                idx.incarnation = facts.ctime_ms
-            idx.header_dirty = True
-            self.journal.add_record(nj.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
-            return idx
-        if idx.master_key != master_key:
-            raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
-        self._check_incarnation(key, idx)
-        return idx
-
-    def _refuse_damaged(self, key) -> None:
-        """A ledger whose index was rebuilt from the entry logs takes no new adds here (its
-        fence state was lost with the file); its fence, recovery adds and reads go on."""
-        damage = self.storage.damaged.get(key)
-        if damage is not None:
-            raise CorruptedDataError(
-                f"ledger {LedgerId(*key)} on bookie {self.bookie_id}: its index file "
-                f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
-                "entry logs for reading and recovery, and this bookie takes no more writes to it")
-
-    def _check_incarnation(self, key, idx) -> None:
-        """The data this bookie holds for a ledger id belongs to the ledger the metadata store
-        lists under it now. After the store went back in time (an older backup restored, a
-        damaged WAL) the same id names a new ledger: its adds and recovery must never land
-        in, or read from, the old one's data."""
-        facts = self.ledger_facts(key)
-        if facts is None or facts.ctime_ms < 0:
-            return
-        if idx.incarnation < 0:        # an index from before incarnations, or replayed
-            idx.incarnation = facts.ctime_ms
-            idx.header_dirty = True
-        elif idx.incarnation != facts.ctime_ms:
-            raise LedgerExistsError(
-                f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)} "
-                f"(created at {idx.incarnation} ms) than the one the metadata store lists "
-                f"(created at {facts.ctime_ms} ms): did the metadata go back in time? This "
-                "bookie takes no adds or recovery for it")
 
     # -- what the metadata store says of a ledger (checked once, then cached) ----------
 
@@ -342,30 +239,12 @@ class Bookie:
         """True when a request for this ledger must wait for ``fetch_ledger_facts`` first
         (the server runs that off its event loop): the bookie has a metadata store and has
         not looked this ledger up since it started."""
-        key = self._key(ledger_id)
-        # a deleted ledger is refused as such (LedgerFencedError), without a lookup
-        return self.metadata is not None and key not in self._facts and key not in self.deleted
+        return self.descriptors.needs_facts(self._key(ledger_id))
 
     def fetch_ledger_facts(self, ledger_id):
-        """Read the ledger's metadata once (blocking): the master key its password gives,
-        its digest type and whether it is unbounded. NoSuchLedgerError if it has none."""
+        """Read the ledger's metadata once (blocking): see LedgerDescriptors.fetch_facts."""
         key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
-        md = self.metadata.ledger_manager.read_ledger_metadata(LedgerId(*key)).value
-        facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded,
-                            int(md.ctime_ms))
-        with self._facts_lock:            # not the bookie's lock: callers may hold that one
-            self._facts[key] = facts
-            self._facts.move_to_end(key)
-            while len(self._facts) > _FACTS_MAX:
-                self._facts.popitem(last=False)
-        return facts
-
-    def ledger_facts(self, key):
-        """The cached facts of a ledger (fetched now if missing); None without a store."""
-        if self.metadata is None:
-            return None
-        facts = self._facts.get(key)
-        return facts if facts is not None else self.fetch_ledger_facts(key)
+        return self.descriptors.fetch_facts(key)
 
     # -- read-only mode ------------------------------------------------------------------
 
@@ -405,6 +284,10 @@ class Bookie:
                     listener(bool(after), after)
         return bool(after)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _ensure_open(self):
         if self._closed:
             raise EmbedlogError("bookie is closed")
@@ -427,10 +310,11 @@ class Bookie:
         key = (lid.scope_id, lid.ledger_id)
         _check_entry_id(first_entry_id)
         _check_entry_id(first_entry_id + max(len(payloads), 1) - 1)
+        d = self.descriptors
         with self.cv:
             self._ensure_writable()
-            self._refuse_damaged(key)
-            idx = self._check_key(key, master_key, True)
+            d.refuse_damaged(key)
+            idx = d.check_key(key, master_key, True)
             if idx.fenced:
                 raise LedgerFencedError(f"ledger {lid} is fenced")
             self.journal.make_room()
@@ -453,30 +337,14 @@ class Bookie:
                     # the caller must never give those ids to other entries
                     exc.entries_framed = done
                     self.journal.note_appended()
-                    self._seen(key, first_entry_id + done - 1)
+                    d.seen(key, first_entry_id + done - 1)
                 raise
             seq = self.journal.note_appended()
             if total:
-                self._seen(key, first_entry_id + total - 1)
+                d.seen(key, first_entry_id + total - 1)
             self.stats["adds"] += total
             self.stats["add_bytes"] += length - start_length
         return seq, length
-
-    def _check_term_locked(self, idx, key, term: int) -> None:
-        """Unbounded ledgers: a lower term is refused, a higher one adopted (journalled).
-        A bounded ledger refuses any term (one ADD with term 5 would fail its writer for ever)."""
-        if term:
-            facts = self.ledger_facts(key)
-            if facts is not None and not facts.unbounded:
-                raise IllegalOpError(f"ledger {LedgerId(*key)} is bounded: it takes no term "
-                                     f"(the request has term {term})")
-        if term < idx.term:
-            raise InvalidTermError(f"ledger {LedgerId(*key)} is at term {idx.term} on bookie "
-                                   f"{self.bookie_id}; the request has term {term}")
-        if term > idx.term:
-            idx.term = term
-            idx.header_dirty = True
-            self.journal.add_record(nj.TERM, _IDS_U64.pack(*key, term))
 
     def add_entries(self, entries: list, master_key: bytes, recovery: bool = False,
                     term: int = 0, truncate: bool = False, ledger=None) -> int:
@@ -486,6 +354,7 @@ class Bookie:
         ``truncate`` the last entry is a stream's truncating no-op: every entry above it
         is forgotten, durably (a TRUNCATE journal record follows it). With ``ledger``
         ((scope, ledger id)) every entry must belong to that ledger."""
+        d = self.descriptors
         with self.cv:
             self._ensure_writable()
             checked = {}
@@ -497,14 +366,14 @@ class Bookie:
                 if not 0 <= eid <= MAX_ENTRY_ID:     # per entry: no call when in range
                     _check_entry_id(eid)
                 key = (scope, lid)
-                self._check_entry(key, e, _v, _d)
+                d.check_entry(key, e, _v, _d)
                 if key not in checked:
                     if not recovery:
-                        self._refuse_damaged(key)
-                    idx = self._check_key(key, master_key, True)
+                        d.refuse_damaged(key)
+                    idx = d.check_key(key, master_key, True)
                     if idx.fenced and not recovery:
                         raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
-                    self._check_term_locked(idx, key, term)
+                    d.check_term(idx, key, term)
                     checked[key] = idx
             if truncate and len(checked) != 1:
                 raise IllegalOpError("a truncating add carries entries of one ledger")
@@ -516,31 +385,13 @@ class Bookie:
                     self.storage.make_room(self.journal.note_appended())
             for e, (_v, scope, lid, eid, lac, _len, _d) in zip(entries, headers):
                 self.stats["add_bytes"] += len(e)
-                self._seen((scope, lid), eid)
-                if lac > self.lacs.get((scope, lid), -1):
-                    self.lacs[(scope, lid)] = lac
+                d.seen((scope, lid), eid)
+                d.note_lac((scope, lid), lac)
             if truncate:
                 self.journal.add_record(nj.TRUNCATE, _IDS_I64.pack(scope, lid, eid))
-                self._truncate_locked((scope, lid), eid)
-                self.last_entry[(scope, lid)] = eid
+                d.truncate((scope, lid), eid)         # its own entry, seen above, is the last
             self.stats["adds"] += len(entries)
             return self.journal.note_appended()
-
-    def _check_entry(self, key, entry, version: int, digest) -> None:
-        """An entry's digest code is a known one (the ledger's, when its metadata is known)
-        and its payload is within max_entry_size_bytes (the documented limit)."""
-        facts = self._facts.get(key)
-        if version == 2 and digest not in DIGEST_SIZES:
-            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has unknown digest "
-                                     f"code {digest} (known: {sorted(DIGEST_SIZES)})")
-        if facts is not None and version == 2 and digest != facts.digest:
-            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has digest code "
-                                     f"{digest}, the ledger's is {facts.digest}")
-        code = facts.digest if facts is not None else digest
-        overhead = (41 if version == 2 else 32) + DIGEST_SIZES.get(code, 0 if code else 20)
-        if len(entry) - overhead > self.config.max_entry_size_bytes:
-            raise EntryTooLargeError(f"entry with a payload of {len(entry) - overhead} bytes is "
-                                     f"over max_entry_size_bytes ({self.config.max_entry_size_bytes})")
 
     def check_term(self, ledger_id, master_key: bytes, term: int) -> int:
         """A stream's recovery read or LAC read: check the key, adopt the term (journalled);
@@ -548,8 +399,8 @@ class Bookie:
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            idx = self._check_key(key, master_key, True)
-            self._check_term_locked(idx, key, term)
+            idx = self.descriptors.check_key(key, master_key, True)
+            self.descriptors.check_term(idx, key, term)
             return self.journal.appended_seq
 
     def trim(self, ledger_id, master_key: bytes, term: int, first_kept: int) -> int:
@@ -557,8 +408,8 @@ class Bookie:
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            idx = self._check_key(key, master_key, False)
-            self._check_term_locked(idx, key, term)
+            idx = self.descriptors.check_key(key, master_key, False)
+            self.descriptors.check_term(idx, key, term)
             seq = self.journal.add_record(nj.TRIM, _IDS_I64.pack(*key, first_kept))
             self.storage.erase(key, 0, first_kept - 1)
             return seq
@@ -579,53 +430,42 @@ class Bookie:
         with self.cv:
             self.journal.on_durable(seq, callback)
 
-    # -- ledger state ---------------------------------------------------------------------
+    # -- ledger state (bookie/descriptors.py; changes journalled here) ----------------------
 
     def fence(self, ledger_id, master_key: bytes) -> int:
         """Fence a ledger (journalled); returns the seq to wait for before answering."""
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            idx = self._check_key(key, master_key, True)
-            if idx.fenced:
+            self.descriptors.check_key(key, master_key, True)
+            if not self.descriptors.fence(key):
                 return self.journal.appended_seq
-            idx.fenced = True
-            idx.header_dirty = True
             return self.journal.add_record(nj.FENCE, _IDS.pack(*key))
 
     def is_fenced(self, ledger_id) -> bool:
         key = self._key(ledger_id)
         with self.cv:
-            idx = self.ledgers.get(key)
-            if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            return idx.fenced
+            return self.descriptors.index(key).fenced
 
     def set_explicit_lac(self, ledger_id, lac: int, master_key: bytes) -> int:
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            idx = self._check_key(key, master_key, True)
-            if lac > idx.explicit_lac:
-                idx.explicit_lac = lac
-                idx.header_dirty = True
+            self.descriptors.check_key(key, master_key, True)
+            if self.descriptors.raise_explicit_lac(key, lac):
                 return self.journal.add_record(nj.EXPLICIT_LAC, _IDS_I64.pack(*key, lac))
             return self.journal.appended_seq
 
     def get_explicit_lac(self, ledger_id) -> int:
         key = self._key(ledger_id)
         with self.cv:
-            idx = self.ledgers.get(key)
-            if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            return idx.explicit_lac
+            return self.descriptors.index(key).explicit_lac
 
     def read_last_entry_id(self, ledger_id) -> int:
         key = self._key(ledger_id)
         with self.cv:
-            if key not in self.ledgers:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            return self.last_entry.get(key, -1)
+            self.descriptors.index(key)
+            return self.descriptors.last_entry_id(key)
 
     def last_recoverable_entry(self, ledger_id) -> int:
         """Where recovery closes a ledger whose only bookie this is: from the LAC on, the
@@ -643,39 +483,28 @@ class Bookie:
         """(LAC, last entry id) as this bookie knows them: the highest LAC carried by an
         entry or set explicitly, and its highest entry."""
         key = self._key(ledger_id)
+        d = self.descriptors
         with self.cv:
-            idx = self.ledgers.get(key)
-            if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            last = self.last_entry.get(key, -1)
-            lac = max(self.lacs.get(key, -1), idx.explicit_lac)
-            if last >= 0 and key not in self.lacs:
+            idx = d.index(key)
+            last = d.last_entry_id(key)
+            known = d.lac(key)
+            lac = max(-1 if known is None else known, idx.explicit_lac)
+            if last >= 0 and known is None:
+                # the first look since start: the LAC the last entry carries
                 lac = max(lac, parse_entry_header(self._wire_reader(key).encoded_entry(last))[4])
-                self.lacs[key] = lac
+                d.set_lac(key, lac)
             return lac, last
 
     def term_of(self, ledger_id) -> int:
         key = self._key(ledger_id)
         with self.cv:
-            idx = self.ledgers.get(key)
-            if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            return idx.term
+            return self.descriptors.index(key).term
 
     def master_key_of(self, ledger_id):
         key = self._key(ledger_id)
         with self.cv:
             idx = self.ledgers.get(key)
             return None if idx is None else idx.master_key
-
-    def _truncate_locked(self, key, last_kept: int) -> None:
-        idx = self.ledgers.get(key)
-        if idx is None:
-            return
-        self.storage.erase(key, last_kept + 1, 2**63 - 1)
-        self.last_entry[key] = min(self.last_entry.get(key, -1), last_kept)
-        if self.lacs.get(key, -1) > last_kept:
-            self.lacs[key] = last_kept
 
     def delete_ledger(self, ledger_id) -> None:
         """Forget a ledger: index file, memtable entries (journalled, so replay agrees)."""
@@ -685,7 +514,7 @@ class Bookie:
             if key not in self.ledgers:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
             self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
-            self._delete_locked(key)
+            self.descriptors.delete(key)
             seq = self.journal.appended_seq
         self.wait_durable(seq)
 
@@ -699,18 +528,17 @@ class Bookie:
             for key, idx in pairs:
                 if self.ledgers.get(key) is idx:
                     self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
-                    self._delete_locked(key)
+                    self.descriptors.delete(key)
                     done += 1
             seq = self.journal.appended_seq
         self.wait_durable(seq)
         return done
 
-    def _delete_locked(self, key) -> None:
-        self.deleted.add(key)
-        self.last_entry.pop(key, None)
-        self.lacs.pop(key, None)
-        self.lost_adds.pop(key, None)
-        self.storage.drop_ledger(key)
+    def first_lost_entry(self, ledger_id) -> int | None:
+        """The lowest entry of the ledger a failed journal group took back, or None: an
+        embedded writer acknowledges nothing from there on, even entries a later group
+        made durable (a plain read: the embedded writer asks after its sync)."""
+        return self.descriptors.lost_add(self._key(ledger_id))
 
     def list_ledgers(self, scope_id: int | None = None) -> list:
         with self.cv:

@@ -120,7 +120,7 @@ class Checkpointer:
                 if wanted:
                     self.replay_checkpointed.set()
             except Exception as exc:        # noqa: BLE001 - the thread must outlive any failure
-                if b._closed:
+                if b.closed:
                     return
                 if wanted:
                     self._flush_wanted = True       # retried at the next wake or interval

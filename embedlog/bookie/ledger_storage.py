@@ -34,9 +34,13 @@ log = logging.getLogger("embedlog.bookie")
 
 
 class SortedLedgerStorage:
-    def __init__(self, current_dir, config, cv: threading.Condition, lock, choose_current=None):
+    def __init__(self, current_dir, config, cv: threading.Condition, lock, choose_current=None,
+                 rebuild_damaged: bool = True):
         """``current_dir``: the current/ directory of each ledger directory (one, or a list);
-        ``choose_current``: () -> the current/ a new entry log or index file goes to."""
+        ``choose_current``: () -> the current/ a new entry log or index file goes to;
+        ``rebuild_damaged``: False raises a damaged index file's error instead (a read-only
+        view: setting the file aside is the writer's)."""
+        self.rebuild_damaged = rebuild_damaged
         self.current_dirs = [current_dir] if isinstance(current_dir, str) else list(current_dir)
         self.cv = cv
         self.config = config
@@ -182,13 +186,24 @@ class SortedLedgerStorage:
         return idx
 
     def drop_ledger(self, key) -> None:
+        """Forget a ledger and delete its index file."""
         # under the storage lock: a flush in progress must not set locations afterwards
         with self.lock:
-            idx = self.ledgers.pop(key, None)
-            self.mt_a.drop_ledger(key[0], key[1])
-            self.mt_b.drop_ledger(key[0], key[1])
+            idx = self._forget(key)
             if idx is not None:
                 idx.delete()
+
+    def forget_ledger(self, key) -> None:
+        """Forget a ledger in memory and leave its files (a read-only view's: they are the
+        writer's)."""
+        with self.lock:
+            self._forget(key)
+
+    def _forget(self, key):
+        idx = self.ledgers.pop(key, None)
+        self.mt_a.drop_ledger(key[0], key[1])
+        self.mt_b.drop_ledger(key[0], key[1])
+        return idx
 
     def erase(self, key, lo: int, hi: int) -> None:
         """Forget entries lo..hi of a ledger (truncation above, retention below)."""
@@ -229,6 +244,8 @@ class SortedLedgerStorage:
                         try:
                             idx = self.index_cache.open(key[0], key[1], True, current)
                         except (CorruptedDataError, OSError) as exc:
+                            if not self.rebuild_damaged:
+                                raise
                             idx = self._rebuild_index(key, path, current, exc)
                         yield key, idx
 

@@ -21,7 +21,7 @@ from embedlog._native.format import MAX_ENTRY_ID, LedgerId
 from embedlog import fileio
 from embedlog.bookie.journal import journal_ids
 from embedlog.errors import EmbedlogError, JournalCorruptedError
-from embedlog.fileio import atomic_write, fsync_dir, private_dir
+from embedlog.fileio import atomic_write, private_dir
 
 log = logging.getLogger("embedlog.bookie")
 
@@ -35,40 +35,32 @@ def _entry(bookie, fields, body) -> None:
             storage.make_room(bookie.journal.appended_seq)
         storage.active.add_encoded(body)
     _v, scope, lid, eid = fields[:4]
-    bookie._known((scope, lid))
-    bookie._seen((scope, lid), eid)
+    bookie.descriptors.known((scope, lid))
+    bookie.descriptors.seen((scope, lid), eid)
 
 
 def _ledger_key(bookie, fields, _body) -> None:
-    idx = bookie._known((fields[0], fields[1]))
-    idx.master_key = fields[2]
-    idx.header_dirty = True
+    bookie.descriptors.set_master_key((fields[0], fields[1]), fields[2])
 
 
 def _fence(bookie, fields, _body) -> None:
-    idx = bookie._known((fields[0], fields[1]))
-    idx.fenced = True
-    idx.header_dirty = True
+    bookie.descriptors.fence((fields[0], fields[1]))
 
 
 def _explicit_lac(bookie, fields, _body) -> None:
-    idx = bookie._known((fields[0], fields[1]))
-    idx.explicit_lac = max(idx.explicit_lac, fields[2])
-    idx.header_dirty = True
+    bookie.descriptors.raise_explicit_lac((fields[0], fields[1]), fields[2])
 
 
 def _term(bookie, fields, _body) -> None:
-    idx = bookie._known((fields[0], fields[1]))
-    idx.term = max(idx.term, fields[2])
-    idx.header_dirty = True
+    bookie.descriptors.raise_term((fields[0], fields[1]), fields[2])
 
 
 def _truncate(bookie, fields, _body) -> None:
-    bookie._truncate_locked((fields[0], fields[1]), fields[2])
+    bookie.descriptors.truncate((fields[0], fields[1]), fields[2])
 
 
 def _delete(bookie, fields, _body) -> None:
-    bookie._delete_locked((fields[0], fields[1]))
+    bookie.descriptors.delete((fields[0], fields[1]))
 
 
 def _trim(bookie, fields, _body) -> None:
@@ -116,8 +108,8 @@ def replay_bookie(bookie, live: bool = False) -> dict:
                           "was not replayed", path, off, eid, LedgerId(scope, lid), MAX_ENTRY_ID)
             refused.clear()
             for key, eid in seen.items():     # known before any flush sets their locations
-                bookie._known(key)
-                bookie._seen(key, eid)
+                bookie.descriptors.known(key)
+                bookie.descriptors.seen(key, eid)
             seen.clear()
             if j >= len(records) or records[j][1] not in nj.ENTRY_TYPES:
                 return j

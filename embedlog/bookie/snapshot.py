@@ -10,13 +10,13 @@ old journals are removed) or a journal record being written makes the load start
 """
 from __future__ import annotations
 
-import collections
 import os
 import threading
 
 from embedlog._native import memtable as nmt
 from embedlog.bookie import disks
 from embedlog.bookie.bookie import Bookie
+from embedlog.bookie.descriptors import LedgerDescriptors
 from embedlog.bookie.lastmark import LastLogMark
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.bookie.replay import replay_bookie
@@ -63,18 +63,16 @@ class BookieSnapshot(Bookie):
             raise CorruptedDataError(f"{self.directory} holds no log (no current/BOOKIE_ID)") from None
         self._lock = threading.Lock()
         self.cv = threading.Condition(self._lock)
-        self.storage = st = SortedLedgerStorage(self.ledger_currents, self.config, self.cv, self._lock)
+        # a damaged index file is the writer's to set aside
+        self.storage = st = SortedLedgerStorage(self.ledger_currents, self.config, self.cv,
+                                                self._lock, rebuild_damaged=False)
         st.mt_a = st.active = nmt.MemTable(_UNBOUNDED)
         st.mt_b = nmt.MemTable(_UNBOUNDED)
-
-        def refuse_rebuild(key, path, current, error):
-            raise error                # a damaged index file is the writer's to set aside
-        st._rebuild_index = refuse_rebuild
         self.ledgers = st.ledgers
-        self.last_entry, self.lacs, self.lost_adds = {}, {}, {}
         self.deleted: set = set()
-        self._facts = collections.OrderedDict()
-        self._facts_lock = threading.Lock()
+        # the writer deleted what replay deletes: forget it here, leave its files to the writer
+        self.descriptors = LedgerDescriptors(st, self.deleted, None, self.bookie_id,
+                                             self.config.max_entry_size_bytes, keep_files=True)
         self.stats = {"adds": 0, "add_bytes": 0, "reads": 0, "checkpoints": 0}
         self._read_only_reasons = {"snapshot"}
         self._read_only_lock = threading.Lock()
@@ -90,14 +88,6 @@ class BookieSnapshot(Bookie):
         # the writer's own restart replay, reading only: its memtables are unbounded, so it
         # never flushes, and a bad last record is where the writer is
         replay_bookie(self, live=True)
-
-    def _delete_locked(self, key) -> None:
-        # the writer deleted it: forget it here, leave its files to the writer
-        self.last_entry.pop(key, None)
-        self.lacs.pop(key, None)
-        self.ledgers.pop(key, None)
-        self.storage.mt_a.drop_ledger(*key)
-        self.storage.mt_b.drop_ledger(*key)
 
     def close(self) -> None:
         if getattr(self, "_closed", True):

@@ -604,9 +604,9 @@ def _tasks(client) -> str:
                 t.print_stack(limit=8, file=out)
         return out.getvalue()
     try:
-        return f"-- {client._ctx.name}:\n" + client._ctx.run(dump(), timeout=10)
+        return f"-- {client.context.name}:\n" + client.context.run(dump(), timeout=10)
     except Exception as exc:
-        return f"-- {client._ctx.name}: cannot dump tasks ({exc!r})"
+        return f"-- {client.context.name}: cannot dump tasks ({exc!r})"
 
 
 def run_seed(cluster, seed: int, steps: int = 40) -> Report:

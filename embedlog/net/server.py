@@ -100,9 +100,10 @@ class _Exchange:
 class BookieServer:
     def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, *,
                  max_frame_bytes: int | None = None, max_long_poll_ms: int = 60_000,
-                 ssl_context=None, auth_token: bytes | None = None, observers=()):
+                 ssl_context=None, auth_token: bytes | None = None, observers=(), loop=None):
         """``observers``: ServerObservers told of every answered request (more may be
-        appended to ``self.observers`` before start)."""
+        appended to ``self.observers`` before start). ``loop``: the event loop ``dispatch``
+        answers on when the server does not listen (net/transport.py's InProcessConnection)."""
         self.bookie = bookie
         self.observers: list = list(observers)
         self.info: dict = {}                  # more fields for BOOKIE_INFO (the admin address)
@@ -131,7 +132,7 @@ class BookieServer:
         self._room_freed: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = loop
         self._pollers: dict = {}          # (scope, lid) -> list of (previous_lac, future)
         self._conns: dict = {}            # writer -> _Connection
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
@@ -262,7 +263,7 @@ class BookieServer:
                         exchange = _Exchange(self, conn, n, req, time.perf_counter())
                     else:
                         exchange = _Exchange(self, conn, n)
-                    self._dispatch(req, exchange)
+                    self.dispatch(req, exchange)
                 elif conn.auth_failures >= MAX_AUTH_FAILURES:
                     await writer.drain()
                     return
@@ -427,7 +428,8 @@ class BookieServer:
 
     # -- operations ------------------------------------------------------------------------
 
-    def _dispatch(self, req, writer) -> None:
+    def dispatch(self, req, writer) -> None:
+        """Answer one parsed request; the reply is written to ``writer`` (or a stand-in)."""
         try:
             needs_facts = self._may_create(req) and self.bookie.needs_ledger_facts(_lid(req))
         except EmbedlogError as exc:       # an id no ledger has (scope 0, >= 2^63): a status

@@ -185,7 +185,7 @@ class InProcessConnection:
         frame = build(next(self._ids))
         req = P.parse_request(memoryview(frame)[4:])
         fut = asyncio.get_running_loop().create_future()
-        self.server._dispatch(req, _ReplyCatcher(fut))
+        self.server.dispatch(req, _ReplyCatcher(fut))
         try:
             resp = await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:

@@ -716,6 +716,10 @@ class _FakeWriter:
     def write(self, data):
         self.out += data
 
+    def writelines(self, parts):      # a READ's reply: its head, then the entries' frames
+        for part in parts:
+            self.out += part
+
     async def drain(self):
         pass
 
@@ -748,11 +752,11 @@ class _BookieUnderTest:
         self.directory = os.path.join(TMP, f"bookie-{serial}")
         self.bookie = Bookie(self.directory, BookieConfig(**BOOKIE_CONFIG))
         self.loop = asyncio.new_event_loop()
-        self.server = BookieServer(self.bookie, max_frame_bytes=BOOKIE_CONFIG["max_frame_size_bytes"])
-        self.server._loop = self.loop
+        self.server = BookieServer(self.bookie, max_frame_bytes=BOOKIE_CONFIG["max_frame_size_bytes"],
+                                   loop=self.loop)
         self.server._room_freed = asyncio.Event()
         self.exchanges = []
-        dispatch = self.server._dispatch
+        dispatch = self.server.dispatch
 
         def recording_dispatch(req, exchange):       # every request the server admits
             self.exchanges.append(exchange)
@@ -762,7 +766,7 @@ class _BookieUnderTest:
                 self.exchanges.remove(exchange)      # escapes _serve: see exchange()
                 raise
 
-        self.server._dispatch = recording_dispatch
+        self.server.dispatch = recording_dispatch
         self.inputs = 0
         self.canary_next = {}                      # canary ledger id -> next entry id
 

@@ -1,0 +1,300 @@
+"""What a bookie knows of each ledger it holds, and the checks a request meets before it
+touches one: BookKeeper's HandleFactory and its LedgerDescriptors (master key, fence,
+explicit LAC), with the bookie's master-key cache and what the metadata store says.
+
+Per ledger, keyed (scope, ledger id):
+
+- its LedgerIndex (``storage.ledgers``), whose header keeps the master key, the fence, the
+  term, the explicit LAC and the incarnation;
+- the highest entry id seen, the highest LAC an entry carried, and the lowest entry a
+  failed journal group took back (an embedded writer acknowledges nothing from there on);
+- its ``LedgerFacts``, read from the metadata store once and cached.
+
+Every method is called with the bookie's lock held, except the facts' (their own lock:
+the server fetches facts off its event loop while others hold the bookie's). The changes
+a client asks for are journalled by the bookie; replay makes the same changes through the
+same methods (bookie/replay.py).
+"""
+from __future__ import annotations
+
+import collections
+import struct
+import threading
+
+from embedlog._native import journal as nj
+from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key
+from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
+                             InvalidTermError, LedgerExistsError, LedgerFencedError,
+                             NoSuchLedgerError, UnauthorizedAccessError)
+
+_IDS = struct.Struct(">QQ")
+_IDS_U64 = struct.Struct(">QQQ")
+FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
+NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
+
+
+class LedgerFacts:
+    """What the metadata store says of a ledger that the bookie checks requests against;
+    ``ctime_ms`` tells one incarnation of a ledger id from another."""
+    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms")
+
+    def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1):
+        self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
+        self.ctime_ms = ctime_ms
+
+
+class LedgerDescriptors:
+    def __init__(self, storage, deleted, metadata, bookie_id: str, max_entry_size_bytes: int,
+                 keep_files: bool = False):
+        """``deleted``: the DeletedLedgers memory (bookie/tombstones.py); ``metadata``: the
+        store facts are read from (None: no checks against it). ``keep_files``: a read-only
+        view (bookie/snapshot.py), whose deletes forget a ledger and leave its files to the
+        writer. ``journal`` is set once the bookie has one: first keys and terms are
+        journalled as they are adopted."""
+        self.storage = storage
+        self.ledgers = storage.ledgers               # (scope, lid) -> LedgerIndex
+        self.deleted = deleted
+        self.metadata = metadata
+        self.bookie_id = bookie_id
+        self.max_entry_size_bytes = max_entry_size_bytes
+        self.journal = None
+        self._keep_files = keep_files
+        self._last_entry: dict = {}                  # key -> highest entry id seen
+        self._lacs: dict = {}                        # key -> highest LAC carried by an entry
+        self._lost_adds: dict = {}                   # key -> lowest entry a failed group took back
+        self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
+        self._facts_lock = threading.Lock()
+
+    # -- the ledgers held -----------------------------------------------------------------
+
+    def load(self, key, idx) -> None:
+        """An index file read at start-up."""
+        self.ledgers[key] = idx
+        self._last_entry[key] = idx.last_entry_id()
+
+    def index(self, key):
+        """The ledger's index; NoSuchLedgerError if this bookie does not hold it."""
+        idx = self.ledgers.get(key)
+        if idx is None:
+            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
+        return idx
+
+    def known(self, key):
+        """The ledger's index, created (in memory) if new."""
+        if key not in self.ledgers:
+            self._last_entry[key] = -1
+        return self.storage.known(key)
+
+    def seen(self, key, eid: int) -> None:
+        if eid > self._last_entry.get(key, -1):
+            self._last_entry[key] = eid
+
+    def last_entry_id(self, key) -> int:
+        return self._last_entry.get(key, -1)
+
+    def note_lac(self, key, lac: int) -> None:
+        """An entry carried ``lac``."""
+        if lac > self._lacs.get(key, -1):
+            self._lacs[key] = lac
+
+    def set_lac(self, key, lac: int) -> None:
+        """The LAC found at the first look since start (the last entry's, or the explicit one)."""
+        self._lacs[key] = lac
+
+    def lac(self, key) -> int | None:
+        """The highest LAC known for the ledger, or None before one is known since start."""
+        return self._lacs.get(key)
+
+    def lost_add(self, key) -> int | None:
+        """The lowest entry of the ledger a failed journal group took back, or None."""
+        return self._lost_adds.get(key)
+
+    # -- the checks a request meets ----------------------------------------------------------
+
+    def check_key(self, key, master_key: bytes, create: bool):
+        """The ledger's index after checking the master key (adopted on first use, journalled)."""
+        idx = self.ledgers.get(key)
+        if idx is None or idx.master_key is None:
+            if not create:
+                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
+            if key in self.deleted:
+                # a writer that missed the recovery and deletion of its ledger: never bring
+                # the ledger back (its entry would be acknowledged, then collected)
+                raise LedgerFencedError(f"ledger {LedgerId(*key)} was deleted from bookie "
+                                        f"{self.bookie_id}; it is not created again")
+            facts = self.facts(key)
+            if facts is not None and facts.master_key != bytes(master_key):
+                # squatting: a ledger is created here only with the key its password gives
+                raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)} "
+                                              f"(not the one its metadata's password gives)")
+            idx = self.set_master_key(key, bytes(master_key))
+            if facts is not None:
+                idx.incarnation = facts.ctime_ms
+            self.journal.add_record(nj.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
+            return idx
+        if idx.master_key != master_key:
+            raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
+        self._check_incarnation(key, idx)
+        return idx
+
+    def refuse_damaged(self, key) -> None:
+        """A ledger whose index was rebuilt from the entry logs takes no new adds here (its
+        fence state was lost with the file); its fence, recovery adds and reads go on."""
+        damage = self.storage.damaged.get(key)
+        if damage is not None:
+            raise CorruptedDataError(
+                f"ledger {LedgerId(*key)} on bookie {self.bookie_id}: its index file "
+                f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
+                "entry logs for reading and recovery, and this bookie takes no more writes to it")
+
+    def _check_incarnation(self, key, idx) -> None:
+        """The data this bookie holds for a ledger id belongs to the ledger the metadata store
+        lists under it now. After the store went back in time (an older backup restored, a
+        damaged WAL) the same id names a new ledger: its adds and recovery must never land
+        in, or read from, the old one's data."""
+        facts = self.facts(key)
+        if facts is None or facts.ctime_ms < 0:
+            return
+        if idx.incarnation < 0:        # an index from before incarnations, or replayed
+            idx.incarnation = facts.ctime_ms
+            idx.header_dirty = True
+        elif idx.incarnation != facts.ctime_ms:
+            raise LedgerExistsError(
+                f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)} "
+                f"(created at {idx.incarnation} ms) than the one the metadata store lists "
+                f"(created at {facts.ctime_ms} ms): did the metadata go back in time? This "
+                "bookie takes no adds or recovery for it")
+
+    def check_term(self, idx, key, term: int) -> None:
+        """Unbounded ledgers: a lower term is refused, a higher one adopted (journalled).
+        A bounded ledger refuses any term (one ADD with term 5 would fail its writer for ever)."""
+        if term:
+            facts = self.facts(key)
+            if facts is not None and not facts.unbounded:
+                raise IllegalOpError(f"ledger {LedgerId(*key)} is bounded: it takes no term "
+                                     f"(the request has term {term})")
+        if term < idx.term:
+            raise InvalidTermError(f"ledger {LedgerId(*key)} is at term {idx.term} on bookie "
+                                   f"{self.bookie_id}; the request has term {term}")
+        if self.raise_term(key, term):
+            self.journal.add_record(nj.TERM, _IDS_U64.pack(*key, term))
+
+    def check_entry(self, key, entry, version: int, digest) -> None:
+        """An entry's digest code is a known one (the ledger's, when its metadata is known)
+        and its payload is within max_entry_size_bytes (the documented limit)."""
+        facts = self._facts.get(key)
+        if version == 2 and digest not in DIGEST_SIZES:
+            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has unknown digest "
+                                     f"code {digest} (known: {sorted(DIGEST_SIZES)})")
+        if facts is not None and version == 2 and digest != facts.digest:
+            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has digest code "
+                                     f"{digest}, the ledger's is {facts.digest}")
+        code = facts.digest if facts is not None else digest
+        overhead = (41 if version == 2 else 32) + DIGEST_SIZES.get(code, 0 if code else 20)
+        if len(entry) - overhead > self.max_entry_size_bytes:
+            raise EntryTooLargeError(f"entry with a payload of {len(entry) - overhead} bytes is "
+                                     f"over max_entry_size_bytes ({self.max_entry_size_bytes})")
+
+    # -- changes (journalled by the bookie, or replayed) ------------------------------------
+
+    def set_master_key(self, key, master_key: bytes):
+        idx = self.known(key)
+        idx.master_key = master_key
+        idx.header_dirty = True
+        return idx
+
+    def fence(self, key) -> bool:
+        """Fence the ledger; False if it already was."""
+        idx = self.known(key)
+        if idx.fenced:
+            return False
+        idx.fenced = True
+        idx.header_dirty = True
+        return True
+
+    def raise_explicit_lac(self, key, lac: int) -> bool:
+        """Raise the explicit LAC to ``lac``; False if it was not lower."""
+        idx = self.known(key)
+        if lac <= idx.explicit_lac:
+            return False
+        idx.explicit_lac = lac
+        idx.header_dirty = True
+        return True
+
+    def raise_term(self, key, term: int) -> bool:
+        """Adopt ``term``; False if the ledger's was not lower."""
+        idx = self.known(key)
+        if term <= idx.term:
+            return False
+        idx.term = term
+        idx.header_dirty = True
+        return True
+
+    def truncate(self, key, last_kept: int) -> None:
+        """Forget every entry above ``last_kept`` (a stream's truncating add)."""
+        if key not in self.ledgers:
+            return
+        self.storage.erase(key, last_kept + 1, NO_LEDGER_END)
+        self._last_entry[key] = min(self._last_entry.get(key, -1), last_kept)
+        if self._lacs.get(key, -1) > last_kept:
+            self._lacs[key] = last_kept
+
+    def delete(self, key) -> None:
+        """Forget the ledger: its state, its memtable entries, its index file (unless
+        ``keep_files``: a view's writer deletes those), and remember it was deleted."""
+        self._last_entry.pop(key, None)
+        self._lacs.pop(key, None)
+        self._lost_adds.pop(key, None)
+        if self._keep_files:
+            self.storage.forget_ledger(key)
+            return
+        self.deleted.add(key)
+        self.storage.drop_ledger(key)
+
+    def take_back(self, lost) -> None:
+        """A journal group the disk refused: its entries ((scope, lid, eid)), already in the
+        memtable, are erased again (they were never durable, so nothing may count or serve
+        them), and each ledger remembers the lowest one lost."""
+        touched = set()
+        for scope, lid, eid in lost:
+            key = (scope, lid)
+            if key in self.ledgers:
+                self.storage.erase(key, eid, eid)
+                touched.add(key)
+            if eid < self._lost_adds.get(key, eid + 1):
+                self._lost_adds[key] = eid
+        for key in touched:
+            idx = self.ledgers.get(key)
+            last = idx.last_entry_id() if idx is not None else -1
+            for mt in (self.storage.mt_a, self.storage.mt_b):
+                last = max(last, mt.last_entry_id(*key))
+            self._last_entry[key] = last
+            self._lacs.pop(key, None)
+
+    # -- what the metadata store says of a ledger (checked once, then cached) --------------
+
+    def needs_facts(self, key) -> bool:
+        """True when a request for this ledger must wait for ``fetch_facts`` first: there is
+        a metadata store and this ledger was not looked up since the bookie started."""
+        # a deleted ledger is refused as such (LedgerFencedError), without a lookup
+        return self.metadata is not None and key not in self._facts and key not in self.deleted
+
+    def fetch_facts(self, key) -> LedgerFacts:
+        """Read the ledger's metadata once (blocking): the master key its password gives,
+        its digest type and whether it is unbounded. NoSuchLedgerError if it has none."""
+        md = self.metadata.ledger_manager.read_ledger_metadata(LedgerId(*key)).value
+        facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded,
+                            int(md.ctime_ms))
+        with self._facts_lock:            # not the bookie's lock: callers may hold that one
+            self._facts[key] = facts
+            self._facts.move_to_end(key)
+            while len(self._facts) > FACTS_MAX:
+                self._facts.popitem(last=False)
+        return facts
+
+    def facts(self, key) -> LedgerFacts | None:
+        """The cached facts of a ledger (fetched now if missing); None without a store."""
+        if self.metadata is None:
+            return None
+        facts = self._facts.get(key)
+        return facts if facts is not None else self.fetch_facts(key)
