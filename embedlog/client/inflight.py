@@ -47,6 +47,28 @@ class AddFuture(concurrent.futures.Future):
                 cond = self._made
         return cond
 
+    # A finished add never changes again (cancel() refuses a running future, and nothing
+    # cancels one before it runs), so asking a finished one needs no condition: Stream's
+    # own done-callback asks every add for its exception, and the base class made a
+    # Condition for each of them (10% of a streaming producer's samples).
+    def done(self) -> bool:
+        return self._state == FINISHED or super().done()
+
+    def cancelled(self) -> bool:
+        return False if self._state in (RUNNING, FINISHED) else super().cancelled()
+
+    def exception(self, timeout=None):
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def result(self, timeout=None):
+        if self._state == FINISHED:
+            if self._exception is not None:
+                raise self._exception
+            return self._result
+        return super().result(timeout)
+
     def add_done_callback(self, fn) -> None:
         with _MADE:
             if self._made is None and self._state == RUNNING:
