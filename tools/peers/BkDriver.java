@@ -19,7 +19,8 @@
 //       recovery open: fences the ledger, settles its last entry and closes it
 //   bench --ensemble E --write-quorum W --ack-quorum A [--digest D] [--size B] [--count N]
 //         [--outstanding K] [--warmup N]
-//       one JSON line: adds, seconds, adds_per_s, p50_ms, p99_ms, p999_ms, max_ms
+//       one JSON line: adds, seconds, adds_per_s, p50_ms, p99_ms, p999_ms, max_ms, cpu_s
+//       (the JVM's CPU time over the timed adds, every thread)
 //
 // Output, one event a line, flushed at once so a test may SIGKILL the driver between lines:
 //   ledger LID | ack EID | ensemble FIRST_EID B1,B2,... | lac N | length BYTES | closed BOOL
@@ -376,12 +377,14 @@ public class BkDriver {
         AtomicReference<Throwable> failure = new AtomicReference<>();
         long[] latencyNs = new long[(int) count];
         long start = 0;
+        long cpuStart = 0;
         for (long i = -warmup; i < count && failure.get() == null; i++) {
             window.acquire();
             if (i == 0) {
                 window.acquire(outstanding - 1);  // warm-up drained before the clock starts
                 window.release(outstanding - 1);
                 start = System.nanoTime();
+                cpuStart = processCpuNs();
             }
             final long idx = i;
             final long sent = System.nanoTime();
@@ -396,6 +399,7 @@ public class BkDriver {
         }
         window.acquire(outstanding);
         long elapsed = System.nanoTime() - start;
+        long cpu = processCpuNs() - cpuStart;
         if (failure.get() != null) {
             throw asException(failure.get());
         }
@@ -405,10 +409,19 @@ public class BkDriver {
         emit(String.format(java.util.Locale.ROOT,
             "{\"adds\": %d, \"size\": %d, \"outstanding\": %d, \"seconds\": %.3f, "
             + "\"adds_per_s\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"p999_ms\": %.3f, "
-            + "\"max_ms\": %.3f}",
+            + "\"max_ms\": %.3f, \"cpu_s\": %.3f}",
             count, size, outstanding, seconds, count / seconds, pct(latencyNs, 0.50),
-            pct(latencyNs, 0.99), pct(latencyNs, 0.999), latencyNs[latencyNs.length - 1] / 1e6));
+            pct(latencyNs, 0.99), pct(latencyNs, 0.999), latencyNs[latencyNs.length - 1] / 1e6,
+            cpu / 1e9));
         return 0;
+    }
+
+    /** CPU time of the whole JVM (every thread: the client's, its JIT's, its GC's). */
+    static long processCpuNs() {
+        java.lang.management.OperatingSystemMXBean os =
+            java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        return os instanceof com.sun.management.OperatingSystemMXBean
+            ? ((com.sun.management.OperatingSystemMXBean) os).getProcessCpuTime() : 0;
     }
 
     static double pct(long[] sorted, double q) {

@@ -1,0 +1,285 @@
+#!/usr/bin/env python
+"""Side by side with BookKeeper's Java client (issue 28 item 5): the same Java bookies written
+by embedlog's Python client and by BookKeeper's own client.
+
+    python benchmarks/vs_bookkeeper.py [--rounds 3] [--adds 50000] [--warmup 10000]
+                                       [--sizes 100,1024] [--quorums 1/1/1,3/2/2]
+                                       [--outstanding 1000] [--clients java,embedlog]
+                                       [--version 4.17.2] [--ledger-storage sorted] [--out FILE]
+
+Three Java bookies of one BookKeeper version (embedlog.harness.bookkeeper.BookKeeperCluster:
+the published jars, a root BookieShell formatted, journalSyncData on: every add is fsynced
+by its bookies before they answer) and two writers, one at a time:
+
+- ``java``: BookKeeper's client in its own JVM (tools/peers/BkDriver.java ``bench``; the
+  bookkeeper-benchmark jar with BenchThroughputLatency is not published on Maven Central):
+  ``appendAsync`` under a Semaphore of ``--outstanding`` permits, v3 protocol;
+- ``embedlog``: embedlog's Python client in this process (its v3 codec,
+  embedlog/net/bookkeeper.py, picked because the bookies' registrations say protocol
+  "bookkeeper"; metadata read and written in BookKeeper's format), ``append_async`` with
+  ``max_pending_adds = --outstanding`` as the window (append_async blocks at the bound).
+
+Each cell: a new ledger of E/Qw/Qa with digest CRC32C and an empty password, ``--warmup``
+adds waited for before the clock starts, then ``--adds`` adds of ``--sizes`` bytes (built
+before the clock) timed until the last is acknowledged. Latency of an add: from its
+append call to its completion callback (Java: ``whenComplete``; embedlog: a done-callback
+on its future), p50 and p99 over the timed adds. CPU: the writer's process over the timed
+adds (Java: every JVM thread, JIT and GC included; embedlog: this process, the caller's
+thread and the client's loop), as µs per add. A JVM's start-up and the ledger's create and
+close are outside the clock on both sides.
+
+Rounds are interleaved (every cell once per round, the two clients of a cell one after the
+other, which one goes first alternating by round) so a neighbour's load hits both alike;
+the table shows the median over rounds and the ratio embedlog / java of the medians (above
+1.0: embedlog adds faster; for latency java's / embedlog's, above 1.0: embedlog's is lower).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+CLIENTS = ("java", "embedlog")
+DIGEST = "CRC32C"
+PASSWORD = b""
+ANSWER_TIMEOUT_S = 120.0
+
+
+@dataclasses.dataclass
+class Row:
+    client: str                  # java, embedlog
+    quorum: tuple                # (E, Qw, Qa)
+    size: int
+    adds: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    cpu_s: float
+    outstanding: int
+    round: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.adds / self.seconds
+
+    @property
+    def cpu_us_per_add(self) -> float:
+        return self.cpu_s * 1e6 / self.adds
+
+    @property
+    def cell(self) -> tuple:
+        return (self.quorum, self.size)
+
+
+def _pct(sorted_s: list, q: float) -> float:
+    """BkDriver's percentile (the ceil(q*n)-th smallest), in ms."""
+    i = min(len(sorted_s) - 1, max(0, math.ceil(q * len(sorted_s)) - 1))
+    return sorted_s[i] * 1e3
+
+
+def java_cell(bk, quorum: tuple, size: int, adds: int, warmup: int, outstanding: int) -> Row:
+    """BookKeeper's client in a fresh JVM (BkDriver bench)."""
+    e, qw, qa = quorum
+    res = bk.java_client("bench", ensemble=e, write_quorum=qw, ack_quorum=qa, digest=DIGEST,
+                         size=size, count=adds, warmup=warmup, outstanding=outstanding,
+                         timeout=ANSWER_TIMEOUT_S + adds / 1000)
+    b = res.bench
+    if b is None:
+        raise RuntimeError(f"BkDriver bench printed no result: {res.lines[-5:]}")
+    return Row("java", quorum, size, b["adds"], b["seconds"], b["p50_ms"], b["p99_ms"],
+               b.get("cpu_s", float("nan")), outstanding)
+
+
+def _stamp(done: list, i: int, _fut) -> None:
+    done[i] = time.perf_counter()
+
+
+def embedlog_cell(client, quorum: tuple, size: int, adds: int, warmup: int) -> Row:
+    """embedlog's client (this process); its window is the client's max_pending_adds."""
+    data = b"x" * size
+    outstanding = client.context.config.max_pending_adds
+    w = client.create_ledger(*quorum, digest=DIGEST.lower(), password=PASSWORD)
+    try:
+        if warmup:
+            futs = [w.append_async(data) for _ in range(warmup)]
+            futs[-1].result(ANSWER_TIMEOUT_S)           # acknowledged in order: all are
+        sent = [0.0] * adds
+        done = [0.0] * adds
+        futs = [None] * adds
+        clock = time.perf_counter
+        append = w.append_async
+        stamp = _stamp
+        partial = functools.partial
+        cpu0 = time.process_time()
+        t0 = clock()
+        for i in range(adds):
+            sent[i] = clock()
+            f = append(data)
+            f.add_done_callback(partial(stamp, done, i))
+            futs[i] = f
+        futs[-1].result(ANSWER_TIMEOUT_S)
+        elapsed = clock() - t0
+        cpu = time.process_time() - cpu0
+        failed = [f.exception() for f in futs if f.exception() is not None]
+        if failed:
+            raise RuntimeError(f"{len(failed)} adds failed, the first: {failed[0]!r}")
+    finally:
+        w.close()
+    lat = sorted(d - s for s, d in zip(sent, done))
+    return Row("embedlog", quorum, size, adds, elapsed, _pct(lat, 0.50), _pct(lat, 0.99), cpu,
+               outstanding)
+
+
+def run(bk, client, *, rounds: int, adds: int, warmup: int, sizes, quorums, outstanding: int,
+        clients=CLIENTS, log=None) -> list:
+    """Every (quorum, size) cell for each client, ``rounds`` times, interleaved."""
+    rows = []
+    for r in range(rounds):
+        for quorum in quorums:
+            for size in sizes:
+                order = list(clients) if r % 2 == 0 else list(reversed(clients))
+                for who in order:
+                    if who == "java":
+                        row = java_cell(bk, quorum, size, adds, warmup, outstanding)
+                    else:
+                        row = embedlog_cell(client, quorum, size, adds, warmup)
+                    row.round = r
+                    rows.append(row)
+                    if log is not None:
+                        log(f"round {r + 1}/{rounds} {who:8} {_q(quorum)} {size:5d} B: "
+                            f"{row.rate:>9,.0f} adds/s  p50 {row.p50_ms:7.2f} ms  "
+                            f"p99 {row.p99_ms:7.2f} ms  cpu {row.cpu_us_per_add:6.1f} µs/add  "
+                            f"load {os.getloadavg()[0]:.1f}")
+    return rows
+
+
+def _q(quorum: tuple) -> str:
+    return "/".join(map(str, quorum))
+
+
+def _med(rows: list, attr: str) -> float:
+    return statistics.median(getattr(r, attr) for r in rows)
+
+
+def table(rows: list) -> str:
+    """Median over rounds per client and cell, ratios of the medians."""
+    cells = sorted({r.cell for r in rows}, key=lambda c: (c[0][0], c[1]))
+    head = ("| E/Qw/Qa | entry | java adds/s | embedlog adds/s | ratio | java p50 / p99 (ms) | "
+            "embedlog p50 / p99 (ms) | java CPU µs/add | embedlog CPU µs/add |\n"
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+    lines = []
+    for cell in cells:
+        by = {c: [r for r in rows if r.cell == cell and r.client == c] for c in CLIENTS}
+        fig = {}
+        for c, rs in by.items():
+            if rs:
+                fig[c] = (_med(rs, "rate"), _med(rs, "p50_ms"), _med(rs, "p99_ms"),
+                          _med(rs, "cpu_us_per_add"), [r.rate for r in rs])
+        j, e = fig.get("java"), fig.get("embedlog")
+
+        def rate(f):
+            if f is None:
+                return "-"
+            spread = f" ({min(f[4]):,.0f}-{max(f[4]):,.0f})" if len(f[4]) > 1 else ""
+            return f"{f[0]:,.0f}{spread}"
+
+        ratio = f"{e[0] / j[0]:.2f}" if j and e else "-"
+        lines.append(
+            f"| {_q(cell[0])} | {cell[1]} B | {rate(j)} | {rate(e)} | {ratio} | "
+            + (f"{j[1]:.2f} / {j[2]:.2f}" if j else "-") + " | "
+            + (f"{e[1]:.2f} / {e[2]:.2f}" if e else "-") + " | "
+            + (f"{j[3]:.1f}" if j else "-") + " | " + (f"{e[3]:.1f}" if e else "-") + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def _git_rev() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def describe(rows: list, *, command: str, seconds: float, loads: tuple, version: str,
+             ledger_storage: str, adds: int, warmup: int, outstanding: int, rounds: int) -> str:
+    """The report: how it was run, on what, under which load, and the table."""
+    load0, load1 = loads
+    return (
+        f"Command: `{command}` ({seconds:.0f} s)\n\n"
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start "
+        f"{' '.join(f'{x:.2f}' for x in load0)}, at end {' '.join(f'{x:.2f}' for x in load1)}\n"
+        f"- machine: nproc {os.cpu_count()}, {platform.machine()}, Linux {platform.release()}, "
+        f"Python {platform.python_version()}; embedlog at {_git_rev()}\n"
+        f"- three Java bookies of BookKeeper {version} ({ledger_storage} ledger storage, journal "
+        f"fsynced before each answer) on loopback; {adds:,} timed adds per cell after "
+        f"{warmup:,} warm-up adds, window {outstanding:,} outstanding adds, digest {DIGEST}, "
+        f"empty password, {rounds} interleaved round{'s' if rounds > 1 else ''} (median; the "
+        f"range of rates in brackets)\n\n" + table(rows))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--adds", type=int, default=50_000, help="timed adds per cell")
+    ap.add_argument("--warmup", type=int, default=10_000, help="adds before the clock starts")
+    ap.add_argument("--sizes", default="100,1024")
+    ap.add_argument("--quorums", default="1/1/1,3/2/2")
+    ap.add_argument("--outstanding", type=int, default=1000,
+                    help="adds in flight at most, both clients")
+    ap.add_argument("--clients", default=",".join(CLIENTS))
+    ap.add_argument("--version", default="4.17.2")
+    ap.add_argument("--ledger-storage", default="sorted", help="sorted, db or interleaved")
+    ap.add_argument("--out", default="", help="also write the report to this file")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    quorums = [tuple(int(x) for x in q.split("/")) for q in args.quorums.split(",")]
+    clients = [c for c in args.clients.split(",") if c]
+    if any(c not in CLIENTS for c in clients):
+        ap.error(f"--clients takes {', '.join(CLIENTS)}")
+
+    from embedlog import Client
+    from embedlog.harness.bookkeeper import BookKeeperCluster
+
+    load0 = os.getloadavg()
+    t_start = time.monotonic()
+    say = functools.partial(print, file=sys.stderr, flush=True)
+    with BookKeeperCluster(args.version, bookies=3, ledger_storage=args.ledger_storage) as bk:
+        bk.driver_command()[1]()        # the driver's classpath and jar, before the clock
+        client = Client(bk.metadata_uri, max_pending_adds=args.outstanding,
+                        add_timeout_s=60, read_timeout_s=60)
+        try:
+            rows = run(bk, client, rounds=args.rounds, adds=args.adds, warmup=args.warmup,
+                       sizes=sizes, quorums=quorums, outstanding=args.outstanding,
+                       clients=clients, log=say)
+        finally:
+            client.close()
+    load1 = os.getloadavg()
+    argline = " ".join(argv if argv is not None else sys.argv[1:])
+    report = describe(rows, command=f"python benchmarks/vs_bookkeeper.py {argline}".strip(),
+                      seconds=time.monotonic() - t_start, loads=(load0, load1),
+                      version=args.version, ledger_storage=args.ledger_storage, adds=args.adds,
+                      warmup=args.warmup, outstanding=args.outstanding, rounds=args.rounds)
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

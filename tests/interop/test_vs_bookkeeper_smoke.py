@@ -1,0 +1,59 @@
+"""benchmarks/vs_bookkeeper.py at a tiny size (issue 28 item 5), so the side-by-side with
+BookKeeper's Java client never rots: three Java bookies of 4.17.2, BookKeeper's client
+(BkDriver bench) and embedlog's client over BookKeeper's v3 protocol, 1/1/1 and 3/2/2,
+interleaved, and the report built from the rows. Figures are not checked: performance is
+measured in benchmarks/, never asserted by a test. Under CI=true a missing java, jar or
+ZooKeeper fails instead of skipping.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from embedlog.harness import jars
+from servers import ServerMissing, in_ci, skip_unless_ci
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "benchmarks"))
+
+VERSION = "4.17.2"          # the benchmark's default peer
+
+
+@pytest.fixture(scope="module")
+def bk():
+    from embedlog.harness.bookkeeper import BookKeeperCluster
+    name = f"bookkeeper-{VERSION}"
+    if not jars.is_fetched(name) and not in_ci():
+        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    try:
+        cluster = BookKeeperCluster(VERSION, bookies=3, root="/vsbk")
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+def test_benchmark_cells_and_report(bk):
+    import vs_bookkeeper
+    from embedlog import Client
+    outstanding = 20
+    client = Client(bk.metadata_uri, max_pending_adds=outstanding, add_timeout_s=20)
+    try:
+        rows = vs_bookkeeper.run(bk, client, rounds=1, adds=200, warmup=20, sizes=[100],
+                                 quorums=[(1, 1, 1), (3, 2, 2)], outstanding=outstanding)
+    finally:
+        client.close()
+    assert [(r.client, r.quorum) for r in rows] == [
+        ("java", (1, 1, 1)), ("embedlog", (1, 1, 1)), ("java", (3, 2, 2)), ("embedlog", (3, 2, 2))]
+    for r in rows:
+        assert r.adds == 200 and r.seconds > 0 and r.outstanding == outstanding, r
+        assert 0 < r.p50_ms <= r.p99_ms, r
+        assert r.cpu_s >= 0, r
+    report = vs_bookkeeper.describe(rows, command="smoke", seconds=1.0, loads=((0,) * 3,) * 2,
+                                    version=VERSION, ledger_storage="sorted", adds=200,
+                                    warmup=20, outstanding=outstanding, rounds=1)
+    table = [line for line in report.splitlines() if line.startswith("| 1/1/1")
+             or line.startswith("| 3/2/2")]
+    assert len(table) == 2 and all(line.count("|") == 10 for line in table), report
