@@ -3,7 +3,10 @@
 // Used by embedlog/harness/bookkeeper.py for what BookieShell cannot drive (our code, run
 // against the jars of one BookKeeper version; compiled once per version into the jar cache).
 //
-//   BkDriver --metadata-uri URI [--v2] [--zk-timeout-ms T] COMMAND ARGS
+//   BkDriver --metadata-uri URI [--v2] [--zk-timeout-ms T] [--throttle R] COMMAND ARGS
+//
+//   --throttle R: the client's rate limit, R adds and reads a second (ClientConfiguration's
+//   throttle, 5000 unless given; 0: none). bench runs without one unless given.
 //
 //   create --ensemble E --write-quorum W --ack-quorum A [--digest D] [--password P]
 //          [--count N] [--size B] [--stdin] [--outstanding K] [--no-close]
@@ -158,6 +161,9 @@ public class BkDriver {
         conf.setEnableDigestTypeAutodetection(autodetectDigest);
         conf.setAddEntryTimeout((int) num("--add-timeout-s", 10));
         conf.setReadEntryTimeout((int) num("--read-timeout-s", 10));
+        // the client's own rate limit (a RateLimiter of adds and reads per second, 5000 by
+        // default; 0 turns it off): BenchThroughputLatency sets it to its -throttle
+        conf.setThrottleValue((int) num("--throttle", conf.getThrottleValue()));
         return BookKeeper.newBuilder(conf).build();
     }
 
@@ -371,6 +377,7 @@ public class BkDriver {
         int outstanding = (int) Math.max(1, num("--outstanding", 100));
         byte[] data = new byte[size];
         Arrays.fill(data, (byte) 'x');
+        opts.putIfAbsent("--throttle", "0");   // the Semaphore is the only bound, as a window
         BookKeeper bk = connect(false);
         WriteHandle wh = createLedger(bk);
         Semaphore window = new Semaphore(outstanding);
