@@ -81,6 +81,7 @@ from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperSer
 
 READY_TIMEOUT_S = 60.0          # a bookie on a loaded 2-core machine (load 8) is slow to start
 STOP_TIMEOUT_S = 10.0
+DUMP_TIMEOUT_S = 60.0           # more for a JVM writing a class-data-sharing archive at exit
 TOOL_TIMEOUT_S = 120.0
 BOOKIE_ZK_TIMEOUT_MS = 4000     # a killed bookie's znode outlives it by this: restarts wait on it
 DRIVER_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -521,7 +522,7 @@ class BookKeeperCluster:
             raise ValueError(f"bookie {i} is not running")
         os.kill(b.proc.pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
-            b.reap()
+            b.reap(STOP_TIMEOUT_S + (DUMP_TIMEOUT_S if b.exited is not _nothing else 0))
 
     def stop_bookie(self, i: int) -> None:
         """Stop bookie ``i`` gracefully (SIGTERM: it unregisters and flushes)."""
@@ -538,7 +539,9 @@ class BookKeeperCluster:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for b in self._bookies:
             if b.proc is not None:
-                b.reap(timeout=max(0.1, deadline - time.monotonic()))
+                # a bookie writing its class archive at exit takes seconds more
+                extra = DUMP_TIMEOUT_S if b.exited is not _nothing else 0
+                b.reap(timeout=max(0.1, deadline - time.monotonic()) + extra)
         if self._zk is not None:
             try:
                 self._zk.stop()
@@ -770,3 +773,33 @@ def _parse_boxed_entries(out: str) -> list[tuple[int, bytes]]:
             eid, data = entries[-1]
             entries[-1] = (eid, data + bytes.fromhex(line[10:].split("|", 1)[0]))
     return entries
+
+
+def warm(versions=jars.BOOKKEEPER_VERSIONS) -> None:
+    """Build BkDriver's jar and the class-data-sharing archives of bookies, shell and driver
+    ahead of the tests (each is otherwise made by its first run, 2-3 s slower)."""
+    with ZooKeeperServer() as zk:
+        for version in versions:
+            with BookKeeperCluster(version, bookies=1, zk_hosts=zk.hosts,
+                                   root=f"/warm-{version}") as bk:
+                bk.simpletest(ensemble=1, write_quorum=1, ack_quorum=1)
+                made = bk.java_client("create", ensemble=1, write_quorum=1, ack_quorum=1,
+                                      count=10)
+                bk.java_client("read", made.ledger_id)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # lazy: only the command line needs it
+    ap = argparse.ArgumentParser(description="the Java BookKeeper peer")
+    ap.add_argument("command", choices=["warm"],
+                    help="warm: build BkDriver and the JVMs' class-data-sharing archives")
+    ap.add_argument("versions", nargs="*", help=f"default: {' '.join(jars.BOOKKEEPER_VERSIONS)}")
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    warm(args.versions or jars.BOOKKEEPER_VERSIONS)
+    print(f"BookKeeper peers warm in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
