@@ -18,11 +18,13 @@ incarnation's session (a SIGKILLed bookie's znode lives until its session expire
 ``start(i)`` waits for the new one), and its port answers. Bookies start in parallel.
 
 Start-up is most of what a test pays, so: bookies start in parallel; every JVM maps a
-class-data-sharing archive (jvmcds.py) made by its first run; BkDriver is compiled once into
-a jar. Measured here (2 cores, Java 17, other test runs loading the machine to 4-16):
-format + 3 bookies ready 3.9-5.2 s with archives, 8.9-13.8 s on the run that makes them;
-idle, 3 bookies ready ~1.4 s with archives vs ~2.6-3.2 s without (SortedLedgerStorage; db
-adds ~0.5 s). One BookieShell or BkDriver run ~1 s. A bookie's log is ``bookie-I/bookie.log``.
+class-data-sharing archive (jvmcds.py) made by its first run (``python -m
+embedlog.harness.bookkeeper warm`` makes them all ahead); BkDriver is compiled once into a
+jar. Measured here (2 cores, Java 17; interleaved rounds while other test runs loaded the
+machine to 17-21): 3 bookies ready in 3.1 s (4.16.6) / 4.6 s (4.17.2) with archives, 7.3 /
+8.0 s without (medians of 3); initnewcluster 0.9-1.5 s; a BookieShell or BkDriver run
+1-1.5 s; stop 0.4 s. At load ~5: 3 bookies ready ~1.4 s with archives, ~3 s without.
+A bookie's log is ``bookie-I/bookie.log`` under the cluster's directory.
 
 What differed from ../shared/reference/RECIPES.md (its recipe had never run here):
 
@@ -75,6 +77,7 @@ import threading
 import time
 from typing import Callable
 
+from embedlog.errors import IllegalOpError
 from embedlog.harness import jars, jvmcds
 from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer, free_port,
                                       free_ports, port_taken)
@@ -311,12 +314,12 @@ class BookKeeperCluster:
                  ledger_storage: str = "sorted", bookie_config: dict | None = None,
                  base_dir: str | None = None):
         if version not in jars.BOOKKEEPER_VERSIONS:
-            raise ValueError(f"BookKeeper {version!r} is not a peer; served: "
+            raise IllegalOpError(f"BookKeeper {version!r} is not a peer; served: "
                              f"{', '.join(jars.BOOKKEEPER_VERSIONS)}")
         if not root.startswith("/") or root.endswith("/") or root == "/":
-            raise ValueError(f"root is an absolute znode path like /ledgers, got {root!r}")
+            raise IllegalOpError(f"root is an absolute znode path like /ledgers, got {root!r}")
         if ledger_storage not in LEDGER_STORAGE:
-            raise ValueError(f"ledger_storage is one of {', '.join(LEDGER_STORAGE)}, "
+            raise IllegalOpError(f"ledger_storage is one of {', '.join(LEDGER_STORAGE)}, "
                              f"got {ledger_storage!r}")
         self.version = version
         self.root = root
@@ -327,6 +330,7 @@ class BookKeeperCluster:
         self._archives = {role: jvmcds.ClassArchive(cds, f"bookkeeper-{version}-{role}",
                                                     self.java, self.classpath)
                           for role in ("bookie", "shell")}
+        self._own_dir = base_dir is None        # stop() removes only a directory it made
         self.dir = base_dir or tempfile.mkdtemp(prefix=f"embedlog-bk-{version}-")
         os.makedirs(self.dir, exist_ok=True)
         self._zk_server: ZooKeeperServer | None = None
@@ -369,7 +373,7 @@ class BookKeeperCluster:
 
     def _b(self, i: int) -> _Bookie:
         if not isinstance(i, int) or not 0 <= i < len(self._bookies):
-            raise ValueError(f"no bookie {i!r} in a cluster of {len(self._bookies)}")
+            raise IllegalOpError(f"no bookie {i!r} in a cluster of {len(self._bookies)}")
         return self._bookies[i]
 
     def conf_path(self, i: int) -> str:
@@ -509,7 +513,7 @@ class BookKeeperCluster:
         """Start bookie ``i`` again on its dirs and port (after kill or stop_bookie)."""
         b = self._b(i)
         if b.alive():
-            raise ValueError(f"bookie {i} is running")
+            raise IllegalOpError(f"bookie {i} is running")
         b.reap()                            # it died: settle its exit first
         self._spawn(b)
         self._wait_ready({i: self._registered_owner(b)})
@@ -519,7 +523,7 @@ class BookKeeperCluster:
         A SIGKILLed bookie's registration stays until its ZooKeeper session expires."""
         b = self._b(i)
         if not b.alive():
-            raise ValueError(f"bookie {i} is not running")
+            raise IllegalOpError(f"bookie {i} is not running")
         os.kill(b.proc.pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
             b.reap(STOP_TIMEOUT_S + (DUMP_TIMEOUT_S if b.exited is not _nothing else 0))
@@ -550,7 +554,8 @@ class BookKeeperCluster:
                 pass
         if self._zk_server is not None:
             self._zk_server.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
         atexit.unregister(self.stop)
 
     def __enter__(self):
@@ -653,7 +658,8 @@ class BookKeeperCluster:
         if last is None:
             last = int(_field(meta, "lastEntryId"))
             if last < 0:
-                raise ValueError(f"ledger {ledger_id} is open: give last= to read from {bookie}")
+                raise IllegalOpError(f"ledger {ledger_id} is open: give last= to read it "
+                                     f"from {bookie}")
         # with -b the last id is exclusive (without it, inclusive)
         out = self.shell("readledger", "-m", "-l", ledger_id, "-b", bookie, "-fe", first,
                          "-le", last + 1)

@@ -170,7 +170,8 @@ public class BkDriver {
     static String hex(byte[] b) {
         StringBuilder sb = new StringBuilder(b.length * 2);
         for (byte x : b) {
-            sb.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+            sb.append(Character.forDigit((x >> 4) & 0xf, 16))
+              .append(Character.forDigit(x & 0xf, 16));
         }
         return sb.toString();
     }
@@ -318,7 +319,8 @@ public class BkDriver {
         try (ReadHandle rh = openLedger(bk, lid, false)) {
             long idleSince = System.nanoTime();
             while (seen < limit) {
-                try (LastConfirmedAndEntry le = rh.readLastAddConfirmedAndEntry(next, pollMs, false)) {
+                try (LastConfirmedAndEntry le =
+                         rh.readLastAddConfirmedAndEntry(next, pollMs, false)) {
                     if (le.hasEntry()) {
                         LedgerEntry e = le.getEntry();
                         emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
