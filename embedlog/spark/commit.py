@@ -294,7 +294,11 @@ def commit_job(client, target, sink_id: str, batch_id: int, ledgers: list, passw
     in task order. ``_crash_after_links`` is a test hook: raise after that many links."""
     if isinstance(target, str):
         target = Target(stream=target)
+    # the commit log keeps a stream's default two copies, or fewer when the write asks for
+    # fewer (a one-bookie cluster could not create it with two)
+    log_e, log_qw, log_qa = (min(2, n) for n in ensemble)
     log_stream = client.open_stream(commit_log_name(target), create=True,
+                                    ensemble_size=log_e, write_quorum=log_qw, ack_quorum=log_qa,
                                     rollover_entries=LOG_ROLLOVER_ENTRIES,
                                     retention_entries=LOG_ROLLOVER_ENTRIES)
     stream = None

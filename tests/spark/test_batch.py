@@ -259,3 +259,15 @@ def test_spark_written_stream_keeps_what_readers_need(spark, uri, client, name):
     delete_stream(client, name)
     assert client.list_ledgers(scope) == []
     assert name not in client.list_streams() and committed_batches(client, name) == {}
+
+
+def test_write_with_one_copy_on_a_one_bookie_cluster(spark, tmp_path):
+    """ensembleSize=1 is a whole write on one bookie: the commit log keeps at most the copies
+    the write asks for (it asked for two, and a one-bookie cluster refused the commit)."""
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=1, base_dir=str(tmp_path / "one"), proxies=False,
+                      autorecovery=False) as one:
+        df = spark.range(0, 100, 1, 2).select(F.col("id").cast("string").alias("payload"))
+        write(df, one.metadata_uri, "single", ensembleSize=1, writeQuorum=1, ackQuorum=1)
+        got = read(spark, one.metadata_uri, streams="single").orderBy("position", "index").collect()
+        assert [r.payload for r in got] == [str(i).encode() for i in range(100)]
