@@ -272,21 +272,22 @@ def consume_cell(setup: Setup, system: str, size: int, count: int) -> Row:
 
 # -- tail: end-to-end latency ---------------------------------------------------------------
 
-def tail_cell(setup: Setup, system: str, size: int, rate: float, seconds: float) -> Row:
+def tail_cell(setup: Setup, system: str, size: int, rate: float, seconds: float,
+              durability: str = "sync") -> Row:
     """A producer process sends ``rate`` messages/s for ``seconds``; this process tails them
     and records receive time - send time (time.time_ns(), one clock for both processes)."""
     count = max(1, int(rate * seconds))
     lat: list = []
     if system == "kafka":
-        topic = _topic(setup, "sync")
+        topic = _topic(setup, durability)
         target, name = setup.kafka.bootstrap, topic
         reader = _consumer(setup.kafka.bootstrap, topic)
         reader.consume(num_messages=1, timeout=0.5)     # assigned and fetching, before the producer
     else:
-        w, s = _stream(setup, "sync")
+        w, s = _stream(setup, durability)
         s.close()
-        target, name = setup.embedlog["sync"].metadata_uri, s.name
-        rc = setup.embedlog["sync"].client()
+        target, name = setup.embedlog[durability].metadata_uri, s.name
+        rc = setup.embedlog[durability].client()
         rs = rc.open_stream(name, create=False)
     child = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "tail-producer", system, target, name,
@@ -316,7 +317,7 @@ def tail_cell(setup: Setup, system: str, size: int, rate: float, seconds: float)
         w.delete_stream(name)
         w.close()
     p50, p99 = _percentiles([x / 1e9 for x in lat])
-    return Row("tail", setup.name, "sync", system, size, len(lat), seconds, p50, p99,
+    return Row("tail", setup.name, durability, system, size, len(lat), seconds, p50, p99,
                errors=int(errors) + (count - len(lat)))
 
 
@@ -690,18 +691,21 @@ def tables(rows: list) -> str:
                     out.append(f"| {st} | {size} B | {_fmt_rate(kr)} | {_fmt_rate(er)} | {ratio(er, kr)} |")
         out.append("")
     if any(r.cell == "tail" for r in rows):
-        out += ["### Tail: end-to-end latency, producer process to tailing reader (sync durability)", "",
-                "| setup | size | rate | Kafka p50 / p99 | embedlog p50 / p99 | Kafka p50 / embedlog p50 |",
-                "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        out += ["### Tail: end-to-end latency, producer process to tailing reader", "",
+                "| setup | durability | size | rate | Kafka p50 / p99 | embedlog p50 / p99 | "
+                "Kafka p50 / embedlog p50 |",
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for st in setups:
-            for size in sorted({r.size for r in rows if r.cell == "tail"}):
-                k = ("tail", st, "sync", size)
-                if k + ("kafka",) not in groups:
-                    continue
-                kp, ep = _med(groups[k + ("kafka",)], "p50_us"), _med(groups.get(k + ("embedlog",), []), "p50_us")
-                rate_s = groups[k + ("kafka",)][0]
-                out.append(f"| {st} | {size} B | {rate_s.count / rate_s.seconds:,.0f}/s | {lat(k + ('kafka',))} | "
-                           f"{lat(k + ('embedlog',))} | {ratio(kp, ep)} |")
+            for d in ("sync", "page cache"):
+                for size in sorted({r.size for r in rows if r.cell == "tail"}):
+                    k = ("tail", st, d, size)
+                    if k + ("kafka",) not in groups:
+                        continue
+                    kp = _med(groups[k + ("kafka",)], "p50_us")
+                    ep = _med(groups.get(k + ("embedlog",), []), "p50_us")
+                    rate_s = groups[k + ("kafka",)][0]
+                    out.append(f"| {st} | {d} | {size} B | {rate_s.count / rate_s.seconds:,.0f}/s | "
+                               f"{lat(k + ('kafka',))} | {lat(k + ('embedlog',))} | {ratio(kp, ep)} |")
         out.append("")
     if any(r.cell.startswith("spark") for r in rows):
         out += ["### Spark batch, 1 KiB rows (rows/s)", "",
@@ -810,10 +814,11 @@ def main(argv=None) -> int:
                     if want("consume"):
                         cells.append(lambda st=st, size=size, system=system:
                                      consume_cell(st, system, size, args.messages))
-            for system in ("kafka", "embedlog"):
-                if want("tail"):
-                    cells.append(lambda st=st, system=system:
-                                 tail_cell(st, system, 100, args.tail_rate, args.tail_seconds))
+            for d in ("sync", "page cache"):
+                for system in ("kafka", "embedlog"):
+                    if want("tail"):
+                        cells.append(lambda st=st, system=system, d=d:
+                                     tail_cell(st, system, 100, args.tail_rate, args.tail_seconds, d))
             if spark is not None:
                 for system in ("kafka", "embedlog"):
                     if want("spark_read"):
