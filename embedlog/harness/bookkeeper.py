@@ -199,6 +199,9 @@ def driver_classpath(version: str) -> tuple[str, str | None]:
         with _lock(os.path.join(home, ".lock")):
             if not os.path.exists(jar):
                 _compile_driver(javac, cp, jar)
+                for old in os.listdir(home):       # builds of an earlier BkDriver.java
+                    if old.startswith(f"BkDriver-{version}-") and old != os.path.basename(jar):
+                        os.unlink(os.path.join(home, old))
     return f"{cp}:{jar}", "BkDriver"
 
 
