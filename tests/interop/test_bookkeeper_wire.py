@@ -305,6 +305,40 @@ def test_one_connection_every_operation(cluster):
     asyncio.run(run())
 
 
+def test_lac_written_under_each_digest_passes_javas_digest_check(cluster):
+    """WRITE_LAC's body carries the LAC under the ledger's digest: BookKeeper's client
+    (LedgerHandle.readExplicitLastConfirmed, its DigestManager) verifies it for every digest."""
+    import os
+    import subprocess
+    client = cluster.embedlog
+    writers, lids = [], []
+
+    async def write_lac(bookie, lid, digest):
+        c = BookKeeperConnection(bookie)
+        try:
+            mac = F.mac_key(PW) if digest == "mac" else None
+            await c.call(WriteLac(0, lid, KEY, 4, 0, F.digest_code(digest), mac), 20)
+        finally:
+            c.close()
+
+    for digest in DIGESTS:
+        w = client.create_ledger(1, 1, 1, digest=digest, password=PW)
+        for i in range(5):
+            w.append(b"lac-%d" % i)            # the last entry carries LAC 3; 4 is explicit only
+        writers.append(w)
+        lids.append(int(w.ledger_id))
+        asyncio.run(write_lac(w.metadata.fragments[0][1][0], lids[-1], digest))
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          "tools", "peers", "BkExplicitLac.java")
+    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp", jars.classpath(f"bookkeeper-{cluster.version}"),
+                          source, cluster.metadata_uri, PASSWORD, *map(str, lids)],
+                         capture_output=True, text=True, timeout=120)
+    for w in writers:
+        w.close()
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert [line for line in out.stdout.splitlines() if line.startswith(("explicit", "error"))] == [
+        f"explicit {lid} 4" for lid in lids], out.stdout
+
 # -- a Java bookie dies under embedlog's writer -----------------------------------------------------
 
 def test_java_bookie_killed_mid_write_embedlog_changes_ensemble(cluster):
