@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +34,7 @@ PASSWORD = "wire-pw"
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
 DIGESTS = {"crc32": "CRC32", "crc32c": "CRC32C", "mac": "MAC", "dummy": "DUMMY"}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +47,21 @@ def zk():
     server.stop()
 
 
-@pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
+# 4.17.2 on the default SortedLedgerStorage; 4.16.6 (Pulsar 3.x's line) on DbLedgerStorage,
+# what Pulsar runs
+CLUSTERS = [(jars.BOOKKEEPER_VERSIONS[0], "sorted"), (jars.BOOKKEEPER_VERSIONS[1], "db")]
+
+
+@pytest.fixture(scope="module", params=CLUSTERS, ids=[f"{v}-{s}" for v, s in CLUSTERS])
 def bk(request, zk):
     from embedlog.harness.bookkeeper import BookKeeperCluster
-    name = f"bookkeeper-{request.param}"
+    version, storage = request.param
+    name = f"bookkeeper-{version}"
     if not jars.is_fetched(name) and not in_ci():
         pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
     try:
-        cluster = BookKeeperCluster(request.param, bookies=3, zk_hosts=zk.hosts,
-                                    root=f"/wire{request.param.replace('.', '')}")
+        cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk.hosts, ledger_storage=storage,
+                                    root=f"/wire{version.replace('.', '')}")
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
     # BookKeeperCluster.driver_command sets up the driver's classpath and archive lazily, not
@@ -93,6 +102,33 @@ def driver_lines(proc, result, until, what: str) -> None:
         result.feed(line)
 
 
+def java_ledgers(cluster, mode: str, lids) -> dict:
+    """tools/peers/BkLedgers.java MODE over ``lids`` in one JVM: per ledger, what BookKeeper's
+    client read (``read``: (lac, [(eid, payload)]); ``explicit-lac``: the LAC), or its error."""
+    source = os.path.join(ROOT, "tools", "peers", "BkLedgers.java")
+    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp",
+                          jars.classpath(f"bookkeeper-{cluster.version}"), source, mode,
+                          cluster.metadata_uri, PASSWORD, *map(str, lids)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    got: dict = {}
+    for line in out.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "lac":
+            lid, lac = map(int, rest.split())
+            got[lid] = (lac, [])
+        elif word == "entry":
+            lid, eid, data = rest.split(" ")
+            got[int(lid)][1].append((int(eid), bytes.fromhex(data)))
+        elif word == "explicit":
+            lid, lac = map(int, rest.split())
+            got[lid] = lac
+        elif word == "error":
+            lid, _, why = rest.partition(" ")
+            got[int(lid)] = why
+    return got
+
+
 def send_lines(proc, payloads) -> None:
     proc.stdin.write("".join(p.hex() + "\n" for p in payloads))
     proc.stdin.flush()
@@ -101,31 +137,31 @@ def send_lines(proc, payloads) -> None:
 # -- embedlog writes, BookKeeper reads -------------------------------------------------------------
 
 def test_embedlog_writes_every_digest_java_reads_back(cluster):
+    """3/2/2 and 1/1/1 ledgers under each digest: BookKeeper's client reads every entry back
+    (its digests checked; one JVM for all), and BkDriver and BookieShell one each."""
     client = cluster.embedlog
     made = {}
-    for digest in DIGESTS:
-        w = client.create_ledger(3, 2, 2, digest=digest, password=PW)
-        payloads = [b"%s-%d" % (digest.encode(), i) * (1 + i % 7) for i in range(40)]
-        for f in w.append_many_async(payloads[:30]):          # many entries per ADD frame
-            f.result(30)
-        for p in payloads[30:]:
-            w.append(p)
-        w.close()
-        made[digest] = (int(w.ledger_id), payloads)
-    single = client.create_ledger(1, 1, 1, digest="crc32c", password=PW)
-    for i in range(10):
-        single.append(b"single-%d" % i)
-    single.close()
-
-    reads = parallel(*[lambda lid=lid: cluster.java_client("read", lid, password=PASSWORD)
-                       for lid, _ in made.values()],
-                     lambda: cluster.read_ledger(int(single.ledger_id)),
-                     lambda: cluster.ledger_metadata(made["mac"][0]))
-    for (digest, (lid, payloads)), read in zip(made.items(), reads):
-        assert read.closed and read.lac == 39, (digest, read.lines[:5])
-        assert read.entries == list(enumerate(payloads)), digest
-    assert reads[4] == [(i, b"single-%d" % i) for i in range(10)]
-    assert "digestType=MAC" in reads[5] and "lastEntryId=39" in reads[5]
+    for shape in ((3, 2, 2), (1, 1, 1)):
+        for digest in DIGESTS:
+            w = client.create_ledger(*shape, digest=digest, password=PW)
+            payloads = [b"%s-%d" % (digest.encode(), i) * (1 + i % 7) for i in range(40)]
+            for f in w.append_many_async(payloads[:30]):          # many entries per ADD frame
+                f.result(30)
+            for p in payloads[30:]:
+                w.append(p)
+            w.close()
+            made[(shape, digest)] = (int(w.ledger_id), payloads)
+    wide = {d: made[((3, 2, 2), d)] for d in DIGESTS}
+    many, driven, shell, meta = parallel(
+        lambda: java_ledgers(cluster, "read", [lid for lid, _ in made.values()]),
+        lambda: cluster.java_client("read", wide["crc32c"][0], password=PASSWORD),
+        lambda: cluster.read_ledger(wide["crc32"][0]),
+        lambda: cluster.ledger_metadata(wide["mac"][0]))
+    for key, (lid, payloads) in made.items():
+        assert many[lid] == (39, list(enumerate(payloads))), (key, many[lid])
+    assert driven.closed and driven.lac == 39 and driven.entries == list(enumerate(wide["crc32c"][1]))
+    assert shell == list(enumerate(wide["crc32"][1]))
+    assert "digestType=MAC" in meta and "lastEntryId=39" in meta
 
 
 # -- BookKeeper writes, embedlog reads -------------------------------------------------------------
@@ -308,8 +344,6 @@ def test_one_connection_every_operation(cluster):
 def test_lac_written_under_each_digest_passes_javas_digest_check(cluster):
     """WRITE_LAC's body carries the LAC under the ledger's digest: BookKeeper's client
     (LedgerHandle.readExplicitLastConfirmed, its DigestManager) verifies it for every digest."""
-    import os
-    import subprocess
     client = cluster.embedlog
     writers, lids = [], []
 
@@ -328,16 +362,11 @@ def test_lac_written_under_each_digest_passes_javas_digest_check(cluster):
         writers.append(w)
         lids.append(int(w.ledger_id))
         asyncio.run(write_lac(w.metadata.fragments[0][1][0], lids[-1], digest))
-    source = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                          "tools", "peers", "BkExplicitLac.java")
-    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp", jars.classpath(f"bookkeeper-{cluster.version}"),
-                          source, cluster.metadata_uri, PASSWORD, *map(str, lids)],
-                         capture_output=True, text=True, timeout=120)
+    got = java_ledgers(cluster, "explicit-lac", lids)
     for w in writers:
         w.close()
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert [line for line in out.stdout.splitlines() if line.startswith(("explicit", "error"))] == [
-        f"explicit {lid} 4" for lid in lids], out.stdout
+    assert got == {lid: 4 for lid in lids}
+
 
 # -- a Java bookie dies under embedlog's writer -----------------------------------------------------
 
