@@ -32,7 +32,7 @@ import pytest
 
 from embedlog import Client
 from embedlog.errors import EmbedlogError
-from embedlog.harness import bkmeta, jars
+from embedlog.harness import jars
 from embedlog.harness.bookkeeper import DriverResult
 from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
@@ -94,20 +94,10 @@ def wait_for(cond, timeout_s: float = 30.0, what: str = "condition", step_s: flo
         time.sleep(step_s)
 
 
-def shell_fields(meta: str) -> dict:
-    """state, lastEntryId and length of BookieShell's LedgerMetadata{...} line."""
-    return {k: re.search(rf"\b{k}=([^,}}]*)", meta).group(1)
-            for k in ("state", "lastEntryId", "length")}
-
-
-def shell_metadata(cluster, lids: list[int]) -> dict[int, dict]:
-    """shell_fields of BookieShell's ``ledgermetadata`` of each ledger, in one JVM."""
-    if len(lids) == 1:
-        return {lids[0]: shell_fields(cluster.ledger_metadata(lids[0]))}
-    results = bkmeta.shell_batch(cluster.version, cluster.client_conf_path,
-                                 [["ledgermetadata", "-l", lid] for lid in lids])
-    assert all(rc == 0 for rc, _ in results), results
-    return {lid: shell_fields(out) for lid, (_, out) in zip(lids, results)}
+def shell_metadata(cluster, lid: int) -> dict:
+    """state, lastEntryId and length of BookieShell's ``ledgermetadata`` of ``lid``."""
+    meta = cluster.ledger_metadata(lid)
+    return {k: re.search(rf"\b{k}=([^,}}]*)", meta).group(1) for k in ("state", "lastEntryId", "length")}
 
 
 # -- writers that are killed ------------------------------------------------------------------------
@@ -215,18 +205,21 @@ def check_embedlog_recovered(cluster, lid: int, acked: int, payload) -> int:
     return last
 
 
-def check_java_agrees(cluster, lids_lasts: dict[int, int], payload) -> None:
-    """BookKeeper's Java reader and BookieShell see each ledger closed at its last entry,
-    with every entry and the same length (the JVMs at once)."""
+def check_java_agrees(cluster, lids_lasts: dict[int, int], payload, shell: bool = False) -> None:
+    """BookKeeper's Java reader (and with ``shell`` BookieShell's metadata) see each ledger
+    closed at its last entry, with every entry and the same length (the JVMs at once)."""
     lids = list(lids_lasts)
-    *reads, shell = parallel(*[lambda lid=lid: cluster.java_client("read", lid, password=PASSWORD)
-                               for lid in lids], lambda: shell_metadata(cluster, lids))
-    for lid, read in zip(lids, reads):
+    answers = parallel(*[lambda lid=lid: cluster.java_client("read", lid, password=PASSWORD)
+                         for lid in lids],
+                       *[lambda lid=lid: shell_metadata(cluster, lid) for lid in lids if shell])
+    for lid, read in zip(lids, answers):
         last = lids_lasts[lid]
         length = sum(len(payload(i)) for i in range(last + 1))
         assert read.closed and read.lac == last and read.length == length, (lid, read.lines[:6])
         assert read.entries == [(i, payload(i)) for i in range(last + 1)], lid
-        assert shell[lid] == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
+        if shell:
+            assert answers[len(lids) + lids.index(lid)] == {
+                "state": "CLOSED", "lastEntryId": str(last), "length": str(length)}, lid
 
 
 # -- 1. a Java writer killed, embedlog recovers -------------------------------------------------------
@@ -241,7 +234,7 @@ def test_java_writer_killed_embedlog_recovers(bk):
     for w, a in zip(writers, acked):
         assert bk.embedlog.ledger_metadata(w.ledger_id).state == LedgerState.OPEN
         lasts[w.ledger_id] = check_embedlog_recovered(bk, w.ledger_id, a, java_payload)
-    check_java_agrees(bk, lasts, java_payload)
+    check_java_agrees(bk, lasts, java_payload, shell=True)
 
 
 # -- 2. an embedlog writer killed, Java recovers -----------------------------------------------------
@@ -260,13 +253,14 @@ def test_embedlog_writer_killed_java_recovers(bk):
     assert recovered.closed and last >= acked and recovered.length == length, recovered.lines[:6]
     assert recovered.entries == [(i, py_payload(i)) for i in range(last + 1)]
 
-    meta = bk.ledger_metadata(lid)
-    assert shell_fields(meta) == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
-    r = bk.embedlog.open_ledger(lid, PW, recovery=False)
-    assert r.is_closed and r.last_add_confirmed == last and r.length == length
-    assert r.metadata.fragments == tuple((first, tuple(bs)) for first, bs in
-                                         sorted(recovered.ensembles.items()))
-    assert [(e.entry_id, e.data) for e in r.read(0, last)] == [(i, py_payload(i)) for i in range(last + 1)]
+    with ThreadPoolExecutor(1) as pool:
+        shell = pool.submit(shell_metadata, bk, lid)        # a JVM, while embedlog reads
+        r = bk.embedlog.open_ledger(lid, PW, recovery=False)
+        assert r.is_closed and r.last_add_confirmed == last and r.length == length
+        assert r.metadata.fragments == tuple((first, tuple(bs)) for first, bs in
+                                             sorted(recovered.ensembles.items()))
+        assert [(e.entry_id, e.data) for e in r.read(0, last)] == [(i, py_payload(i)) for i in range(last + 1)]
+        assert shell.result() == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
 
 
 # -- 3b. an embedlog recovery racing a Java one ------------------------------------------------------
@@ -300,8 +294,7 @@ def test_embedlog_recovery_races_java_recovery(bk):
     """Two races on half-written ledgers. embedlog's recovery hears the bookie without
     entry 20 first (its reads of the other are held back), so it rules entry 20 out and
     closes at 19; the Java client decides for itself (here it found entry 20 in every run
-    and wrote it back). Each race ends in one closed metadata both clients and BookieShell
-    agree on:
+    and wrote it back). Each race ends in one closed metadata both clients agree on:
 
     - gated: embedlog's recovery fences, reads and is paused just before its closing
       compare-and-set; the Java client recovers and closes meanwhile; embedlog's CAS then
@@ -354,7 +347,6 @@ def test_embedlog_recovery_races_java_recovery(bk):
     free_java = DriverResult(returncode=java_free.returncode)
     for line in out.splitlines():
         free_java.feed(line)
-    shell = shell_metadata(bk, [gated_lid, free_lid])
 
     for lid, java in ((gated_lid, java_gated), (free_lid, free_java)):
         final = bk.embedlog.ledger_metadata(lid)
@@ -362,7 +354,6 @@ def test_embedlog_recovery_races_java_recovery(bk):
         last = final.last_entry_id
         length = sum(len(race_payload(i)) for i in range(last + 1))
         assert final.length == length
-        assert shell[lid] == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
         mine = outcome[lid]
         assert mine[0] == "ok" or mine[1] in ("BadVersionError", "LedgerRecoveryError"), mine
         if mine[0] == "ok":
@@ -447,7 +438,7 @@ def test_message_faults_and_cut_connections_lose_nothing_acknowledged(bk):
     finally:
         c.close()                       # abandoned: the ledger stays open
     rfaults = Faults()
-    rc = proxied_client(bk, proxies, rfaults, add_timeout_s=5, read_timeout_s=2)
+    rc = proxied_client(bk, proxies, rfaults, add_timeout_s=5, read_timeout_s=5)
     try:
         proxies[changes[-1][1][0]].delay(0.05)
         rfaults.delay(0.2, op="read_lac", recovery=True, count=1)
