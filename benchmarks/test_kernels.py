@@ -14,7 +14,7 @@ import pytest
 
 from embedlog._native import format as fmt
 from embedlog._native import index as nix
-from embedlog._native import journal as nj
+from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
 from embedlog._native import memtable as nmt
 
 N = 1000
@@ -26,11 +26,11 @@ ENCODED = [fmt.encode_entry(0, 1, i, i - 1, 100 * (i + 1), "crc32c", p) for i, p
 def test_encode_journal_and_memtable(benchmark):
     # a bookie's memtable (64 MiB, reused after each flush): the steady state, not the
     # first touch of fresh memory
-    jb, mt = nj.JournalBuffer(1 << 20), nmt.MemTable(64 << 20)
+    jb, mt = jbuffer.JournalBuffer(1 << 20), nmt.MemTable(64 << 20)
     state = {"eid": 0}
 
     def run():
-        n, _ = nj.add_payloads(jb, mt, 0, 1, state["eid"], -1, 0, 3, None, PAYLOADS, 0, 1 << 20)
+        n, _ = jkernels.add_payloads(jb, mt, 0, 1, state["eid"], -1, 0, 3, None, PAYLOADS, 0, 1 << 20)
         state["eid"] += n
         jb.clear()
         if n < N:

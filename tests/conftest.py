@@ -16,7 +16,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 def pytest_sessionstart(session):
     try:
         import embedlog._native.format  # noqa: F401
-        import embedlog._native.journal  # noqa: F401
+        import embedlog._native.journal_format  # noqa: F401
+        import embedlog._native.journal_buffer  # noqa: F401
+        import embedlog._native.journal_waiters  # noqa: F401
+        import embedlog._native.journal_scan  # noqa: F401
+        import embedlog._native.journal_kernels  # noqa: F401
         import embedlog._native.memtable  # noqa: F401
         import embedlog._native.entrylog  # noqa: F401
         import embedlog._native.index  # noqa: F401

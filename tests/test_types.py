@@ -13,7 +13,8 @@ import pytest
 
 from cliutil import ROOT
 
-NATIVE = ["format", "journal", "memtable", "entrylog", "index", "reader", "arrowread", "arenas", "bkwire"]
+NATIVE = ["format", "journal_format", "journal_buffer", "journal_waiters", "journal_scan",
+          "journal_kernels", "memtable", "entrylog", "index", "reader", "arrowread", "arenas", "bkwire"]
 CONFIG = """[mypy-embedlog.*]
 ignore_errors = True
 [mypy-embedlog._native.*]

@@ -32,7 +32,7 @@ import embedlog  # noqa: E402
 from embedlog import LedgerId  # noqa: E402
 from embedlog._native import entrylog as nel  # noqa: E402
 from embedlog._native import index as nix  # noqa: E402
-from embedlog._native import journal as nj  # noqa: E402
+from embedlog._native import journal_format as jformat, journal_scan as jscan  # noqa: E402
 from embedlog.bookie.journal import journal_ids  # noqa: E402
 from embedlog.errors import EmbedlogError  # noqa: E402
 
@@ -113,8 +113,8 @@ def targets(path, acked) -> list:
     jdir = os.path.join(path, "journal")
     newest = os.path.join(jdir, "%x.txn" % journal_ids(jdir)[-1])
     data = open(newest, "rb").read()
-    _records, end, _status, _skipped = nj.scan(data, nj.HEADER_SIZE)
-    out.append(("journal (newest)", newest, (nj.HEADER_SIZE + end) // 2))
+    _records, end, _status, _skipped = jscan.scan(data, jformat.HEADER_SIZE)
+    out.append(("journal (newest)", newest, (jformat.HEADER_SIZE + end) // 2))
     out.append(("metadata meta.db", os.path.join(path, "meta.db"), None))
     out.append(("cookie current/VERSION", os.path.join(cur, "VERSION"), None))
     out.append(("cookie journal/VERSION", os.path.join(jdir, "VERSION"), None))

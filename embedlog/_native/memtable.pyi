@@ -1,5 +1,5 @@
 # Type stubs of the Cython module embedlog._native.memtable: the sorted in-memory table of
-# entries (journal.pyi has the add-path kernels that feed it).
+# entries (journal_kernels.pyi has the add-path kernels that feed it).
 from typing import Any
 
 from embedlog.errors import EntryTooLargeError as EntryTooLargeError

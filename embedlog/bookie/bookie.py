@@ -25,7 +25,7 @@ import struct
 import threading
 import uuid
 
-from embedlog._native import journal as nj
+from embedlog._native import journal_format as jformat, journal_kernels as jkernels
 from embedlog._native.reader import LedgerReader
 from embedlog._native.format import MAX_ENTRY_ID, LedgerId, parse_entry_header
 from embedlog.bookie import cookies, disks, gc
@@ -323,7 +323,7 @@ class Bookie:
             start_length = length
             try:
                 while True:
-                    n, length = nj.add_payloads(
+                    n, length = jkernels.add_payloads(
                         self.journal.buffer, self.storage.active, key[0], key[1],
                         first_entry_id + done, lac, length, digest, mac_key, payloads, done,
                         self.config.max_entry_size_bytes)
@@ -380,7 +380,7 @@ class Bookie:
             self.journal.make_room()
             done = 0
             while done < len(entries):
-                done += nj.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
+                done += jkernels.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
                 if done < len(entries):
                     self.storage.make_room(self.journal.note_appended())
             for e, (_v, scope, lid, eid, lac, _len, _d) in zip(entries, headers):
@@ -388,7 +388,7 @@ class Bookie:
                 d.seen((scope, lid), eid)
                 d.note_lac((scope, lid), lac)
             if truncate:
-                self.journal.add_record(nj.TRUNCATE, _IDS_I64.pack(scope, lid, eid))
+                self.journal.add_record(jformat.TRUNCATE, _IDS_I64.pack(scope, lid, eid))
                 d.truncate((scope, lid), eid)         # its own entry, seen above, is the last
             self.stats["adds"] += len(entries)
             return self.journal.note_appended()
@@ -410,7 +410,7 @@ class Bookie:
             self._ensure_open()
             idx = self.descriptors.check_key(key, master_key, False)
             self.descriptors.check_term(idx, key, term)
-            seq = self.journal.add_record(nj.TRIM, _IDS_I64.pack(*key, first_kept))
+            seq = self.journal.add_record(jformat.TRIM, _IDS_I64.pack(*key, first_kept))
             self.storage.erase(key, 0, first_kept - 1)
             return seq
 
@@ -440,7 +440,7 @@ class Bookie:
             self.descriptors.check_key(key, master_key, True)
             if not self.descriptors.fence(key):
                 return self.journal.appended_seq
-            return self.journal.add_record(nj.FENCE, _IDS.pack(*key))
+            return self.journal.add_record(jformat.FENCE, _IDS.pack(*key))
 
     def is_fenced(self, ledger_id) -> bool:
         key = self._key(ledger_id)
@@ -453,7 +453,7 @@ class Bookie:
             self._ensure_open()
             self.descriptors.check_key(key, master_key, True)
             if self.descriptors.raise_explicit_lac(key, lac):
-                return self.journal.add_record(nj.EXPLICIT_LAC, _IDS_I64.pack(*key, lac))
+                return self.journal.add_record(jformat.EXPLICIT_LAC, _IDS_I64.pack(*key, lac))
             return self.journal.appended_seq
 
     def get_explicit_lac(self, ledger_id) -> int:
@@ -513,7 +513,7 @@ class Bookie:
             self._ensure_open()
             if key not in self.ledgers:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
+            self.journal.add_record(jformat.DELETE_LEDGER, _IDS.pack(*key))
             self.descriptors.delete(key)
             seq = self.journal.appended_seq
         self.wait_durable(seq)
@@ -527,7 +527,7 @@ class Bookie:
             self._ensure_open()
             for key, idx in pairs:
                 if self.ledgers.get(key) is idx:
-                    self.journal.add_record(nj.DELETE_LEDGER, _IDS.pack(*key))
+                    self.journal.add_record(jformat.DELETE_LEDGER, _IDS.pack(*key))
                     self.descriptors.delete(key)
                     done += 1
             seq = self.journal.appended_seq

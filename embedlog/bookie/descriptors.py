@@ -21,7 +21,7 @@ import collections
 import struct
 import threading
 
-from embedlog._native import journal as nj
+from embedlog._native import journal_format as jformat
 from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key
 from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
@@ -130,7 +130,7 @@ class LedgerDescriptors:
             idx = self.set_master_key(key, bytes(master_key))
             if facts is not None:
                 idx.incarnation = facts.ctime_ms
-            self.journal.add_record(nj.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
+            self.journal.add_record(jformat.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
             return idx
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
@@ -177,7 +177,7 @@ class LedgerDescriptors:
             raise InvalidTermError(f"ledger {LedgerId(*key)} is at term {idx.term} on bookie "
                                    f"{self.bookie_id}; the request has term {term}")
         if self.raise_term(key, term):
-            self.journal.add_record(nj.TERM, _IDS_U64.pack(*key, term))
+            self.journal.add_record(jformat.TERM, _IDS_U64.pack(*key, term))
 
     def check_entry(self, key, entry, version: int, digest) -> None:
         """An entry's digest code is a known one (the ledger's, when its metadata is known)

@@ -25,14 +25,15 @@ import os
 import threading
 import time
 
-from embedlog._native import journal as nj
+from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
+                              journal_waiters as jwaiters)
 from embedlog import failpoints, fileio
 from embedlog.fileio import fsync_dir, no_space as _no_space, private_dir
 from embedlog.errors import EmbedlogError, TimeoutError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
-ALIGN = nj.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
+ALIGN = jbuffer.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
 
 
 def journal_ids(directory: str) -> list[int]:
@@ -49,7 +50,7 @@ def journal_ids(directory: str) -> list[int]:
 
 def prealloc_floor(prealloc_bytes: int) -> int:
     """The size a journal file has from its creation: its header block and the zeros
-    written ahead at once (its header records it, see nj.file_min_size)."""
+    written ahead at once (its header records it, see jformat.file_min_size)."""
     return ALIGN + min(prealloc_bytes, 4 << 20)
 
 class Journal:
@@ -57,14 +58,14 @@ class Journal:
         self.directory = directory
         self.config = config
         self.cv = cv                                   # sync waiters: a group is durable
-        self.durable = nj.DurableSeq()                 # the same, for waiters outside the lock
+        self.durable = jwaiters.DurableSeq()                 # the same, for waiters outside the lock
         # the writer and the preallocator wait on conditions of their own (same lock), so a
         # finished group wakes only those who need it
         self._writer_cv = threading.Condition(lock)
         self._prealloc_cv = threading.Condition(lock)
         private_dir(directory)
-        self.buffer = nj.JournalBuffer()
-        self._spare = nj.JournalBuffer()
+        self.buffer = jbuffer.JournalBuffer()
+        self._spare = jbuffer.JournalBuffer()
         self.appended_seq = 0
         self.written_seq = 0
         self._taken_seq = 0               # end of the records a leader took out of the buffer
@@ -115,7 +116,7 @@ class Journal:
         self._mark = mark
         # the first group lands right after the header (later ones: _lead says where; it
         # alone may move an empty buffer, under the lock, as appenders fill it under it)
-        self.buffer.set_lead(nj.HEADER_SIZE)
+        self.buffer.set_lead(jformat.HEADER_SIZE)
         try:
             self._open_file()
         except OSError as exc:
@@ -136,7 +137,7 @@ class Journal:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         dfd = -1
         prev = max(existing, default=0)
-        header = nj.file_header(new_id, prev)
+        header = jformat.file_header(new_id, prev)
         try:
             # the header's whole block, so O_DIRECT writes start on block boundaries after it
             if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
@@ -144,18 +145,18 @@ class Journal:
             dfd = self._open_direct(path)
             zero_end = prealloc_floor(self._prealloc)
             try:
-                nj.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN, sync=False)
+                jbuffer.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN, sync=False)
             except OSError as exc:
                 if not _no_space(exc):
                     raise               # zeros ahead are a speed-up: without room, none
             else:
                 # the header says how long the zeros made the file: replay takes a file found
                 # shorter as cut (records after the cut would be lost without a word)
-                header = nj.file_header(new_id, prev, zero_end)
+                header = jformat.file_header(new_id, prev, zero_end)
                 os.pwrite(fd, header, 0)
             os.fsync(fd)
             fsync_dir(self.directory)
-            fileio.durable(path, nj.HEADER_SIZE, os.fstat(fd).st_size)
+            fileio.durable(path, jformat.HEADER_SIZE, os.fstat(fd).st_size)
             if getattr(self, "_mark", None) is not None:
                 self._mark.write_head(new_id)
         except BaseException:
@@ -167,12 +168,12 @@ class Journal:
         for old in (self._fd, self._dfd):
             if old >= 0:
                 os.close(old)
-        self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, nj.HEADER_SIZE
+        self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, jformat.HEADER_SIZE
         self._tail = header
         self._dropped_to = 0                 # pages below this were dropped from the cache
         self._path = path
         self._zero_end = zero_end
-        self.files.append((self.written_seq, new_id, nj.HEADER_SIZE))
+        self.files.append((self.written_seq, new_id, jformat.HEADER_SIZE))
         del self.files[:-64]
 
     def _open_direct(self, path: str) -> int:
@@ -271,7 +272,7 @@ class Journal:
         self._syncing = True
         self._oldest_pending = None
         rolled = self._needs_roll
-        if self._offset + buf.nbytes > self._max_bytes and self._offset > nj.HEADER_SIZE:
+        if self._offset + buf.nbytes > self._max_bytes and self._offset > jformat.HEADER_SIZE:
             rolled = True
         # never write where the preallocator is writing zeros, nor roll under it
         while self._claim is not None and self._claim[0] == self._file_id and (
@@ -279,7 +280,7 @@ class Journal:
             self.cv.wait()
         self._rolling = rolled
         # the preallocator must stay beyond what this write covers (it runs meanwhile)
-        self._reserved_end = (nj.HEADER_SIZE if rolled else self._offset) + buf.nbytes
+        self._reserved_end = (jformat.HEADER_SIZE if rolled else self._offset) + buf.nbytes
         self.buffer.set_lead(self._reserved_end)         # where the next group will start
         self.stats[trigger] += 1
         self.cv.release()
@@ -295,7 +296,7 @@ class Journal:
             if sync:
                 failpoints.hit("journal.before_sync")
                 t0 = time.perf_counter()
-                nj.sync_fd(self._fd)
+                jbuffer.sync_fd(self._fd)
                 fsync_s = time.perf_counter() - t0
                 self.stats["fsync_time_s"] += fsync_s
                 fileio.durable(self._path, self._offset)
@@ -409,9 +410,9 @@ class Journal:
 
     def _open_file_locked_out(self, start_seq: int, sync_old: bool = True) -> None:
         if sync_old and self._fd >= 0:
-            nj.sync_fd(self._fd)
+            jbuffer.sync_fd(self._fd)
         self._open_file()
-        self.files[-1] = (start_seq, self._file_id, nj.HEADER_SIZE)
+        self.files[-1] = (start_seq, self._file_id, jformat.HEADER_SIZE)
 
     def wait_durable(self, seq: int, timeout: float | None = None) -> None:
         """Block until the journal is durable up to ``seq``; the caller holds no lock.
@@ -537,7 +538,7 @@ class Journal:
                     done.append((self._async.popleft()[1], None))
                 if not self.config.journal_sync_data and \
                         time.monotonic() - last_interval_sync >= interval_s and self._fd >= 0:
-                    nj.sync_fd(self._fd)
+                    jbuffer.sync_fd(self._fd)
                     self.stats["interval"] += 1
                     last_interval_sync = time.monotonic()
             for cb, failed in done:
@@ -567,7 +568,7 @@ class Journal:
                 self._claim = (file_id, start)
             failpoints.hit("journal.prealloc_before_zero")
             try:
-                nj.write_zeros(fd, start, chunk, sync=True)
+                jbuffer.write_zeros(fd, start, chunk, sync=True)
                 wrote = True
             except OSError:
                 wrote = False             # closed under us by a roll, or no room: retry later

@@ -16,7 +16,8 @@ import struct
 import threading
 import time
 
-from embedlog._native import journal as nj
+from embedlog._native import (journal_format as jformat, journal_scan as jscan,
+                              journal_kernels as jkernels)
 from embedlog._native.format import MAX_ENTRY_ID, LedgerId
 from embedlog import fileio
 from embedlog.bookie.journal import journal_ids
@@ -67,15 +68,15 @@ def _trim(bookie, fields, _body) -> None:
     bookie.storage.erase((fields[0], fields[1]), 0, fields[2] - 1)
 
 
-HANDLERS = {nj.ENTRY: _entry, nj.ENTRY_CRC32C: _entry, nj.LEDGER_KEY: _ledger_key, nj.FENCE: _fence,
-            nj.EXPLICIT_LAC: _explicit_lac, nj.TERM: _term, nj.TRUNCATE: _truncate,
-            nj.DELETE_LEDGER: _delete, nj.TRIM: _trim}
+HANDLERS = {jformat.ENTRY: _entry, jformat.ENTRY_CRC32C: _entry, jformat.LEDGER_KEY: _ledger_key, jformat.FENCE: _fence,
+            jformat.EXPLICIT_LAC: _explicit_lac, jformat.TERM: _term, jformat.TRUNCATE: _truncate,
+            jformat.DELETE_LEDGER: _delete, jformat.TRIM: _trim}
 
 
 def apply_record(bookie, rtype: int, body: bytes) -> None:
     """Re-apply one record: what the add, fence, ... did before the crash. A body that does
     not fit its type is JournalCorruptedError, even with a good checksum."""
-    fields = nj.decode_record(rtype, body)
+    fields = jformat.decode_record(rtype, body)
     handler = HANDLERS.get(rtype)
     if fields is not None and handler is not None:
         handler(bookie, fields, body)
@@ -99,7 +100,7 @@ def replay_bookie(bookie, live: bool = False) -> dict:
         storage, seen, refused = bookie.storage, {}, []
         while True:
             try:
-                j = nj.replay_entries(mm, records, i, storage.active, seen, refused)
+                j = jkernels.replay_entries(mm, records, i, storage.active, seen, refused)
             except JournalCorruptedError as exc:
                 raise JournalCorruptedError(f"journal {path} {exc}") from exc
             for off, scope, lid, eid in refused:
@@ -111,7 +112,7 @@ def replay_bookie(bookie, live: bool = False) -> dict:
                 bookie.descriptors.known(key)
                 bookie.descriptors.seen(key, eid)
             seen.clear()
-            if j >= len(records) or records[j][1] not in nj.ENTRY_TYPES:
+            if j >= len(records) or records[j][1] not in jformat.ENTRY_TYPES:
                 return j
             if j == i and storage.active.is_empty():
                 raise MemoryError(f"no memory for the memtable replaying {path}")
@@ -171,13 +172,13 @@ def check_chain(directory: str, mark_id: int, head: int | None) -> list:
     for i in ids:
         path = os.path.join(directory, "%x.txn" % i)
         with open(path, "rb") as f:
-            header = f.read(nj.HEADER_SIZE)
-        if len(header) == nj.HEADER_SIZE:
+            header = f.read(jformat.HEADER_SIZE)
+        if len(header) == jformat.HEADER_SIZE:
             try:
-                nj.check_file_header(header)
+                jformat.check_file_header(header)
             except ValueError:
                 continue                   # replay reports a bad header with its offset
-            prev_ids[i] = nj.file_chain(header)
+            prev_ids[i] = jformat.file_chain(header)
     for before, after in zip(ids, ids[1:]):
         prev = prev_ids.get(after)
         if prev is not None and prev != before:
@@ -228,7 +229,7 @@ def _data_end(fd: int, size: int) -> int:
     """Where a journal file's written bytes end: its first hole after the header (records
     are written contiguously from there), or its size."""
     try:
-        return max(nj.HEADER_SIZE, min(size, os.lseek(fd, nj.HEADER_SIZE, os.SEEK_HOLE)))
+        return max(jformat.HEADER_SIZE, min(size, os.lseek(fd, jformat.HEADER_SIZE, os.SEEK_HOLE)))
     except OSError:
         return size
 
@@ -259,7 +260,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
     A bad last record is a torn tail only if part of it never reached the disk
     (``tail_damage``); one cut by the end of the file or complete but failing its checksum
     is damage. So is a newest file shorter than the size its header says its preallocated
-    zeros gave it (nj.file_min_size): it was cut.
+    zeros gave it (jformat.file_min_size): it was cut.
     Damage raises JournalCorruptedError naming file and offset unless ``skip_corrupt``
     (the operator accepts the loss: it is logged and reported in ``damaged_tails``).
     ``live``: a writer is appending to the journal (a read-only view replays it): its tail
@@ -299,7 +300,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
             log.error("%s; accepting the loss (journal_skip_corrupt_records)", why)
             report["skipped"].append((path, size, mark_off - size))
             continue
-        if size < nj.HEADER_SIZE:
+        if size < jformat.HEADER_SIZE:
             # a file created but never written before a crash: nothing was acknowledged in it
             report["torn"].append((path, 0, size))
             continue
@@ -310,19 +311,19 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
             mm = mmap.mmap(f.fileno(), data_end, access=mmap.ACCESS_READ)
             try:
                 try:
-                    got_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
+                    got_id = jformat.check_file_header(mm[:jformat.HEADER_SIZE])
                 except ValueError as exc:
                     raise JournalCorruptedError(f"journal {path} offset 0: {exc}") from None
                 if got_id != file_id:
                     raise JournalCorruptedError(
                         f"journal {path} offset 0: header names journal {got_id:x}")
-                floor = nj.file_min_size(mm[:nj.HEADER_SIZE])
-                start = max(nj.HEADER_SIZE, mark_off) if file_id == mark_id else nj.HEADER_SIZE
+                floor = jformat.file_min_size(mm[:jformat.HEADER_SIZE])
+                start = max(jformat.HEADER_SIZE, mark_off) if file_id == mark_id else jformat.HEADER_SIZE
                 # the journal's pages were dropped after each sync: read ahead of the scan
                 mm.madvise(mmap.MADV_SEQUENTIAL)
                 if start < len(mm):             # a mark at the very end: nothing to read
                     mm.madvise(mmap.MADV_WILLNEED, start & ~(mmap.PAGESIZE - 1))
-                records, end, status, skipped = nj.scan(
+                records, end, status, skipped = jscan.scan(
                     mm, start, max_record_size, skip_corrupt)
                 if status == "corrupt":
                     raise JournalCorruptedError(
@@ -332,7 +333,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 i = 0
                 while i < len(records):
                     off, rtype, body_start, body_len = records[i]
-                    if apply_entries is not None and rtype in nj.ENTRY_TYPES:
+                    if apply_entries is not None and rtype in jformat.ENTRY_TYPES:
                         i = apply_entries(mm, records, i, path)
                         continue
                     apply(rtype, mm[body_start:body_start + body_len], path, off)

@@ -22,7 +22,7 @@ import click
 
 from embedlog._native import entrylog as nel
 from embedlog._native import index as nix
-from embedlog._native import journal as nj
+from embedlog._native import journal_format as jformat, journal_scan as jscan
 from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, parse_entry_header
 from embedlog.bookie.cookies import read_dir_cookie
 from embedlog.bookie.files import list_files
@@ -300,29 +300,29 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
         raise IllegalOpError(f"no journal file {path}")
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size < nj.HEADER_SIZE:
+        if size < jformat.HEADER_SIZE:
             raise CorruptedDataError(f"{path} is shorter than a journal header")
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             try:
-                file_id = nj.check_file_header(mm[:nj.HEADER_SIZE])
+                file_id = jformat.check_file_header(mm[:jformat.HEADER_SIZE])
             except ValueError as exc:
                 raise CorruptedDataError(f"{path}: {exc}") from None
-            records, end, status, _ = nj.scan(mm, nj.HEADER_SIZE)
+            records, end, status, _ = jscan.scan(mm, jformat.HEADER_SIZE)
             rows = []
             for off, rtype, start, n in records:
                 body = mm[start:start + n]
-                row = {"offset": off, "type": nj.RECORD_TYPES.get(rtype, f"unknown({rtype})"),
+                row = {"offset": off, "type": jformat.RECORD_TYPES.get(rtype, f"unknown({rtype})"),
                        "bytes": n}
-                if rtype in nj.ENTRY_TYPES:
+                if rtype in jformat.ENTRY_TYPES:
                     v, s, l, e, lac, length, _d = parse_entry_header(body)
                     row.update(_name((s, l)), entry_id=e, lac=lac, length=length, format=f"V{v}")
                 elif n >= 16:
                     s, l = struct.unpack_from(">QQ", body)
                     row.update(_name((s, l)))
-                    if n >= 24 and rtype in (nj.EXPLICIT_LAC, nj.TRUNCATE, nj.TRIM):
+                    if n >= 24 and rtype in (jformat.EXPLICIT_LAC, jformat.TRUNCATE, jformat.TRIM):
                         row["value"] = struct.unpack_from(">q", body, 16)[0]
-                    elif n >= 24 and rtype == nj.TERM:
+                    elif n >= 24 and rtype == jformat.TERM:
                         row["value"] = struct.unpack_from(">Q", body, 16)[0]
                 if ledger_filter is not None and row.get("ledger_id") != ledger_filter:
                     continue

@@ -159,12 +159,12 @@ def test_corruption_in_the_middle_stops_with_file_and_offset(tmp_path):
 def test_record_with_a_good_checksum_and_a_bad_body_stops_with_file_and_offset(tmp_path, rtype, body):
     """A record whose checksum is right but whose body does not fit its type (a bug, or a
     file made by hand) is refused with the file and offset, not a struct.error."""
-    from embedlog._native import journal as nj
+    from embedlog._native import journal_buffer as jbuffer, journal_format as jformat
     write_and_crash(tmp_path, [b"x" * 10] * 5)
     jpath = newest_journal(tmp_path)
     _records, end, _status = journal_records(jpath)
-    buf = nj.JournalBuffer()
-    buf.add_record(getattr(nj, rtype), body)
+    buf = jbuffer.JournalBuffer()
+    buf.add_record(getattr(jformat, rtype), body)
     fd = os.open(jpath, os.O_RDWR)
     try:
         buf.write_to(fd, end)
@@ -343,12 +343,14 @@ def test_an_entry_record_checks_every_byte_of_header_digest_and_payload(tmp_path
     """ENTRY_CRC32C records: the record checksum covers the entry's header and digest, the
     digest covers the payload; a bit flipped anywhere makes the record bad. Other digests
     keep ENTRY records (checksum over the whole body)."""
-    from embedlog._native import journal as nj, memtable as nmt
+    from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
+                                  journal_scan as jscan, journal_kernels as jkernels,
+                                  memtable as nmt)
     from embedlog._native.format import DIGEST_CODES
 
     def framed(digest, payloads):
-        jb = nj.JournalBuffer()
-        n, _ = nj.add_payloads(jb, nmt.MemTable(1 << 20), scope, 5, 0, -1, 0,
+        jb = jbuffer.JournalBuffer()
+        n, _ = jkernels.add_payloads(jb, nmt.MemTable(1 << 20), scope, 5, 0, -1, 0,
                                DIGEST_CODES[digest], None, payloads, 0, 1 << 20)
         assert n == len(payloads)
         p = tmp_path / f"{digest}.bin"
@@ -360,35 +362,35 @@ def test_an_entry_record_checks_every_byte_of_header_digest_and_payload(tmp_path
         return bytearray(p.read_bytes())
 
     for digest in ("crc32", "dummy"):
-        records, _end, status, _ = nj.scan(bytes(framed(digest, [b"x" * 30])), 0)
-        assert status == "clean" and [r[1] for r in records] == [nj.ENTRY]
+        records, _end, status, _ = jscan.scan(bytes(framed(digest, [b"x" * 30])), 0)
+        assert status == "clean" and [r[1] for r in records] == [jformat.ENTRY]
     data = framed("crc32c", [b"first", os.urandom(300)])
-    records, end, status, _ = nj.scan(bytes(data), 0)
+    records, end, status, _ = jscan.scan(bytes(data), 0)
     assert status == "clean" and end == len(data)
-    assert [r[1] for r in records] == [nj.ENTRY_CRC32C] * 2
+    assert [r[1] for r in records] == [jformat.ENTRY_CRC32C] * 2
     last = records[-1][0]
     for i in range(last, len(data)):
         for bit in (0, 7):
             bad = bytearray(data)
             bad[i] ^= 1 << bit
-            got, end, status, _ = nj.scan(bytes(bad), 0)
+            got, end, status, _ = jscan.scan(bytes(bad), 0)
             assert len(got) == 1 and end == last and status == "torn", (i, bit)
 
 
 def test_journal_headers_of_version_1_still_open_and_unknown_versions_do_not():
-    from embedlog._native import journal as nj
+    from embedlog._native import journal_format as jformat
     from embedlog._native.format import crc32c
 
     def with_version(v):
-        h = bytearray(nj.file_header(0x1234))
+        h = bytearray(jformat.file_header(0x1234))
         h[4:8] = v.to_bytes(4, "big")
         h[16:20] = crc32c(bytes(h[:16])).to_bytes(4, "big")
         return bytes(h)
 
-    assert nj.check_file_header(nj.file_header(0x1234)) == 0x1234
-    assert nj.check_file_header(with_version(1)) == 0x1234
+    assert jformat.check_file_header(jformat.file_header(0x1234)) == 0x1234
+    assert jformat.check_file_header(with_version(1)) == 0x1234
     with pytest.raises(JournalCorruptedError, match="unknown journal format version 3"):
-        nj.check_file_header(with_version(3))
+        jformat.check_file_header(with_version(3))
 
 
 def test_a_flushed_memtable_moves_the_last_log_mark_so_a_crash_replays_little(tmp_path):
@@ -646,7 +648,7 @@ def test_waiting_with_a_timeout_for_what_no_group_will_cover_times_out(tmp_path)
 def test_a_publish_wakes_the_waiters_it_covers_and_one_to_lead_the_next_group():
     """Waking everyone on every sync sent the next group's waiters through the GIL for
     nothing; a waiter left asleep must still be woken by a later publish or a wake."""
-    from embedlog._native.journal import DurableSeq
+    from embedlog._native.journal_waiters import DurableSeq
     d = DurableSeq()
     got = {}
 

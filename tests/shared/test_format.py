@@ -150,12 +150,13 @@ def test_add_path_copy_and_checksum_in_one_pass_matches_the_library_every_length
     """The add path copies and checksums each payload in one pass (el_crc32c_copy): the
     digest it writes is google-crc32c's over header and payload, at every length and
     source alignment up to past the one-pass limit."""
-    from embedlog._native import journal as nj, memtable as nmt
+    from embedlog._native import (journal_buffer as jbuffer, journal_kernels as jkernels,
+                                  memtable as nmt)
     rnd = random.Random(11)
     data = bytes(rnd.getrandbits(8) for _ in range(1000))
     payloads = [memoryview(data)[n % 8:n % 8 + n] for n in range(0, 900)]
     mt = nmt.MemTable(1 << 24)
-    n, _ = nj.add_payloads(nj.JournalBuffer(), mt, 0, 9, 0, -1, 0, fmt.DIGEST_CODES["crc32c"], None,
+    n, _ = jkernels.add_payloads(jbuffer.JournalBuffer(), mt, 0, 9, 0, -1, 0, fmt.DIGEST_CODES["crc32c"], None,
                            payloads, 0, 1 << 20)
     assert n == len(payloads)
     for eid, p in enumerate(payloads):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from cliutil import ROOT
 from embedlog._native import format as F
-from embedlog._native import journal as nj
+from embedlog._native import journal_format as jformat
 from embedlog.net import protocol as P
 
 FUZZ = os.path.join(ROOT, "tools", "fuzz")
@@ -102,7 +102,7 @@ def _records(data: bytes, start: int) -> list:
         out.append(pos)
         if n == 0 or n == 0xFFFFFFFF or pos + 4 + n > len(data):
             break
-        pos += 4 + n + (5 if start == nj.HEADER_SIZE else 0)      # journal: crc and type
+        pos += 4 + n + (5 if start == jformat.HEADER_SIZE else 0)      # journal: crc and type
     return out
 
 
@@ -111,7 +111,7 @@ def _fix_journal(data: bytes) -> bytes:
     b = bytearray(data)
     if len(b) >= 20:
         b[16:20] = struct.pack(">I", F.crc32c(bytes(b[:16])))
-    pos = nj.HEADER_SIZE
+    pos = jformat.HEADER_SIZE
     while pos + 9 <= len(b):
         (n,) = struct.unpack_from(">I", b, pos)
         if n == 0 or pos + 9 + n > len(b):
@@ -172,7 +172,7 @@ def test_entry(data):
 @given(st.data())
 def test_journal(data):
     base = data.draw(st.sampled_from(_seeds("journal")))
-    fields = [4, 8] + _records(base, nj.HEADER_SIZE) + [p + 8 for p in _records(base, nj.HEADER_SIZE)]
+    fields = [4, 8] + _records(base, jformat.HEADER_SIZE) + [p + 8 for p in _records(base, jformat.HEADER_SIZE)]
     m = data.draw(mutate(base, fields))
     _check("journal", _fix_journal(m) if data.draw(st.booleans()) else m)
 

@@ -4,7 +4,7 @@ and the blocks' own memory counted against the memtable's limit."""
 import pytest
 
 from embedlog._native import format as nf
-from embedlog._native import journal as nj
+from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
 from embedlog._native import memtable as nm
 
 CRC32C = nf.digest_code("crc32c")
@@ -19,7 +19,7 @@ def _add_all(jb, mt, entries):
     """What the bookie does: add until full, then (here) check and clear, and go on."""
     done, held = 0, []
     while done < len(entries):
-        n = nj.add_encoded_entries(jb, mt, entries, done)
+        n = jkernels.add_encoded_entries(jb, mt, entries, done)
         held.extend(entries[done:done + n])
         if done + n < len(entries):
             assert n or not mt.is_empty()
@@ -41,7 +41,7 @@ def _check_holds(mt, entries):
 @pytest.mark.parametrize("step", [2, 3, 64, 65, 1000])
 def test_gapped_ids_stay_within_the_reservation(step):
     # the issue's reproducer: 100 calls of 1000 entries whose ids step by 2, 3, 65...
-    jb, mt = nj.JournalBuffer(), nm.MemTable(256 << 20)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(256 << 20)
     eid = 0
     for _ in range(100):
         ids = list(range(eid, eid + 1000 * step, step))
@@ -50,13 +50,13 @@ def test_gapped_ids_stay_within_the_reservation(step):
 
 
 def test_many_ledgers_in_one_call():
-    jb, mt = nj.JournalBuffer(), nm.MemTable(256 << 20)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(256 << 20)
     for base in range(0, 5000, 1000):
         _add_all(jb, mt, _entries([0] * 1000, lid=lambda i, b=base: b + i + 1))
 
 
 def test_descending_and_duplicate_ids():
-    jb, mt = nj.JournalBuffer(), nm.MemTable(1 << 20)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(1 << 20)
     ids = list(range(5000, 0, -7)) + list(range(0, 500, 3)) * 2
     _add_all(jb, mt, _entries(ids, size=10))
 
@@ -64,9 +64,9 @@ def test_descending_and_duplicate_ids():
 def test_blocks_count_against_the_limit():
     # entries 64 ids apart open a block each: a block is ~280 bytes, so a memtable of 1 MiB
     # takes far fewer of them than of consecutive ones, and never holds more than its limit
-    jb, mt = nj.JournalBuffer(), nm.MemTable(1 << 20)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(1 << 20)
     ids = [64 * i for i in range(20000)]
-    n = nj.add_encoded_entries(jb, mt, _entries(ids, size=0), 0)
+    n = jkernels.add_encoded_entries(jb, mt, _entries(ids, size=0), 0)
     assert 0 < n < 20000
     assert mt.nblocks_used == n
     assert mt.used_bytes <= mt.limit_bytes
@@ -74,9 +74,9 @@ def test_blocks_count_against_the_limit():
 
 
 def test_add_payloads_counts_its_blocks():
-    jb, mt = nj.JournalBuffer(), nm.MemTable(1 << 16)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(1 << 16)
     payloads = [b"y" * 10] * 10000
-    n, _length = nj.add_payloads(jb, mt, 0, 7, 0, -1, 0, CRC32C, None, payloads, 0, 1 << 20)
+    n, _length = jkernels.add_payloads(jb, mt, 0, 7, 0, -1, 0, CRC32C, None, payloads, 0, 1 << 20)
     assert 0 < n < 10000
     assert mt.used_bytes <= mt.limit_bytes
     for eid in range(n):

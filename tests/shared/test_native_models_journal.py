@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from embedlog._native import format as nf
-from embedlog._native import journal as nj
+from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
+                              journal_scan as jscan, journal_kernels as jkernels)
 from embedlog._native import memtable as nm
 from embedlog._native.format import MAX_ENTRY_ID
 
@@ -27,7 +28,7 @@ FAST = settings(max_examples=EXAMPLES or 80, deadline=None, derandomize=not EXAM
 U64 = (1 << 64) - 1
 MAC_KEY = nf.mac_key(b"pw")
 REC_HEADER = 9
-META = [nj.LEDGER_KEY, nj.FENCE, nj.EXPLICIT_LAC, nj.TERM, nj.TRUNCATE, nj.DELETE_LEDGER, nj.TRIM]
+META = [jformat.LEDGER_KEY, jformat.FENCE, jformat.EXPLICIT_LAC, jformat.TERM, jformat.TRUNCATE, jformat.DELETE_LEDGER, jformat.TRIM]
 
 ledgers = st.sampled_from([(0, 1), (0, (1 << 63) - 1), (1, 0), (U64, U64), (7, 3)])
 entry_ids = st.one_of(st.integers(0, 200), st.integers(MAX_ENTRY_ID - 5, MAX_ENTRY_ID))
@@ -45,14 +46,14 @@ def records(draw):
         payload = draw(st.binary(min_size=min(size, 20), max_size=min(size, 20))) * (size // 20 + 1)
         e = nf.encode_entry(scope, lid, draw(entry_ids), -1, 0, nf.digest_code(d),
                             payload[:size], MAC_KEY if d == "mac" else None)
-        return nj.ENTRY, e
+        return jformat.ENTRY, e
     if kind == "meta":
         return draw(st.sampled_from(META)), draw(st.binary(min_size=16, max_size=24))
     return draw(st.integers(10, 255)), draw(st.binary(min_size=1, max_size=100))
 
 
 def _frame(recs, capacity, lead, swap):
-    jb = nj.JournalBuffer(capacity)
+    jb = jbuffer.JournalBuffer(capacity)
     jb.set_lead(lead)
     for rtype, body in recs:
         nb = jb.nbytes
@@ -60,7 +61,7 @@ def _frame(recs, capacity, lead, swap):
         assert jb.nbytes == nb + REC_HEADER + len(body)
     assert jb.nrecords == len(recs)
     if swap:
-        other = nj.JournalBuffer(16)
+        other = jbuffer.JournalBuffer(16)
         jb.swap(other)
         assert jb.nrecords == 0 and jb.nbytes == 0
         jb = other
@@ -70,11 +71,11 @@ def _frame(recs, capacity, lead, swap):
 def _write(jb, prealloc):
     fd, path = tempfile.mkstemp(prefix="jmodel-")
     try:
-        os.write(fd, nj.file_header(5, 4))
-        n = jb.write_to(fd, nj.HEADER_SIZE)
+        os.write(fd, jformat.file_header(5, 4))
+        n = jb.write_to(fd, jformat.HEADER_SIZE)
         assert n == jb.nbytes
         if prealloc:
-            nj.write_zeros(fd, nj.HEADER_SIZE + n, prealloc, sync=False)
+            jbuffer.write_zeros(fd, jformat.HEADER_SIZE + n, prealloc, sync=False)
         os.close(fd)
         with open(path, "rb") as f:
             return f.read()
@@ -85,7 +86,7 @@ def _write(jb, prealloc):
 def _check_prefix(data, got, recs):
     """Every record scanned is the record framed at that place."""
     assert len(got) <= len(recs)
-    off = nj.HEADER_SIZE
+    off = jformat.HEADER_SIZE
     for i in range(len(got)):
         rtype, body = recs[i]
         assert got[i] == (off, rtype, off + REC_HEADER, len(body))
@@ -99,26 +100,26 @@ def _check_prefix(data, got, recs):
        swap=st.booleans(), prealloc=st.sampled_from([0, 0, 7, 4096, 70000]))
 def test_records_round_trip_and_replay(recs, capacity, lead, swap, prealloc):
     jb = _frame(recs, capacity, lead, swap)
-    want_ids = [tuple(nf.parse_entry_header(b)[1:4]) for t, b in recs if t == nj.ENTRY]
+    want_ids = [tuple(nf.parse_entry_header(b)[1:4]) for t, b in recs if t == jformat.ENTRY]
     assert jb.entry_ids() == want_ids
     data = _write(jb, prealloc)
-    assert nj.check_file_header(data) == 5 and nj.file_chain(data) == 4
-    got, end, status, skipped = nj.scan(data)
+    assert jformat.check_file_header(data) == 5 and jformat.file_chain(data) == 4
+    got, end, status, skipped = jscan.scan(data)
     assert status == "clean" and skipped == []
     assert len(got) == len(recs)
-    assert end == nj.HEADER_SIZE + jb.nbytes
+    assert end == jformat.HEADER_SIZE + jb.nbytes
     _check_prefix(data, [got[i] for i in range(len(got))], recs)
     for rtype, body in recs:
-        if rtype in nj.RECORD_TYPES and rtype not in nj.ENTRY_TYPES:
+        if rtype in jformat.RECORD_TYPES and rtype not in jformat.ENTRY_TYPES:
             try:
-                nj.decode_record(rtype, body)
-            except nj.JournalCorruptedError:
+                jformat.decode_record(rtype, body)
+            except jformat.JournalCorruptedError:
                 pass
     # replay: the runs of entries, as the bookie's replay walks them
     mt, seen, i, model = nm.MemTable(1 << 30), {}, 0, {}
     while i < len(got):
-        if got[i][1] in nj.ENTRY_TYPES:
-            j = nj.replay_entries(data, got, i, mt, seen)
+        if got[i][1] in jformat.ENTRY_TYPES:
+            j = jkernels.replay_entries(data, got, i, mt, seen)
             assert j > i
             for k in range(i, j):
                 body = recs[k][1]
@@ -139,11 +140,11 @@ def test_records_round_trip_and_replay(recs, capacity, lead, swap, prealloc):
 def test_damaged_tails_are_reported_not_misread(recs, data, prealloc):
     jb = _frame(recs, 1 << 16, 0, False)
     clean = _write(jb, prealloc)
-    end = nj.HEADER_SIZE + jb.nbytes
+    end = jformat.HEADER_SIZE + jb.nbytes
     damaged = bytearray(clean)
     how = data.draw(st.sampled_from(["cut", "flip", "flip_then_good", "zero_len"]))
     starts = []
-    off = nj.HEADER_SIZE
+    off = jformat.HEADER_SIZE
     for _t, body in recs:
         starts.append(off)
         off += REC_HEADER + len(body)
@@ -158,14 +159,14 @@ def test_damaged_tails_are_reported_not_misread(recs, data, prealloc):
         at = data.draw(st.integers(lo, hi - 1))
         damaged[at] ^= 1 << data.draw(st.integers(0, 7))
         if how == "flip_then_good" and victim == len(recs) - 1:     # a good record after it
-            extra = nj.JournalBuffer(64)
-            extra.add_record(nj.FENCE, bytes(16))
+            extra = jbuffer.JournalBuffer(64)
+            extra.add_record(jformat.FENCE, bytes(16))
             tmp = tempfile.TemporaryFile()
             extra.write_to(tmp.fileno(), 0)
             tmp.seek(0)
             damaged[end:end + extra.nbytes] = tmp.read()
             tmp.close()
-    got, scan_end, status, skipped = nj.scan(bytes(damaged))
+    got, scan_end, status, skipped = jscan.scan(bytes(damaged))
     got = [got[i] for i in range(len(got))]
     # everything before the damaged record is read, nothing at or after it is misread
     assert len(got) == victim, (how, victim, len(got))
@@ -178,6 +179,6 @@ def test_damaged_tails_are_reported_not_misread(recs, data, prealloc):
     else:
         assert status == "corrupt", (how, status)     # good records follow the damage
     # skip_corrupt steps over a corrupt region and reads the good records after it
-    got2, _end, status2, skipped2 = nj.scan(bytes(damaged), skip_corrupt=True)
+    got2, _end, status2, skipped2 = jscan.scan(bytes(damaged), skip_corrupt=True)
     if status == "corrupt":
         assert skipped2 and status2 != "corrupt"

@@ -1,6 +1,6 @@
 """Model-based tests of the native memtable and the add kernels (issue 25, item 3).
 
-A hypothesis state machine drives ``MemTable`` and the add kernels of journal.pyx
+A hypothesis state machine drives ``MemTable`` and the add kernels of journal_kernels.pyx
 (``add_encoded_entries``, ``add_payloads``) with arbitrary id patterns (gaps, descending,
 duplicates, ids near 2^63, scope ids up to 2^64-1, many ledgers in one call), payloads from
 0 bytes to the memtable's limit and small limits, so "full" happens often. A plain dict is
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from embedlog._native import format as nf
-from embedlog._native import journal as nj
+from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
 from embedlog._native import memtable as nm
 from embedlog._native.format import MAX_ENTRY_ID
 from embedlog.errors import EmbedlogError
@@ -70,7 +70,7 @@ class MemTableMachine(RuleBasedStateMachine):
                 capacity=st.sampled_from([16, 4096, 1 << 20]))
     def setup(self, limit, capacity):
         self.mt = nm.MemTable(limit)
-        self.jb = nj.JournalBuffer(capacity)
+        self.jb = jbuffer.JournalBuffer(capacity)
         self.model = {}
         self.nrecs = 0              # records since the last clear (re-adds and drops count)
         self.version = 0            # makes each payload distinct, so a stale re-add shows
@@ -136,7 +136,7 @@ class MemTableMachine(RuleBasedStateMachine):
         done = 0
         while done < len(entries):
             nb, nr = self.jb.nbytes, self.jb.nrecords
-            n = nj.add_encoded_entries(self.jb, self.mt, entries, done)
+            n = jkernels.add_encoded_entries(self.jb, self.mt, entries, done)
             assert 0 <= n <= len(entries) - done
             taken = entries[done:done + n]
             assert self.jb.nrecords == nr + n
@@ -167,7 +167,7 @@ class MemTableMachine(RuleBasedStateMachine):
         while done < n:
             before = self.snapshot()
             try:
-                k, new_length = nj.add_payloads(self.jb, self.mt, scope, lid, first + done, lac,
+                k, new_length = jkernels.add_payloads(self.jb, self.mt, scope, lid, first + done, lac,
                                                 length, digest, mac, payloads, done, max_entry)
             except EmbedlogError:
                 assert too_big and too_big[0] >= done, "refused a batch that fits"
@@ -220,7 +220,7 @@ class MemTableMachine(RuleBasedStateMachine):
         batch = ok[:at] + [big] + ok[at:]
         nb, nr = self.jb.nbytes, self.jb.nrecords
         try:
-            n = nj.add_encoded_entries(self.jb, self.mt, batch, 0)
+            n = jkernels.add_encoded_entries(self.jb, self.mt, batch, 0)
         except EmbedlogError:
             assert self.snapshot() == before, "a refused batch was half written"
             return
@@ -240,7 +240,7 @@ class MemTableMachine(RuleBasedStateMachine):
             past_top = st.integers(MAX_ENTRY_ID - n + 2, MAX_ENTRY_ID) if n > 1 else bad_eids
             first = data.draw(st.one_of(bad_eids, past_top))
             with pytest.raises(EmbedlogError):
-                nj.add_payloads(self.jb, self.mt, scope, lid, first, -1, 0, DIGESTS[0], None,
+                jkernels.add_payloads(self.jb, self.mt, scope, lid, first, -1, 0, DIGESTS[0], None,
                                 [b"p"] * n, 0, 1 << 20)
         else:
             ok = [self.entry(scope, lid, eid, 10, DIGESTS[0]) for eid in data.draw(id_patterns(5))]
@@ -249,7 +249,7 @@ class MemTableMachine(RuleBasedStateMachine):
             bad[at_id:at_id + 8] = (data.draw(bad_eids) & U64).to_bytes(8, "big")
             at = data.draw(st.integers(0, len(ok)))
             with pytest.raises(EmbedlogError):
-                nj.add_encoded_entries(self.jb, self.mt, ok[:at] + [bytes(bad)] + ok[at:], 0)
+                jkernels.add_encoded_entries(self.jb, self.mt, ok[:at] + [bytes(bad)] + ok[at:], 0)
         assert self.snapshot() == before, "a refused batch was half written"
 
     @rule(ledger=st.sampled_from(LEDGERS), lo=st.one_of(st.just(0), eids),
@@ -325,10 +325,10 @@ def test_add_payloads_past_the_last_entry_id_is_refused(first):
     # _frame_entries, undefined behaviour in C); a flush then hands the index negative entry
     # ids (see test_index_set_locations_refuses_negative_ids). Expected: an EmbedlogError
     # (IllegalOpError) and nothing framed, or at most the ids up to 2^63-1 taken.
-    jb, mt = nj.JournalBuffer(), nm.MemTable(1 << 20)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(1 << 20)
     crc = nf.digest_code("crc32c")
     try:
-        n, _length = nj.add_payloads(jb, mt, 0, 1, first, -1, 0, crc, None, [b"a"] * 4, 0,
+        n, _length = jkernels.add_payloads(jb, mt, 0, 1, first, -1, 0, crc, None, [b"a"] * 4, 0,
                                      1 << 20)
     except EmbedlogError:
         assert jb.nrecords == 0 and mt.is_empty()
@@ -347,12 +347,12 @@ def test_add_encoded_entries_refusal_leaves_nothing_half_written(bad):
     # exception, cannot know. add_payloads checks its whole batch first (check_payloads);
     # this kernel should too (or return the count taken before the bad entry).
     crc = nf.digest_code("crc32c")
-    jb, mt = nj.JournalBuffer(), nm.MemTable(4096)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(4096)
     good = [nf.encode_entry(0, 1, eid, -1, 0, crc, b"x" * 10) for eid in range(3)]
     worse = (nf.encode_entry(0, 1, 3, -1, 0, crc, b"y" * 5000) if bad == "too_large"
              else b"\x80short")
     with pytest.raises(EmbedlogError):
-        nj.add_encoded_entries(jb, mt, good + [worse], 0)
+        jkernels.add_encoded_entries(jb, mt, good + [worse], 0)
     assert jb.nrecords == 0 and jb.nbytes == 0, f"{jb.nrecords} records framed before the refusal"
     assert mt.is_empty(), f"{mt.count} entries stored before the refusal"
 
@@ -365,8 +365,8 @@ def test_add_payloads_into_an_empty_memtable_counts_its_blocks():
     # (9 x 36 bytes + one 280-byte block). The overshoot grows with the batch: blocks of
     # consecutive ids are ~12% of the arena bytes for small entries.
     crc = nf.digest_code("crc32c")
-    jb, mt = nj.JournalBuffer(), nm.MemTable(600)
-    n, _ = nj.add_payloads(jb, mt, 0, 1, 0, -1, 0, crc, None, [b""] * 9, 0, 1 << 20)
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(600)
+    n, _ = jkernels.add_payloads(jb, mt, 0, 1, 0, -1, 0, crc, None, [b""] * 9, 0, 1 << 20)
     assert n >= 1
     assert mt.used_bytes <= mt.limit_bytes, (
         f"{n} entries: used_bytes {mt.used_bytes} > limit_bytes {mt.limit_bytes}")

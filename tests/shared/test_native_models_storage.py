@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from embedlog._native import entrylog as nel
 from embedlog._native import format as nf
 from embedlog._native import index as ni
-from embedlog._native import journal as nj
+from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
 from embedlog._native import memtable as nm
 from embedlog._native.format import MAX_ENTRY_ID
 from embedlog._native.reader import LedgerReader
@@ -68,7 +68,7 @@ class StorageMachine(RuleBasedStateMachine):
         os.makedirs(self.idx_dir)
         self.log_size, self.mt_limit, self.page_limit = log_size, mt_limit, page_limit
         self.active, self.other = nm.MemTable(mt_limit), nm.MemTable(mt_limit)
-        self.jb = nj.JournalBuffer(4096)
+        self.jb = jbuffer.JournalBuffer(4096)
         self.el = nel.EntryLogger(self.logs_dir, log_size)
         self.cache = ni.IndexCache(self.idx_dir, page_limit)
         self.idx = {}
@@ -117,7 +117,7 @@ class StorageMachine(RuleBasedStateMachine):
             entries.append(self.entry(s, l, d, eid, data.draw(sizes)))
         done = 0
         while done < len(entries):
-            n = nj.add_encoded_entries(self.jb, self.active, entries, done)
+            n = jkernels.add_encoded_entries(self.jb, self.active, entries, done)
             for e in entries[done:done + n]:
                 _v, s, l, eid = nf.parse_entry_header(e)[:4]
                 self.model[(s, l)][eid] = e

@@ -25,7 +25,8 @@ sys.path.insert(0, HERE)                     # targets: the structured inputs' W
 
 import embedlog  # noqa: E402
 from embedlog._native import format as F  # noqa: E402
-from embedlog._native import journal as nj  # noqa: E402
+from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
+                              journal_scan as jscan)  # noqa: E402
 from embedlog.config import BookieConfig  # noqa: E402
 from embedlog.meta._common import encode_bookie_info, layout_record  # noqa: E402
 from embedlog.net import protocol as P  # noqa: E402
@@ -88,7 +89,7 @@ def session(c: Corpus, tmp: str) -> None:
     for i, path in enumerate(sorted(glob.glob(os.path.join(d, "journal", "*.txn")))):
         data = _strip(open(path, "rb").read())
         c.put("journal", f"session-{i}", data)
-        end = nj.scan(data)[1]
+        end = jscan.scan(data)[1]
         c.put("journal", f"session-{i}-torn", data[:end - 5])             # a torn last record
         if end > 700:                                                       # a bad crc mid-file
             c.put("journal", f"session-{i}-corrupt", data[:600] + bytes([data[600] ^ 1]) + data[601:])
@@ -106,23 +107,23 @@ def session(c: Corpus, tmp: str) -> None:
 
 def journal_records(c: Corpus) -> None:
     """A journal with one record of every type, framed by the journal's own buffer."""
-    b = nj.JournalBuffer()
+    b = jbuffer.JournalBuffer()
     ids = (7).to_bytes(8, "big") + (3).to_bytes(8, "big")
-    b.add_record(nj.ENTRY, F.encode_entry(7, 3, 0, -1, 5, "crc32c", b"hello"))
-    b.add_record(nj.LEDGER_KEY, ids + F.master_key(b"fuzz"))
-    b.add_record(nj.FENCE, ids)
-    b.add_record(nj.EXPLICIT_LAC, ids + (0).to_bytes(8, "big"))
-    b.add_record(nj.TERM, ids + (2).to_bytes(8, "big"))
-    b.add_record(nj.TRUNCATE, ids + (0).to_bytes(8, "big"))
-    b.add_record(nj.TRIM, ids + (0).to_bytes(8, "big"))
-    b.add_record(nj.DELETE_LEDGER, ids)
+    b.add_record(jformat.ENTRY, F.encode_entry(7, 3, 0, -1, 5, "crc32c", b"hello"))
+    b.add_record(jformat.LEDGER_KEY, ids + F.master_key(b"fuzz"))
+    b.add_record(jformat.FENCE, ids)
+    b.add_record(jformat.EXPLICIT_LAC, ids + (0).to_bytes(8, "big"))
+    b.add_record(jformat.TERM, ids + (2).to_bytes(8, "big"))
+    b.add_record(jformat.TRUNCATE, ids + (0).to_bytes(8, "big"))
+    b.add_record(jformat.TRIM, ids + (0).to_bytes(8, "big"))
+    b.add_record(jformat.DELETE_LEDGER, ids)
     b.add_record(99, b"a record type from the future")
     path = os.path.join(tempfile.mkdtemp(), "j")
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     b.write_to(fd, 0)
     os.close(fd)
-    c.put("journal", "every-type", nj.file_header(0x18F00000001) + open(path, "rb").read() + bytes(16))
-    c.put("journal", "header-only", nj.file_header(1))
+    c.put("journal", "every-type", jformat.file_header(0x18F00000001) + open(path, "rb").read() + bytes(16))
+    c.put("journal", "header-only", jformat.file_header(1))
 
 
 def entries(c: Corpus) -> None:

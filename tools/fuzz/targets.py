@@ -86,29 +86,29 @@ def fuzz_entry(data: bytes) -> None:
         _check(head is not None and buf.endswith(payload), "payload is the entry's tail")
 
 
-# -- journal (pyx/embedlog/_native/journal.pyx, embedlog/bookie/journal.py) --------------------
+# -- journal (pyx/embedlog/_native/journal_format.pyx, journal_scan.pyx, embedlog/bookie/journal.py) -
 
 def fuzz_journal(data: bytes) -> None:
     """A whole journal file: its header, the record scan (strict and skipping), each record's
     body, and replay() over it as the file of a journal directory."""
-    from embedlog._native import journal as nj
-    log_id = _expect(nj.check_file_header, data)
+    from embedlog._native import journal_format as jformat, journal_scan as jscan
+    log_id = _expect(jformat.check_file_header, data)
     for skip in (False, True):
-        records, end, status, skipped = nj.scan(data, nj.HEADER_SIZE, MAX_RECORD, skip)
+        records, end, status, skipped = jscan.scan(data, jformat.HEADER_SIZE, MAX_RECORD, skip)
         _check(status in ("clean", "torn", "corrupt"), "status")
-        _check(end >= nj.HEADER_SIZE and (end <= len(data) or not records), "end")
-        pos = nj.HEADER_SIZE
+        _check(end >= jformat.HEADER_SIZE and (end <= len(data) or not records), "end")
+        pos = jformat.HEADER_SIZE
         for off, rtype, start, n in records:
             _check(off >= pos and start == off + 9 and 0 < n <= MAX_RECORD
                    and start + n <= len(data), "record bounds")
             pos = start + n
-            _expect(nj.decode_record, rtype, data[start:start + n])
+            _expect(jformat.decode_record, rtype, data[start:start + n])
         _check(skip or not skipped, "skipped only when asked")
     _replay(data, log_id)
 
 
 def _replay(data: bytes, log_id) -> None:
-    from embedlog._native import journal as nj
+    from embedlog._native import journal_format as jformat
     from embedlog.bookie.replay import replay
     d = os.path.join(TMP, "journal")
     shutil.rmtree(d, ignore_errors=True)
@@ -118,7 +118,7 @@ def _replay(data: bytes, log_id) -> None:
 
     def apply(rtype, body, path, off):
         seen.append(off)
-        _expect(nj.decode_record, rtype, body)
+        _expect(jformat.decode_record, rtype, body)
 
     report = _expect(replay, d, (0, 0), apply, skip_corrupt=bool(len(data) & 1),
                      max_record_size=MAX_RECORD)
@@ -381,7 +381,7 @@ def fuzz_config_env(data: bytes) -> None:
         _check_config(eff)
 
 
-# -- the add kernels (pyx/embedlog/_native/journal.pyx, memtable.pyx) ----------------------------
+# -- the add kernels (pyx/embedlog/_native/journal_kernels.pyx, memtable.pyx) ---------------------
 
 
 
@@ -480,10 +480,10 @@ def _ids_of(e: bytes):
 
 class _KernelState:
     def __init__(self, limit: int, capacity: int):
-        from embedlog._native import journal as nj
+        from embedlog._native import journal_buffer as jbuffer
         from embedlog._native import memtable as nm
         self.mt = nm.MemTable(limit)
-        self.jb = nj.JournalBuffer(capacity)
+        self.jb = jbuffer.JournalBuffer(capacity)
         self.model = {}           # (scope, lid, eid) -> encoded entry the memtable must hold
         self.journal = []         # encoded entries framed in the journal buffer, in order
 
@@ -495,7 +495,7 @@ class _KernelState:
     def check(self) -> None:
         """What the memtable holds is the model, byte for byte; the journal buffer's records
         are the entries taken since it was cleared, in order, byte for byte; limits hold."""
-        from embedlog._native import journal as nj
+        from embedlog._native import journal_format as jformat, journal_scan as jscan
         mt, jb = self.mt, self.jb
         _check(jb.nrecords == len(self.journal), "journal buffer record count")
         _check(mt.count == len(self.model), "memtable entry count")
@@ -513,15 +513,15 @@ class _KernelState:
         if self.journal:
             fd = os.memfd_create("jb")
             try:
-                n = jb.write_to(fd, nj.HEADER_SIZE)
+                n = jb.write_to(fd, jformat.HEADER_SIZE)
                 _check(n == jb.nbytes, "journal bytes written")
-                data = nj.file_header(1) + os.pread(fd, n, nj.HEADER_SIZE) + bytes(16)
+                data = jformat.file_header(1) + os.pread(fd, n, jformat.HEADER_SIZE) + bytes(16)
             finally:
                 os.close(fd)
-            records, _end, status, _skipped = nj.scan(data, nj.HEADER_SIZE, 1 << 30, False)
+            records, _end, status, _skipped = jscan.scan(data, jformat.HEADER_SIZE, 1 << 30, False)
             _check(status == "clean" and len(records) == len(self.journal), "journal scan")
             for (_off, rtype, start, size), e in zip(records, self.journal):
-                _check(rtype in nj.ENTRY_TYPES and data[start:start + size] == e,
+                _check(rtype in jformat.ENTRY_TYPES and data[start:start + size] == e,
                        "journal record is the entry taken")
 
 
@@ -537,7 +537,7 @@ def _sizes(size_sel: int, size: int, count: int) -> list:
 
 def _kernel_encoded(st: _KernelState, r: Reader, op: int) -> None:
     from embedlog._native import format as F
-    from embedlog._native import journal as nj
+    from embedlog._native import journal_kernels as jkernels
     from embedlog._native import memtable as nm
     count = r.u(2) & 0x3FF
     scope = SCOPES[r.u(1) % 3] if op & 0x40 else 0
@@ -566,7 +566,7 @@ def _kernel_encoded(st: _KernelState, r: Reader, op: int) -> None:
     start = min(start, count)
     before = st.jb.nrecords
     try:
-        got = nj.add_encoded_entries(st.jb, st.mt, entries, start)
+        got = jkernels.add_encoded_entries(st.jb, st.mt, entries, start)
     except EmbedlogError:
         got = None
     taken = st.jb.nrecords - before
@@ -586,7 +586,7 @@ def _kernel_encoded(st: _KernelState, r: Reader, op: int) -> None:
 def _kernel_payloads(st: _KernelState, r: Reader, op: int) -> None:
     from array import array
     from embedlog._native import format as F
-    from embedlog._native import journal as nj
+    from embedlog._native import journal_kernels as jkernels
     count = r.u(2) & 0x3FF
     scope = SCOPES[r.u(1) % 3] if op & 0x40 else 0
     lid_sel = r.u(1)
@@ -615,7 +615,7 @@ def _kernel_payloads(st: _KernelState, r: Reader, op: int) -> None:
     mac_key = F.mac_key(MAC_PASSWORD)
     before = st.jb.nrecords
     try:
-        got, new_length = nj.add_payloads(st.jb, st.mt, scope, lid, first, lac, length, digest,
+        got, new_length = jkernels.add_payloads(st.jb, st.mt, scope, lid, first, lac, length, digest,
                                           mac_key, payloads, start, max_entry)
     except EmbedlogError:
         got = None
@@ -644,7 +644,7 @@ def _kernel_payloads(st: _KernelState, r: Reader, op: int) -> None:
 
 
 def fuzz_add_kernels(data: bytes) -> None:
-    """The add kernels (journal.pyx's add_encoded_entries and add_payloads) on a memtable and
+    """The add kernels (journal_kernels.pyx: add_encoded_entries, add_payloads) on a memtable and
     a journal buffer, call after call, against a model of what each took.
 
     Input (Reader: big-endian, zeros past the end)::

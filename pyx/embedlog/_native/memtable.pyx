@@ -22,7 +22,7 @@ Bounds (what every size and index is checked against before a write):
 - record indexes are int32 (slot = index + 1): nrecs stays below MAX_RECS.
 - the hash table has at least twice as many slots as blocks, so a probe always ends.
 
-The add path (journal.pyx's ``add_payloads`` and ``add_encoded_entries``) frames each
+The add path (journal_kernels.pyx's ``add_payloads`` and ``add_encoded_entries``) frames each
 entry into the journal buffer and copies it into the arena in the same pass; add_payloads
 does it without the GIL, after ``prepare`` made room, while readers (reader.pyx, under the
 GIL, without the bookie lock) may look entries up: everything is allocated before, and

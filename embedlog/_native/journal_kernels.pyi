@@ -1,0 +1,25 @@
+# Type stubs of the Cython module embedlog._native.journal_kernels: the add path that frames
+# entries into the journal buffer and the memtable in one pass, and replay's entry runs.
+from typing import Any
+
+from embedlog._native.journal_buffer import JournalBuffer
+from embedlog._native.journal_scan import Records
+from embedlog._native.memtable import MemTable
+from embedlog.errors import (CorruptedDataError as CorruptedDataError,
+                             EntryTooLargeError as EntryTooLargeError, IllegalOpError as IllegalOpError,
+                             JournalCorruptedError as JournalCorruptedError)
+
+MAX_ENTRY_ID: int
+
+def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_eid: int, lac: int,
+                 length: int, digest: int, mac_key: bytes | None, payloads: list[Any], start: int,
+                 max_entry_size: int) -> tuple[int, int]:
+    """(entries taken, ledger length after them)."""
+def check_payloads(payloads: list[Any], scope: int, digest: int, max_entry_size: int,
+                   memtable_limit: int, start: int = 0) -> None:
+    """Raise what add_payloads would for the first payload it would refuse."""
+def add_encoded_entries(jb: JournalBuffer, mt: MemTable, entries: list[Any], start: int) -> int: ...
+
+def replay_entries(data: Any, records: Records, i: int, mt: MemTable,
+                   seen: dict[tuple[int, int], int],
+                   refused: list[tuple[int, int, int, int]] | None = ...) -> int: ...

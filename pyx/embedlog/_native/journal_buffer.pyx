@@ -1,0 +1,223 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The journal buffer and its file I/O: appenders frame records into a ``JournalBuffer``
+under the bookie's lock; the group-commit leader writes it (``write_to``, or ``write_direct``
+through O_DIRECT in whole blocks) without the GIL, and ``write_zeros`` preallocates the file
+ahead of the tail (bookie/journal.py drives them; embedlog.fileio syncs and records what is
+durable).
+
+Bounds: ``JournalBuffer.reserve`` grows to fit before anything is written into it (the add
+kernels reserve a whole pass at once); ``write_direct`` writes only the blocks that hold the
+records, with the DIRECT_ALIGN spare kept at each end of the allocation.
+"""
+
+from libc.stdlib cimport free
+from libc.string cimport memcpy, memmove, memset
+from libc.errno cimport errno, EINTR, ENOSPC
+from posix.unistd cimport pwrite, fdatasync, fsync
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+
+from embedlog._native.format cimport el_put32, el_get32, el_crc32c, el_crc_init, parse_ids
+from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
+
+el_crc_init()
+
+DIRECT_ALIGN_BYTES = DIRECT_ALIGN
+
+
+cdef extern from "stdlib.h" nogil:
+    int posix_memalign(void **memptr, size_t alignment, size_t size)
+
+
+cdef uint8_t *_aligned_alloc(Py_ssize_t n) noexcept nogil:
+    cdef void *p = NULL
+    if posix_memalign(&p, DIRECT_ALIGN, n) != 0:
+        return NULL
+    return <uint8_t *>p
+
+
+cdef int _pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil:
+    """pwrite all n bytes (through short writes and EINTR); 0 or the errno."""
+    cdef ssize_t r
+    cdef Py_ssize_t done = 0
+    while done < n:
+        r = pwrite(fd, p + done, n - done, offset + done)
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if r == 0:
+            return ENOSPC           # no progress: the device took nothing
+        done += r
+    return 0
+
+
+cdef class JournalBuffer:
+    """Framed records waiting to be written; appenders fill it under the bookie lock.
+
+    The records start ``lead`` bytes into a DIRECT_ALIGN-aligned block, ``lead`` being the
+    file offset % DIRECT_ALIGN they are expected at (set_lead), so write_direct can put the
+    file's partial block in front of them and write whole aligned blocks without a copy.
+    The allocation keeps DIRECT_ALIGN spare at each end for that block and the zero padding.
+    """
+
+    def __cinit__(self, Py_ssize_t capacity=1 << 20):
+        self.base = _aligned_alloc(capacity + 2 * DIRECT_ALIGN)
+        if self.base == NULL:
+            raise MemoryError()
+        self.lead = 0
+        self.data = self.base
+        self.capacity = capacity
+        self.size = 0
+        self.records = 0
+
+    def __dealloc__(self):
+        free(self.base)
+
+    cdef uint8_t *reserve(self, Py_ssize_t n) except NULL:
+        """Room for n more bytes at the end (grows by doubling)."""
+        cdef Py_ssize_t cap = self.capacity
+        cdef uint8_t *p
+        if self.size + n > cap:
+            while self.size + n > cap:
+                cap *= 2
+            p = _aligned_alloc(cap + 2 * DIRECT_ALIGN)
+            if p == NULL:
+                raise MemoryError()
+            memcpy(p + self.lead, self.data, self.size)
+            free(self.base)
+            self.base = p
+            self.data = p + self.lead
+            self.capacity = cap
+        return self.data + self.size
+
+    def set_lead(self, Py_ssize_t file_offset):
+        """The file offset the next records will be written at (an empty buffer only)."""
+        if self.size == 0:
+            self.lead = file_offset % DIRECT_ALIGN
+            self.data = self.base + self.lead
+
+    cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil:
+        """Finish the record whose body was written at rec + RECORD_HEADER_SIZE."""
+        el_put32(rec, <uint32_t>body_len)
+        rec[8] = <uint8_t>rtype
+        cdef uint32_t c = el_crc32c(0, rec, 4)
+        c = el_crc32c(c, rec + 8, body_len + 1)
+        el_put32(rec + 4, c)
+        self.size += RECORD_HEADER_SIZE + body_len
+        self.records += 1
+
+    def add_record(self, int rtype, body):
+        """Frame one record (meta records and entries that arrive encoded)."""
+        cdef const uint8_t[::1] b = body
+        cdef Py_ssize_t n = b.shape[0]
+        if n == 0:
+            raise ValueError("journal records have a body")
+        cdef uint8_t *rec = self.reserve(RECORD_HEADER_SIZE + n)
+        memcpy(rec + RECORD_HEADER_SIZE, &b[0], n)
+        self.seal(rec, n, rtype)
+        return self.size
+
+    @property
+    def nbytes(self):
+        return self.size
+
+    @property
+    def nrecords(self):
+        return self.records
+
+    def clear(self):
+        self.size = 0
+        self.records = 0
+
+    def entry_ids(self):
+        """(scope, ledger, entry id) of every ENTRY record framed in the buffer (a group the
+        disk refused: those entries are taken back out of the memtable)."""
+        cdef Py_ssize_t off = 0, n
+        cdef uint64_t s, l
+        cdef int64_t e
+        out = []
+        while off + RECORD_HEADER_SIZE <= self.size:
+            n = el_get32(self.data + off)
+            if self.data[off + 8] == REC_ENTRY or self.data[off + 8] == REC_ENTRY_CRC32C:
+                parse_ids(self.data + off + RECORD_HEADER_SIZE, n, &s, &l, &e)
+                out.append((s, l, e))
+            off += RECORD_HEADER_SIZE + n
+        return out
+
+    def swap(self, JournalBuffer other):
+        """Exchange contents with ``other`` (an emptied spare), so writing needs no lock."""
+        self.base, other.base = other.base, self.base
+        self.lead, other.lead = other.lead, self.lead
+        self.data, other.data = other.data, self.data
+        self.size, other.size = other.size, self.size
+        self.capacity, other.capacity = other.capacity, self.capacity
+        self.records, other.records = other.records, self.records
+
+    def write_to(self, int fd, long long offset):
+        """pwrite the whole buffer at ``offset`` without the GIL; returns bytes written."""
+        cdef int err
+        with nogil:
+            err = _pwrite_all(fd, self.data, self.size, offset)
+        if err:
+            raise OSError(err, "journal write failed")
+        return self.size
+
+    def write_direct(self, int fd, long long offset, bytes tail):
+        """Write the records at ``offset`` through ``fd`` opened with O_DIRECT: whole
+        DIRECT_ALIGN blocks from ``offset - len(tail)``, ``tail`` being the file's bytes in
+        front of ``offset`` in its block (written again, unchanged, so a torn block write
+        leaves either version of them), the last block padded with zeros (the end of the
+        log). Returns the new tail: the bytes of the last partial block written."""
+        cdef Py_ssize_t lag = offset % DIRECT_ALIGN, end, padded
+        cdef int err
+        cdef uint8_t *start
+        if PyBytes_GET_SIZE(tail) != lag:
+            raise ValueError(f"tail of {PyBytes_GET_SIZE(tail)} bytes for offset {offset}")
+        if lag != self.lead:                  # written elsewhere than expected (a new file)
+            memmove(self.base + lag, self.data, self.size)
+            self.lead = lag
+            self.data = self.base + lag
+        start = self.base
+        memcpy(start, PyBytes_AS_STRING(tail), lag)
+        end = lag + self.size
+        padded = (end + DIRECT_ALIGN - 1) & ~(<Py_ssize_t>DIRECT_ALIGN - 1)
+        memset(start + end, 0, padded - end)
+        with nogil:
+            err = _pwrite_all(fd, start, padded, offset - lag)
+        if err:
+            raise OSError(err, "journal write failed")
+        return start[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
+
+
+
+def sync_fd(int fd, bint data_only=True):
+    """fdatasync (or fsync) without the GIL."""
+    cdef int r, err = 0
+    with nogil:
+        r = fdatasync(fd) if data_only else fsync(fd)
+        if r != 0:
+            err = errno
+    if err:
+        raise OSError(err, "journal sync failed")
+
+
+def write_zeros(int fd, long long offset, long long length, bint sync=True):
+    """Preallocate [offset, offset+length) with real zeros (so later fdatasyncs are cheap).
+    The buffer is aligned, so ``fd`` may be an O_DIRECT one (with offset and length aligned)."""
+    cdef Py_ssize_t chunk = 1 << 20
+    cdef uint8_t *z = _aligned_alloc(chunk)
+    cdef long long done = 0
+    cdef int err = 0
+    if z == NULL:
+        raise MemoryError()
+    memset(z, 0, chunk)
+    with nogil:
+        while done < length and not err:
+            err = _pwrite_all(fd, z, min(chunk, length - done), offset + done)
+            done += chunk
+        if not err and sync and fdatasync(fd) != 0:
+            err = errno
+    free(z)
+    if err:
+        raise OSError(err, "journal preallocation failed")

@@ -1,0 +1,151 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The journal scanner replay reads a file with: every record of journal_format.pyx's
+grammar checked in one pass without the GIL, and the end of the log told from a torn tail and
+from corruption in the middle (LevelDB's log reader). Replay (bookie/replay.py) applies what
+it finds; the kernels (journal_kernels.pyx) put runs of entries into the memtable straight
+from the ``Records`` it returns.
+
+Bounds: a record's length is checked against what is left of the mapping and against
+``max_record_size`` before its checksum is read (``_valid_record``); ``Records.push`` grows
+by doubling and reports failure instead of writing.
+"""
+
+from libc.stdlib cimport realloc, free
+
+from embedlog._native.format cimport el_get32, el_crc32c, el_crc_init, V1_HEADER_SIZE, V2_HEADER_SIZE
+from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY_CRC32C
+
+el_crc_init()
+
+
+cdef bint _all_zero(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i]:
+            return False
+    return True
+
+
+cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len) noexcept nogil:
+    """Body length of a good record at p, 0 at end of log, -1 if bad or torn."""
+    if avail < 4:
+        return 0 if _all_zero(p, avail) else -1
+    cdef uint32_t n = el_get32(p)
+    if n == 0:
+        return 0
+    if avail < RECORD_HEADER_SIZE or n > max_len or n > avail - RECORD_HEADER_SIZE:
+        return -1
+    cdef uint32_t c = el_crc32c(0, p, 4)
+    cdef Py_ssize_t h
+    if p[8] == REC_ENTRY_CRC32C:
+        h = V2_HEADER_SIZE if p[RECORD_HEADER_SIZE] & 0x80 else V1_HEADER_SIZE
+        if n < h + 4:
+            return -1
+        c = el_crc32c(c, p + 8, 1 + h + 4)
+        if c != el_get32(p + 4):
+            return -1
+        c = el_crc32c(0, p + RECORD_HEADER_SIZE, h)
+        c = el_crc32c(c, p + RECORD_HEADER_SIZE + h + 4, n - h - 4)
+        return n if c == el_get32(p + RECORD_HEADER_SIZE + h) else -1
+    c = el_crc32c(c, p + 8, n + 1)
+    if c != el_get32(p + 4):
+        return -1
+    return n
+
+
+cdef class Records:
+    """scan()'s records as C structs, so replay walks them without a Python object per
+    record; ``records[i]`` is the tuple (offset, type, body_start, body_len)."""
+
+    def __dealloc__(self):
+        free(self.recs)
+
+    cdef int push(self, int64_t off, int rtype, int64_t body_len) noexcept nogil:
+        """Append a record; -1 when out of memory."""
+        cdef jrec *r
+        cdef Py_ssize_t cap
+        if self.n == self.cap:
+            cap = max(self.cap * 2, 1024)
+            r = <jrec *>realloc(self.recs, cap * sizeof(jrec))
+            if r == NULL:
+                return -1
+            self.recs, self.cap = r, cap
+        r = &self.recs[self.n]
+        r.off, r.rtype, r.body_start, r.body_len = off, rtype, off + RECORD_HEADER_SIZE, body_len
+        self.n += 1
+        return 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, Py_ssize_t i):
+        cdef jrec *r
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError("record index out of range")
+        r = &self.recs[i]
+        return r.off, r.rtype, r.body_start, r.body_len
+
+
+def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint skip_corrupt=False):
+    """Walk the records of one journal file held in ``data`` (bytes or an mmap).
+
+    Returns (records, end, status, skipped) where records is a sequence (``Records``) of
+    (offset, type, body_start, body_len), ``end`` is the offset after the last
+    good record, status is "clean" (ended by zeros or at the file end), "torn" (a
+    bad or partial record followed only by zeros: safe to cut at ``end``) or
+    "corrupt" (a bad record at ``end`` with data after it). With skip_corrupt, a
+    corrupt region is stepped over to the next good record and reported in
+    ``skipped`` as (offset, length); the scan then goes on.
+    """
+    cdef const uint8_t[::1] v = data
+    cdef Py_ssize_t total = v.shape[0]
+    cdef Py_ssize_t off = start, n = 0, probe
+    cdef const uint8_t *base = &v[0] if total else NULL
+    cdef Records records = Records()
+    cdef int err = 0
+    skipped = []
+    status = "clean"
+    while off < total:
+        with nogil:         # the memtable flusher and the prefetcher run meanwhile
+            while off < total:
+                n = _valid_record(base + off, total - off, max_record_size)
+                if n <= 0:
+                    break
+                if records.push(off, base[off + 8], n) < 0:
+                    err = 1
+                    break
+                off += RECORD_HEADER_SIZE + n
+        if err:
+            raise MemoryError()
+        if off >= total:
+            break
+        # a zero length ends the log, a bad record is a torn tail, if no good record
+        # follows; a good record after either is corruption in the middle
+        probe = _next_good(base, off + 1, total, max_record_size)
+        if probe < 0:
+            if n < 0:
+                status = "torn"
+            break
+        if not skip_corrupt:
+            status = "corrupt"
+            break
+        skipped.append((off, probe - off))
+        off = probe
+    return records, off, status, skipped
+
+
+cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total,
+                           Py_ssize_t max_len) noexcept nogil:
+    """Offset of the next good record at or after ``off``, or -1 if none: tells a
+    torn tail (garbage, then only zeros) from corruption (good records after it)."""
+    while off < total:
+        if off % 4096 == 0 and total - off >= 4096 and _all_zero(base + off, 4096):
+            off += 4096
+            continue
+        if _valid_record(base + off, total - off, max_len) > 0:
+            return off
+        off += 1
+    return -1
+
