@@ -56,12 +56,12 @@ servers:
 
 # the Java peers' jars (BookKeeper, Kafka, Spark's Kafka connector) from Maven Central into
 # ~/.cache/embedlog/peers (embedlog/harness/jars.py); tests and benchmarks run them as children
-peers: servers venv
+peers: servers venv build-ext
 	$(BIN)/python -m embedlog.harness.jars
 
 # the suite, then the tests that touch native code again under ASan + UBSan (tools/sanitize.py
 # builds an instrumented copy in build/asan; a sanitizer report fails the run)
-test: servers venv peers build-ext
+test: servers venv build-ext peers
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/python tools/sanitize.py
 
