@@ -44,6 +44,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,6 +69,7 @@ class Row:
     cpu_s: float
     outstanding: int
     round: int = 0
+    thread_cpu_s: dict = dataclasses.field(default_factory=dict)   # embedlog: caller, loop
 
     @property
     def rate(self) -> float:
@@ -105,6 +107,15 @@ def _stamp(done: list, i: int, _fut) -> None:
     done[i] = time.perf_counter()
 
 
+def _thread_clocks() -> dict:
+    """CPU clocks of this thread (the caller's) and of the client's loop thread."""
+    clocks = {"caller": time.pthread_getcpuclockid(threading.get_ident())}
+    for t in threading.enumerate():
+        if t.name == "embedlog-client" and t.ident is not None:
+            clocks["loop"] = time.pthread_getcpuclockid(t.ident)
+    return clocks
+
+
 def embedlog_cell(client, quorum: tuple, size: int, adds: int, warmup: int) -> Row:
     """embedlog's client (this process); its window is the client's max_pending_adds."""
     data = b"x" * size
@@ -121,6 +132,8 @@ def embedlog_cell(client, quorum: tuple, size: int, adds: int, warmup: int) -> R
         append = w.append_async
         stamp = _stamp
         partial = functools.partial
+        clocks = _thread_clocks()
+        thread0 = {k: time.clock_gettime(c) for k, c in clocks.items()}
         cpu0 = time.process_time()
         t0 = clock()
         for i in range(adds):
@@ -131,6 +144,7 @@ def embedlog_cell(client, quorum: tuple, size: int, adds: int, warmup: int) -> R
         futs[-1].result(ANSWER_TIMEOUT_S)
         elapsed = clock() - t0
         cpu = time.process_time() - cpu0
+        threads = {k: time.clock_gettime(c) - thread0[k] for k, c in clocks.items()}
         failed = [f.exception() for f in futs if f.exception() is not None]
         if failed:
             raise RuntimeError(f"{len(failed)} adds failed, the first: {failed[0]!r}")
@@ -138,7 +152,7 @@ def embedlog_cell(client, quorum: tuple, size: int, adds: int, warmup: int) -> R
         w.close()
     lat = sorted(d - s for s, d in zip(sent, done))
     return Row("embedlog", quorum, size, adds, elapsed, _pct(lat, 0.50), _pct(lat, 0.99), cpu,
-               outstanding)
+               outstanding, thread_cpu_s=threads)
 
 
 def run(bk, client, *, rounds: int, adds: int, warmup: int, sizes, quorums, outstanding: int,
@@ -159,8 +173,10 @@ def run(bk, client, *, rounds: int, adds: int, warmup: int, sizes, quorums, outs
                     if log is not None:
                         log(f"round {r + 1}/{rounds} {who:8} {_q(quorum)} {size:5d} B: "
                             f"{row.rate:>9,.0f} adds/s  p50 {row.p50_ms:7.2f} ms  "
-                            f"p99 {row.p99_ms:7.2f} ms  cpu {row.cpu_us_per_add:6.1f} µs/add  "
-                            f"load {os.getloadavg()[0]:.1f}")
+                            f"p99 {row.p99_ms:7.2f} ms  cpu {row.cpu_us_per_add:6.1f} µs/add"
+                            + "".join(f" ({k} {v * 1e6 / row.adds:.1f})"
+                                      for k, v in row.thread_cpu_s.items())
+                            + f"  load {os.getloadavg()[0]:.1f}")
     return rows
 
 
