@@ -1,16 +1,18 @@
-"""The bookie's file I/O seam: fsync of a directory, write-then-rename, private (0700)
-directories, and a record of what each file holds durably.
+"""The bookie's file I/O seam: the syncs that make its files durable, fsync of a directory,
+write-then-rename, private (0700) directories, and a record of what each file holds durably.
 
 Every file the bookie writes is created 0600. A file written by ``atomic_write`` is either
 the old one or the new one after a crash, never a mix: the data goes to ``<path>.tmp``, is
 fsynced, renamed over ``path``, and the directory is fsynced so the rename itself survives
 a power loss.
 
-``durable(path, length)`` is called wherever a file's bytes reach stable storage (the
-journal's fdatasync, an entry log's msync, an index flush, an atomic write). A test can
-record those calls (``record_durable``) and then cut every file back to what was durable
-(``power_loss``): LevelDB's fault-injection test, for every file of the bookie, not only the
-journal. Nothing is recorded unless a test asked.
+Every sync of a bookie file's data is ``sync(fd, path, length)`` (the journal's group
+commit, its rolls and preallocation, a torn tail cut at replay, an entry log's flush and
+seal, an index flush, compaction's index rewrite, an atomic write): the call that syncs is
+the one that records what it made durable, as LevelDB's Env does the I/O itself, so there is
+no way to claim durability without the sync. A test can record (``record_durable``) and then
+cut every file back to what was durable (``power_loss``): LevelDB's fault-injection test,
+for every file of the bookie, not only the journal. Nothing is recorded unless a test asked.
 """
 from __future__ import annotations
 
@@ -63,6 +65,24 @@ def private_dir(path: str, tighten: bool = False) -> None:
         os.chmod(path, 0o700)
 
 
+def sync(fd: int, path: str, length: int | None, *, size: int | None = None,
+         data_only: bool = True, dirs_up_to: str | None = None) -> None:
+    """Make the open file ``fd`` durable and record what that made durable: fdatasync, or
+    fsync with ``data_only=False`` (a new file's size and times too); with ``dirs_up_to``,
+    then fsync its directory and each parent up to that one (a new file's name must
+    survive too). ``path`` names the file: its first ``length`` bytes are durable now (None:
+    the length an earlier sync recorded stays: a sync of preallocated zeros), and its size
+    is at least ``size`` (what lies between reads back as zeros or as it was)."""
+    if data_only:
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
+    if dirs_up_to is not None:
+        fsync_dirs(os.path.dirname(path), dirs_up_to)
+    if _durable is not None:
+        _record(path, length, size)
+
+
 def atomic_write(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -70,19 +90,18 @@ def atomic_write(path: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        sync(fd, tmp, len(data), data_only=False)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)              # the old file stays, whole
         raise
     os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
-    durable(path, len(data))
+    replace(tmp, path)
 
 
 def replace(src: str, dst: str) -> None:
-    """Rename ``src`` over ``dst`` durably (the directory is fsynced)."""
+    """Rename ``src`` over ``dst`` durably (the directory is fsynced); what was recorded
+    durable of ``src`` is ``dst``'s now."""
     os.replace(src, dst)
     fsync_dir(os.path.dirname(dst) or ".")
     if _durable is not None:
@@ -94,14 +113,21 @@ def replace(src: str, dst: str) -> None:
 
 # -- what is durable (tests) -----------------------------------------------------------------
 
-def durable(path: str, length: int, size: int | None = None) -> None:
-    """``path``'s first ``length`` bytes are on stable storage, and its size is at least
-    ``size`` (a preallocated file: what lies between reads back as zeros or as it was)."""
-    if _durable is not None:
-        key = os.path.abspath(path)
-        with _lock:
-            old = _durable.get(key)
-            _durable[key] = (length, max(old[1] if old else 0, size or 0, length))
+def _record(path: str, length: int | None, size: int | None) -> None:
+    key = os.path.abspath(path)
+    with _lock:
+        if _durable is None:           # the test stopped recording meanwhile
+            return
+        old = _durable.get(key)
+        if length is None:
+            length = old[0] if old else 0
+        _durable[key] = (length, max(old[1] if old else 0, size or 0, length))
+
+
+def recorded() -> dict:
+    """What was recorded durable while recording: {absolute path: (length, size)}."""
+    with _lock:
+        return dict(_durable or {})
 
 
 def record_durable(on: bool = True) -> None:
@@ -118,8 +144,7 @@ def power_loss(root: str) -> list:
     data file never made durable is removed (its directory entry need not have survived
     either). Returns what changed."""
     changed = []
-    with _lock:
-        known = dict(_durable or {})
+    known = recorded()
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             path = os.path.abspath(os.path.join(dirpath, name))

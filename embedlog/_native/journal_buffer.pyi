@@ -1,5 +1,5 @@
 # Type stubs of the Cython module embedlog._native.journal_buffer: the journal buffer
-# appenders frame records into, and its file I/O (writes, preallocation, syncs).
+# appenders frame records into, and its file I/O (writes and preallocation).
 _Buffer = bytes | bytearray | memoryview
 
 DIRECT_ALIGN_BYTES: int
@@ -20,5 +20,4 @@ class JournalBuffer:
     def entry_ids(self) -> list[tuple[int, int, int]]:
         """(scope, ledger, entry id) of every ENTRY record framed in the buffer."""
 
-def sync_fd(fd: int, data_only: bool = True) -> None: ...
-def write_zeros(fd: int, offset: int, length: int, sync: bool = True) -> None: ...
+def write_zeros(fd: int, offset: int, length: int) -> None: ...

@@ -456,7 +456,7 @@ def _fsync_file(path: str) -> None:
     except FileNotFoundError:          # the ledger was deleted meanwhile
         return
     try:
-        os.fdatasync(fd)
+        fileio.sync(fd, path, os.fstat(fd).st_size)
     finally:
         os.close(fd)
 

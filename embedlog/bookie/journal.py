@@ -93,6 +93,7 @@ class Journal:
         self.group_observer = None
         self.files: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
         self._fd = -1
+        self._path: str | None = None     # the file _fd is open on
         self._dfd = -1                    # the same file opened O_DIRECT (journal_direct_writes)
         self._direct = config.journal_direct_writes
         self._tail = b""                  # the file's bytes in the block the next group starts in
@@ -145,7 +146,7 @@ class Journal:
             dfd = self._open_direct(path)
             zero_end = prealloc_floor(self._prealloc)
             try:
-                jbuffer.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN, sync=False)
+                jbuffer.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN)
             except OSError as exc:
                 if not _no_space(exc):
                     raise               # zeros ahead are a speed-up: without room, none
@@ -154,9 +155,8 @@ class Journal:
                 # shorter as cut (records after the cut would be lost without a word)
                 header = jformat.file_header(new_id, prev, zero_end)
                 os.pwrite(fd, header, 0)
-            os.fsync(fd)
-            fsync_dir(self.directory)
-            fileio.durable(path, jformat.HEADER_SIZE, os.fstat(fd).st_size)
+            fileio.sync(fd, path, jformat.HEADER_SIZE, size=os.fstat(fd).st_size, data_only=False,
+                        dirs_up_to=self.directory)
             if getattr(self, "_mark", None) is not None:
                 self._mark.write_head(new_id)
         except BaseException:
@@ -296,10 +296,9 @@ class Journal:
             if sync:
                 failpoints.hit("journal.before_sync")
                 t0 = time.perf_counter()
-                jbuffer.sync_fd(self._fd)
+                fileio.sync(self._fd, self._path, self._offset)
                 fsync_s = time.perf_counter() - t0
                 self.stats["fsync_time_s"] += fsync_s
-                fileio.durable(self._path, self._offset)
                 failpoints.hit("journal.after_sync")
                 self._drop_synced_pages()
         except BaseException as exc:
@@ -374,8 +373,7 @@ class Journal:
                 if not _no_space(err):
                     raise
                 os.ftruncate(self._fd, offset)
-            os.fsync(self._fd)
-            fileio.durable(path, offset)
+            fileio.sync(self._fd, path, offset, data_only=False)
         except OSError as err:
             log.error("journal %s: cannot cut off a failed group at %d (%s)", path, offset, err)
             return EmbedlogError(f"journal {path}: a failed group could not be cut off at "
@@ -410,7 +408,7 @@ class Journal:
 
     def _open_file_locked_out(self, start_seq: int, sync_old: bool = True) -> None:
         if sync_old and self._fd >= 0:
-            jbuffer.sync_fd(self._fd)
+            fileio.sync(self._fd, self._path, self._offset)
         self._open_file()
         self.files[-1] = (start_seq, self._file_id, jformat.HEADER_SIZE)
 
@@ -536,9 +534,10 @@ class Journal:
                     if seq > self.synced_seq:
                         break                  # a later group makes it durable (or fails it)
                     done.append((self._async.popleft()[1], None))
-                if not self.config.journal_sync_data and \
+                # not while a leader writes: its roll may be changing the file under us
+                if not self.config.journal_sync_data and not self._syncing and \
                         time.monotonic() - last_interval_sync >= interval_s and self._fd >= 0:
-                    jbuffer.sync_fd(self._fd)
+                    fileio.sync(self._fd, self._path, self._offset)
                     self.stats["interval"] += 1
                     last_interval_sync = time.monotonic()
             for cb, failed in done:
@@ -557,6 +556,7 @@ class Journal:
                 if self._closed:
                     return
                 fd, file_id = (self._dfd if self._dfd >= 0 else self._fd), self._file_id
+                path = self._path
                 # contiguous with the zeros already written, but never under the write in
                 # progress (reserved_end) nor right at the head where the next group lands;
                 # whole blocks, as O_DIRECT needs
@@ -568,7 +568,8 @@ class Journal:
                 self._claim = (file_id, start)
             failpoints.hit("journal.prealloc_before_zero")
             try:
-                jbuffer.write_zeros(fd, start, chunk, sync=True)
+                jbuffer.write_zeros(fd, start, chunk)
+                fileio.sync(fd, path, None, size=start + chunk)
                 wrote = True
             except OSError:
                 wrote = False             # closed under us by a roll, or no room: retry later

@@ -365,8 +365,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 # zeros over the tail, not a shorter file: a journal that ends exactly at a
                 # record short of its preallocation is one that was cut (see above)
                 os.pwrite(f.fileno(), bytes(len(tail)), end)
-                os.fsync(f.fileno())
-                fileio.durable(path, os.fstat(f.fileno()).st_size)
+                fileio.sync(f.fileno(), path, os.fstat(f.fileno()).st_size, data_only=False)
                 log.warning("journal %s: cut a torn tail of %d bytes at offset %d (a write "
                             "that never reached the disk whole; a copy is in %s)", path,
                             len(tail), end, torn_dir)

@@ -4,6 +4,7 @@ records it), then reopened. Every acknowledged entry reads back with its bytes (
 fault-injection test, beyond the journal). Checkpoints run every few milliseconds and old
 journals are deleted at once, so a mark moved past entry-log or index data that was not
 durable would lose entries."""
+import os
 import random
 import threading
 
@@ -65,3 +66,55 @@ def test_power_loss_keeps_every_acknowledged_entry(tmp_path, seed):
             if ids:
                 got = log.open_ledger(lid).read_batch(0, ids[-1])
                 assert got == [payload(lid.qualified_name, e) for e in ids], (lid, cut)
+
+
+def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch):
+    """fileio records durability in the call that syncs (its only fsync and fdatasync), so
+    what power_loss keeps of each file is what a real sync of that file covered: the
+    journal's groups, rolls and preallocation, entry logs and their seals, index files,
+    atomic writes, and compaction's rewritten logs and index files. Then the power goes."""
+    synced: dict = {}             # real path -> the largest size a sync of it covered
+    lock = threading.Lock()
+
+    def spy(real):
+        def sync(fd):
+            path, size = os.path.realpath(f"/proc/self/fd/{fd}"), os.fstat(fd).st_size
+            real(fd)
+            with lock:
+                synced[path] = max(synced.get(path, 0), size)
+        return sync
+
+    monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
+    monkeypatch.setattr(os, "fsync", spy(os.fsync))
+    path = tmp_path / "d"
+    fileio.record_durable(True)
+    try:
+        log = embedlog.open(path, **CFG)
+        gone, kept = log.create_ledger(), log.create_ledger()
+        acked = []
+        for i in range(600):             # interleaved: every entry log holds both ledgers
+            gone.append(b"g" * 1000)
+            acked.append(kept.append(payload(kept.ledger_id.qualified_name, i)))
+        gone.close()
+        log.delete_ledger(gone.ledger_id)
+        log.bookie.gc.run_once(force_major=True)   # kept's entries move: its index is rewritten
+        assert log.bookie.gc.stats["compactions"] >= 1
+        for i in range(600, 700):
+            acked.append(kept.append(payload(kept.ledger_id.qualified_name, i)))
+        wait_until(lambda: log.bookie.statistics()["checkpoints"] >= 4, timeout_s=60,
+                   what="checkpoints")
+        abandon(log)
+        records = fileio.recorded()
+        cut = fileio.power_loss(str(path))
+    finally:
+        fileio.record_durable(False)
+    assert records and cut
+    for file, (length, size) in records.items():
+        # an atomic write syncs <file>.tmp, compaction <file>.compacting, then renames
+        covered = max(synced.get(os.path.realpath(file + suffix), -1)
+                      for suffix in ("", ".tmp", ".compacting"))
+        assert covered >= max(length, size), (file, length, size, covered)
+    with embedlog.open(path, **CFG) as log:
+        lid = kept.ledger_id
+        assert log.open_ledger(lid).read_batch(0, acked[-1]) == [
+            payload(lid.qualified_name, e) for e in acked]

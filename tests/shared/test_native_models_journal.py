@@ -75,7 +75,7 @@ def _write(jb, prealloc):
         n = jb.write_to(fd, jformat.HEADER_SIZE)
         assert n == jb.nbytes
         if prealloc:
-            jbuffer.write_zeros(fd, jformat.HEADER_SIZE + n, prealloc, sync=False)
+            jbuffer.write_zeros(fd, jformat.HEADER_SIZE + n, prealloc)
         os.close(fd)
         with open(path, "rb") as f:
             return f.read()

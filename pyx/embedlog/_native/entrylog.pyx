@@ -506,9 +506,8 @@ cdef class MappedLog:
                 r = msync(self.base + start, end - start, MS_SYNC)
             if r != 0:
                 raise OSError(f"msync of entry log {self.path} failed")
-            os.fdatasync(self.fd)
+            fileio.sync(self.fd, self.path, end)
             self.synced = end
-            fileio.durable(self.path, end)
 
     def seal(self, ledgers):
         """Append the ledgers map ({(scope, ledger): bytes}), cut the file, sync it."""
@@ -548,10 +547,9 @@ cdef class MappedLog:
         os.truncate(self.path, end)
         fd = os.open(self.path, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            fileio.sync(fd, self.path, end, data_only=False)
         finally:
             os.close(fd)
-        fileio.durable(self.path, end)
 
     cdef _write_block_crcs(self, uint8_t *p, Py_ssize_t end, Py_ssize_t nblocks):
         cdef Py_ssize_t k, start, n

@@ -467,14 +467,13 @@ cdef class LedgerIndex:
             # the header last: the length it records covers pages already written
             os.pwrite(fd, self._header_bytes(), 0)
             if sync:
-                os.fdatasync(fd) if not new else os.fsync(fd)
-                size = os.fstat(fd).st_size
+                # a new file's size and name must survive too: fsync, and its directories
+                fileio.sync(fd, self.path, os.fstat(fd).st_size, data_only=not new,
+                            dirs_up_to=self.root if new else None)
         finally:
             os.close(fd)
-        if new:
+        if new and not sync:
             fileio.fsync_dirs(os.path.dirname(self.path), self.root)
-        if sync:
-            fileio.durable(self.path, size)
         self.dirty_pages.clear()
         self.header_dirty = False
         return True

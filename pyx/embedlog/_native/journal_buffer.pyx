@@ -2,8 +2,8 @@
 """The journal buffer and its file I/O: appenders frame records into a ``JournalBuffer``
 under the bookie's lock; the group-commit leader writes it (``write_to``, or ``write_direct``
 through O_DIRECT in whole blocks) without the GIL, and ``write_zeros`` preallocates the file
-ahead of the tail (bookie/journal.py drives them; embedlog.fileio syncs and records what is
-durable).
+ahead of the tail (bookie/journal.py drives them; embedlog.fileio does the syncs and records
+what each made durable).
 
 Bounds: ``JournalBuffer.reserve`` grows to fit before anything is written into it (the add
 kernels reserve a whole pass at once); ``write_direct`` writes only the blocks that hold the
@@ -13,7 +13,7 @@ records, with the DIRECT_ALIGN spare kept at each end of the allocation.
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memmove, memset
 from libc.errno cimport errno, EINTR, ENOSPC
-from posix.unistd cimport pwrite, fdatasync, fsync
+from posix.unistd cimport pwrite
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
@@ -190,21 +190,10 @@ cdef class JournalBuffer:
         return start[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
 
 
-
-def sync_fd(int fd, bint data_only=True):
-    """fdatasync (or fsync) without the GIL."""
-    cdef int r, err = 0
-    with nogil:
-        r = fdatasync(fd) if data_only else fsync(fd)
-        if r != 0:
-            err = errno
-    if err:
-        raise OSError(err, "journal sync failed")
-
-
-def write_zeros(int fd, long long offset, long long length, bint sync=True):
-    """Preallocate [offset, offset+length) with real zeros (so later fdatasyncs are cheap).
-    The buffer is aligned, so ``fd`` may be an O_DIRECT one (with offset and length aligned)."""
+def write_zeros(int fd, long long offset, long long length):
+    """Preallocate [offset, offset+length) with real zeros (so later fdatasyncs are cheap;
+    the caller syncs them through embedlog.fileio). The buffer is aligned, so ``fd`` may be
+    an O_DIRECT one (with offset and length aligned)."""
     cdef Py_ssize_t chunk = 1 << 20
     cdef uint8_t *z = _aligned_alloc(chunk)
     cdef long long done = 0
@@ -216,8 +205,6 @@ def write_zeros(int fd, long long offset, long long length, bint sync=True):
         while done < length and not err:
             err = _pwrite_all(fd, z, min(chunk, length - done), offset + done)
             done += chunk
-        if not err and sync and fdatasync(fd) != 0:
-            err = errno
     free(z)
     if err:
         raise OSError(err, "journal preallocation failed")
