@@ -44,6 +44,7 @@ from embedlog.client.inflight import AddFuture, InFlight
 from embedlog.client.lifecycle import close_ledger
 from embedlog.client.schedule import write_quorums
 from embedlog.net import protocol as P
+from embedlog.net.bookkeeper import WriteLac
 
 if TYPE_CHECKING:
     from embedlog._types import Payload
@@ -410,9 +411,11 @@ class WriteHandle:
 
         async def one(b):
             try:
-                await self._ctx.call(b, lambda rid: P.write_lac_request(
-                    rid, self._scope, self._lid, self._master_key, lac, self._term),
-                    self._ctx.config.add_timeout_s)
+                # embedlog's frame when called; a Java bookie's connection asks it for the
+                # digest-protected body BookKeeper stores (it needs the ledger's digest)
+                await self._ctx.call(b, WriteLac(self._scope, self._lid, self._master_key, lac,
+                                                 self._term, self._digest, self._mac_key),
+                                     self._ctx.config.add_timeout_s)
             except EmbedlogError:
                 pass                # best effort: the next add carries the LAC anyway
 

@@ -343,25 +343,18 @@ def test_one_connection_every_operation(cluster):
 
 def test_lac_written_under_each_digest_passes_javas_digest_check(cluster):
     """WRITE_LAC's body carries the LAC under the ledger's digest: BookKeeper's client
-    (LedgerHandle.readExplicitLastConfirmed, its DigestManager) verifies it for every digest."""
+    (LedgerHandle.readExplicitLastConfirmed, its DigestManager) verifies it for every digest.
+    The writer's own explicit-LAC flush sends it (it used to be refused before sending, as a
+    plain WRITE_LAC frame carries no digest, and skipped in silence)."""
     client = cluster.embedlog
     writers, lids = [], []
-
-    async def write_lac(bookie, lid, digest):
-        c = BookKeeperConnection(bookie)
-        try:
-            mac = F.mac_key(PW) if digest == "mac" else None
-            await c.call(WriteLac(0, lid, KEY, 4, 0, F.digest_code(digest), mac), 20)
-        finally:
-            c.close()
-
     for digest in DIGESTS:
         w = client.create_ledger(1, 1, 1, digest=digest, password=PW)
         for i in range(5):
             w.append(b"lac-%d" % i)            # the last entry carries LAC 3; 4 is explicit only
         writers.append(w)
         lids.append(int(w.ledger_id))
-        asyncio.run(write_lac(w.metadata.fragments[0][1][0], lids[-1], digest))
+        client.context.run(w.flush_lac(), timeout=30)
     got = java_ledgers(cluster, "explicit-lac", lids)
     for w in writers:
         w.close()
