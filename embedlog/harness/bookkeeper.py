@@ -151,6 +151,9 @@ _TOOL_LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+_DRIVER_SETUP = threading.Lock()
+
+
 class BookKeeperToolError(RuntimeError):
     """A BookieShell command or a BkDriver run failed; ``output`` holds what it printed."""
 
@@ -677,11 +680,13 @@ class BookKeeperCluster:
 
     def driver_command(self, dump: bool = False) -> tuple[list[str], Callable[[], None]]:
         """``java ... BkDriver --metadata-uri URI``, and what to call after it exits."""
-        if self._driver_cp is None:
-            self._driver_cp = driver_classpath(self.version)
-            self._archives["driver"] = jvmcds.ClassArchive(
-                os.path.join(jars.cache_dir(), "cds"), f"bookkeeper-{self.version}-driver",
-                self.java, self._driver_cp[0])
+        with _DRIVER_SETUP:        # threads starting their first BkDriver at once
+            if self._driver_cp is None:
+                found = driver_classpath(self.version)
+                self._archives["driver"] = jvmcds.ClassArchive(
+                    os.path.join(jars.cache_dir(), "cds"), f"bookkeeper-{self.version}-driver",
+                    self.java, found[0])
+                self._driver_cp = found
         cp, main = self._driver_cp
         cds, exited = self._archives["driver"].options(dump) if main else ([], _nothing)
         return ([self.java, *self._tool_opts(), *cds, "-cp", cp, main or DRIVER_SOURCE,
