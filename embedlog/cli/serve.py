@@ -150,6 +150,10 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
     address = advertised or server.address
     admin = None
     info = {"address": address, "pid": os.getpid()}
+    if getattr(meta, "metadata_format", None) == "bookkeeper":
+        # BookKeeper's clients connect to the bookie-rpc endpoint: the same port, which
+        # tells their connections from embedlog's by their first bytes (net/bkserver.py)
+        info["bookie_rpc"] = address
     if bookie.config.http_server_enabled:
         admin = AdminServer(bookie, server, meta, metrics=metrics,
                             host=bookie.config.http_server_host,

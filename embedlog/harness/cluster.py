@@ -61,8 +61,9 @@ class LocalCluster:
                  proxies: bool = True, bookie_config: dict | None = None, start: bool = True,
                  autorecovery: bool = True, lost_bookie_grace_s: float = 3.0,
                  tls: bool = False, tls_client_auth: bool = False, auth_token: str | bytes | None = None):
-        if metadata not in ("sqlite", "zk", "etcd"):
-            raise IllegalOpError(f"metadata is 'sqlite', 'zk' or 'etcd', got {metadata!r}")
+        if metadata not in ("sqlite", "zk", "etcd") and "://" not in metadata:
+            raise IllegalOpError(f"metadata is 'sqlite', 'zk', 'etcd' or a metadata URI of a "
+                                 f"store that exists, got {metadata!r}")
         self._own_dir = base_dir is None
         self.base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="embedlog-cluster-"))
         os.makedirs(self.base_dir, exist_ok=True)
@@ -127,6 +128,9 @@ class LocalCluster:
     # -- metadata ---------------------------------------------------------------------
 
     def _start_metadata(self) -> str:
+        if "://" in self.metadata_kind:
+            # a store someone else runs (a BookKeeper cluster's root): the bookies join it
+            return self.metadata_kind
         if self.metadata_kind == "sqlite":
             uri = "sqlite://" + os.path.join(self.base_dir, "meta.db")
         elif self.metadata_kind == "zk":

@@ -23,6 +23,7 @@ import time
 from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.errors import EmbedlogError, IllegalOpError
 from embedlog.net import protocol as P
+from embedlog.net.bkserver import BookKeeperSession, LacBodies, first_byte_protocol
 
 log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
@@ -42,7 +43,7 @@ class _Connection:
     """One client connection: what it has in flight, when it last sent a frame."""
     __slots__ = ("writer", "requests", "bytes", "opened", "last_active", "authenticated",
                  "auth_failures", "goaway_at", "closed", "refusing", "frame_started", "address",
-                 "proven")
+                 "proven", "kind")
 
     def __init__(self, writer, now: float, authenticated: bool, address=None):
         self.writer = writer
@@ -55,6 +56,7 @@ class _Connection:
         self.closed = False
         self.refusing = False      # a throttle ran out: refuse at once until there is room
         self.proven = False        # a request of it got past the checks (AUTH, if asked)
+        self.kind = "embedlog"     # or "bookkeeper": a BookKeeper client's (net/bkserver.py)
 
 
 class ServerObserver:
@@ -100,16 +102,22 @@ class _Exchange:
 class BookieServer:
     def __init__(self, bookie, host: str = "127.0.0.1", port: int = 0, *,
                  max_frame_bytes: int | None = None, max_long_poll_ms: int = 60_000,
-                 ssl_context=None, auth_token: bytes | None = None, observers=(), loop=None):
+                 ssl_context=None, auth_token: bytes | None = None, observers=(), loop=None,
+                 bookkeeper_protocols: bool = True):
         """``observers``: ServerObservers told of every answered request (more may be
         appended to ``self.observers`` before start). ``loop``: the event loop ``dispatch``
-        answers on when the server does not listen (net/transport.py's InProcessConnection)."""
+        answers on when the server does not listen (net/transport.py's InProcessConnection).
+        ``bookkeeper_protocols``: BookKeeper's v3 and v2 clients are served on the same port,
+        told apart by the first byte of a connection's first message (net/bkserver.py); not
+        with TLS or an auth token, which BookKeeper's clients here cannot meet."""
         self.bookie = bookie
         self.observers: list = list(observers)
         self.info: dict = {}                  # more fields for BOOKIE_INFO (the admin address)
         self.ssl_context = ssl_context        # an ssl.SSLContext: TLS on every connection
         self.auth_token = auth_token          # when set, each connection must AUTH first
         self.host, self.port = host, port
+        self.bookkeeper_protocols = bookkeeper_protocols and ssl_context is None and auth_token is None
+        self.lac_bodies = LacBodies()         # WRITE_LAC bodies for BookKeeper's READ_LAC
         cfg = bookie.config
         self.max_frame_bytes = max_frame_bytes or cfg.max_frame_size_bytes
         self.max_long_poll_ms = max_long_poll_ms
@@ -193,6 +201,7 @@ class BookieServer:
         conn = _Connection(writer, self._loop.time(), self.auth_token is None, address)
         self._conns[writer] = conn
         self._per_address[address] = self._per_address.get(address, 0) + 1
+        first_frame = True
         try:
             while True:
                 try:
@@ -204,6 +213,21 @@ class BookieServer:
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 (n,) = P.LENGTH.unpack(head)
+                peek = b""
+                if first_frame and self.bookkeeper_protocols and n >= 1:
+                    # the first message's first byte: embedlog's version (0x01), a v3
+                    # Request's header tag (0x0A) or a v2 packet's version (2, 3)
+                    try:
+                        peek = await reader.readexactly(1)
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        return
+                    kind = first_byte_protocol(peek[0])
+                    if kind != "embedlog":
+                        conn.kind = "bookkeeper"
+                        conn.authenticated = True
+                        await BookKeeperSession(self, conn, reader, writer, head + peek, kind).run()
+                        return
+                first_frame = False
                 limit = self.max_frame_bytes if conn.authenticated else PRE_AUTH_MAX_FRAME
                 if n > limit or n < P.REQ_HEAD.size:
                     self.stats["bad_frames"] += 1
@@ -226,13 +250,13 @@ class BookieServer:
                     if admitted:
                         self.reading_bytes += n
                         try:
-                            message = await reader.readexactly(n)
+                            message = peek + await reader.readexactly(n - len(peek))
                         finally:
                             self.reading_bytes -= n
                     else:
                         # refused: its header is all the answer needs; the rest is read
                         # and dropped a little at a time, never held whole
-                        message = await reader.readexactly(P.REQ_HEAD.size)
+                        message = peek + await reader.readexactly(P.REQ_HEAD.size - len(peek))
                         left = n - P.REQ_HEAD.size
                         while left:
                             left -= len(await reader.readexactly(min(left, SKIP_CHUNK)))
@@ -376,7 +400,7 @@ class BookieServer:
                     waited = now - conn.goaway_at
                     if waited > GOAWAY_GRACE_S and (conn.requests == 0 or waited > 10 * GOAWAY_GRACE_S):
                         conn.writer.close()
-                elif (self.idle_timeout_s and conn.requests == 0
+                elif (self.idle_timeout_s and conn.requests == 0 and conn.kind == "embedlog"
                       and now - conn.last_active > self.idle_timeout_s):
                     self.stats["idle_closed"] += 1
                     conn.goaway_at = now

@@ -1,0 +1,552 @@
+"""BookKeeper's clients on an embedlog bookie: v3 (protobuf) and v2 (binary, Pulsar's)
+connections of a BookieServer, answered by the same Bookie as embedlog's protocol.
+
+The server tells a connection's protocol by the first byte of its first frame's message
+(server.py): embedlog's messages begin with their version, 0x01; a v3 Request with its
+header field's tag, 0x0A; a v2 packet with its protocol version, 2 or 3. A connection keeps
+the protocol of its first frame (a BookKeeper client opens v2 and v3 connections apart).
+
+Each request becomes the Bookie operation embedlog's ADD, READ, READ_LAC, WRITE_LAC and
+BOOKIE_INFO use (no second copy of the bookie's logic): ``add_entries`` answered when
+durable, ``fence`` (durable) before a fencing read, ``read_entry`` / ``read_entries``,
+``last_add_confirmed``, ``set_explicit_lac``, the server's long-poll waiters. Errors map
+as BookKeeper's bookie answers them (embedlog's ``wire_code`` is BookKeeper's v2 code; v3
+takes bkserve.V3_STATUS of it).
+
+What differs from embedlog's connections, as BookKeeper's clients need:
+
+- Back-pressure only: at an in-flight limit the connection is not read until there is
+  room, however long (a Java client changes its ensemble on any add error but fenced and
+  unauthorized, so ETOOMANYREQUESTS would cost a bookie its place in every ensemble).
+- No GOAWAY (BookKeeper's clients cannot read it) and no idle close: BookKeeper's bookie
+  closes no idle connection (no idle handler in BookieNettyServer; TCP keepalive only).
+  A frame that stops arriving half way is still cut off after frame_read_timeout_ms.
+- A malformed frame closes the connection (BookKeeper's decoder throws and Netty closes
+  it); an unknown v3 operation is answered EBADREQ, as BookieRequestProcessor does.
+- Everything BookKeeper cannot express (scopes, terms, TRIM, tokens, TLS) stays on
+  embedlog's protocol: BookKeeper requests name scope 0 ledgers only.
+- WRITE_LAC's body (ledger id, LAC and the writer's digest of them) is kept in memory
+  for READ_LAC's lacBody, as BookKeeper keeps it; the LAC value is journalled by the
+  bookie. After a restart a READ_LAC answers with the last entry only (from which the
+  client takes the LAC that entry carries) until the writer sends WRITE_LAC again.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import shutil
+
+from embedlog._native import bkserve as S
+from embedlog._native import bkwire as W
+from embedlog._native.format import LedgerId
+from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError
+
+log = logging.getLogger("embedlog.server.bookkeeper")
+
+READ_CHUNK = 64 * 1024          # bytes read from the socket at a time
+LAC_BODIES_MAX = 100_000        # ledgers whose last WRITE_LAC body is kept
+MAX_FRAME_BYTES = S.MAX_FRAME_BYTES    # BookKeeper's nettyMaxFrameSizeBytes
+AUTH_DISABLED_PLUGIN = b"AuthDisabledPlugin"    # what a bookie without auth names itself
+EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO = 0, 1, 2, 100, 101
+MAX_BATCH_ENTRIES = 1024        # a v2 batch read answers at most this many entries
+
+
+def first_byte_protocol(byte: int) -> str:
+    """"embedlog", "v3" or "v2" by the first byte of a connection's first message."""
+    if byte == 0x0A:
+        return "v3"
+    if byte in (2, 3):
+        return "v2"
+    return "embedlog"
+
+
+def _code(exc: BaseException) -> int:
+    return exc.wire_code if isinstance(exc, EmbedlogError) else EIO
+
+
+def _v3(code: int) -> int:
+    return S.V3_STATUS.get(code, W.EBADREQ)
+
+
+class LacBodies:
+    """The last WRITE_LAC body of each ledger (bounded, oldest forgotten first)."""
+
+    def __init__(self, limit: int = LAC_BODIES_MAX):
+        self.limit = limit
+        self._bodies: collections.OrderedDict = collections.OrderedDict()
+
+    def put(self, lid: int, lac: int, body: bytes) -> None:
+        old = self._bodies.get(lid)
+        if old is not None and old[0] > lac:
+            return                    # a late, lower LAC does not replace a higher one
+        self._bodies[lid] = (lac, body)
+        self._bodies.move_to_end(lid)
+        while len(self._bodies) > self.limit:
+            self._bodies.popitem(last=False)
+
+    def get(self, lid: int):
+        got = self._bodies.get(lid)
+        return None if got is None else got[1]
+
+    def forget(self, lid: int) -> None:
+        self._bodies.pop(lid, None)
+
+
+class _Reply:
+    """Where one request's answer goes: the first write releases its share of the in-flight
+    limits (server._release), even when the connection is gone."""
+    __slots__ = ("server", "conn", "nbytes", "answered")
+
+    def __init__(self, server, conn, nbytes: int):
+        self.server, self.conn, self.nbytes, self.answered = server, conn, nbytes, False
+
+    def send(self, *parts) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        self.server._release(self.conn, self.nbytes)
+        writer = self.conn.writer
+        if not writer.is_closing():
+            writer.writelines(parts)
+
+
+class BookKeeperSession:
+    """One BookKeeper client's connection (module doc). ``first`` holds the bytes the
+    server read to tell the protocol (the first frame's length and first byte)."""
+
+    def __init__(self, server, conn, reader, writer, first: bytes, protocol: str):
+        self.server, self.conn, self.reader, self.writer = server, conn, reader, writer
+        self.bookie = server.bookie
+        self.loop = server._loop
+        self.buf = bytearray(first)
+        self.v2 = protocol == "v2"
+        self.max_frame_bytes = min(server.max_frame_bytes, MAX_FRAME_BYTES)
+
+    # -- the connection ------------------------------------------------------------------
+
+    async def run(self) -> None:
+        server, conn = self.server, self.conn
+        decode = S.decode_v2 if self.v2 else W.decode_requests
+        stats = server.stats
+        key = "bk_v2_connections" if self.v2 else "bk_v3_connections"
+        stats[key] = stats.get(key, 0) + 1
+        while True:
+            if len(self.buf) >= 4:
+                try:
+                    reqs, pos, err = decode(self.buf, 0, -1, self.max_frame_bytes)
+                except EmbedlogError as exc:
+                    reqs, pos, err = [], 0, exc
+                if pos:
+                    del self.buf[:pos]
+                for req in reqs:
+                    stats["requests"] += 1
+                    conn.proven = True
+                    conn.last_active = self.loop.time()
+                    self._admit(req)
+                if err is not None:
+                    stats["bad_frames"] += 1
+                    log.warning("BookKeeper %s connection from %s: %s; closing it",
+                                "v2" if self.v2 else "v3", conn.address, err)
+                    return
+            conn.frame_started = (conn.frame_started or self.loop.time()) if self.buf else None
+            # back-pressure, never a refusal: while a limit holds the socket is not read
+            while not server._has_room(conn, 0):
+                stats["throttled"] += 1
+                server._throttled += 1
+                try:
+                    server._room_freed.clear()
+                    await server._room_freed.wait()
+                finally:
+                    server._throttled -= 1
+                if conn.closed:
+                    return
+            if self.writer.transport.get_write_buffer_size() > self.max_frame_bytes:
+                await self.writer.drain()     # a client that does not read its answers
+            try:
+                data = await self.reader.read(READ_CHUNK)
+            except ConnectionError:
+                return
+            if not data:
+                return
+            self.buf += data
+
+    def _admit(self, req) -> None:
+        conn, server = self.conn, self.server
+        n = len(req[6]) + 44 if self.v2 and req[6] is not None and req[0] == S.ADDENTRY else (
+            len(req.body) + 64 if not self.v2 and req.body is not None else 64)
+        conn.requests += 1
+        conn.bytes += n
+        server.in_flight_requests += 1
+        server.in_flight_bytes += n
+        reply = _Reply(server, conn, n)
+        try:
+            if self.v2:
+                self._dispatch_v2(req, reply)
+            else:
+                self._dispatch_v3(req, reply)
+        except Exception as exc:            # every failure becomes a status; the server goes on
+            log.exception("BookKeeper request %r failed", req)
+            self._fail(req, reply, exc)
+
+    # -- v3 ------------------------------------------------------------------------------
+
+    def _dispatch_v3(self, req, reply) -> None:
+        op = req.operation
+        if op == W.ADD_ENTRY:
+            self._with_facts(req.ledger_id, req, reply, self._add_v3)
+        elif op == W.READ_ENTRY:
+            fence = bool((req.flag or 0) == W.FENCE_LEDGER)
+            if fence:
+                self._with_facts(req.ledger_id, req, reply, self._read_v3)
+            else:
+                self._read_v3(req, reply)
+        elif op == W.READ_LAC:
+            self._read_lac_v3(req, reply)
+        elif op == W.WRITE_LAC:
+            self._with_facts(req.ledger_id, req, reply, self._write_lac_v3)
+        elif op == W.FORCE_LEDGER:
+            self._force_v3(req, reply)
+        elif op == W.GET_BOOKIE_INFO:
+            self._bookie_info_v3(req, reply)
+        elif op == W.AUTH:
+            # no auth configured: BookieRequestProcessor's answer to an AUTH it ignores
+            reply.send(W.encode_response(req.txn_id, W.AUTH, W.EOK,
+                                         auth_plugin=AUTH_DISABLED_PLUGIN, auth_payload=b""))
+        else:
+            # START_TLS (no TLS here), GET_LIST_OF_ENTRIES_OF_LEDGER, unknown operations
+            reply.send(_status_only(req, W.EBADREQ))
+
+    def _fail(self, req, reply, exc: BaseException) -> None:
+        self.server.stats["errors"] += 1
+        code = _code(exc)
+        if self.v2:
+            op, version, _flags, lid, eid = req[0], req[1], req[2], req[3], req[4]
+            if op == S.BATCH_READ_ENTRY:
+                reply.send(S.v2_batch_response(version, code, lid, eid, req[6][0]))
+            elif op in (S.ADDENTRY, S.READENTRY):
+                reply.send(S.v2_response(version, op, code, lid, eid))
+            else:
+                reply.send(b"")
+                self.writer.close()
+            return
+        op = req.operation
+        status = _v3(code)
+        if op == W.ADD_ENTRY:
+            reply.send(S.v3_add_response(req.txn_id, status, req.ledger_id, req.entry_id))
+        elif op == W.READ_ENTRY:
+            reply.send(S.v3_read_head(req.txn_id, status, req.ledger_id, req.entry_id))
+        else:
+            reply.send(_status_only(req, status))
+
+    def _with_facts(self, lid, req, reply, then) -> None:
+        """A request that may create the ledger here waits for one metadata read first
+        (the key its password gives, its digest), off the event loop."""
+        if lid is None or lid < 0:
+            self._fail(req, reply, NoSuchLedgerError(f"ledger id {lid}"))
+            return
+        try:
+            needs = self.bookie.needs_ledger_facts(LedgerId(0, lid))
+        except EmbedlogError as exc:
+            self._fail(req, reply, exc)
+            return
+        if not needs:
+            then(req, reply)
+            return
+        fut = self.loop.run_in_executor(None, self.bookie.fetch_ledger_facts, LedgerId(0, lid))
+
+        def done(f):
+            exc = f.exception()
+            if exc is not None:
+                self._fail(req, reply, exc)
+                return
+            try:
+                then(req, reply)
+            except Exception as exc:
+                self._fail(req, reply, exc)
+        fut.add_done_callback(done)
+
+    def _when_durable(self, seq: int, reply, ok, fail, after=None) -> None:
+        """``ok`` (bytes) once seq is durable, else ``fail(error)``'s bytes."""
+        loop = self.loop
+
+        def done(error):
+            data = ok if error is None else fail(error)
+            try:
+                loop.call_soon_threadsafe(_send_then, reply, data, after)
+            except RuntimeError:      # the loop closed: its connections are gone
+                pass
+
+        self.bookie.on_durable(seq, done)
+
+    def _add(self, lid: int, eid: int, key: bytes, body, recovery: bool, reply, ok, fail) -> None:
+        try:
+            seq = self.bookie.add_entries([body], key, recovery=recovery, ledger=(0, lid))
+        except Exception as exc:
+            reply.send(fail(exc))
+            if not isinstance(exc, EmbedlogError):
+                log.exception("add of ledger %d entry %d failed", lid, eid)
+            return
+        server = self.server
+        self._when_durable(seq, reply, ok, fail, after=lambda: server._wake_pollers((0, lid)))
+
+    def _add_v3(self, req, reply) -> None:
+        lid, eid, txn = req.ledger_id, req.entry_id, req.txn_id
+        if req.master_key is None or len(req.master_key) != W.MASTER_KEY_BYTES:
+            reply.send(S.v3_add_response(txn, W.EUA, lid, eid))
+            return
+        try:
+            ids_match = eid is not None and W.entry_ids(req.body, lid)[0] == eid
+        except EmbedlogError:            # shorter than an entry header, or another ledger's
+            ids_match = False
+        if not ids_match:
+            reply.send(S.v3_add_response(txn, W.EBADREQ, lid, eid if eid is not None else -1))
+            return
+        self._add(lid, eid, req.master_key, req.body, req.flag == W.RECOVERY_ADD, reply,
+                  S.v3_add_response(txn, W.EOK, lid, eid),
+                  lambda exc: S.v3_add_response(txn, _v3(_code(exc)), lid, eid))
+
+    def _read_v3(self, req, reply) -> None:
+        lid, eid, txn = req.ledger_id, req.entry_id, req.txn_id
+        if lid is None or eid is None:
+            reply.send(S.v3_read_head(txn, W.EBADREQ, lid or 0, eid if eid is not None else -1))
+            return
+        if req.flag == W.FENCE_LEDGER:
+            if req.master_key is None:
+                reply.send(S.v3_read_head(txn, W.EUA, lid, eid))
+                return
+            self._fence_then(lid, req.master_key, req, reply,
+                             lambda: self._read_entry_v3(req, reply, lid, eid))
+            return
+        if req.previous_lac is not None:
+            self._long_poll_v3(req, reply, lid, eid)
+            return
+        self._read_entry_v3(req, reply, lid, eid)
+
+    def _fence_then(self, lid, key, req, reply, then) -> None:
+        try:
+            seq = self.bookie.fence(LedgerId(0, lid), key)
+        except Exception as exc:
+            self._fail(req, reply, exc)
+            return
+        loop = self.loop
+
+        def after(error):
+            def go():
+                if error is not None:
+                    self._fail(req, reply, error)
+                    return
+                try:
+                    then()
+                except Exception as exc:
+                    self._fail(req, reply, exc)
+            loop.call_soon_threadsafe(go)
+
+        self.bookie.on_durable(seq, after)
+
+    def _entry(self, lid: int, eid: int) -> bytes:
+        """The stored entry (eid -1: the last one the bookie holds)."""
+        if eid == W.LAST_ADD_CONFIRMED:
+            _lac, last = self.bookie.last_add_confirmed(LedgerId(0, lid))
+            if last < 0:
+                raise NoSuchEntryError(f"ledger {lid} has no entry on this bookie")
+            eid = last
+        return self.bookie.read_entry(LedgerId(0, lid), eid)
+
+    def _read_entry_v3(self, req, reply, lid, eid) -> None:
+        try:
+            body = self._entry(lid, eid)
+            lac, _last = self.bookie.last_add_confirmed(LedgerId(0, lid))
+        except Exception as exc:
+            self._fail(req, reply, exc)
+            return
+        reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, eid, lac, len(body)), body)
+
+    def _long_poll_v3(self, req, reply, lid, eid) -> None:
+        # LongPollReadEntryProcessorV3: wait up to timeOut for the LAC to pass previousLAC;
+        # with ENTRY_PIGGYBACK the answer carries entry previousLAC + 1 when it is here
+        previous = req.previous_lac
+        piggyback = req.flag == W.ENTRY_PIGGYBACK
+        if piggyback and eid != W.LAST_ADD_CONFIRMED:
+            reply.send(S.v3_read_head(req.txn_id, W.EBADREQ, lid, eid))
+            return
+        try:
+            lac, _last = self.bookie.last_add_confirmed(LedgerId(0, lid))
+        except Exception as exc:
+            self._fail(req, reply, exc)
+            return
+
+        def answer():
+            try:
+                known, _ = self.bookie.last_add_confirmed(LedgerId(0, lid))
+                if not piggyback:
+                    self._read_entry_v3(req, reply, lid, eid)
+                    return
+                if known > previous:
+                    try:
+                        body = self.bookie.read_entry(LedgerId(0, lid), previous + 1)
+                    except NoSuchEntryError:
+                        reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
+                        return
+                    reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, previous + 1, known,
+                                              len(body)), body)
+                else:
+                    reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
+            except Exception as exc:
+                self._fail(req, reply, exc)
+
+        if lac > previous or not req.timeout_ms:
+            answer()
+            return
+        server = self.server
+        timeout_ms = min(int(req.timeout_ms), server.max_long_poll_ms)
+        fut = self.loop.create_future()
+        waiters = server._pollers.setdefault((0, lid), [])
+        waiters.append((previous, fut))
+
+        def finish(_f):
+            handle.cancel()
+            left = server._pollers.get((0, lid), [])
+            if (previous, fut) in left:
+                left.remove((previous, fut))
+            if not left:
+                server._pollers.pop((0, lid), None)
+            answer()
+
+        handle = self.loop.call_later(timeout_ms / 1000.0, lambda: fut.done() or fut.set_result(None))
+        fut.add_done_callback(finish)
+
+    def _read_lac_v3(self, req, reply) -> None:
+        lid = req.ledger_id
+        lac_body = self.server.lac_bodies.get(lid)
+        last_body = None
+        try:
+            _lac, last = self.bookie.last_add_confirmed(LedgerId(0, lid))
+            if last >= 0:
+                last_body = self.bookie.read_entry(LedgerId(0, lid), last)
+        except NoSuchLedgerError:
+            reply.send(_status_only(req, W.ENOLEDGER))
+            return
+        except Exception as exc:
+            self._fail(req, reply, exc)
+            return
+        if lac_body is None and last_body is None:
+            reply.send(_status_only(req, W.ENOENTRY))
+            return
+        reply.send(W.encode_response(req.txn_id, W.READ_LAC, W.EOK, ledger_id=lid,
+                                     lac_body=lac_body, last_entry_body=last_body))
+
+    def _write_lac_v3(self, req, reply) -> None:
+        lid, lac = req.ledger_id, req.lac
+        txn = req.txn_id
+        if req.master_key is None or len(req.master_key) != W.MASTER_KEY_BYTES:
+            reply.send(_status_only(req, W.EUA))
+            return
+        try:
+            seq = self.bookie.set_explicit_lac(LedgerId(0, lid), lac, req.master_key)
+        except Exception as exc:
+            self._fail(req, reply, exc)
+            return
+        body = req.body
+        if body is not None and len(body) >= 16:
+            self.server.lac_bodies.put(lid, lac, body)
+        ok = W.encode_response(txn, W.WRITE_LAC, W.EOK, ledger_id=lid)
+        server = self.server
+        self._when_durable(seq, reply, ok,
+                           lambda exc: W.encode_response(txn, W.WRITE_LAC, _v3(_code(exc)), ledger_id=lid),
+                           after=lambda: server._wake_pollers((0, lid)))
+
+    def _force_v3(self, req, reply) -> None:
+        # everything journalled so far durable: what FORCE_LEDGER promises a DEFERRED_SYNC writer
+        txn, lid = req.txn_id, req.ledger_id
+        ok = W.encode_response(txn, W.FORCE_LEDGER, W.EOK, ledger_id=lid)
+        self._when_durable(self.bookie.journal.appended_seq, reply, ok,
+                           lambda exc: W.encode_response(txn, W.FORCE_LEDGER, _v3(_code(exc)),
+                                                         ledger_id=lid))
+
+    def _bookie_info_v3(self, req, reply) -> None:
+        requested = req.requested or 0
+        try:
+            usage = shutil.disk_usage(self.bookie.directory)
+        except OSError:
+            reply.send(_status_only(req, W.EIO))
+            return
+        fields = {}
+        if requested & W.FREE_DISK_SPACE:
+            fields["free_disk_space"] = usage.free
+        if requested & W.TOTAL_DISK_CAPACITY:
+            fields["total_disk_capacity"] = usage.total
+        reply.send(W.encode_response(req.txn_id, W.GET_BOOKIE_INFO, W.EOK, **fields))
+
+    # -- v2 ------------------------------------------------------------------------------
+
+    def _dispatch_v2(self, req, reply) -> None:
+        op, version, flags, lid, eid, key, rest = req
+        if op == S.ADDENTRY:
+            self._with_facts(lid, req, reply, self._add_v2)
+        elif op == S.READENTRY or op == S.BATCH_READ_ENTRY:
+            if flags & S.FLAG_DO_FENCING and key is not None:
+                self._with_facts(lid, req, reply, self._read_v2)
+            else:
+                self._read_v2(req, reply)
+        else:                                            # AUTH: authentication is off here
+            reply.send(S.v2_auth_response(version, AUTH_DISABLED_PLUGIN))
+
+    def _add_v2(self, req, reply) -> None:
+        op, version, flags, lid, eid, key, entry = req
+        self._add(lid, eid, key, entry, bool(flags & S.FLAG_RECOVERY_ADD), reply,
+                  S.v2_response(version, op, EOK, lid, eid),
+                  lambda exc: S.v2_response(version, op, _code(exc), lid, eid))
+
+    def _read_v2(self, req, reply) -> None:
+        op, version, flags, lid, eid, key, rest = req
+        if flags & S.FLAG_DO_FENCING and version >= 2:
+            self._fence_then(lid, key, req, reply, lambda: self._read_now_v2(req, reply))
+        else:
+            self._read_now_v2(req, reply)
+
+    def _read_now_v2(self, req, reply) -> None:
+        op, version, flags, lid, eid, key, rest = req
+        if op == S.READENTRY:
+            try:
+                body = self._entry(lid, eid)
+            except Exception as exc:
+                self._fail(req, reply, exc)
+                return
+            reply.send(S.v2_response(version, op, EOK, lid, eid, len(body)), body)
+            return
+        request_id, max_count, max_size = rest
+        # BatchedReadEntryProcessor: from eid on, up to max_count entries and max_size
+        # bytes (the first entry whatever its size); an error only if the first is missing
+        count = max(1, min(int(max_count), MAX_BATCH_ENTRIES))
+        budget = max(0, min(int(max_size), self.max_frame_bytes - 64))
+        try:
+            if eid < 0:
+                raise NoSuchEntryError(f"batch read from entry {eid}")
+            k, framed = self.bookie.read_entries(LedgerId(0, lid), eid, count, budget)
+            if k == 0:
+                raise NoSuchEntryError(f"ledger {lid} has no entry {eid} on this bookie")
+        except Exception as exc:
+            self._fail(req, reply, exc)
+            return
+        reply.send(S.v2_batch_response(version, EOK, lid, eid, request_id, framed, k))
+
+
+def _send_then(reply, data, after) -> None:
+    reply.send(data)
+    if after is not None:
+        after()
+
+
+def _status_only(req, status: int) -> bytes:
+    """A v3 response of the request's operation with ``status`` (and its ledger id)."""
+    op = req.operation
+    if op in (W.WRITE_LAC, W.READ_LAC, W.FORCE_LEDGER) and req.ledger_id is not None:
+        return W.encode_response(req.txn_id, op, status, ledger_id=req.ledger_id)
+    if op == W.GET_BOOKIE_INFO:
+        return W.encode_response(req.txn_id, op, status)
+    if op == W.ADD_ENTRY:
+        return S.v3_add_response(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
+    if op == W.READ_ENTRY:
+        return S.v3_read_head(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
+    return S.v3_status_response(req.txn_id, op & 0xFFFFFFFF if op >= 0 else 0, status)

@@ -1,0 +1,384 @@
+"""embedlog bookies in a BookKeeper cluster (issue 29): BookKeeper's own Java client, over v3
+and over v2 (Pulsar's), writes to and reads from embedlog bookies, 4.17.2 and 4.16.6.
+
+Per version, one BookKeeper root (BookieShell formatted it) with four embedlog bookie
+processes on it (three for a 3-bookie ensemble and a spare for the ensemble change) and no
+Java bookie: the Java client finds them through their registrations (BookieServiceInfo with
+a bookie-rpc endpoint) and speaks BookKeeper's protocols on their one port
+(net/bkserver.py). embedlog's own client reads the same ledgers through the embedlog
+endpoint. Oracles: BkDriver, BkLedgers (many ledgers in one JVM) and BookieShell's
+``readledger -b`` of one embedlog bookie's copy. Under CI=true a missing java, jar or
+ZooKeeper fails. The codec alone is tests/net/test_bkserve.py.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from embedlog import Client
+from embedlog._native import bkwire as W
+from embedlog._native import format as F
+from embedlog.errors import LedgerFencedError
+from embedlog.harness import jars
+from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+
+PASSWORD = "bookie-pw"
+PW = PASSWORD.encode()
+KEY = F.master_key(PW)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VERSIONS = list(jars.BOOKKEEPER_VERSIONS[:2])
+
+
+@pytest.fixture(scope="module")
+def zk():
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
+
+
+class Setup:
+    """A BookKeeper root with embedlog bookies on it: ``bk`` (the root, BookieShell and the
+    Java client), ``lc`` (the embedlog bookies), ``client`` (embedlog's client)."""
+
+    def __init__(self, bk, lc, client):
+        self.bk, self.lc, self.client = bk, lc, client
+
+    def address(self, i: int) -> tuple[str, int]:
+        host, _, port = self.client._ctx.address_of(self.lc.bookie_id(i)).rpartition(":")
+        return host, int(port)
+
+
+@pytest.fixture(scope="module", params=VERSIONS)
+def setup(request, zk):
+    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.cluster import LocalCluster
+    version = request.param
+    name = f"bookkeeper-{version}"
+    if not jars.is_fetched(name) and not in_ci():
+        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    try:
+        bk = BookKeeperCluster(version, bookies=0, zk_hosts=zk.hosts,
+                               root=f"/bkbookie{version.replace('.', '')}")
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    bk.driver_command()[1]()
+    lc = LocalCluster(bookies=4, metadata=bk.metadata_uri, proxies=False, autorecovery=False,
+                      bookie_config={"connection_idle_timeout_ms": 1000})
+    client = Client(bk.metadata_uri, add_timeout_s=20, read_timeout_s=20)
+    yield Setup(bk, lc, client)
+    client.close()
+    lc.close()
+    bk.stop()
+
+
+def parallel(*calls):
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(c) for c in calls]]
+
+
+def send_lines(proc, payloads) -> None:
+    proc.stdin.write("".join(p.hex() + "\n" for p in payloads))
+    proc.stdin.flush()
+
+
+def driver_lines(proc, result, until, what: str) -> None:
+    while not until(result):
+        line = proc.stdout.readline()
+        assert line, f"BkDriver ended before {what}: {result.lines} {proc.stderr.read()[-2000:]}"
+        result.feed(line)
+
+
+def finish(proc, result) -> int:
+    proc.stdin.close()
+    for line in proc.stdout:
+        result.feed(line)
+    return proc.wait(timeout=60)
+
+
+def java_read_many(bk, lids) -> dict:
+    """tools/peers/BkLedgers.java read: per ledger (lac, [(eid, payload)]) or its error."""
+    source = os.path.join(ROOT, "tools", "peers", "BkLedgers.java")
+    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp",
+                          jars.classpath(f"bookkeeper-{bk.version}"), source, "read",
+                          bk.metadata_uri, PASSWORD, *map(str, lids)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    got: dict = {}
+    for line in out.stdout.splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "lac":
+            lid, lac = map(int, rest.split())
+            got[lid] = (lac, [])
+        elif word == "entry":
+            lid, eid, data = rest.split(" ")
+            got[int(lid)][1].append((int(eid), bytes.fromhex(data)))
+        elif word == "error":
+            lid, _, why = rest.partition(" ")
+            got[int(lid)] = why
+    return got
+
+
+def entries(n: int, tag: str = "entry") -> list[bytes]:
+    return [f"{tag}-{i}".encode() for i in range(n)]
+
+
+# -- registration ------------------------------------------------------------------------------
+
+def test_java_tools_list_embedlog_bookies(setup):
+    """Each embedlog bookie is a writable bookie to BookieShell, under its own bookie id."""
+    listed = setup.bk.list_bookies()
+    for i in range(len(setup.lc)):
+        assert any(setup.lc.bookie_id(i) in line for line in listed), listed
+
+
+# -- the Java client writes and reads --------------------------------------------------------------
+
+def test_java_client_v3_and_v2_every_digest(setup):
+    """A 3/2/2 ledger under each digest, two written over v3 and two over v2 (Pulsar's
+    protocol), each read back over the other protocol, by BkLedgers (one JVM for all) and by
+    embedlog's client through the embedlog endpoint of the same bookies."""
+    bk = setup.bk
+    shapes = [("CRC32", False), ("MAC", False), ("CRC32C", True), ("DUMMY", True)]
+    made = parallel(*[
+        (lambda d=d, v2=v2: bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                           digest=d, password=PASSWORD, v2=v2,
+                                           payloads=entries(30, d)))
+        for d, v2 in shapes])
+    for (d, _), m in zip(shapes, made):
+        assert m.acked == list(range(30)) and m.closed and m.lac == 29, (d, m.lines)
+    lids = [m.ledger_id for m in made]
+    reads = parallel(
+        lambda: java_read_many(bk, lids),
+        lambda: bk.java_client("read", lids[2], v2=False, password=PASSWORD),
+        lambda: bk.java_client("read", lids[0], v2=True, password=PASSWORD))
+    for lid, (d, _) in zip(lids, shapes):
+        assert reads[0][lid] == (29, list(enumerate(entries(30, d)))), (d, reads[0][lid])
+    assert [p for _, p in reads[1].entries] == entries(30, "CRC32C")
+    assert [p for _, p in reads[2].entries] == entries(30, "CRC32")
+    for lid, (d, _) in zip(lids, shapes):
+        r = setup.client.open_ledger(lid, PW)
+        assert [e.data for e in r.read(0, 29)] == entries(30, d)
+
+
+def test_java_long_poll_tail_over_v3_of_a_v2_writer(setup):
+    """A v2 writer (Pulsar's) writes while a v3 reader long-poll tails: the reader sees every
+    entry as the writer's LAC passes it (long polls answered with the entry piggybacked)."""
+    from embedlog.harness.bookkeeper import DriverResult
+    bk = setup.bk
+    writer = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
+                                  digest="CRC32C", password=PASSWORD, stdin=True, v2=True)
+    watchdog = threading.Timer(90, writer.kill)
+    watchdog.start()
+    result = DriverResult()
+    tail = None
+    try:
+        send_lines(writer, entries(5, "tail"))
+        driver_lines(writer, result, lambda r: len(r.acked) == 5, "5 acks")
+        # entry 4 carries LAC 3: a reader sees 0..3 until the next add
+        tail = bk.java_client_popen("tail", result.ledger_id, password=PASSWORD, count=19,
+                                    poll_ms=2000, idle_ms=20000)
+        got = DriverResult()
+        driver_lines(tail, got, lambda r: len(r.entries) >= 4, "4 tailed entries")
+        send_lines(writer, [f"tail-{i}".encode() for i in range(5, 20)])
+        driver_lines(tail, got, lambda r: len(r.entries) >= 19, "19 tailed entries")
+        assert [p for _, p in got.entries] == entries(19, "tail")
+        assert tail.wait(timeout=30) == 0
+        assert finish(writer, result) == 0 and result.acked == list(range(20))
+    finally:
+        watchdog.cancel()
+        for p in (writer, tail):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_bookieshell_reads_an_embedlog_bookies_copy(setup):
+    """``readledger -b`` of one embedlog bookie: exactly the entries of its write sets, as
+    BookKeeper stores them (header, digest, payload)."""
+    bk = setup.bk
+    made = bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2, digest="CRC32",
+                          password=PASSWORD, payloads=entries(12, "copy"))
+    ensemble = made.ensembles[0]
+    bookie = ensemble[0]
+    stored = bk.read_ledger(made.ledger_id, bookie=bookie, last=11, digest="CRC32")
+    mine = [e for e in range(12) if bookie in (ensemble[e % 3], ensemble[(e + 1) % 3])]
+    assert [eid for eid, _ in stored] == mine
+    assert [p for _, p in stored] == [f"copy-{e}".encode() for e in mine]
+
+
+# -- fencing both ways -------------------------------------------------------------------------------
+
+def test_embedlog_recovery_fences_a_java_writer_on_embedlog_bookies(setup):
+    """A Java writer (v2) on embedlog bookies; embedlog's recovery closes the ledger at its
+    last acknowledged entry; the writer's next add fails LedgerFenced (-101)."""
+    from embedlog.harness.bookkeeper import DriverResult
+    proc = setup.bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                      digest="CRC32C", password=PASSWORD, stdin=True,
+                                      no_close=True, v2=True)
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    result = DriverResult()
+    try:
+        send_lines(proc, entries(10, "fence"))
+        driver_lines(proc, result, lambda r: len(r.acked) == 10, "10 acks")
+        recovered = setup.client.open_ledger(result.ledger_id, PW, recovery=True)
+        assert recovered.is_closed and recovered.last_add_confirmed == 9
+        send_lines(proc, [b"after-fence"])
+        assert finish(proc, result) == 2, result.lines
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert result.error_code == -101, result.lines
+
+
+def test_java_recovery_fences_an_embedlog_writer(setup):
+    """embedlog's client writes a ledger on the same bookies; BookKeeper's recovery open
+    (over v3) fences and closes it; embedlog's next append fails fenced."""
+    w = setup.client.create_ledger(3, 2, 2, digest="crc32c", password=PW)
+    for p in entries(8, "el"):
+        w.append(p)
+    closed = setup.bk.java_client("close", w.ledger_id, password=PASSWORD)
+    assert closed.closed and closed.lac == 7, closed.lines
+    with pytest.raises(LedgerFencedError):
+        w.append(b"after")
+
+
+# -- idle connections, hostile clients ----------------------------------------------------------------
+
+def raw(setup, i: int) -> socket.socket:
+    s = socket.create_connection(setup.address(i), timeout=20)
+    return s
+
+
+def closed_by_peer(s: socket.socket) -> bool:
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+
+
+def test_hostile_frames_close_the_connection_and_lose_nothing(setup):
+    """Malformed v3 and v2 frames (garbage protobuf, wrong wire types, short packets, an
+    unknown v2 opcode, a frame over 5 MiB, a v3 add whose entry names another id) get an
+    error or a closed connection; the bookie goes on serving and what it held reads back."""
+    before = setup.bk.java_client("create", ensemble=3, write_quorum=3, ack_quorum=3,
+                                  digest="CRC32C", password=PASSWORD, payloads=entries(10, "keep"))
+    frames = [
+        b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",          # v3: an overlong varint
+        b"\x0a\x02\x08\x03",                                      # v3: header without operation
+        b"\x0a\x06\x08\x03\x10\x02\x18\x01\xaa\x06\x03\x08",     # v3: add, truncated sub
+        b"\x02\x01\x00\x00" + b"k" * 10,                         # v2: ADDENTRY cut in its key
+        b"\x02\x02\x00\x01" + b"\0" * 16,                        # v2: fencing read, no key
+        b"\x02\x09\x00\x00" + b"\0" * 16,                        # v2: opcode 9
+        b"\x03\x04\x00\x00" + b"\0" * 8,                         # v2: READ_LAC has no v2 form
+    ]
+    for frame in frames:
+        s = raw(setup, 0)
+        s.sendall(struct.pack(">I", len(frame)) + frame)
+        assert closed_by_peer(s), frame
+        s.close()
+    # a frame over BookKeeper's 5 MiB: refused from its length alone
+    s = raw(setup, 1)
+    s.sendall(struct.pack(">I", 6 << 20) + b"\x0a" + b"\0" * 1000)
+    assert closed_by_peer(s)
+    s.close()
+    # an add whose entry is another ledger's, and one with a wrong key: statuses, not crashes
+    s = raw(setup, 2)
+    entry = struct.pack(">qqqq", before.ledger_id + 1000, 0, -1, 1) + b"\0" * 4 + b"x"
+    s.sendall(W.encode_request(7, W.ADD_ENTRY, ledger_id=before.ledger_id, entry_id=0,
+                               master_key=KEY, body=entry))
+    s.sendall(W.encode_request(8, W.ADD_ENTRY, ledger_id=before.ledger_id, entry_id=10,
+                               master_key=b"w" * 20,
+                               body=struct.pack(">qqqq", before.ledger_id, 10, 9, 1) + b"\0" * 4 + b"y"))
+    got = {}
+    buf = b""
+    while len(got) < 2:
+        data = s.recv(65536)
+        assert data
+        buf += data
+        resps, pos, err = W.decode_responses(buf)
+        assert err is None
+        buf = buf[pos:]
+        got.update({r.txn_id: r.status for r in resps})
+    assert got[7] == W.EBADREQ and got[8] in (W.EUA, W.EFENCED)
+    s.close()
+    again = java_read_many(setup.bk, [before.ledger_id])
+    assert again[before.ledger_id] == (9, list(enumerate(entries(10, "keep"))))
+    after = setup.bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                 password=PASSWORD, count=5, v2=True)
+    assert after.acked == list(range(5))
+
+
+def test_idle_java_connections_are_kept_past_the_idle_timeout(setup):
+    """The bookies close idle embedlog connections after 1 s (GOAWAY); a BookKeeper client's
+    connection is never closed for idleness (BookKeeper's bookie closes none): a writer idle
+    for three idle timeouts writes on without an ensemble change."""
+    from embedlog.harness.bookkeeper import DriverResult
+    proc = setup.bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                      password=PASSWORD, stdin=True, v2=True)
+    result = DriverResult()
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    try:
+        send_lines(proc, entries(3, "idle"))
+        driver_lines(proc, result, lambda r: len(r.acked) == 3, "3 acks")
+        idle_until = time.monotonic() + 3.5          # the idle timeout is 1 s
+        while time.monotonic() < idle_until:
+            time.sleep(0.1)
+        send_lines(proc, [b"idle-3", b"idle-4"])
+        driver_lines(proc, result, lambda r: len(r.acked) == 5, "5 acks")
+        assert finish(proc, result) == 0
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(result.ensembles) == 1 or all(v == result.ensembles[0]
+                                             for v in result.ensembles.values()), result.ensembles
+
+
+# -- a bookie SIGKILLed mid-write (last: it leaves one bookie down) -----------------------------------
+
+def test_embedlog_bookie_killed_mid_write_java_changes_ensemble(setup):
+    """A Java writer (v3) on 3 of the 4 embedlog bookies; one of its ensemble is SIGKILLed
+    after 10 acknowledged entries; the writer replaces it with the spare and every entry
+    reads back (over v2)."""
+    from embedlog.harness.bookkeeper import DriverResult
+    bk, lc = setup.bk, setup.lc
+    proc = bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                digest="CRC32", password=PASSWORD, stdin=True)
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    result = DriverResult()
+    try:
+        send_lines(proc, entries(10, "kill"))
+        driver_lines(proc, result, lambda r: len(r.acked) == 10, "10 acks")
+        victim = result.ensembles[0][0]
+        lc.kill_bookie(lc.index_of(victim))
+        send_lines(proc, [f"kill-{i}".encode() for i in range(10, 30)])
+        driver_lines(proc, result, lambda r: len(r.acked) == 30, "30 acks")
+        assert finish(proc, result) == 0, result.lines
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(result.ensembles) >= 2 and victim not in list(result.ensembles.values())[-1]
+    read = bk.java_client("read", result.ledger_id, password=PASSWORD, v2=True)
+    assert [p for _, p in read.entries] == entries(30, "kill")
