@@ -1,7 +1,7 @@
 """benchmarks/vs_bookkeeper.py at a tiny size (issue 28 item 5), so the side-by-side with
 BookKeeper's Java client never rots: three Java bookies of 4.17.2, BookKeeper's client
-(BkDriver bench) and embedlog's client over BookKeeper's v3 protocol, 1/1/1 and 3/2/2,
-interleaved, and the report built from the rows. Figures are not checked: performance is
+(BkDriver bench) and embedlog's client over BookKeeper's v3 protocol on a 3/2/2 ledger, and
+the report built from the rows (the 1/1/1 cells run the same code). Figures are not checked: performance is
 measured in benchmarks/, never asserted by a test. Under CI=true a missing java, jar or
 ZooKeeper fails instead of skipping.
 """
@@ -41,19 +41,19 @@ def test_benchmark_cells_and_report(bk):
     outstanding = 20
     client = Client(bk.metadata_uri, max_pending_adds=outstanding, add_timeout_s=20)
     try:
+        # one cell: a JVM start is most of what a cell costs here (the suite's budget is 20 s)
         rows = vs_bookkeeper.run(bk, client, rounds=1, adds=200, warmup=20, sizes=[100],
-                                 quorums=[(1, 1, 1), (3, 2, 2)], outstanding=outstanding)
+                                 quorums=[(3, 2, 2)], outstanding=outstanding)
     finally:
         client.close()
-    assert [(r.client, r.quorum) for r in rows] == [
-        ("java", (1, 1, 1)), ("embedlog", (1, 1, 1)), ("java", (3, 2, 2)), ("embedlog", (3, 2, 2))]
+    assert [(r.client, r.quorum) for r in rows] == [("java", (3, 2, 2)), ("embedlog", (3, 2, 2))]
     for r in rows:
         assert r.adds == 200 and r.seconds > 0 and r.outstanding == outstanding, r
         assert 0 < r.p50_ms <= r.p99_ms, r
         assert r.cpu_s >= 0, r
+    assert set(rows[1].thread_cpu_s) == {"caller", "loop"}
     report = vs_bookkeeper.describe(rows, command="smoke", seconds=1.0, loads=((0,) * 3,) * 2,
                                     version=VERSION, ledger_storage="sorted", adds=200,
                                     warmup=20, outstanding=outstanding, rounds=1)
-    table = [line for line in report.splitlines() if line.startswith("| 1/1/1")
-             or line.startswith("| 3/2/2")]
-    assert len(table) == 2 and all(line.count("|") == 10 for line in table), report
+    table = [line for line in report.splitlines() if line.startswith("| 3/2/2")]
+    assert len(table) == 1 and table[0].count("|") == 10, report
