@@ -25,7 +25,10 @@ before the clock) timed until the last is acknowledged. Latency of an add: from 
 append call to its completion callback (Java: ``whenComplete``; embedlog: a done-callback
 on its future), p50 and p99 over the timed adds. CPU: the writer's process over the timed
 adds (Java: every JVM thread, JIT and GC included; embedlog: this process, the caller's
-thread and the client's loop), as µs per add. A JVM's start-up and the ledger's create and
+thread and the client's loop), as µs per add; the progress lines on stderr also split
+embedlog's into the caller's thread and the loop thread (their CPU clocks). BookKeeper's
+client limits itself to 5,000 requests/s by default (ClientConfiguration's throttle):
+BkDriver's bench turns that off, so the window is the only bound on both sides. A JVM's start-up and the ledger's create and
 close are outside the clock on both sides.
 
 Rounds are interleaved (every cell once per round, the two clients of a cell one after the
