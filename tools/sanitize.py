@@ -32,7 +32,7 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/bookie/test_crash.py", "tests/bookie/test_journal_damage.py",
          "tests/bookie/test_disk_damage.py", "tests/bookie/test_metadata_rollback.py",
          "tests/net/test_entry_id_bounds.py", "tests/net/test_preauth_limits.py",
-         "tests/net/test_bkwire.py",
+         "tests/net/test_bkwire.py", "tests/net/test_bkserve.py",
          "tests/client/test_striped_volume.py"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))

@@ -386,6 +386,14 @@ def test_bk_wire(data):
     # the parser byte, the first frame's length and its header's bytes (version, op, txn)
     _check("bk_wire", data.draw(mutate(base, [0, 1, 4, 5, 6, 7, 8, 9, 10, 11])))
 
+@FAST
+@given(st.data())
+def test_bk_serve(data):
+    base = data.draw(st.sampled_from(_seeds("bk_serve")))
+    # the picker byte, the first frame's length and its v2 header (version, opcode, flags)
+    _check("bk_serve", data.draw(mutate(base, [0, 1, 4, 5, 6, 7, 8])))
+
+
 def test_every_target_has_a_hypothesis_test():
     assert {t for t in TARGETS if f"test_{t}" not in globals()} == set()
 

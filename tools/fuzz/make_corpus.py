@@ -166,6 +166,23 @@ def wire(c: Corpus) -> None:
     c.put("wire_response", "stream", resps["add"] + resps["read"] + resps["error"])
 
 
+def bk_serve(c: Corpus) -> None:
+    """The bookie's side (bkserve.pyx): v2 request frames (0), v3 responses from fields (1)."""
+    key = F.master_key(b"fuzz")
+    entry = F.encode_entry(0, 3, 0, -1, 5, "crc32c", b"entry")
+
+    def v2(op, flags, body):
+        packet = struct.pack(">I", 2 << 24 | op << 16 | flags) + body
+        return struct.pack(">I", len(packet)) + packet
+    frames = [v2(1, 2, key + entry), v2(2, 0, struct.pack(">qq", 3, -1)),
+              v2(2, 1, struct.pack(">qq", 3, 0) + key),
+              v2(7, 0, struct.pack(">qqqiq", 3, 0, 9, 10, 1 << 20)),
+              v2(3, 0, b"\x0a\x03abc")]
+    c.put("bk_serve", "v2-requests", b"\x00" + b"".join(frames))
+    c.put("bk_serve", "v2-add", b"\x00" + frames[0])
+    c.put("bk_serve", "v3-responses", b"\x01" + struct.pack(">QIqq", 5, 0, 3, 1) + entry)
+
+
 def bk_wire(c: Corpus) -> None:
     """BookKeeper's v3 frames (bkwire.pyx): responses (0), requests (1), ADD bodies (2)."""
     from embedlog._native import bkwire as W
@@ -368,6 +385,7 @@ def main() -> None:
     entries(c)
     wire(c)
     bk_wire(c)
+    bk_serve(c)
     metadata(c)
     spark(c)
     config(c)

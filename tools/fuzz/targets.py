@@ -269,6 +269,39 @@ def fuzz_bk_wire(data: bytes) -> None:
     _check(reqs[0].entry_id == first, "first entry id")
 
 
+# -- the bookie's side of BookKeeper's wire (pyx/embedlog/_native/bkserve.pyx) ----------------------
+
+def fuzz_bk_serve(data: bytes) -> None:
+    """The first byte picks: 0 v2 request frames as a bookie reads them (and again from where
+    the first pass stopped: the same requests); 1 v3 add and read responses built from the
+    bytes, read back by bkwire's decoder with the same fields."""
+    from embedlog._native import bkserve as S
+    from embedlog._native import bkwire as W
+    if not data:
+        return
+    kind, rest = data[0] % 2, data[1:]
+    if kind == 0:
+        got, pos, err = S.decode_v2(rest)
+        _check(0 <= pos <= len(rest) and (err is None or isinstance(err, EmbedlogError)), "decode_v2")
+        for op, version, flags, lid, eid, key, more in got:
+            _check(op in (S.ADDENTRY, S.READENTRY, S.AUTH, S.BATCH_READ_ENTRY), "opcode")
+            _check(key is None or len(key) == 20, "master key")
+            _check(op != S.ADDENTRY or (isinstance(more, bytes) and len(more) >= 16), "entry")
+        again, pos2, _ = S.decode_v2(rest, 0, pos)
+        _check(again == got and pos2 == pos, "the same frames decode the same")
+        return
+    if len(rest) < 28:
+        return
+    txn, status, lid, eid = struct.unpack_from(">QIqq", rest)
+    status %= 1000
+    body = rest[28:]
+    (r,), _pos, err = W.decode_responses(S.v3_read_head(txn, status, lid, eid, eid - 1, len(body)) + body)
+    _check(err is None and (r.txn_id, r.ledger_id, r.entry_id, r.body, r.max_lac) ==
+           (txn, lid, eid, body, eid - 1), "a read response reads back")
+    (r,), _pos, err = W.decode_responses(S.v3_add_response(txn, status, lid, eid))
+    _check(err is None and (r.txn_id, r.ledger_id, r.entry_id) == (txn, lid, eid), "an add response reads back")
+
+
 # -- metadata (embedlog/meta, embedlog/bookie/cookies.py) ---------------------------------------
 
 def _meta_ledger(body: bytes) -> None:
@@ -1057,6 +1090,7 @@ TARGETS = {
     "add_kernels": fuzz_add_kernels,
     "bookie_add": fuzz_bookie_add,
     "bk_wire": fuzz_bk_wire,
+    "bk_serve": fuzz_bk_serve,
 }
 
 # -max_len per target: file formats need room for their headers (index pages are 8 KiB)

@@ -131,7 +131,7 @@ def decode_v2(buf, Py_ssize_t pos=0, Py_ssize_t end=-1, Py_ssize_t max_frame_byt
             rest = PyBytes_FromStringAndSize(<const char *>p + 4 + KEY_BYTES,
                                              n - 4 - KEY_BYTES)
         elif op == READENTRY or op == BATCH_READ_ENTRY:
-            need = 4 + 16 + (28 if op == BATCH_READ_ENTRY else 0)
+            need = 4 + 16 + (20 if op == BATCH_READ_ENTRY else 0)
             if n < need:
                 return out, pos, v2_error(pos, f"a read packet of {n} bytes")
             lid = <int64_t>el_get64(p + 4)
