@@ -277,6 +277,7 @@ def test_hostile_frames_close_the_connection_and_lose_nothing(setup):
     for p in entries(10, "keep"):
         w.append(p)
     w.close()
+    lid = w.ledger_id.ledger_id
     frames = [
         b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff",          # v3: an overlong varint
         b"\x0a\x02\x08\x03",                                      # v3: header without operation
@@ -298,12 +299,12 @@ def test_hostile_frames_close_the_connection_and_lose_nothing(setup):
     s.close()
     # an add whose entry is another ledger's, and one with a wrong key: statuses, not crashes
     s = raw(setup, 2)
-    entry = struct.pack(">qqqq", w.ledger_id + 1000, 0, -1, 1) + b"\0" * 4 + b"x"
-    s.sendall(W.encode_request(7, W.ADD_ENTRY, ledger_id=w.ledger_id, entry_id=0,
+    entry = struct.pack(">qqqq", lid + 1000, 0, -1, 1) + b"\0" * 4 + b"x"
+    s.sendall(W.encode_request(7, W.ADD_ENTRY, ledger_id=lid, entry_id=0,
                                master_key=KEY, body=entry))
-    s.sendall(W.encode_request(8, W.ADD_ENTRY, ledger_id=w.ledger_id, entry_id=10,
+    s.sendall(W.encode_request(8, W.ADD_ENTRY, ledger_id=lid, entry_id=10,
                                master_key=b"w" * 20,
-                               body=struct.pack(">qqqq", w.ledger_id, 10, 9, 1) + b"\0" * 4 + b"y"))
+                               body=struct.pack(">qqqq", lid, 10, 9, 1) + b"\0" * 4 + b"y"))
     got = {}
     buf = b""
     while len(got) < 2:
