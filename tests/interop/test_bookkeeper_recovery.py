@@ -36,7 +36,12 @@ from embedlog.harness import jars
 from embedlog.harness.bookkeeper import DriverResult
 from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
+from embedlog._native.format import LedgerId
 from embedlog.meta.api import LedgerState
+from embedlog.meta.bookkeeper import ledger_metadata as bkmd
+from embedlog.meta.bookkeeper import protobuf as pb
+from embedlog.meta.bookkeeper.layout import parse_layout
+from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from bk_writer_child import payload as py_payload      # the child's own payloads
 from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
 
@@ -73,12 +78,21 @@ def bk(request, zk):
                                     root=f"/recovery{request.param.replace('.', '')}")
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
-    cluster.driver_command()[1]()       # the driver's jar and archive, before JVMs run in parallel
-    client = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
-    cluster.embedlog = client
-    yield cluster
-    client.close()
-    cluster.stop()
+    from kazoo.client import KazooClient  # lazy: the optional 'zk' extra, as embedlog's store
+    cluster.zk = KazooClient(hosts=zk.hosts, timeout=10.0)
+    client = None
+    try:
+        cluster.driver_command()[1]()   # the driver's jar and archive, before JVMs run in parallel
+        cluster.zk.start(timeout=30)
+        cluster.ledger_layout = parse_layout(cluster.zk.get(f"{cluster.root}/LAYOUT")[0]).ledger_layout
+        client = cluster.embedlog = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
+        yield cluster
+    finally:
+        if client is not None:
+            client.close()
+        cluster.zk.stop()
+        cluster.zk.close()
+        cluster.stop()
 
 
 def parallel(*calls):
@@ -92,6 +106,24 @@ def wait_for(cond, timeout_s: float = 30.0, what: str = "condition", step_s: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(step_s)
+
+
+def stored_fields(cluster, lid: int) -> dict[int, list[bytes]]:
+    """The ledger's metadata record as stored on ZooKeeper: each LedgerMetadataFormat field
+    number's fields, tag and value bytes as written."""
+    path = BookKeeperTree(cluster.root, cluster.ledger_layout).ledger_path(LedgerId.coerce(lid))
+    data, _ = cluster.zk.get(path)
+    version, at = bkmd.read_header(data)
+    assert version == 3, data[:40]
+    fields: dict[int, list[bytes]] = {}
+    for f in pb.parse(pb.read_delimited(data, at)[0]):
+        fields.setdefault(f.number, []).append(f.raw)
+    return fields
+
+
+def rewritten(before: dict, after: dict) -> set[int]:
+    """Which fields a rewrite changed (every other field kept byte for byte)."""
+    return {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
 
 
 def shell_metadata(cluster, lid: int) -> dict:
@@ -177,10 +209,10 @@ class KilledWriter:
 
 
 def java_writer(cluster, ensemble: int, write_quorum: int, ack_quorum: int,
-                digest: str = "CRC32C", outstanding: int = 16) -> KilledWriter:
+                digest: str = "CRC32C", outstanding: int = 16, v2: bool = False) -> KilledWriter:
     proc = cluster.java_client_popen("create", ensemble=ensemble, write_quorum=write_quorum,
                                      ack_quorum=ack_quorum, digest=digest, password=PASSWORD,
-                                     outstanding=outstanding, no_close=True, stdin=True)
+                                     outstanding=outstanding, no_close=True, stdin=True, v2=v2)
     return KilledWriter(proc, feed=True)
 
 
@@ -225,15 +257,21 @@ def check_java_agrees(cluster, lids_lasts: dict[int, int], payload, shell: bool 
 # -- 1. a Java writer killed, embedlog recovers -------------------------------------------------------
 
 def test_java_writer_killed_embedlog_recovers(bk):
-    """3/2/2 and 1/1/1 (MAC) Java writers with 16 adds in flight, SIGKILLed after 40 acks."""
-    writers = [java_writer(bk, 3, 2, 2, "CRC32C"), java_writer(bk, 1, 1, 1, "MAC")]
+    """A 3/2/2 Java writer on BookKeeper's v2 protocol (as Pulsar runs it) and a 1/1/1 MAC one
+    on v3, 16 adds in flight, SIGKILLed after 40 acks. embedlog's recovery rewrites only the
+    state, the last entry and the length of BookKeeper's record (every other field as
+    BookKeeper wrote it, byte for byte)."""
+    writers = [java_writer(bk, 3, 2, 2, "CRC32C", v2=True), java_writer(bk, 1, 1, 1, "MAC")]
     for w in writers:
         w.wait_acks(40)
     acked = [w.kill() for w in writers]
     lasts = {}
     for w, a in zip(writers, acked):
         assert bk.embedlog.ledger_metadata(w.ledger_id).state == LedgerState.OPEN
+        before = stored_fields(bk, w.ledger_id)
         lasts[w.ledger_id] = check_embedlog_recovered(bk, w.ledger_id, a, java_payload)
+        assert rewritten(before, stored_fields(bk, w.ledger_id)) <= {
+            bkmd.LENGTH, bkmd.LAST_ENTRY_ID, bkmd.STATE}
     check_java_agrees(bk, lasts, java_payload, shell=True)
 
 
@@ -247,7 +285,13 @@ def test_embedlog_writer_killed_java_recovers(bk):
     acked = w.kill()
     lid = w.ledger_id
     assert bk.embedlog.ledger_metadata(lid).state == LedgerState.OPEN
+    before = stored_fields(bk, lid)
     recovered = bk.java_client("read", lid, password=PASSWORD, recover=True)
+    # BookKeeper's rewrite of embedlog's record changes only the closing fields, and the
+    # creator token: BookKeeper 4.16 and 4.17 write cToken 0 whenever they rewrite a record,
+    # their own ledgers' too (embedlog keeps it; it only counts while the version is 0)
+    assert rewritten(before, stored_fields(bk, lid)) <= {bkmd.LENGTH, bkmd.LAST_ENTRY_ID,
+                                                          bkmd.STATE, bkmd.CTOKEN}
     last = recovered.lac
     length = sum(len(py_payload(i)) for i in range(last + 1))
     assert recovered.closed and last >= acked and recovered.length == length, recovered.lines[:6]
@@ -476,8 +520,12 @@ def test_java_writers_killed_mid_ensemble_change(bk):
     assert len(md.fragments) == 2 and shared not in md.fragments[1][1], (md.fragments, a.lines[-5:])
     assert len(bk.embedlog.ledger_metadata(b.ledger_id).fragments) == 1
 
+    before = {w.ledger_id: stored_fields(bk, w.ledger_id) for w in (a, b)}
     a_last = check_embedlog_recovered(bk, a.ledger_id, a_acked, java_payload)
     b_last = check_embedlog_recovered(bk, b.ledger_id, b_acked, java_payload)
+    closing = {bkmd.LENGTH, bkmd.LAST_ENTRY_ID, bkmd.STATE}
+    assert rewritten(before[a.ledger_id], stored_fields(bk, a.ledger_id)) <= closing
+    assert rewritten(before[b.ledger_id], stored_fields(bk, b.ledger_id)) <= closing | {bkmd.SEGMENT}
     # B's recovery wrote back at least its last entry (no bookie's LAC reaches it), which
     # the dead bookie could not take: the recovery's own ensemble change closed the ledger
     b_md = bk.embedlog.ledger_metadata(b.ledger_id)
