@@ -475,7 +475,7 @@ def _output_target(setup: Setup, system: str) -> str:
 
 
 def streaming_query(spark, system: str, target: str, src: str, dst: str, ckpt: str,
-                    per_trigger: int, trigger: dict):
+                    per_trigger: int, trigger: dict, quorum=(3, 3, 2)):
     """src -> "out:" + payload -> dst, at most ``per_trigger`` rows a micro-batch: Kafka's
     source and sink (maxOffsetsPerTrigger, acks=all) or embedlog's (maxEntriesPerTrigger,
     sinkId for the exactly-once commit)."""
@@ -491,9 +491,15 @@ def streaming_query(spark, system: str, target: str, src: str, dst: str, ckpt: s
         df = (spark.readStream.format("embedlog").option("metadataServiceUri", target)
               .option("streams", src).option("maxEntriesPerTrigger", per_trigger).load())
         out = df.select(F.concat(F.lit(b"out:"), F.col("payload")).alias("payload"))
+        e, qw, qa = quorum
         w = (out.writeStream.format("embedlog").option("metadataServiceUri", target)
-             .option("stream", dst).option("sinkId", f"vs-kafka-{dst}"))
+             .option("stream", dst).option("sinkId", sink_id(dst)).option("ensembleSize", e)
+             .option("writeQuorum", qw).option("ackQuorum", qa))
     return w.option("checkpointLocation", ckpt).trigger(**trigger).start()
+
+
+def sink_id(dst: str) -> str:
+    return f"vs-kafka-{dst}"
 
 
 def _target(setup: Setup, system: str) -> str:
@@ -542,7 +548,7 @@ def stream_cell(spark, setup: Setup, system: str, rows: int, per_trigger: int, w
     ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=workdir)
     t0 = time.perf_counter()
     q = streaming_query(spark, system, _target(setup, system), src, dst, ckpt, per_trigger,
-                        {"availableNow": True})
+                        {"availableNow": True}, setup.quorum)
     q.awaitTermination()
     seconds = time.perf_counter() - t0
     failed = q.exception() is not None
@@ -570,20 +576,34 @@ def kill_cell(setup: Setup, system: str, rows: int, per_trigger: int, kills: int
     tmp = tempfile.mkdtemp(prefix="driver-tmp-", dir=workdir)
     env = {**os.environ, "TMPDIR": tmp, "SPARK_LOCAL_DIRS": tmp}
     cmd = [sys.executable, os.path.abspath(__file__), "stream-job", system, _target(setup, system),
-           src, dst, ckpt, str(per_trigger)]
+           src, dst, ckpt, str(per_trigger), ",".join(map(str, setup.quorum))]
     t0 = time.perf_counter()
+    ahead = _sink_probe(setup, system, dst, ckpt)
     for k in range(kills):
         child = subprocess.Popen(cmd + ["run"], env=env, start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         done_before = (_batch_ids(ckpt, "commits") or [-1])[-1]
         deadline = time.monotonic() + 300
+        in_flight = None                  # (batch id, when first seen planned and not committed)
+        last_took = 1.0                   # how long a batch took, between two commits
+        committed_at = None
         try:
             while time.monotonic() < deadline and child.poll() is None:
                 done = (_batch_ids(ckpt, "commits") or [-1])[-1]
                 planned = (_batch_ids(ckpt, "offsets") or [-1])[-1]
-                if done > done_before and planned > done:   # at least one batch made; one in flight
-                    break
-                time.sleep(0.01)
+                now = time.monotonic()
+                if committed_at is not None and committed_at[0] != done:
+                    last_took = now - committed_at[1]
+                if committed_at is None or committed_at[0] != done:
+                    committed_at = (done, now)
+                if done > done_before and planned > done:   # one batch made, the next in flight
+                    if in_flight is None or in_flight[0] != planned:
+                        in_flight = (planned, now)
+                    # the sink wrote (some of) the batch Spark has not recorded: the window a
+                    # replay duplicates in; or, not seen, half a batch into it
+                    if ahead(done) or now - in_flight[1] > last_took / 2:
+                        break
+                time.sleep(0.005)
             else:
                 raise RuntimeError(f"{system} stream job {k}: no batch in flight within 300 s "
                                    f"(exit {child.poll()})")
@@ -591,6 +611,7 @@ def kill_cell(setup: Setup, system: str, rows: int, per_trigger: int, kills: int
             if child.poll() is None:
                 os.killpg(child.pid, signal.SIGKILL)      # the driver and its Python workers
             child.wait()
+    ahead.close()
     final = subprocess.run(cmd + ["available-now"], env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True, timeout=900)
     seconds = time.perf_counter() - t0
@@ -604,6 +625,31 @@ def kill_cell(setup: Setup, system: str, rows: int, per_trigger: int, kills: int
     return row
 
 
+def _sink_probe(setup: Setup, system: str, dst: str, ckpt: str):
+    """A function of ``done`` (the last batch Spark recorded): True when the sink already
+    holds output of a later batch. Close it with .close()."""
+    import json
+    if system == "kafka":
+        from confluent_kafka import TopicPartition
+        consumer = _consumer(setup.kafka.bootstrap, dst)
+
+        def ahead(done: int) -> bool:
+            with open(os.path.join(ckpt, "offsets", str(done))) as f:
+                ends = json.loads(f.read().splitlines()[-1])   # {"topic": {"0": end offset}}
+            committed = sum(int(o) for parts in ends.values() for o in parts.values())
+            _low, high = consumer.get_watermark_offsets(TopicPartition(dst, 0), timeout=5)
+            return high > committed
+        ahead.close = consumer.close                            # type: ignore[attr-defined]
+        return ahead
+    import embedlog.spark
+    client = setup.embedlog["sync"].client()
+
+    def ahead(done: int) -> bool:
+        return embedlog.spark.committed_batches(client, dst).get(sink_id(dst), -1) > done
+    ahead.close = client.close                                  # type: ignore[attr-defined]
+    return ahead
+
+
 def kill_counts(indexes: list, rows: int) -> tuple:
     """(duplicates, losses) of an output that should hold each of 0..rows-1 once."""
     unique = set(indexes)
@@ -611,12 +657,13 @@ def kill_counts(indexes: list, rows: int) -> tuple:
 
 
 def stream_job(system: str, target: str, src: str, dst: str, ckpt: str, per_trigger: int,
-               how: str) -> int:
+               quorum: str, how: str) -> int:
     """The driver of kill_cell, in its own process: ``run`` goes on until killed,
     ``available-now`` ends once everything is read."""
     spark = spark_session()
     trigger = {"availableNow": True} if how == "available-now" else {"processingTime": "0 seconds"}
-    q = streaming_query(spark, system, target, src, dst, ckpt, per_trigger, trigger)
+    q = streaming_query(spark, system, target, src, dst, ckpt, per_trigger, trigger,
+                        tuple(int(x) for x in quorum.split(",")))
     q.awaitTermination()
     failed = q.exception()
     spark.stop()
@@ -752,8 +799,8 @@ def main(argv=None) -> int:
         system, target, name, rate, count, size = argv[1:7]
         return tail_producer(system, target, name, float(rate), int(count), int(size))
     if argv and argv[0] == "stream-job":
-        system, target, src, dst, ckpt, per_trigger, how = argv[1:8]
-        return stream_job(system, target, src, dst, ckpt, int(per_trigger), how)
+        system, target, src, dst, ckpt, per_trigger, quorum, how = argv[1:9]
+        return stream_job(system, target, src, dst, ckpt, int(per_trigger), quorum, how)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--messages", type=int, default=200_000)
