@@ -1,8 +1,10 @@
-"""The house keeps its shape: DESIGN.md's layers, read from the package's own imports.
+"""The house keeps its shape: docs/ARCHITECTURE.md's layers, read from the package's own code.
 
-Each module imports only its own layer and the layers below it; no module imports
-another module's private names; an import inside a function says why (a comment on its
-line or above it in the same function: an optional dependency, a cycle, start-up cost).
+Each module imports only its own layer and the layers below it, and none of the layers
+the sideways rules keep apart; no module imports another module's private names, nor
+reaches private attributes of another module's objects; an import inside a function says
+why (a comment on its line or above it in the same function: an optional dependency, a
+cycle, start-up cost).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "embedlog"
 
-# bottom to top (DESIGN.md, "Layers"); a module belongs to the longest prefix that names it
+# bottom to top (docs/ARCHITECTURE.md, "Layers"); a module belongs to the longest prefix that names it
 LAYERS = [
     ("shared", ["embedlog", "embedlog.errors", "embedlog.config", "embedlog.failpoints",
                 "embedlog.fileio", "embedlog.meta.api", "embedlog._native", "embedlog._types",
@@ -28,6 +30,29 @@ LAYERS = [
     ("spark", ["embedlog.spark"]),
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
+# pairs of packages the ranks would let import each other, and why they must not
+# (docs/ARCHITECTURE.md, "What each layer may import")
+SIDEWAYS = [
+    ("embedlog.client", "embedlog.bookie", "the client reaches bookies over the wire (net), "
+                                           "never their storage"),
+    ("embedlog.meta", "embedlog.bookie", "the bookie is handed a store; a driver never uses it"),
+    ("embedlog.meta", "embedlog.client", "the drivers serve the client; they never use it"),
+    ("embedlog.spark", "embedlog.harness", "a Spark job reads and writes a cluster; it never "
+                                           "runs one"),
+]
+# private attributes (file, attribute) a module still reaches on another module's objects,
+# and why they stay
+_BKSERVER = ("net/bkserver.py, BookKeeper's v3 server (issue 28, being written), shares "
+             "BookieServer's flow control and long polls; public names come with it")
+REACH_INS = {
+    ("embedlog/forking.py", "_after_fork"):
+        "the hook every object forking.track() holds defines, private so that no user calls it",
+    ("embedlog/client/stream.py", "_local"):
+        "ClientContext's in-process bookies (an embedded log's streams): a public name belongs "
+        "with the next change of client/context.py",
+    **{("embedlog/net/bkserver.py", attr): _BKSERVER for attr in [
+        "_loop", "_release", "_throttled", "_pollers", "_has_room", "_wake_pollers", "_room_freed"]},
+}
 
 
 def layer_of(module: str) -> str | None:
@@ -92,7 +117,7 @@ def type_checking_lines(tree: ast.AST) -> set:
 
 def test_the_table_names_every_module():
     unplaced = [m for m, _, _ in modules() if layer_of(m) is None]
-    assert not unplaced, f"modules outside DESIGN.md's layers (add them to LAYERS): {unplaced}"
+    assert not unplaced, f"modules outside docs/ARCHITECTURE.md's layers (add them to LAYERS): {unplaced}"
 
 
 def test_no_module_imports_a_layer_above_it():
@@ -157,6 +182,81 @@ def test_no_module_imports_another_modules_private_names():
                 found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} uses "
                              f"{aliases[node.value.id]}.{node.attr}")
     assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def _targets(target: str, names: list) -> set:
+    """What an import names: ``from embedlog.x import y`` may name a submodule y."""
+    return {f"{target}.{n}" if is_module(f"{target}.{n}") else target for n in names} or {target}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_no_module_imports_sideways():
+    found = []
+    for module, path, tree in modules():
+        checking = type_checking_lines(tree)
+        for node, target, names, _ in imports(tree, module):
+            if not target.startswith("embedlog") or node.lineno in checking:
+                continue
+            for t in sorted(_targets(target, names)):
+                for low, high, why in SIDEWAYS:
+                    if _within(module, low) and _within(t, high):
+                        found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
+                                     f"imports {t}: {why}")
+    assert not found, "imports the sideways rules forbid:\n" + "\n".join(found)
+
+
+def _own_names(tree: ast.AST) -> set:
+    """Names a module defines: its functions and classes, names it assigns, parameters,
+    __slots__, and attributes it sets on self or cls. A private attribute named nowhere
+    here belongs to another module's object."""
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif (isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+              and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")):
+            names.add(n.attr)
+        elif isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "__slots__" for t in n.targets):
+            names.update(c.value for c in ast.walk(n.value)
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return names
+
+
+def test_no_module_reaches_private_attributes_of_another_modules_objects():
+    found, allowed = [], set()
+    for module, path, tree in modules():
+        where = str(path.relative_to(PACKAGE.parent))
+        own = _own_names(tree)
+        # names bound to modules: their private names are the test above's
+        modules_here = set()
+        for node, target, names, _ in imports(tree, module):
+            if isinstance(node, ast.Import):
+                modules_here.update(a.asname or a.name.split(".")[0] for a in node.names)
+            else:
+                modules_here.update(a.asname or a.name for a in node.names
+                                    if is_module(f"{target}.{a.name}"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _private(node.attr)) or node.attr in own:
+                continue
+            if isinstance(node.value, ast.Name) and (node.value.id in ("self", "cls") or
+                                                     node.value.id in modules_here):
+                continue
+            key = (where, node.attr)
+            if key in REACH_INS:
+                allowed.add(key)
+            else:
+                found.append(f"{where}:{node.lineno} reaches {ast.unparse(node)}")
+    assert not found, ("private attributes of another module's objects (give them a public "
+                       "name, or say why in REACH_INS):\n" + "\n".join(found))
+    stale = sorted(set(REACH_INS) - allowed)
+    assert not stale, f"REACH_INS entries that no longer match (remove them): {stale}"
 
 
 def test_an_import_inside_a_function_says_why():

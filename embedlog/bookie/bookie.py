@@ -77,7 +77,7 @@ class Bookie:
                 if service is not None:
                     service.stop()
             journal = getattr(self, "journal", None)
-            if journal is not None and journal._threads:
+            if journal is not None and journal.started:
                 journal.close()
             storage = getattr(self, "storage", None)
             if storage is not None:

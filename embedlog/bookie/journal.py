@@ -188,6 +188,11 @@ class Journal:
             return -1
 
     @property
+    def started(self) -> bool:
+        """Whether ``start`` ran: its threads need ``close``."""
+        return bool(self._threads)
+
+    @property
     def direct_writes(self) -> bool:
         """Whether groups are written with O_DIRECT (journal_direct_writes, if allowed)."""
         return self._dfd >= 0

@@ -1,4 +1,4 @@
-"""The `embedlog` command (DESIGN.md's top layer but Spark): one module per command group.
+"""The `embedlog` command (docs/ARCHITECTURE.md's top layer but Spark): one module per command group.
 
     commands.py     the `embedlog` group: demo, bookie serve, cluster up, bench
     common.py       what every subcommand shares: exit codes, errors, --json, ledger ids

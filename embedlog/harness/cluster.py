@@ -55,7 +55,7 @@ class _Bookie:
 
 
 class LocalCluster:
-    """A local BookKeeper cluster for tests and users (see DESIGN.md's table of names)."""
+    """A local BookKeeper cluster for tests and users (docs/ARCHITECTURE.md, "Public names")."""
 
     def __init__(self, bookies: int = 3, metadata: str = "sqlite", base_dir: str | None = None, *,
                  proxies: bool = True, bookie_config: dict | None = None, start: bool = True,

@@ -3,8 +3,8 @@
 Each server listens on a free loopback port (started again on new ports if another
 process took one first), keeps its data in a throwaway directory, is declared ready
 only when it answers its own protocol (ZooKeeper ``ruok`` -> ``imok``, etcd
-``GET /health``), and is stopped by its PID (SIGTERM, then SIGKILL). The commands are
-those of ../shared/reference/RECIPES.md. A missing binary raises ServerMissing; the
+``GET /health``), and is stopped by its PID (SIGTERM, then SIGKILL): the commands are in
+ZooKeeperServer and EtcdServer below. A missing binary raises ServerMissing; the
 fixtures turn that into a failure when the CI variable is set and a skip otherwise.
 """
 
@@ -19,6 +19,8 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+
+from embedlog.net.ports import free_ports
 
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/zookeeper-jute.jar",
            "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-simple.jar")
@@ -50,21 +52,6 @@ def start_retrying(launch, what: str, before_retry=None):
             if before_retry is not None:
                 before_retry()
     raise RuntimeError(f"{what}: ports taken on {PORT_ATTEMPTS} attempts: {taken}")
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free right now. Every probe socket stays bound until all are
-    chosen, so the kernel cannot hand out one port twice (closing each probe first
-    could). Another process may still bind one before the server does: see start_retrying."""
-    socks = []
-    try:
-        for _ in range(n):
-            socks.append(socket.socket())
-            socks[-1].bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def free_port() -> int:

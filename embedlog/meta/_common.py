@@ -69,7 +69,7 @@ def recorded_layout(stored: bytes | None) -> str | None:
 
 
 def coerce_ledger_id(ledger_id) -> LedgerId:
-    """An int means scope 0 (DESIGN.md)."""
+    """An int means scope 0, as everywhere a ledger id is taken (LedgerId.coerce)."""
     return ledger_id if isinstance(ledger_id, LedgerId) else LedgerId.coerce(ledger_id)
 
 

@@ -25,7 +25,7 @@ import time
 import urllib.request
 
 from embedlog.errors import EmbedlogError
-from embedlog.harness.servers import free_ports
+from embedlog.net.ports import free_ports
 from embedlog.spark.session import LOG4J2 as SESSION_LOG4J2
 
 READY_TIMEOUT_S = 120.0
