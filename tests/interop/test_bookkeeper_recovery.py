@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from embedlog import Client
-from embedlog.errors import EmbedlogError
+from embedlog.errors import EmbedlogError, LedgerClosedError, LedgerFencedError
 from embedlog.harness import jars
 from embedlog.harness.bookkeeper import DriverResult
 from embedlog.harness.faults import Faults
@@ -237,21 +237,22 @@ def check_embedlog_recovered(cluster, lid: int, acked: int, payload) -> int:
     return last
 
 
-def check_java_agrees(cluster, lids_lasts: dict[int, int], payload, shell: bool = False) -> None:
-    """BookKeeper's Java reader (and with ``shell`` BookieShell's metadata) see each ledger
-    closed at its last entry, with every entry and the same length (the JVMs at once)."""
+def check_java_agrees(cluster, lids_lasts: dict[int, int], payload, shell: tuple = ()) -> None:
+    """BookKeeper's Java reader (and BookieShell's metadata, for the ledgers in ``shell``)
+    see each ledger closed at its last entry, with every entry and the same length (the
+    JVMs at once)."""
     lids = list(lids_lasts)
     answers = parallel(*[lambda lid=lid: cluster.java_client("read", lid, password=PASSWORD)
                          for lid in lids],
-                       *[lambda lid=lid: shell_metadata(cluster, lid) for lid in lids if shell])
+                       *[lambda lid=lid: shell_metadata(cluster, lid) for lid in shell])
+    shells = dict(zip(shell, answers[len(lids):]))
     for lid, read in zip(lids, answers):
         last = lids_lasts[lid]
         length = sum(len(payload(i)) for i in range(last + 1))
         assert read.closed and read.lac == last and read.length == length, (lid, read.lines[:6])
         assert read.entries == [(i, payload(i)) for i in range(last + 1)], lid
-        if shell:
-            assert answers[len(lids) + lids.index(lid)] == {
-                "state": "CLOSED", "lastEntryId": str(last), "length": str(length)}, lid
+        if lid in shells:
+            assert shells[lid] == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}, lid
 
 
 # -- 1. a Java writer killed, embedlog recovers -------------------------------------------------------
@@ -272,7 +273,7 @@ def test_java_writer_killed_embedlog_recovers(bk):
         lasts[w.ledger_id] = check_embedlog_recovered(bk, w.ledger_id, a, java_payload)
         assert rewritten(before, stored_fields(bk, w.ledger_id)) <= {
             bkmd.LENGTH, bkmd.LAST_ENTRY_ID, bkmd.STATE}
-    check_java_agrees(bk, lasts, java_payload, shell=True)
+    check_java_agrees(bk, lasts, java_payload, shell=(writers[0].ledger_id,))
 
 
 # -- 2. an embedlog writer killed, Java recovers -----------------------------------------------------
@@ -305,6 +306,56 @@ def test_embedlog_writer_killed_java_recovers(bk):
                                              sorted(recovered.ensembles.items()))
         assert [(e.entry_id, e.data) for e in r.read(0, last)] == [(i, py_payload(i)) for i in range(last + 1)]
         assert shell.result() == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
+
+
+def fence_payload(i: int) -> bytes:
+    return b"live-%d" % i
+
+
+def test_java_recovery_fences_a_live_embedlog_writer(bk):
+    """An embedlog writer (in this process, 2/2/2) keeps appending while BookKeeper's client
+    recovers its ledger: the writer is stopped by LedgerFencedError (its close too, in
+    embedlog's own terms), every entry it was told was acknowledged is at or below the
+    Java client's close, and embedlog's reader sees that close."""
+    c = Client(bk.metadata_uri, add_timeout_s=20, max_pending_adds=64)
+    w = c.create_ledger(2, 2, 2, digest="crc32c", password=PW)
+    lid = int(w.ledger_id)
+    acked, failures = [], []
+    writing = threading.Event()
+
+    def write():
+        futures = []
+        try:
+            for i in range(0, 1_000_000, 10):   # about a thousand entries a second
+                futures += w.append_many_async([fence_payload(i + k) for k in range(10)])
+                writing.set()
+                time.sleep(0.01)
+        except EmbedlogError as exc:            # the writer knows it is fenced
+            failures.append(exc)
+        writing.set()
+        for f in futures:
+            try:
+                acked.append(f.result(30))
+            except EmbedlogError as exc:
+                failures.append(exc)
+
+    t = threading.Thread(target=write, daemon=True)
+    try:
+        t.start()
+        assert writing.wait(30)
+        recovered = bk.java_client("read", lid, password=PASSWORD, recover=True)
+        t.join(60)
+        assert not t.is_alive()
+        with pytest.raises((LedgerFencedError, LedgerClosedError)):
+            w.close()
+    finally:
+        c.close()
+    last = recovered.lac
+    assert recovered.closed and recovered.entries == [(i, fence_payload(i)) for i in range(last + 1)]
+    assert failures and all(isinstance(e, LedgerFencedError) for e in failures), failures[:3]
+    assert sorted(acked) == list(range(len(acked))) and len(acked) - 1 <= last, (len(acked), last)
+    r = bk.embedlog.open_ledger(lid, PW, recovery=False)
+    assert r.is_closed and r.last_add_confirmed == last and r.length == recovered.length
 
 
 # -- 3b. an embedlog recovery racing a Java one ------------------------------------------------------
