@@ -122,10 +122,24 @@ class BookKeeperSession:
         self.buf = bytearray(first)
         self.v2 = protocol == "v2"
         self.max_frame_bytes = min(server.max_frame_bytes, MAX_FRAME_BYTES)
+        self.reserved = 0     # bytes of the frame being read, counted in server.reading_bytes
 
     # -- the connection ------------------------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self._unreserve()
+
+    def _unreserve(self) -> None:
+        if self.reserved:
+            self.server.reading_bytes -= self.reserved
+            self.reserved = 0
+            if self.server._throttled:
+                self.server._room_freed.set()
+
+    async def _run(self) -> None:
         server, conn = self.server, self.conn
         decode = S.decode_v2 if self.v2 else W.decode_requests
         stats = server.stats
@@ -139,6 +153,7 @@ class BookKeeperSession:
                     reqs, pos, err = [], 0, exc
                 if pos:
                     del self.buf[:pos]
+                    self._unreserve()         # the frame read is decoded: in flight now
                 for req in reqs:
                     stats["requests"] += 1
                     conn.proven = True
@@ -149,9 +164,16 @@ class BookKeeperSession:
                     log.warning("BookKeeper %s connection from %s: %s; closing it",
                                 "v2" if self.v2 else "v3", conn.address, err)
                     return
-            conn.frame_started = (conn.frame_started or self.loop.time()) if self.buf else None
+            # a frame being read counts its whole length against the bookie-wide byte
+            # limit (server.reading_bytes, as embedlog's frames do) from its length prefix
+            # until it is decoded; at a limit it waits for room before more of it is read
+            need = _frame_bytes(self.buf, self.max_frame_bytes) if len(self.buf) >= 4 else 0
+            if self.reserved and not need:
+                self._unreserve()
             # back-pressure, never a refusal: while a limit holds the socket is not read
-            while not server._has_room(conn, 0):
+            while not self.reserved and not server._has_room(conn, need):
+                # waiting holds no reservation, so it is not a slow frame (frame_started)
+                conn.frame_started = None
                 stats["throttled"] += 1
                 server._throttled += 1
                 try:
@@ -161,6 +183,10 @@ class BookKeeperSession:
                     server._throttled -= 1
                 if conn.closed:
                     return
+            if need and not self.reserved:
+                self.reserved = need
+                server.reading_bytes += need
+            conn.frame_started = (conn.frame_started or self.loop.time()) if self.buf else None
             if self.writer.transport.get_write_buffer_size() > self.max_frame_bytes:
                 await self.writer.drain()     # a client that does not read its answers
             try:
@@ -530,6 +556,12 @@ class BookKeeperSession:
             self._fail(req, reply, exc)
             return
         reply.send(S.v2_batch_response(version, EOK, lid, eid, request_id, framed, k))
+
+
+def _frame_bytes(buf, max_frame_bytes: int) -> int:
+    """The whole length of the frame ``buf`` begins with (v2 and v3 frames both start with a
+    4-byte big-endian length), capped as the decoder refuses anything longer."""
+    return min(int.from_bytes(buf[:4], "big"), max_frame_bytes) + 4
 
 
 def _send_then(reply, data, after) -> None:

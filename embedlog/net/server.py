@@ -253,6 +253,8 @@ class BookieServer:
                             message = peek + await reader.readexactly(n - len(peek))
                         finally:
                             self.reading_bytes -= n
+                            if self._throttled:
+                                self._room_freed.set()   # BookKeeper sessions wait on it
                     else:
                         # refused: its header is all the answer needs; the rest is read
                         # and dropped a little at a time, never held whole

@@ -1,7 +1,9 @@
 """Bounds a client could exhaust bookie-wide (issue 26 item 7): frames still arriving count
 against max_in_flight_bytes with those in flight (each connection used to buffer up to a
-frame, 128 from one address held ~730 MB), and idle connections that never sent a request
-give their slot to a new client instead of locking every new client out."""
+frame, 128 from one address held ~730 MB; BookKeeper's v3 and v2 connections likewise,
+issue 29: 40 partial 4 MiB v3 frames held +155 MiB before), and idle connections that
+never sent a request give their slot to a new client instead of locking every new client
+out."""
 import socket
 
 import pytest
@@ -74,3 +76,32 @@ def test_idle_connections_give_way_to_new_clients(cluster):
     assert all(_info_ok(c) for c in proven)
     for c in idle + proven:
         c.sock.close()
+
+
+def test_bookkeeper_partial_frames_are_bounded_bookie_wide(cluster):
+    """BookKeeper's v3 connections (issue 29) buffer a frame until it is whole (up to 5 MiB
+    each): the frame they are reading counts against the same max_in_flight_bytes, and at
+    the limit the rest stays in the socket."""
+    addr, pid = _address(cluster), cluster.pid(0)
+    before = rss_bytes(pid)
+    frame = 4 * MiB
+    # a v3 Request frame: its length, then the header field's tag (0x0A) and zeros
+    body = frame.to_bytes(4, "big") + b"\x0a" + bytes(frame - 2)     # short a byte
+    conns = []
+    for i in range(40):                               # 160 MiB of frames, each short a byte
+        c = RawConnection(addr, source=f"127.0.5.{i + 1}")
+        conns.append(c)
+        c.try_send(body, timeout_s=0.2)               # a held-back one stops being read
+    grown = 0
+    for _ in range(30):
+        grown = max(grown, rss_bytes(pid) - before)
+        conns[-1].try_send(b"", timeout_s=0.1)
+    print(f"\n40 partial 4 MiB v3 frames: bookie RSS +{grown / MiB:.1f} MiB")
+    assert grown < 40 * MiB, grown                    # 16 MiB budget (+ buffers), not 160
+    for c in conns:
+        c.sock.close()
+    good = RawConnection(addr, source="127.0.5.100")
+    wait_until(lambda: _info_ok(good), what="served once the partial frames went away "
+                                            "(their share of the limit given back)")
+    wait_until(lambda: rss_bytes(pid) - before < 12 * MiB and _info_ok(good),
+               what=f"RSS back near where it was (+{(rss_bytes(pid) - before) / MiB:.1f} MiB)")
