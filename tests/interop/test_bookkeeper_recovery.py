@@ -5,7 +5,10 @@ bookies, 4.17.2 and 4.16.6 (issue 28 item 4 and its attacks):
   last entry the writer saw acknowledged or later, read back byte for byte, and
   BookieShell and BookKeeper's Java reader agree on the last entry and the length;
 - an embedlog writer (a child process) SIGKILLed mid-ledger is recovered by the Java
-  client, and embedlog's reader sees the same closed metadata;
+  client, and embedlog's reader sees the same closed metadata; a live embedlog writer is
+  fenced by the Java client's recovery and acknowledged nothing past its close;
+- either side's close rewrites only the closing fields of BookKeeper's record (the znode
+  bytes compared);
 - attacks: Java writers killed mid-ensemble-change (right after their new ensemble is
   written, and just before, so embedlog's recovery changes the ensemble itself); an
   embedlog recovery racing a Java one on a ledger whose last entry is on one bookie only
@@ -134,11 +137,22 @@ def shell_metadata(cluster, lid: int) -> dict:
 
 # -- writers that are killed ------------------------------------------------------------------------
 
+_WRITERS: list = []            # every KilledWriter started: the test's teardown kills what lives
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftover_writers():
+    yield
+    while _WRITERS:
+        _WRITERS.pop()._kill_quietly()
+
+
 class KilledWriter:
     """A writer process appending entries until it is SIGKILLed, whose output lines (ledger
     id, ensembles, acks) are read as they come by a thread of ours."""
 
     def __init__(self, proc: subprocess.Popen, feed: bool):
+        _WRITERS.append(self)
         self.proc = proc
         self.ledger_id: int | None = None
         self.ensemble: list[str] = []
@@ -157,8 +171,10 @@ class KilledWriter:
             threading.Thread(target=self._feed, daemon=True).start()
 
     def _kill_quietly(self):
+        self._watchdog.cancel()
         if self.proc.poll() is None:
             self.proc.kill()
+            self.proc.wait()
 
     def _feed(self):
         """Java's --stdin: one hex line an entry, for as long as the writer takes them."""
@@ -197,10 +213,8 @@ class KilledWriter:
     def kill(self) -> int:
         """SIGKILL it; every ack it printed before dying is read; the highest acked id."""
         self._kill_quietly()
-        self.proc.wait()
         with self._cv:
             self._cv.wait_for(lambda: self._done, 10)
-        self._watchdog.cancel()
         assert not self.errors, self.errors
         return max(self.acked)
 
@@ -314,7 +328,7 @@ def fence_payload(i: int) -> bytes:
 
 def test_java_recovery_fences_a_live_embedlog_writer(bk):
     """An embedlog writer (in this process, 2/2/2) keeps appending while BookKeeper's client
-    recovers its ledger: the writer is stopped by LedgerFencedError (its close too, in
+    recovers its ledger: the writer is stopped by LedgerFencedError (its close fails in
     embedlog's own terms), every entry it was told was acknowledged is at or below the
     Java client's close, and embedlog's reader sees that close."""
     c = Client(bk.metadata_uri, add_timeout_s=20, max_pending_adds=64)
