@@ -159,6 +159,12 @@ class EmbedlogTree:
     def cookie_dirs(self) -> tuple[str, ...]:
         return (self.p("cookies"),)
 
+    def encode_cookie(self, name: str, data: bytes) -> bytes:
+        return bytes(data)
+
+    def decode_cookie(self, name: str, data: bytes) -> bytes:
+        return bytes(data)
+
 
 class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator,
                       RegistrationManager, RegistrationClient, LayoutManager,
@@ -768,15 +774,16 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             data, stat = self._get(self._tree.cookie_path(check_bookie_id(bookie_id)))
         except NoNodeError:
             return None
-        return Versioned(data, stat.version)
+        return Versioned(self._tree.decode_cookie(bookie_id, data), stat.version)
 
     def write_cookie(self, bookie_id: str, data: bytes, version: Any = None) -> Versioned:
         path = self._tree.cookie_path(check_bookie_id(bookie_id))
+        stored = self._tree.encode_cookie(bookie_id, data)      # BookKeeper's on its root
         try:
             if version is None:
-                self._create(path, bytes(data))
+                self._create(path, stored)
                 return Versioned(bytes(data), 0)
-            stat = self._set(path, bytes(data), version)
+            stat = self._set(path, stored, version)
             return Versioned(bytes(data), stat.version)
         except NodeExistsError:
             raise BadVersionError(f"cookie of {bookie_id} exists; pass its version") from None

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from cliutil import wait_until
 from embedlog import Client
 from embedlog._native import bkwire as W
 from embedlog._native import format as F
@@ -139,6 +140,52 @@ def test_java_tools_list_embedlog_bookies(setup):
     listed = setup.bk.list_bookies()
     for i in range(len(setup.lc)):
         assert any(setup.lc.bookie_id(i) in line for line in listed), listed
+
+
+def java_cookies(bk, ids) -> dict:
+    """tools/peers/BkCookie.java: per bookie id, the cookie BookKeeper's Cookie class read
+    (its toString) or the error."""
+    source = os.path.join(ROOT, "tools", "peers", "BkCookie.java")
+    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx128m", "-cp",
+                          jars.classpath(f"bookkeeper-{bk.version}"), source,
+                          bk.metadata_uri, *ids], capture_output=True, text=True, timeout=120)
+    got: dict = {}
+    current = None
+    for line in out.stdout.splitlines():
+        if current is None and line.startswith("cookie "):
+            current = line.split()[1]
+            got[current] = ""
+        elif current is None and line.startswith("error "):
+            _, bid, why = line.split(" ", 2)
+            got[bid] = RuntimeError(why)
+        elif line == "end":
+            current = None
+        elif current is not None:
+            got[current] += line + "\n"
+    assert set(got) == set(ids), out.stdout + out.stderr[-3000:]
+    return got
+
+
+def test_java_reads_an_embedlog_bookies_cookie(setup):
+    """On a BookKeeper root an embedlog bookie's cookie (ROOT/cookies/<id>) is BookKeeper's
+    format: BookKeeper's Cookie class reads it (BookieShell's cookie_get takes host:port ids
+    only); embedlog's own checks still pass on a restart (they read it back as embedlog's
+    record)."""
+    from embedlog.bookie.cookies import Cookie as EmbedlogCookie
+    from embedlog.meta.bookkeeper.cookie import Cookie as BkCookie, decode_dirs
+    bid = setup.lc.bookie_id(3)
+    text = java_cookies(setup.bk, [bid])[bid]
+    assert not isinstance(text, Exception), text
+    java = BkCookie.from_bytes(text.encode())
+    mine = EmbedlogCookie.from_bytes(bytes(setup.client.metadata.cookies.read_cookie(bid).value),
+                                     "the store's cookie")
+    assert (java.bookie_id, java.instance_id, decode_dirs(java.ledger_dirs)) == (
+        bid, setup.client.metadata.instance_id, list(mine.ledger_dirs))
+    assert decode_dirs(java.journal_dirs) == [mine.journal_dir]
+    setup.lc.restart_bookie(3)          # embedlog's cookie checks accept it
+    wait_until(lambda: bid in {r.bookie_id for r in setup.client.metadata.get_all_bookies()},
+               what="bookie 3 registered again")
+    setup.lc.check_bookies()
 
 
 # -- the Java client writes and reads --------------------------------------------------------------

@@ -254,10 +254,23 @@ def test_java_bookie_registration_and_cookie_read_by_embedlog(bk):
     info = regs[java_id].info
     assert info["protocol"] == "bookkeeper" and info["address"] == java_id
     assert [e["protocol"] for e in info["endpoints"]] == ["bookie-rpc"]
-    raw = bk.store.read_cookie(java_id).value
+    raw = bk.raw.get(f"{bk.emb}/cookies/{java_id}")[0]
     cookie = Cookie.from_bytes(raw)
     assert cookie.bookie_id == java_id and cookie.instance_id == bk.store.instance_id
     assert cookie.to_bytes() == raw
+    # the store hands bookie cookies to embedlog as its own record (a Java bookie that is
+    # down shows in `embedlog bookie list`), and writes embedlog's in BookKeeper's format
+    from embedlog.bookie.cookies import Cookie as EmbedlogCookie
+    mine = EmbedlogCookie.from_bytes(bytes(bk.store.read_cookie(java_id).value), "java's")
+    assert (mine.bookie_id, mine.instance_id) == (java_id, cookie.instance_id)
+    assert mine.ledger_dirs and mine.journal_dir
+    ours = EmbedlogCookie("bookie-cookie-format", bk.store.instance_id, "journal", (".", "/d2"))
+    v = bk.store.write_cookie(ours.bookie_id, ours.to_bytes())
+    written = Cookie.from_bytes(bk.raw.get(f"{bk.emb}/cookies/{ours.bookie_id}")[0])
+    assert (written.bookie_id, written.journal_dirs, written.ledger_dirs, written.instance_id) == (
+        ours.bookie_id, "journal", "2\t.\t/d2", ours.instance_id)
+    assert EmbedlogCookie.from_bytes(bytes(bk.store.read_cookie(ours.bookie_id).value), "") == ours
+    bk.store.remove_cookie(ours.bookie_id, v.version)
 
 
 def _embedlog_ledgers(store, bookie: str) -> dict[str, LedgerMetadata]:

@@ -13,10 +13,17 @@ start. Grammar::
         instanceId string                the cluster's INSTANCEID
         indexDirs  string                like ledgerDirs, when configured apart
     body (layout_version 3) = bookie id "\\n" journal dirs "\\n" ledger dirs "\\n"
+
+An embedlog bookie on a BookKeeper root keeps its cookie at ``cookies/<id>`` in this
+format too, so that BookKeeper's cookie tools read it (BookieShell ``cookie_get``):
+``from_embedlog`` and ``to_embedlog`` translate embedlog's cookie record (bookie/cookies.py:
+``"embedlog-cookie\\t1\\n"`` JSON with bookie_id, instance_id, metadata_uri, journal_dir,
+ledger_dirs) field by field. metadata_uri, only informative, has no field and is dropped.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from embedlog.errors import MetadataError
@@ -86,3 +93,34 @@ class Cookie:
             raise MetadataError(f"corrupted BookKeeper cookie: {', '.join(missing)} missing")
         return cls(fields["bookieHost"], fields["journalDir"], fields["ledgerDirs"],
                    fields.get("instanceId") or None, fields.get("indexDirs") or None, version)
+
+
+EMBEDLOG_COOKIE_MAGIC = b"embedlog-cookie\t1\n"     # bookie/cookies.py's record, version 1
+
+
+def from_embedlog(data: bytes) -> bytes | None:
+    """BookKeeper's cookie for embedlog's cookie record ``data``; None when ``data`` is not
+    one (another record kept among cookies, such as the auditor lease: stored as given)."""
+    data = bytes(data)
+    if not data.startswith(EMBEDLOG_COOKIE_MAGIC):
+        return None
+    try:
+        d = json.loads(data[len(EMBEDLOG_COOKIE_MAGIC):])
+        return Cookie(str(d["bookie_id"]), str(d["journal_dir"]),
+                      encode_dirs([str(p) for p in d["ledger_dirs"]]),
+                      d["instance_id"]).to_bytes()
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MetadataError(f"damaged embedlog cookie record ({exc})") from None
+
+
+def to_embedlog(data: bytes) -> bytes:
+    """embedlog's cookie record for a BookKeeper cookie; other bytes as they are."""
+    data = bytes(data)
+    if data.startswith(EMBEDLOG_COOKIE_MAGIC) or not data[:1].isdigit():
+        return data
+    c = Cookie.from_bytes(data)
+    journal = decode_dirs(c.journal_dirs)
+    body = {"bookie_id": c.bookie_id, "instance_id": c.instance_id, "metadata_uri": None,
+            "journal_dir": journal[0] if len(journal) == 1 else c.journal_dirs,
+            "ledger_dirs": decode_dirs(c.ledger_dirs)}
+    return EMBEDLOG_COOKIE_MAGIC + json.dumps(body, sort_keys=True).encode()

@@ -7,7 +7,8 @@ BookKeeper's own znodes, in BookKeeper's encodings (shared with Java clients and
     INSTANCEID                   a UUID, as text
     available/<bookie id>        ephemeral, service_info (BookieServiceInfoFormat)
     available/readonly/<id>      the same, read-only bookies
-    cookies/<bookie id>          cookie.Cookie text (a bookie's own business: stored as given)
+    cookies/<bookie id>          cookie.Cookie text; an embedlog bookie's cookie record is
+                                 written in it and read back (cookie.from_embedlog)
     idgen/ID-<seq>, idgen-long/HOB-%010d/ID-<seq>    ledger ids (LongZkLedgerIdGenerator)
     <ledger znodes>              layout.ledger_levels, ledger_metadata (v3, v2 kept as v2)
 
@@ -33,7 +34,7 @@ from embedlog._native.format import LedgerId
 from embedlog.errors import MetadataError
 from embedlog.meta.api import BookieRegistration, LedgerMetadata
 from embedlog.meta.bookkeeper import layout as bklayout
-from embedlog.meta.bookkeeper import ledger_metadata, service_info
+from embedlog.meta.bookkeeper import cookie, ledger_metadata, service_info
 
 PRIVATE = "embedlog"
 # cookie records that are embedlog's own, not a bookie's (client/autorecovery.py's lease)
@@ -118,3 +119,13 @@ class BookKeeperTree:
 
     def cookie_dirs(self) -> tuple[str, ...]:
         return (self.p("cookies"), self.p(PRIVATE, "cookies"))
+
+    def encode_cookie(self, name: str, data: bytes) -> bytes:
+        """A bookie's cookie as BookKeeper writes it, so that Java's cookie tools read it."""
+        if name in PRIVATE_COOKIES:
+            return bytes(data)
+        translated = cookie.from_embedlog(data)
+        return bytes(data) if translated is None else translated
+
+    def decode_cookie(self, name: str, data: bytes) -> bytes:
+        return bytes(data) if name in PRIVATE_COOKIES else cookie.to_embedlog(data)
