@@ -79,24 +79,26 @@ def test_idle_connections_give_way_to_new_clients(cluster):
 
 
 def test_bookkeeper_partial_frames_are_bounded_bookie_wide(cluster):
-    """BookKeeper's v3 connections (issue 29) buffer a frame until it is whole (up to 5 MiB
-    each): the frame they are reading counts against the same max_in_flight_bytes, and at
+    """BookKeeper's v3 and v2 connections (issue 29) buffer a frame until it is whole (up to
+    5 MiB each): the frame they are reading counts against the same max_in_flight_bytes, and at
     the limit the rest stays in the socket."""
     addr, pid = _address(cluster), cluster.pid(0)
     before = rss_bytes(pid)
     frame = 4 * MiB
-    # a v3 Request frame: its length, then the header field's tag (0x0A) and zeros
-    body = frame.to_bytes(4, "big") + b"\x0a" + bytes(frame - 2)     # short a byte
+    # a v3 Request frame (its length, the header field's tag 0x0A, zeros) and a v2 ADDENTRY
+    # packet (its length, version 3, opcode 1, zeros), each short a byte
+    v3 = frame.to_bytes(4, "big") + b"\x0a" + bytes(frame - 2)
+    v2 = frame.to_bytes(4, "big") + b"\x03\x01" + bytes(frame - 3)
     conns = []
     for i in range(40):                               # 160 MiB of frames, each short a byte
         c = RawConnection(addr, source=f"127.0.5.{i + 1}")
         conns.append(c)
-        c.try_send(body, timeout_s=0.2)               # a held-back one stops being read
+        c.try_send(v2 if i % 2 else v3, timeout_s=0.2)    # a held-back one stops being read
     grown = 0
     for _ in range(30):
         grown = max(grown, rss_bytes(pid) - before)
         conns[-1].try_send(b"", timeout_s=0.1)
-    print(f"\n40 partial 4 MiB v3 frames: bookie RSS +{grown / MiB:.1f} MiB")
+    print(f"\n40 partial 4 MiB v3 and v2 frames: bookie RSS +{grown / MiB:.1f} MiB")
     assert grown < 40 * MiB, grown                    # 16 MiB budget (+ buffers), not 160
     for c in conns:
         c.sock.close()
