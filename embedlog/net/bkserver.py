@@ -18,6 +18,8 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 - Back-pressure only: at an in-flight limit the connection is not read until there is
   room, however long (a Java client changes its ensemble on any add error but fenced and
   unauthorized, so ETOOMANYREQUESTS would cost a bookie its place in every ensemble).
+  A frame still arriving counts its whole length against the bookie-wide byte limit
+  (server.reading_bytes, as embedlog's frames do) from its length prefix until decoded.
 - No GOAWAY (BookKeeper's clients cannot read it) and no idle close: BookKeeper's bookie
   closes no idle connection (no idle handler in BookieNettyServer; TCP keepalive only).
   A frame that stops arriving half way is still cut off after frame_read_timeout_ms.
