@@ -35,6 +35,29 @@ Rounds are interleaved (every cell once per round, the two clients of a cell one
 other, which one goes first alternating by round) so a neighbour's load hits both alike;
 the table shows the median over rounds and the ratio embedlog / java of the medians (above
 1.0: embedlog adds faster; for latency java's / embedlog's, above 1.0: embedlog's is lower).
+
+``--compare bookies`` (issue 29 item 5) turns it around: the SAME writer, BookKeeper's Java
+client (BkDriver bench, v3), against Java bookies and against embedlog bookies::
+
+    python benchmarks/vs_bookkeeper.py --compare bookies [--bookie-counts 1,3] ...
+
+For each count N of ``--bookie-counts``: one ZooKeeper, a root BookieShell formatted with N
+Java bookies on it, and a second root BookieShell formatted with N embedlog bookies on it
+(``LocalCluster`` with the root's metadata URI, as in docs/BOOKKEEPER.md; no autorecovery),
+so the Java client's ensemble is all of one kind. Same journal settings on both kinds: the
+journal fdatasynced before an add is answered (journalSyncData / journal_sync_data), group
+commit waiting at most 2 ms (journalMaxGroupWaitMSec / journal_max_group_wait_ms), flush when
+the queue empties off as BookKeeper's default (``--flush-when-queue-empty`` turns it on for
+both), 4 MiB journal preallocation; every directory under the same temp dir (the same
+disk). A quorum whose E is larger than N is skipped. Rounds interleave the two kinds per cell
+(which goes first alternating), and the clusters of one N run while the other N's are down;
+before the first round each kind takes an unrecorded 1/1/1 bench of ``--warmup`` adds (the
+Java bookies' JIT).
+Bookie CPU: utime + stime of every bookie process of the ensemble's cluster (and its
+children) from /proc/PID/stat, read when BkDriver prints "clock start" (warm-up acknowledged)
+and "clock stop" (last timed add acknowledged), as µs per timed add; the ratio columns are
+embedlog bookie / Java bookie (rate) and Java / embedlog (p99, CPU): above 1.0 embedlog's is
+better.
 """
 from __future__ import annotations
 
@@ -47,6 +70,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -73,6 +97,12 @@ class Row:
     outstanding: int
     round: int = 0
     thread_cpu_s: dict = dataclasses.field(default_factory=dict)   # embedlog: caller, loop
+    bookies: int = 3             # --compare bookies: bookies in the cluster written to
+    bookie_cpu_s: float = float("nan")   # --compare bookies: the bookies' CPU, timed adds
+
+    @property
+    def bookie_cpu_us_per_add(self) -> float:
+        return self.bookie_cpu_s * 1e6 / self.adds
 
     @property
     def rate(self) -> float:
@@ -183,6 +213,221 @@ def run(bk, client, *, rounds: int, adds: int, warmup: int, sizes, quorums, outs
     return rows
 
 
+# -- --compare bookies: one Java client, Java bookies vs embedlog bookies (issue 29) --------
+
+BOOKIE_KINDS = ("java", "embedlog")      # which bookies; the writer is BookKeeper's client
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list:
+    """``pid`` and its descendants (their /proc/PID/task/TID/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def process_cpu_s(pids) -> float:
+    """utime + stime of these processes and their children (every thread), in seconds."""
+    ticks = 0
+    for pid in pids:
+        for p in _tree(pid):
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])   # fields 14 and 15 of stat(5)
+        # a dead process's CPU is lost: none die during a cell
+    return ticks / _TICK
+
+
+def bookie_cell(root, pids, kind: str, n: int, quorum: tuple, size: int, adds: int,
+                warmup: int, outstanding: int) -> Row:
+    """BkDriver bench on ``root`` (a BookKeeperCluster whose root holds only ``kind``
+    bookies, their processes ``pids``); the bookies' CPU between its clock lines."""
+    from embedlog.harness.bookkeeper import DriverResult
+    e, qw, qa = quorum
+    proc = root.java_client_popen("bench", ensemble=e, write_quorum=qw, ack_quorum=qa,
+                                  digest=DIGEST, size=size, count=adds, warmup=warmup,
+                                  outstanding=outstanding)
+    err: list = []
+    drain = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    drain.start()
+    watchdog = threading.Timer(ANSWER_TIMEOUT_S + adds / 1000, proc.kill)
+    watchdog.start()
+    res = DriverResult()
+    cpu0 = cpu1 = None
+    try:
+        for line in proc.stdout:
+            if line.startswith("clock start"):
+                cpu0 = process_cpu_s(pids)
+            elif line.startswith("clock stop"):
+                cpu1 = process_cpu_s(pids)
+            res.feed(line)
+        proc.wait(timeout=30)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    drain.join(5)
+    b = res.bench
+    if proc.returncode != 0 or b is None or cpu0 is None or cpu1 is None:
+        raise RuntimeError(f"BkDriver bench on {kind} bookies failed ({proc.returncode}): "
+                           f"{res.lines[-5:]} {''.join(err)[-2000:]}")
+    return Row(kind, quorum, size, b["adds"], b["seconds"], b["p50_ms"], b["p99_ms"],
+               b.get("cpu_s", float("nan")), outstanding, bookies=n, bookie_cpu_s=cpu1 - cpu0)
+
+
+def journal_settings(flush_when_queue_empty: bool) -> tuple:
+    """(Java bookie_config, embedlog bookie_config): the same journal on both kinds."""
+    java = {"journalSyncData": "true", "journalMaxGroupWaitMSec": "2",
+            "journalFlushWhenQueueEmpty": str(flush_when_queue_empty).lower(),
+            "journalBufferedWritesThreshold": str(512 * 1024), "journalPreAllocSizeMB": "4"}
+    emb = {"journal_sync_data": "true", "journal_max_group_wait_ms": "2",
+           "journal_flush_when_queue_empty": str(flush_when_queue_empty).lower(),
+           "journal_buffered_writes_threshold": str(512 * 1024),
+           "journal_pre_alloc_size_mb": "4"}
+    return java, emb
+
+
+class BookieSetups:
+    """For one count N: a root with N Java bookies and a root with N embedlog bookies, one
+    ZooKeeper (``zk_hosts``); ``sides[kind] = (root cluster, bookie pids)``."""
+
+    def __init__(self, version: str, n: int, zk_hosts: str, *, ledger_storage: str = "sorted",
+                 flush_when_queue_empty: bool = False, tag: str = ""):
+        from embedlog.harness.bookkeeper import BookKeeperCluster
+        from embedlog.harness.cluster import LocalCluster
+        java_conf, emb_conf = journal_settings(flush_when_queue_empty)
+        self.n = n
+        self._closers = []
+        try:
+            jbk = BookKeeperCluster(version, bookies=n, zk_hosts=zk_hosts,
+                                    root=f"/vsjava{tag}{n}", ledger_storage=ledger_storage,
+                                    bookie_config=java_conf)
+            self._closers.append(jbk.stop)
+            ebk = BookKeeperCluster(version, bookies=0, zk_hosts=zk_hosts,
+                                    root=f"/vsembedlog{tag}{n}")
+            self._closers.append(ebk.stop)
+            ebk.driver_command()[1]()        # the driver's jar, before any clock
+            lc = LocalCluster(bookies=n, metadata=ebk.metadata_uri, proxies=False,
+                              autorecovery=False, bookie_config=emb_conf)
+            self._closers.append(lc.close)
+            self.sides = {"java": (jbk, [jbk.pid(i) for i in range(n)]),
+                          "embedlog": (ebk, [lc.pid(i) for i in range(n)])}
+            self.lc = lc
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        while self._closers:
+            self._closers.pop()()
+
+
+def run_bookies(setups, *, rounds: int, adds: int, warmup: int, sizes, quorums,
+                outstanding: int, kinds=BOOKIE_KINDS, prime: int = 0, log=None) -> list:
+    """Every (quorum, size) cell that fits each BookieSetups' N, for each bookie kind,
+    ``rounds`` times, interleaved (the two kinds of a cell back to back, alternating);
+    first, unrecorded, a 1/1/1 bench of ``prime`` adds on each kind."""
+    rows = []
+    for st in setups:       # the Java bookies' JIT and both kinds' caches, off the record
+        for kind in kinds:
+            if prime:
+                root, pids = st.sides[kind]
+                bookie_cell(root, pids, kind, st.n, (1, 1, 1), max(sizes), prime, 0,
+                            outstanding)
+    for r in range(rounds):
+        for st in setups:
+            for quorum in quorums:
+                if quorum[0] > st.n:
+                    continue
+                for size in sizes:
+                    order = list(kinds) if r % 2 == 0 else list(reversed(kinds))
+                    for kind in order:
+                        root, pids = st.sides[kind]
+                        row = bookie_cell(root, pids, kind, st.n, quorum, size, adds, warmup,
+                                          outstanding)
+                        row.round = r
+                        rows.append(row)
+                        if log is not None:
+                            log(f"round {r + 1}/{rounds} N={st.n} {kind:8} bookies "
+                                f"{_q(quorum)} {size:5d} B: {row.rate:>9,.0f} adds/s  "
+                                f"p50 {row.p50_ms:7.2f} ms  p99 {row.p99_ms:7.2f} ms  "
+                                f"bookie cpu {row.bookie_cpu_us_per_add:6.1f} µs/add  "
+                                f"client cpu {row.cpu_us_per_add:6.1f}  "
+                                f"load {os.getloadavg()[0]:.1f}")
+    return rows
+
+
+def bookie_table(rows: list) -> str:
+    """Median over rounds per kind and cell (N, quorum, size), ratios of the medians."""
+    cells = sorted({(r.bookies, r.quorum, r.size) for r in rows},
+                   key=lambda c: (c[0], c[1][0], c[2]))
+    head = ("| bookies | E/Qw/Qa | entry | Java bookies adds/s | embedlog bookies adds/s | "
+            "rate emb/java | Java p50 / p99 (ms) | embedlog p50 / p99 (ms) | p99 java/emb | "
+            "Java bookie CPU µs/add | embedlog bookie CPU µs/add | CPU java/emb |\n"
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+    lines = []
+    for cell in cells:
+        fig = {}
+        for k in BOOKIE_KINDS:
+            rs = [r for r in rows if (r.bookies, r.quorum, r.size) == cell and r.client == k]
+            if rs:
+                fig[k] = (_med(rs, "rate"), _med(rs, "p50_ms"), _med(rs, "p99_ms"),
+                          _med(rs, "bookie_cpu_us_per_add"), [r.rate for r in rs])
+        j, e = fig.get("java"), fig.get("embedlog")
+
+        def rate(f):
+            if f is None:
+                return "-"
+            spread = f" ({min(f[4]):,.0f}-{max(f[4]):,.0f})" if len(f[4]) > 1 else ""
+            return f"{f[0]:,.0f}{spread}"
+
+        def ratio(a, b):
+            return f"{a / b:.2f}" if b else "-"
+
+        both = j is not None and e is not None
+        lines.append(
+            f"| {cell[0]} | {_q(cell[1])} | {cell[2]} B | {rate(j)} | {rate(e)} | "
+            + (f"**{ratio(e[0], j[0])}**" if both else "-") + " | "
+            + (f"{j[1]:.2f} / {j[2]:.2f}" if j else "-") + " | "
+            + (f"{e[1]:.2f} / {e[2]:.2f}" if e else "-") + " | "
+            + (ratio(j[2], e[2]) if both else "-") + " | "
+            + (f"{j[3]:.1f}" if j else "-") + " | " + (f"{e[3]:.1f}" if e else "-") + " | "
+            + (ratio(j[3], e[3]) if both else "-") + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def describe_bookies(rows: list, *, command: str, seconds: float, loads: tuple, version: str,
+                     ledger_storage: str, adds: int, warmup: int, outstanding: int,
+                     rounds: int, flush_when_queue_empty: bool) -> str:
+    load0, load1 = loads
+    return (
+        f"Command: `{command}` ({seconds:.0f} s)\n\n"
+        f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average at start "
+        f"{' '.join(f'{x:.2f}' for x in load0)}, at end {' '.join(f'{x:.2f}' for x in load1)}\n"
+        f"- machine: nproc {os.cpu_count()}, {platform.machine()}, Linux {platform.release()}, "
+        f"Python {platform.python_version()}; embedlog at {_git_rev()}\n"
+        f"- writer: BookKeeper {version}'s Java client (BkDriver bench, v3), window "
+        f"{outstanding:,}, digest {DIGEST}, empty password; {adds:,} timed adds per cell after "
+        f"{warmup:,} warm-up adds; Java bookies {version} ({ledger_storage} ledger storage) vs "
+        f"embedlog bookies, each kind alone on its own root; journal fdatasynced per group "
+        f"commit on both, group wait 2 ms, flush when the queue empties "
+        f"{'on' if flush_when_queue_empty else 'off'}; dirs under {tempfile.gettempdir()}; "
+        f"{rounds} interleaved round{'s' if rounds > 1 else ''} (median; the range of rates "
+        f"in brackets)\n\n" + bookie_table(rows))
+
+
 def _q(quorum: tuple) -> str:
     return "/".join(map(str, quorum))
 
@@ -264,12 +509,21 @@ def main(argv=None) -> int:
     ap.add_argument("--version", default="4.17.2")
     ap.add_argument("--ledger-storage", default="sorted", help="sorted, db or interleaved")
     ap.add_argument("--out", default="", help="also write the report to this file")
+    ap.add_argument("--compare", default="clients", choices=("clients", "bookies"),
+                    help="clients: embedlog's vs Java's client on Java bookies (issue 28); "
+                         "bookies: Java's client on Java vs embedlog bookies (issue 29)")
+    ap.add_argument("--bookie-counts", default="1,3", help="--compare bookies: bookies a side")
+    ap.add_argument("--flush-when-queue-empty", action="store_true",
+                    help="--compare bookies: both kinds flush their journal when no add waits")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     quorums = [tuple(int(x) for x in q.split("/")) for q in args.quorums.split(",")]
     clients = [c for c in args.clients.split(",") if c]
     if any(c not in CLIENTS for c in clients):
         ap.error(f"--clients takes {', '.join(CLIENTS)}")
+
+    if args.compare == "bookies":
+        return main_bookies(args, sizes, quorums, argv)
 
     from embedlog import Client
     from embedlog.harness.bookkeeper import BookKeeperCluster
@@ -293,6 +547,44 @@ def main(argv=None) -> int:
                       seconds=time.monotonic() - t_start, loads=(load0, load1),
                       version=args.version, ledger_storage=args.ledger_storage, adds=args.adds,
                       warmup=args.warmup, outstanding=args.outstanding, rounds=args.rounds)
+    print(report)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(report)
+    return 0
+
+
+def main_bookies(args, sizes, quorums, argv) -> int:
+    from embedlog.harness.servers import ZooKeeperServer
+    load0 = os.getloadavg()
+    t_start = time.monotonic()
+    say = functools.partial(print, file=sys.stderr, flush=True)
+    rows = []
+    zk = ZooKeeperServer()
+    try:
+        for n in (int(x) for x in args.bookie_counts.split(",")):
+            fits = [q for q in quorums if q[0] <= n]
+            if not fits:
+                continue
+            st = BookieSetups(args.version, n, zk.hosts, ledger_storage=args.ledger_storage,
+                              flush_when_queue_empty=args.flush_when_queue_empty)
+            try:
+                rows += run_bookies([st], rounds=args.rounds, adds=args.adds,
+                                    warmup=args.warmup, sizes=sizes, quorums=fits,
+                                    outstanding=args.outstanding, prime=args.warmup,
+                                    log=say)
+            finally:
+                st.close()
+    finally:
+        zk.stop()
+    load1 = os.getloadavg()
+    argline = " ".join(argv if argv is not None else sys.argv[1:])
+    report = describe_bookies(
+        rows, command=f"python benchmarks/vs_bookkeeper.py {argline}".strip(),
+        seconds=time.monotonic() - t_start, loads=(load0, load1), version=args.version,
+        ledger_storage=args.ledger_storage, adds=args.adds, warmup=args.warmup,
+        outstanding=args.outstanding, rounds=args.rounds,
+        flush_when_queue_empty=args.flush_when_queue_empty)
     print(report)
     if args.out:
         with open(args.out, "w") as f:

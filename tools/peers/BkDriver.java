@@ -23,7 +23,9 @@
 //   bench --ensemble E --write-quorum W --ack-quorum A [--digest D] [--size B] [--count N]
 //         [--outstanding K] [--warmup N]
 //       one JSON line: adds, seconds, adds_per_s, p50_ms, p99_ms, p999_ms, max_ms, cpu_s
-//       (the JVM's CPU time over the timed adds, every thread)
+//       (the JVM's CPU time over the timed adds, every thread); before it the lines
+//       "clock start" (the warm-up is acknowledged, the clock starts) and "clock stop" (the
+//       last timed add is acknowledged), so a caller can measure a bookie over the same span
 //
 // Output, one event a line, flushed at once so a test may SIGKILL the driver between lines:
 //   ledger LID | ack EID | ensemble FIRST_EID B1,B2,... | lac N | length BYTES | closed BOOL
@@ -392,6 +394,7 @@ public class BkDriver {
             if (i == 0) {
                 window.acquire(outstanding - 1);  // warm-up drained before the clock starts
                 window.release(outstanding - 1);
+                emit("clock start");
                 start = System.nanoTime();
                 cpuStart = processCpuNs();
             }
@@ -409,6 +412,7 @@ public class BkDriver {
         window.acquire(outstanding);
         long elapsed = System.nanoTime() - start;
         long cpu = processCpuNs() - cpuStart;
+        emit("clock stop");
         if (failure.get() != null) {
             throw asException(failure.get());
         }
