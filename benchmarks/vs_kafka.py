@@ -580,8 +580,10 @@ def kill_cell(setup: Setup, system: str, rows: int, per_trigger: int, kills: int
     t0 = time.perf_counter()
     ahead = _sink_probe(setup, system, dst, ckpt)
     for k in range(kills):
-        child = subprocess.Popen(cmd + ["run"], env=env, start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log_path = os.path.join(workdir, f"{system}-{dst}-run{k}.log")
+        with open(log_path, "wb") as log:
+            child = subprocess.Popen(cmd + ["run"], env=env, start_new_session=True,
+                                     stdout=log, stderr=subprocess.STDOUT)
         done_before = (_batch_ids(ckpt, "commits") or [-1])[-1]
         deadline = time.monotonic() + 300
         in_flight = None                  # (batch id, when first seen planned and not committed)
@@ -605,8 +607,10 @@ def kill_cell(setup: Setup, system: str, rows: int, per_trigger: int, kills: int
                         break
                 time.sleep(0.005)
             else:
+                with open(log_path, errors="replace") as f:
+                    tail = "".join(line for line in f.readlines() if not line.startswith("\t"))[-4000:]
                 raise RuntimeError(f"{system} stream job {k}: no batch in flight within 300 s "
-                                   f"(exit {child.poll()})")
+                                   f"(exit {child.poll()}); its log ends:\n{tail}")
         finally:
             if child.poll() is None:
                 os.killpg(child.pid, signal.SIGKILL)      # the driver and its Python workers
