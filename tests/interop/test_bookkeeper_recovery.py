@@ -129,6 +129,11 @@ def rewritten(before: dict, after: dict) -> set[int]:
     return {n for n in set(before) | set(after) if before.get(n) != after.get(n)}
 
 
+def closed_as(last: int, length: int) -> dict:
+    """shell_metadata of a ledger closed at ``last`` with ``length`` bytes."""
+    return {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
+
+
 def shell_metadata(cluster, lid: int) -> dict:
     """state, lastEntryId and length of BookieShell's ``ledgermetadata`` of ``lid``."""
     meta = cluster.ledger_metadata(lid)
@@ -240,13 +245,23 @@ def embedlog_writer(cluster, ensemble: int, write_quorum: int, ack_quorum: int,
     return KilledWriter(proc, feed=False)
 
 
+def written(payload, last: int) -> list[tuple[int, bytes]]:
+    """(entry id, payload) of entries 0..last as their writer made them."""
+    return [(i, payload(i)) for i in range(last + 1)]
+
+
+def read_back(handle, last: int) -> list[tuple[int, bytes]]:
+    """(entry id, data) of entries 0..last read through embedlog's handle."""
+    return [(e.entry_id, e.data) for e in handle.read(0, last)] if last >= 0 else []
+
+
 def check_embedlog_recovered(cluster, lid: int, acked: int, payload) -> int:
     """Recover ``lid`` with embedlog's client: closed at ``acked`` or later, every entry
     byte for byte, the length theirs; the last entry."""
     r = cluster.embedlog.open_ledger(lid, PW, recovery=True)
     last = r.last_add_confirmed
     assert r.is_closed and last >= acked, (last, acked)
-    assert [(e.entry_id, e.data) for e in r.read(0, last)] == [(i, payload(i)) for i in range(last + 1)]
+    assert read_back(r, last) == written(payload, last)
     assert r.length == sum(len(payload(i)) for i in range(last + 1))
     return last
 
@@ -264,9 +279,9 @@ def check_java_agrees(cluster, lids_lasts: dict[int, int], payload, shell: tuple
         last = lids_lasts[lid]
         length = sum(len(payload(i)) for i in range(last + 1))
         assert read.closed and read.lac == last and read.length == length, (lid, read.lines[:6])
-        assert read.entries == [(i, payload(i)) for i in range(last + 1)], lid
+        assert read.entries == written(payload, last), lid
         if lid in shells:
-            assert shells[lid] == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}, lid
+            assert shells[lid] == closed_as(last, length), lid
 
 
 # -- 1. a Java writer killed, embedlog recovers -------------------------------------------------------
@@ -310,7 +325,7 @@ def test_embedlog_writer_killed_java_recovers(bk):
     last = recovered.lac
     length = sum(len(py_payload(i)) for i in range(last + 1))
     assert recovered.closed and last >= acked and recovered.length == length, recovered.lines[:6]
-    assert recovered.entries == [(i, py_payload(i)) for i in range(last + 1)]
+    assert recovered.entries == written(py_payload, last)
 
     with ThreadPoolExecutor(1) as pool:
         shell = pool.submit(shell_metadata, bk, lid)        # a JVM, while embedlog reads
@@ -318,8 +333,8 @@ def test_embedlog_writer_killed_java_recovers(bk):
         assert r.is_closed and r.last_add_confirmed == last and r.length == length
         assert r.metadata.fragments == tuple((first, tuple(bs)) for first, bs in
                                              sorted(recovered.ensembles.items()))
-        assert [(e.entry_id, e.data) for e in r.read(0, last)] == [(i, py_payload(i)) for i in range(last + 1)]
-        assert shell.result() == {"state": "CLOSED", "lastEntryId": str(last), "length": str(length)}
+        assert read_back(r, last) == written(py_payload, last)
+        assert shell.result() == closed_as(last, length)
 
 
 def fence_payload(i: int) -> bytes:
@@ -365,7 +380,7 @@ def test_java_recovery_fences_a_live_embedlog_writer(bk):
     finally:
         c.close()
     last = recovered.lac
-    assert recovered.closed and recovered.entries == [(i, fence_payload(i)) for i in range(last + 1)]
+    assert recovered.closed and recovered.entries == written(fence_payload, last)
     assert failures and all(isinstance(e, LedgerFencedError) for e in failures), failures[:3]
     assert sorted(acked) == list(range(len(acked))) and len(acked) - 1 <= last, (len(acked), last)
     r = bk.embedlog.open_ledger(lid, PW, recovery=False)
@@ -469,7 +484,7 @@ def test_embedlog_recovery_races_java_recovery(bk):
             assert mine[1:] == (last, length), (lid, mine, final)
         if java.returncode == 0:            # Java's handle and its reads say the same
             assert java.closed and java.lac == last and java.length == length, (lid, java.lines, err)
-            assert java.entries == [(i, race_payload(i)) for i in range(last + 1)]
+            assert java.entries == written(race_payload, last)
         else:                               # the Java side lost the race and said so
             assert java.error_code is not None, java.lines
     # the gated recovery lost its CAS and took the Java client's close
@@ -565,7 +580,7 @@ def test_message_faults_and_cut_connections_lose_nothing_acknowledged(bk):
         r = rc.open_ledger(lid, PW, recovery=True)
         last = r.last_add_confirmed
         assert r.is_closed and last >= 199
-        assert [(e.entry_id, e.data) for e in r.read(0, last)] == [(i, fault_payload(i)) for i in range(last + 1)]
+        assert read_back(r, last) == written(fault_payload, last)
     finally:
         rc.close()
         for p in proxies.values():
@@ -582,13 +597,15 @@ def test_java_writers_killed_mid_ensemble_change(bk):
     write back past it, changing the ensemble itself); writer A changes its ensemble and is
     SIGKILLed the moment its new ensemble is in the metadata, with its resent adds in flight.
     embedlog recovers both at or after their last acknowledged entry; Java agrees."""
-    a, b = java_writer(bk, 2, 2, 2, "CRC32", outstanding=8), java_writer(bk, 2, 2, 2, "CRC32C", outstanding=8)
+    a = java_writer(bk, 2, 2, 2, "CRC32", outstanding=8)
+    b = java_writer(bk, 2, 2, 2, "CRC32C", outstanding=8)
     a.wait_acks(30)
     b.wait_acks(30)
     shared = (set(a.ensemble) & set(b.ensemble)).pop()
     b_acked = b.kill()
     bk.kill(bk.bookie_ids.index(shared))
-    wait_for(lambda: len(bk.embedlog.ledger_metadata(a.ledger_id).fragments) > 1 or a.proc.poll() is not None,
+    wait_for(lambda: (len(bk.embedlog.ledger_metadata(a.ledger_id).fragments) > 1
+                      or a.proc.poll() is not None),
              timeout_s=30, what="writer A's ensemble change", step_s=0.002)
     a_acked = a.kill()
     md = bk.embedlog.ledger_metadata(a.ledger_id)
