@@ -295,7 +295,11 @@ def journal_settings(flush_when_queue_empty: bool) -> tuple:
     emb = {"journal_sync_data": "true", "journal_max_group_wait_ms": "2",
            "journal_flush_when_queue_empty": str(flush_when_queue_empty).lower(),
            "journal_buffered_writes_threshold": str(512 * 1024),
-           "journal_pre_alloc_size_mb": "4"}
+           "journal_pre_alloc_size_mb": "4",
+           # as BookKeeperCluster sets the Java bookies: a shared disk over 95 % full (this
+           # machine's /tmp) must not turn a bookie read-only mid-run
+           "disk_usage_threshold": "0.99", "disk_usage_warn_threshold": "0.98",
+           "disk_usage_lwm_threshold": "0.98"}
     return java, emb
 
 
@@ -309,6 +313,7 @@ class BookieSetups:
         from embedlog.harness.cluster import LocalCluster
         java_conf, emb_conf = journal_settings(flush_when_queue_empty)
         self.n = n
+        self.retries = []           # (kind, quorum, size, error) of cells run again
         self._closers = []
         try:
             jbk = BookKeeperCluster(version, bookies=n, zk_hosts=zk_hosts,
@@ -334,6 +339,55 @@ class BookieSetups:
             self._closers.pop()()
 
 
+def _bookie_cell_retrying(st, kind, quorum, size, adds, warmup, outstanding, log, tries=3):
+    """bookie_cell, again (up to ``tries`` times, 5 s apart) when the Java client found too
+    few bookies registered: on a loaded machine a bookie's ZooKeeper session may lapse and
+    its registration be remade. Retries are counted in ``st.retries`` and logged."""
+    root, pids = st.sides[kind]
+    for attempt in range(tries):
+        waited = wait_registered(root, st.n)
+        if waited > 0.5 and log is not None:
+            log(f"waited {waited:.1f} s for {st.n} {kind} bookies to be registered")
+        try:
+            return bookie_cell(root, pids, kind, st.n, quorum, size, adds, warmup, outstanding)
+        except RuntimeError as exc:
+            if "NotEnoughBookies" not in str(exc) or attempt == tries - 1:
+                raise
+            st.retries.append((kind, quorum, size, str(exc).splitlines()[0][:200]))
+            if log is not None:
+                log(f"retrying {kind} {_q(quorum)} {size} B: {str(exc)[:300]}")
+                if kind == "embedlog":
+                    for i in range(st.n):
+                        log(f"embedlog bookie {i} log tail: "
+                            f"{_tail(st.lc._b(i).log_path)}")
+            time.sleep(5)
+
+
+def wait_registered(root, n: int, timeout: float = 60.0) -> float:
+    """Until ``n`` writable bookies are registered on ``root``'s root (what the Java client
+    picks its ensembles from); the seconds it took."""
+    zk = root._zk_client()
+    t0 = time.monotonic()
+    while True:
+        found = [c for c in zk.get_children(f"{root.root}/available") if c != "readonly"]
+        if len(found) >= n:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"{len(found)} of {n} bookies registered on {root.root} "
+                               f"after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def _tail(path: str, n: int = 3000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return repr(exc)
+
+
 def run_bookies(setups, *, rounds: int, adds: int, warmup: int, sizes, quorums,
                 outstanding: int, kinds=BOOKIE_KINDS, prime: int = 0, log=None) -> list:
     """Every (quorum, size) cell that fits each BookieSetups' N, for each bookie kind,
@@ -343,9 +397,8 @@ def run_bookies(setups, *, rounds: int, adds: int, warmup: int, sizes, quorums,
     for st in setups:       # the Java bookies' JIT and both kinds' caches, off the record
         for kind in kinds:
             if prime:
-                root, pids = st.sides[kind]
-                bookie_cell(root, pids, kind, st.n, (1, 1, 1), max(sizes), prime, 0,
-                            outstanding)
+                _bookie_cell_retrying(st, kind, (1, 1, 1), max(sizes), prime, 0, outstanding,
+                                      log)
     for r in range(rounds):
         for st in setups:
             for quorum in quorums:
@@ -354,9 +407,8 @@ def run_bookies(setups, *, rounds: int, adds: int, warmup: int, sizes, quorums,
                 for size in sizes:
                     order = list(kinds) if r % 2 == 0 else list(reversed(kinds))
                     for kind in order:
-                        root, pids = st.sides[kind]
-                        row = bookie_cell(root, pids, kind, st.n, quorum, size, adds, warmup,
-                                          outstanding)
+                        row = _bookie_cell_retrying(st, kind, quorum, size, adds, warmup,
+                                                    outstanding, log)
                         row.round = r
                         rows.append(row)
                         if log is not None:
@@ -559,7 +611,7 @@ def main_bookies(args, sizes, quorums, argv) -> int:
     load0 = os.getloadavg()
     t_start = time.monotonic()
     say = functools.partial(print, file=sys.stderr, flush=True)
-    rows = []
+    rows, retries = [], []
     zk = ZooKeeperServer()
     try:
         for n in (int(x) for x in args.bookie_counts.split(",")):
@@ -574,6 +626,7 @@ def main_bookies(args, sizes, quorums, argv) -> int:
                                     outstanding=args.outstanding, prime=args.warmup,
                                     log=say)
             finally:
+                retries += st.retries
                 st.close()
     finally:
         zk.stop()
@@ -585,6 +638,10 @@ def main_bookies(args, sizes, quorums, argv) -> int:
         ledger_storage=args.ledger_storage, adds=args.adds, warmup=args.warmup,
         outstanding=args.outstanding, rounds=args.rounds,
         flush_when_queue_empty=args.flush_when_queue_empty)
+    if retries:
+        report += (f"\n{len(retries)} cell(s) run again after the Java client found too few "
+                   f"bookies registered: " + "; ".join(f"{k} {_q(q)} {s} B" for k, q, s, _ in
+                                                        retries) + "\n")
     print(report)
     if args.out:
         with open(args.out, "w") as f:
