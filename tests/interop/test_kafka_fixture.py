@@ -3,8 +3,8 @@ killed, restarted and cleaned up by KafkaCluster, driven by confluent-kafka; and
 cells of benchmarks/vs_kafka.py at tiny sizes, so the comparison never rots.
 
 One broker for the whole module (start-up is most of the cost). Three brokers (RF 3, min ISR
-2) are exercised by the benchmark and by the soak test at the end. Under CI=true a missing
-java, jar or confluent-kafka fails instead of skipping.
+2) are exercised by the benchmark and by the soak test at the end (pytest -m soak). Under
+CI=true a missing java, jar or confluent-kafka fails instead of skipping.
 """
 from __future__ import annotations
 
@@ -111,3 +111,29 @@ def test_python_cells_of_the_benchmark(kafka, tmp_path):
     for r in rows:
         assert r.count > 0 and r.seconds > 0, r
         assert r.errors == 0, r
+
+
+@pytest.mark.soak
+def test_three_brokers_keep_writing_with_one_killed():
+    """RF 3, min.insync.replicas 2: a killed broker leaves the ISR and acks=all goes on with
+    two; restarted, it catches up. Three JVMs: a soak test (pytest -m soak)."""
+    from confluent_kafka import Producer
+    kc = _cluster(3)
+    try:
+        kc.create_topic("three", partitions=1)              # rf 3 by default
+        md = kc.admin().list_topics("three", timeout=10).topics["three"].partitions[0]
+        assert len(md.replicas) == 3 and len(md.isrs) == 3
+        p = Producer({"bootstrap.servers": kc.bootstrap, "acks": "all", "log_level": 0})
+        for i in range(50):
+            p.produce("three", b"a%d" % i)
+        assert p.flush(30) == 0
+        kc.kill(2)
+        for i in range(50):
+            p.produce("three", b"b%d" % i)
+        assert p.flush(60) == 0                              # two in sync are enough
+        kc.restart(2)
+        want = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
+        assert _consume(kc.bootstrap, "three", 100) == want
+    finally:
+        kc.close()
+    assert not os.path.exists(kc.base_dir)
