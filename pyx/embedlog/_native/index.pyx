@@ -344,9 +344,10 @@ cdef class LedgerIndex:
         """The highest entry id with a location, or -1."""
         cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
         if (top == self.max_page_on_disk and top >= 0 and top not in self.pages
-                and self.disk_end > HEADER_SIZE):
+                and self.disk_end > HEADER_SIZE and (self.disk_end - HEADER_SIZE) % 8 == 0):
             # the last page ends at its highest location unless slots were cleared since:
-            # read that slot, not the page (a start-up opening 100,000 ledgers loads none)
+            # read that slot, not the page (a start-up opening 100,000 ledgers loads none);
+            # a length that is not whole slots is a damaged file's: read the page
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
@@ -460,6 +461,8 @@ cdef class LedgerIndex:
                     # holds of it (slots cleared since must be overwritten with zeros)
                     nz = np.flatnonzero(page)
                     n = max(8 * (int(nz[len(nz) - 1]) + 1) if len(nz) else 0, end - off)
+                    n = min(PAGE_SIZE, (n + 7) // 8 * 8)     # whole slots (a damaged file's
+                                                              # length may be any number)
                 if n > 0:
                     os.pwrite(fd, page[:n // 8].tobytes(), off)
                     end = max(end, off + n)
