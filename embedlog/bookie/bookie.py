@@ -14,7 +14,8 @@ one lock, then waits (without the lock) for the group commit that makes it
 durable. The memtable is flushed, sorted, into entry logs when full; a
 checkpoint (every flush_interval_ms, on close, and in the background after
 replay) syncs entry logs and index, persists the LastLogMark and trims old
-journals.
+journals. What the bookie knows of each ledger, and the checks a request meets, are its
+LedgerDescriptors' (descriptors.py); this module journals the changes they make.
 """
 from __future__ import annotations
 
