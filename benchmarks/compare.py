@@ -506,7 +506,11 @@ class FloorStore(FileStore):
                 off = self.off
                 self.off += n
             writer.write(fd, off, n)       # the fdatasync flushes every page written so far
+            self.after_append(writer, n)
         return append
+
+    def after_append(self, writer, nbytes) -> None:
+        """What else a thread's durable append writes (the design floor's entry log)."""
 
     def load_read_files(self, per_ledger: list):
         import mmap
@@ -593,21 +597,9 @@ class DesignFloorStore(FloorStore):
         self.off += self.writer.write(self.fd, self.off, end)
         self._entry_log(self.writer, end)
 
-    def thread_appender(self, t):
-        lock, fd, native = self.lock, self.fd, self.native
-        writer = native.Writer()
-        length = [0]
-
-        def append(entry, data):
-            n, length[0] = writer.frame([data], t, entry, length[0])
-            with lock:
-                self.ensure(n)
-                off = self.off
-                self.off += n
-            writer.write(fd, off, n)
-            with lock:
-                self._entry_log(writer, n)
-        return append
+    def after_append(self, writer, nbytes) -> None:
+        with self.lock:
+            self._entry_log(writer, nbytes)
 
     def close(self):
         os.close(self.elfd)
