@@ -28,13 +28,23 @@ from embedlog._native import bkwire as W
 from embedlog._native import format as F
 from embedlog.errors import LedgerFencedError
 from embedlog.harness import jars
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
 
 PASSWORD = "bookie-pw"
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERSIONS = list(jars.BOOKKEEPER_VERSIONS[:2])
+
+
+@pytest.fixture(scope="module")
+def zk():
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
 
 
 class Setup:

@@ -16,10 +16,20 @@ import pytest
 
 from embedlog.harness import jars
 from embedlog.harness.bookkeeper import BookKeeperCluster, DriverResult
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
 
 log = logging.getLogger(__name__)
 PASSWORD = "fixture-pw"
+
+
+@pytest.fixture(scope="module")
+def zk():
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)

@@ -46,7 +46,7 @@ from embedlog.meta.bookkeeper import protobuf as pb
 from embedlog.meta.bookkeeper.layout import parse_layout
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from bk_writer_child import payload as py_payload      # the child's own payloads
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
 
 PASSWORD = "recovery-pw"
 PW = PASSWORD.encode()
@@ -58,6 +58,16 @@ WATCHDOG_S = 90.0           # a writer still alive this long after its start is 
 def java_payload(i: int) -> bytes:
     """What the Java writers here append as entry i (8 to 60 bytes)."""
     return (b"java-%d;" % i) * (1 + i % 5)
+
+
+@pytest.fixture(scope="module")
+def zk():
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)

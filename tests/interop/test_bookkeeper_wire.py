@@ -28,13 +28,23 @@ from embedlog.errors import (IllegalOpError, LedgerFencedError, NoSuchEntryError
 from embedlog.harness import jars
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import BookKeeperConnection, WriteLac
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
 
 PASSWORD = "wire-pw"
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
 DIGESTS = {"crc32": "CRC32", "crc32c": "CRC32C", "mac": "MAC", "dummy": "DUMMY"}
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def zk():
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
 
 
 # 4.17.2 on the default SortedLedgerStorage; 4.16.6 (Pulsar 3.x's line) on DbLedgerStorage,
