@@ -9,3 +9,11 @@ def skip_unless_ci(reason: str) -> None:
     if in_ci():
         pytest.fail(f"CI is set and this is missing: {reason}")
     pytest.skip(reason)
+
+
+def require_peer(name: str) -> None:
+    """A Java peer's jars (embedlog/harness/jars.py) must be in the cache: skip without them
+    here, fail under CI (make peers fetches them before the suite)."""
+    from embedlog.harness import jars
+    if not jars.is_fetched(name):
+        skip_unless_ci(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")

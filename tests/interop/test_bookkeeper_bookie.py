@@ -28,7 +28,7 @@ from embedlog._native import bkwire as W
 from embedlog._native import format as F
 from embedlog.errors import LedgerFencedError
 from embedlog.harness import jars
-from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 PASSWORD = "bookie-pw"
 PW = PASSWORD.encode()
@@ -65,8 +65,7 @@ def setup(request, zk):
     from embedlog.harness.cluster import LocalCluster
     version = request.param
     name = f"bookkeeper-{version}"
-    if not jars.is_fetched(name) and not in_ci():
-        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(name)
     try:
         bk = BookKeeperCluster(version, bookies=0, zk_hosts=zk.hosts,
                                root=f"/bkbookie{version.replace('.', '')}")

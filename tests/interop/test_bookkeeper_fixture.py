@@ -16,7 +16,7 @@ import pytest
 
 from embedlog.harness import jars
 from embedlog.harness.bookkeeper import BookKeeperCluster, DriverResult
-from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)
 PASSWORD = "fixture-pw"
@@ -35,8 +35,7 @@ def zk():
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
 def bk(request, zk):
     name = f"bookkeeper-{request.param}"
-    if not jars.is_fetched(name) and not in_ci():
-        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(name)
     started = time.monotonic()
     try:
         cluster = BookKeeperCluster(request.param, bookies=3, zk_hosts=zk.hosts,

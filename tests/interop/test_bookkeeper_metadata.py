@@ -38,7 +38,7 @@ from embedlog.meta.bookkeeper import protobuf as pb
 from embedlog.meta.bookkeeper import textformat as tf
 from embedlog.meta.bookkeeper.cookie import Cookie
 from embedlog.meta.bookkeeper.layout import ledger_levels
-from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "bookkeeper")
 HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
@@ -185,8 +185,7 @@ def bk(request, zk):
     (/java, formatted by BookieShell initnewcluster, comes with the ``shell`` fixture)."""
     from embedlog.harness.bookkeeper import BookKeeperCluster   # after the jar check below
     version = request.param
-    if not jars.is_fetched(f"bookkeeper-{version}") and not in_ci():
-        pytest.skip(f"bookkeeper-{version}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(f"bookkeeper-{version}")
     tag = version.replace(".", "")
     ns = SimpleNamespace(version=version, hosts=zk.hosts, emb=f"/emb{tag}", java=f"/java{tag}",
                          long=f"/long{tag}", cluster=None, stores=[])

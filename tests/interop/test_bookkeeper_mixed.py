@@ -12,8 +12,7 @@ import threading
 import pytest
 
 from embedlog import Client
-from embedlog.harness import jars
-from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 VERSION = "4.17.2"
 PASSWORD = "mixed-pw"
@@ -24,8 +23,7 @@ PW = PASSWORD.encode()
 def mixed():
     from embedlog.harness.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
-    if not jars.is_fetched(f"bookkeeper-{VERSION}") and not in_ci():
-        pytest.skip(f"bookkeeper-{VERSION}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(f"bookkeeper-{VERSION}")
     try:
         zk = ZooKeeperServer()
     except ServerMissing as exc:

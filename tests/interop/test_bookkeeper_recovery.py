@@ -46,7 +46,7 @@ from embedlog.meta.bookkeeper import protobuf as pb
 from embedlog.meta.bookkeeper.layout import parse_layout
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from bk_writer_child import payload as py_payload      # the child's own payloads
-from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 PASSWORD = "recovery-pw"
 PW = PASSWORD.encode()
@@ -74,8 +74,7 @@ def zk():
 def bk(request, zk):
     from embedlog.harness.bookkeeper import BookKeeperCluster
     name = f"bookkeeper-{request.param}"
-    if not jars.is_fetched(name) and not in_ci():
-        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(name)
     try:
         cluster = BookKeeperCluster(request.param, bookies=3, zk_hosts=zk.hosts,
                                     root=f"/recovery{request.param.replace('.', '')}")

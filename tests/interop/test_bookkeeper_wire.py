@@ -28,7 +28,7 @@ from embedlog.errors import (IllegalOpError, LedgerFencedError, NoSuchEntryError
 from embedlog.harness import jars
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import BookKeeperConnection, WriteLac
-from servers import ServerMissing, ZooKeeperServer, in_ci, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 PASSWORD = "wire-pw"
 PW = PASSWORD.encode()
@@ -57,8 +57,7 @@ def bk(request, zk):
     from embedlog.harness.bookkeeper import BookKeeperCluster
     version, storage = request.param
     name = f"bookkeeper-{version}"
-    if not jars.is_fetched(name) and not in_ci():
-        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(name)
     try:
         cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk.hosts, ledger_storage=storage,
                                     root=f"/wire{version.replace('.', '')}")

@@ -15,9 +15,8 @@ import time
 
 import pytest
 
-from embedlog.harness import jars
 from embedlog.harness.kafka import KAFKA_PEER, KafkaCluster
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -25,8 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 def _cluster(brokers: int) -> KafkaCluster:
-    if not jars.is_fetched(KAFKA_PEER) and not in_ci():
-        pytest.skip(f"{KAFKA_PEER}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(KAFKA_PEER)
     try:
         import confluent_kafka  # noqa: F401
     except ImportError:

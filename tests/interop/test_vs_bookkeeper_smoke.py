@@ -13,8 +13,7 @@ import sys
 
 import pytest
 
-from embedlog.harness import jars
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "benchmarks"))
@@ -26,8 +25,7 @@ VERSION = "4.17.2"          # the benchmark's default peer
 def bk():
     from embedlog.harness.bookkeeper import BookKeeperCluster
     name = f"bookkeeper-{VERSION}"
-    if not jars.is_fetched(name) and not in_ci():
-        pytest.skip(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(name)
     try:
         cluster = BookKeeperCluster(VERSION, bookies=3, root="/vsbk")
     except ServerMissing as exc:
@@ -65,8 +63,7 @@ def test_benchmark_bookies_mode_cells_and_report():
     bookie and on one embedlog bookie, each alone on its own root, and the report."""
     import vs_bookkeeper
     from embedlog.harness.servers import ZooKeeperServer
-    if not jars.is_fetched(f"bookkeeper-{VERSION}") and not in_ci():
-        pytest.skip(f"bookkeeper-{VERSION}'s jars are not in {jars.cache_dir()} (make peers)")
+    require_peer(f"bookkeeper-{VERSION}")
     try:
         zk = ZooKeeperServer()
     except ServerMissing as exc:
