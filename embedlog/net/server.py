@@ -86,17 +86,24 @@ class _Exchange:
         return self.answered
 
     def write(self, data) -> None:
-        self.writelines((data,))
+        self._answer(data, data)
 
     def writelines(self, parts) -> None:
         """One reply in parts (the first holds its header): a read's entries go out as the
         reader framed them."""
+        self._answer(parts, parts[0])
+
+    def _answer(self, out, head) -> None:
         self.answered = True
         self.server._release(self.conn, self.nbytes)
-        if not self.conn.writer.is_closing():
-            self.conn.writer.writelines(parts)
+        writer = self.conn.writer
+        if not writer.is_closing():
+            if out is head:            # an add's answer: one write, not a join of one part
+                writer.write(out)
+            else:
+                writer.writelines(out)
         if self.req is not None:
-            self.server._observe(self.req, parts[0], self.started)
+            self.server._observe(self.req, head, self.started)
 
 
 class BookieServer:
