@@ -62,7 +62,7 @@ peers: servers venv build-ext
 # the suite, then the tests that touch native code again under ASan + UBSan (tools/sanitize.py
 # builds an instrumented copy in build/asan; a sanitizer report fails the run)
 test: servers venv build-ext peers
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 	$(BIN)/python tools/sanitize.py
 
 test-asan: venv
