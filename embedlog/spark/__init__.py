@@ -6,7 +6,7 @@
           .option("metadataServiceUri", uri).option("streams", "events").load())
 
 Options, schema, offsets and the commit protocol: docs/SPARK.md (and options.py,
-source.py, commit.py). Needs the ``spark`` extra (pyspark 4.3, pyarrow).
+source.py, planning.py, commit.py). Needs the ``spark`` extra (pyspark 4.3, pyarrow).
 """
 from __future__ import annotations
 

@@ -192,7 +192,7 @@ def test_fail_on_data_loss(spark, uri, client, name, caplog):
     assert min(r.position for r in rows) == first_kept
     # the skip is reported (the planner's log; here called in this process)
     from embedlog.spark.options import read_options
-    from embedlog.spark.source import plan_batch
+    from embedlog.spark.planning import plan_batch
     with caplog.at_level("WARNING", logger="embedlog.spark"):
         plan_batch(read_options({"metadataServiceUri": uri, "streams": name, "startingOffsets": start,
                                  "failOnDataLoss": "false"}))
