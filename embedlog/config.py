@@ -113,6 +113,13 @@ class BookieConfig:
     gc_metadata_op_rate_limit: int = _key(
         1000, "metadata reads per second GC makes to confirm that a ledger it is about to "
         "delete is gone (gcMetadataOpRateLimit).", 1, 1_000_000)
+    gc_missing_ledger_wait_time_ms: int = _key(
+        3_600_000, "on a ZooKeeper root in BookKeeper's format, where Java clients delete a "
+        "ledger by removing its znode and leave no deletion record: ms between the two GC "
+        "reads that must both find the znode absent before its data goes (with INSTANCEID "
+        "and the id generator checked: embedlog/bookie/absence.py). 0: never, only an "
+        "operator's confirmation frees such a ledger. Not in BookKeeper, whose GC deletes on "
+        "one absence (named after gcOverreplicatedLedgerWaitTime).", 0, 30 * 86_400_000)
     minor_compaction_threshold: float = _key(
         0.2, "entry logs with less than this fraction live are rewritten by minor compaction "
         "(minorCompactionThreshold); 0 disables it.", 0.0, 1.0)

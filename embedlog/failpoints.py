@@ -23,6 +23,7 @@ POINTS = (
     "memtable.before_flush",
     # garbage collection (embedlog/bookie/gc.py) and compaction (compaction.py)
     "gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
+    "gc.before_absence_check",
     "compaction.during_copy", "compaction.after_write", "compaction.after_manifest",
     "compaction.after_rename", "compaction.after_index_flush", "compaction.after_delete_sources",
     # the client (embedlog/client/): around its metadata writes

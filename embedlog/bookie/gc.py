@@ -27,7 +27,11 @@ GarbageCollectorThread:
 
    Deletion is positive (docs/METADATA.md): a ledger's data goes only when the metadata
    store says that ledger was deleted (``LedgerManager.ledger_deleted_at``), or when an
-   operator confirms a missing ledger (``delete_missing``). Every candidate is confirmed
+   operator confirms a missing ledger (``delete_missing``), or, on a ZooKeeper root in
+   BookKeeper's format, where Java clients delete ledgers without a record, when the
+   absence of its znode is confirmed (embedlog/bookie/absence.py: two direct reads at
+   least ``gc_missing_ledger_wait_time_ms`` apart, after a sync, INSTANCEID and the id
+   generator's high-water mark checked). Every candidate is confirmed
    by point reads (at ``gc_metadata_op_rate_limit`` per second) after the whole listing
    succeeded; deletions start only then. Deletion records older than
    ``deleted_ledger_retention_ms`` are purged from the store (at most hourly).
@@ -49,14 +53,16 @@ from sortedcontainers import SortedDict
 from embedlog._native import entrylog as nel
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
+from embedlog.bookie.absence import AbsentLedgers
 from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
 from embedlog.bookie.journal import fsync_dir
-from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError
+from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError, TimeoutError
 
 log = logging.getLogger("embedlog.bookie.gc")
 
 _DELETE_CHUNK = 64           # ledgers deleted per hold of the bookie's lock
 _PURGE_INTERVAL_S = 3600.0   # deletion records past their retention are purged this often
+_MIN_MISSING_WAIT_MS = 1000  # the two reads confirming a deletion without a record: this apart
 
 
 def check_config(cfg) -> None:
@@ -77,6 +83,10 @@ def check_config(cfg) -> None:
         raise ConfigError("disk_usage_warn_threshold must not exceed disk_usage_threshold")
     if cfg.disk_usage_lwm_threshold > cfg.disk_usage_threshold:
         raise ConfigError("disk_usage_lwm_threshold must not exceed disk_usage_threshold")
+    if 0 < cfg.gc_missing_ledger_wait_time_ms < _MIN_MISSING_WAIT_MS:
+        raise ConfigError(f"gc_missing_ledger_wait_time_ms={cfg.gc_missing_ledger_wait_time_ms} "
+                          f"is under {_MIN_MISSING_WAIT_MS}: 0 turns deletion without a record "
+                          f"off, else the two reads must be a second apart at least")
 
 
 class GarbageCollector:
@@ -100,6 +110,7 @@ class GarbageCollector:
         }
         self.last_scan: dict = {}
         self.missing: dict = {}            # (scope, lid) -> ms first seen missing, never deleted
+        self.absence = self._absence_rule(metadata)
         self._last_purge = float("-inf")    # the first GC pass purges, whatever the uptime
         self.compaction_enabled = True     # an operator's (or a benchmark's) switch
         now = time.monotonic()
@@ -107,6 +118,16 @@ class GarbageCollector:
         self.last_major = now
         self.compactor = Compactor(self.storage, bookie.ledgers, self.config, disks, self._stop,
                                    self.stats)
+
+    def _absence_rule(self, metadata) -> AbsentLedgers | None:
+        """Deletion without a record: on a root in BookKeeper's format only."""
+        if getattr(metadata, "metadata_format", None) != "bookkeeper" or \
+                self.config.gc_missing_ledger_wait_time_ms <= 0:
+            return None
+        self.stats.update(ledgers_deleted_without_record=0, absent_ledgers=0)
+        cookie = getattr(self.bookie, "cookie", None)
+        return AbsentLedgers(self.config.gc_missing_ledger_wait_time_ms,
+                             getattr(cookie, "instance_id", None))
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -175,20 +196,50 @@ class GarbageCollector:
         self._maybe_purge()
         if not snapshot:
             self._note_missing([])
+            if self.absence is not None:
+                self.absence.first_absent = {}
             return report
         try:
             candidates = self._scan(snapshot)
             report["candidates"] = len(candidates)
+            session = self._metadata_call(self.absence.start, self.metadata.ledger_manager) \
+                if self.absence is not None and candidates else None
             candidates, missing = self._confirm(candidates)
+            gone = self._without_record(session, missing) if self.absence is not None else []
         except _Abort as exc:
             report["aborted"] = str(exc)
             self.stats["aborted_scans"] += 1
             log.warning("garbage collection of ledgers skipped this cycle: %s", exc)
             return report
+        if gone:
+            missing = [k for k in missing if k not in set(gone)]
         self._note_missing(missing)
         report["missing"] = len(missing)
         report["deleted"] = self._delete(snapshot, candidates)
+        if self.absence is not None:
+            n = self._delete(snapshot, gone)
+            report["deleted"] += n
+            report["deleted_without_record"] = n
+            self.stats["ledgers_deleted_without_record"] += n
         return report
+
+    def _without_record(self, session, missing: list) -> list:
+        """The missing ledgers whose deletion the absence of their znode confirms."""
+        if session is None:                   # no candidates, so nothing was read
+            missing = []
+        failpoints.hit("gc.before_absence_check")
+        gone = self._metadata_call(self.absence.judge, self.metadata.ledger_manager, session,
+                                   missing)
+        self.stats["absent_ledgers"] = len(self.absence.first_absent)
+        return gone
+
+    @staticmethod
+    def _metadata_call(fn, *args):
+        try:
+            return fn(*args)
+        except (MetadataError, TimeoutError) as exc:
+            raise _Abort(f"metadata store error while confirming deletions without a "
+                         f"record: {exc}") from exc
 
     def _delete(self, snapshot, candidates: list) -> int:
         deleted = 0
@@ -275,7 +326,7 @@ class GarbageCollector:
                     if prev is not None else snapshot.irange(maximum=hi)
                 candidates.extend(k for k in local if k not in listed)
                 prev = hi
-        except MetadataError as exc:
+        except (MetadataError, TimeoutError) as exc:
             raise _Abort(f"metadata store error while listing ledgers: {exc}") from exc
         tail = snapshot.irange(minimum=prev, inclusive=(False, True)) if prev is not None \
             else iter(snapshot.keys())
@@ -299,12 +350,14 @@ class GarbageCollector:
             except NoSuchLedgerError:
                 try:
                     (missing if lm.ledger_deleted_at(lid) is None else deleted).append(key)
-                except MetadataError as exc:
+                except (MetadataError, TimeoutError) as exc:
                     raise _Abort(f"metadata store error while reading the deletion record of "
                                  f"{lid}: {exc}") from exc
                 continue
-            except MetadataError as exc:
+            except (MetadataError, TimeoutError) as exc:
                 raise _Abort(f"metadata store error while confirming {lid}: {exc}") from exc
+            if self.absence is not None:
+                self.absence.forget(key)
             raise _Abort(f"ledger {lid} exists in the metadata store though the "
                          f"listing missed it (created during the scan)")
         return deleted, missing

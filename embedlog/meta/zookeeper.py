@@ -62,6 +62,7 @@ from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsErro
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
+from embedlog.meta.bookkeeper import idgen as bkidgen
 from embedlog.meta.bookkeeper import layout as bklayout
 from embedlog.meta.bookkeeper import ledger_metadata as bkledger
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
@@ -549,6 +550,53 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
     def iterate_ledgers(self, scope_id: int | None = 0) -> Iterator[LedgerId]:
         for _, ids in self.ledger_partitions(scope_id):
             yield from ids
+
+    # ---- what confirms a deletion without a record (bookie/absence.py) --------------
+
+    def sync_reads(self) -> int:
+        """ZooKeeper's sync: the server this session reads from catches up with the leader,
+        so a read after it sees every znode created before. Returns the session's id, for
+        ``check_session`` after those reads."""
+        session = self._session_id()
+        self._wait(self._zk.sync_async(self.root), f"sync {self.root}")
+        return session
+
+    def check_session(self, session: int) -> None:
+        """MetadataError unless this store is still on ``session``, connected: reads made
+        across a lost session (or a new one) prove nothing."""
+        now = self._session_id()
+        if now != session:
+            raise MetadataError(f"zookeeper {self.hosts}: the session changed during the "
+                                f"check ({session:#x} -> {now:#x})")
+
+    def _session_id(self) -> int:
+        client_id = self._zk.client_id
+        if self._zk.state != KazooState.CONNECTED or client_id is None:
+            raise MetadataError(f"zookeeper {self.hosts}: not connected ({self._zk.state})")
+        return client_id[0]
+
+    def read_instance_id(self) -> str:
+        """INSTANCEID as stored now (``instance_id`` is the one read at open)."""
+        try:
+            return self._get(self._p("INSTANCEID"))[0].decode("utf-8", "replace")
+        except NoNodeError:
+            raise MetadataError(f"zookeeper {self.hosts}{self.root}: INSTANCEID is gone") from None
+
+    def ledger_id_high_water_mark(self) -> int:
+        """Every scope-0 id this root's generator has handed out is below this, read from
+        the Stat of its znodes (meta/bookkeeper/idgen.py) without writing."""
+        short = self._exists(self._p("idgen"))
+        long = self._p("idgen-long")
+        long_stat = self._exists(long)
+        top = None
+        if long_stat is not None:
+            hobs = [int(c[4:]) for c in self._listdir(long) if c.startswith("HOB-") and c[4:].isdigit()]
+            stat = self._exists(f"{long}/HOB-{max(hobs):010d}") if hobs else None
+            if stat is not None:
+                top = (max(hobs), stat.cversion, stat.numChildren)
+        return bkidgen.high_water_mark(
+            None if short is None else (short.cversion, short.numChildren),
+            long_stat is not None, top)
 
     # ---- LedgerIdGenerator ---------------------------------------------------------
 
