@@ -140,40 +140,13 @@ cdef class MappedLog:
 
     @staticmethod
     def open_existing(path, uint64_t log_id):
-        cdef MappedLog m = MappedLog()
-        m.log_id = log_id
-        m.path = path
-        m.fd = os.open(path, os.O_RDONLY)
-        m.mapped = os.fstat(m.fd).st_size
-        m.writable = False
-        if m.mapped < HEADER_SIZE:
-            m._unmap()
-            raise CorruptedDataError(f"entry log {path} is shorter than its header")
-        m._map(PROT_READ)
-        m._check_header()
-        m.position = m._scan_end()
-        m._load_block_crcs()
-        return m
+        """Map an existing log read-only, its sealed checksums loaded for the reads."""
+        return _open_log(path, log_id, False)
 
     @staticmethod
     def open_writable(path, uint64_t log_id):
         """Map an existing log read-write at its end (to seal a log a crash left unsealed)."""
-        cdef MappedLog m = MappedLog()
-        m.log_id = log_id
-        m.path = path
-        m.fd = os.open(path, os.O_RDWR)
-        m.mapped = os.fstat(m.fd).st_size
-        m.writable = True
-        if m.mapped < HEADER_SIZE:
-            m._unmap()
-            raise CorruptedDataError(f"entry log {path} is shorter than its header")
-        m._map(PROT_READ | PROT_WRITE)
-        m._check_header()
-        m.position = m._scan_end()
-        m.allocated = m.position
-        m.synced = 0
-        m._load_tail_crcs()
-        return m
+        return _open_log(path, log_id, True)
 
     cdef _check_header(self):
         cdef uint32_t version = el_get32(self.base + 4)
@@ -630,6 +603,31 @@ cdef class MappedLog:
             yield (self.log_id << 32) | <uint64_t>(pos + 4), PyBytes_FromStringAndSize(
                 <const char *>self.base + pos + 4, n)
             pos += 4 + n
+
+
+cdef MappedLog _open_log(path, uint64_t log_id, bint writable):
+    """An existing log mapped at the end of its entries: read-only, with the checksum table
+    of its seal; or ``writable``, its write position there, with the block crcs the last
+    flush of an unsealed log kept in its tail."""
+    cdef MappedLog m = MappedLog()
+    m.log_id = log_id
+    m.path = path
+    m.fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+    m.mapped = os.fstat(m.fd).st_size
+    m.writable = writable
+    if m.mapped < HEADER_SIZE:
+        m._unmap()
+        raise CorruptedDataError(f"entry log {path} is shorter than its header")
+    m._map(PROT_READ | PROT_WRITE if writable else PROT_READ)
+    m._check_header()
+    m.position = m._scan_end()
+    if writable:
+        m.allocated = m.position
+        m.synced = 0
+        m._load_tail_crcs()
+    else:
+        m._load_block_crcs()
+    return m
 
 
 cdef inline int memcmp4(const uint8_t *a, const char *b) noexcept:
