@@ -29,13 +29,15 @@ class AddFuture(concurrent.futures.Future):
     ``add_done_callback`` or ``asyncio.wrap_future``, never makes one.
     """
 
-    def __init__(self):                  # the base __init__ would make the condition
+    def __init__(self, on_done=None):    # the base __init__ would make the condition
         self._made = None
         self._state = RUNNING
         self._result = None
         self._exception = None
         self._waiters = []
-        self._done_callbacks = []
+        # a callback given here is in place before any thread can complete the future,
+        # so it needs none of add_done_callback's locking
+        self._done_callbacks = [] if on_done is None else [on_done]
 
     @property
     def _condition(self) -> threading.Condition:

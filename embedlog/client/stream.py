@@ -355,7 +355,14 @@ class Stream:
         return w
 
     def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
-        return self.append_many_async([data])[-1]
+        # one add without append_many_async's lists (the add path of a Python producer)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise IllegalOpError(f"stream entries are bytes-like, got {type(data).__name__}")
+        w = self._leader()
+        fut = w.append_async(KIND_DATA + TIME.pack(self._append_time_ms()) + data, self._watch)
+        self._frag_entries += 1
+        self._frag_bytes += len(data)
+        return fut
 
     def append_many_async(self, items: Iterable[Payload]) -> list[concurrent.futures.Future[int]]:
         items = list(items)
@@ -371,9 +378,8 @@ class Stream:
         return self._last_time_ms
 
     def _send(self, w, payloads: list, size_bytes: int) -> list:
-        futs = w.append_many_async(payloads)
-        for f in futs:
-            f.add_done_callback(self._watch)
+        # adds complete in order, and all after a failed one fail: the last one tells
+        futs = w.append_many_async(payloads, self._watch)
         self._frag_entries += len(payloads)
         self._frag_bytes += size_bytes
         return futs

@@ -113,7 +113,6 @@ class WriteHandle:
         self._lac_sent = -1                # the last LAC sent with WRITE_LAC
         self._lac_timer = None
         self._inbox: collections.deque = collections.deque()
-        self._inbox_lock = threading.Lock()
         self._inbox_scheduled = False
         self._handing_in = threading.Lock()
         ctx.writers.add(self)
@@ -151,33 +150,53 @@ class WriteHandle:
         if self._closed:
             raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
-    def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
-        return self.append_many_async([data])[-1]
-
-    def append_many_async(self, items: list[Payload]) -> list[concurrent.futures.Future[int]]:
-        self._check()
-        limit = self._ctx.config.max_entry_size_bytes
-        for item in items:
-            if not isinstance(item, (bytes, bytearray, memoryview)):
-                raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}")
-            if len(item) > limit:
-                # refused here, not by every bookie in turn (which would end the ledger)
-                raise EntryTooLargeError(f"entry of {len(item)} bytes is over max_entry_size_bytes "
-                                         f"({limit})")
+    def append_async(self, data: Payload, on_done=None) -> concurrent.futures.Future[int]:
+        """One add. ``on_done(future)`` is the future's first done-callback, set before the
+        add is handed in (Stream's, without add_done_callback's lock)."""
+        # the common call pays none of append_many_async's lists and comprehensions
+        if self._error is not None or self._closed:
+            self._check()
+        self._check_item(data)
+        fut = AddFuture(on_done)
         if self._ctx.on_loop():
-            return self._hand_in_from_loop(items)
-        futures: list = []
+            self._hand_in_from_loop([data], [fut])
+            return fut
+        with self._handing_in:
+            self._slots.take()
+            self._hand_in([bytes(data)], [fut])
+        return fut
+
+    def append_many_async(self, items: list[Payload], on_done=None) -> list[concurrent.futures.Future[int]]:
+        """Adds of consecutive ids; ``on_done`` as for append_async, on the last add only
+        (adds complete in order, and once one fails every later one fails too)."""
+        self._check()
+        for item in items:
+            self._check_item(item)
+        futs = [AddFuture() for _ in items]
+        if futs and on_done is not None:
+            futs[-1] = AddFuture(on_done)
+        if self._ctx.on_loop():
+            self._hand_in_from_loop(items, futs)
+            return futs
         start = 0
         with self._handing_in:          # one call's entries take consecutive ids
             while start < len(items):
                 # back-pressure: bounded adds in flight; those taken go in before waiting
                 # for more (a call larger than the bound would otherwise wait for itself)
                 n = self._slots.take(len(items) - start)
-                futures.extend(self._hand_in(items[start:start + n]))
+                self._hand_in([bytes(i) for i in items[start:start + n]], futs[start:start + n])
                 start += n
-        return futures
+        return futs
 
-    def _hand_in_from_loop(self, items: list) -> list:
+    def _check_item(self, item) -> None:
+        if not isinstance(item, (bytes, bytearray, memoryview)):
+            raise IllegalOpError(f"entries are bytes-like, got {type(item).__name__}")
+        if len(item) > self._ctx.config.max_entry_size_bytes:
+            # refused here, not by every bookie in turn (which would end the ledger)
+            raise EntryTooLargeError(f"entry of {len(item)} bytes is over max_entry_size_bytes "
+                                     f"({self._ctx.config.max_entry_size_bytes})")
+
+    def _hand_in_from_loop(self, items: list, futs: list) -> None:
         """Adds made by a done-callback, on the loop that frees the slots: waiting for a slot,
         or for a thread that waits for one, would stop it for good. They go in whole at once
         or not at all (TooManyRequestsError), and may fall between the pieces of another
@@ -190,26 +209,25 @@ class WriteHandle:
                 f"ledger {self.ledger_id}: {len(items)} adds from a done-callback on the "
                 f"client's loop with max_pending_adds ({self._ctx.config.max_pending_adds}) "
                 f"reached; the loop cannot wait for the slots it frees")
-        return self._hand_in(items)
+        self._hand_in([bytes(i) for i in items], futs)
 
-    def _hand_in(self, items: list) -> list:
-        futs = [AddFuture() for _ in items]
+    def _hand_in(self, datas: list, futs: list) -> None:
+        """Queue adds (bytes, each with its future) for the loop, whose slots are taken."""
         # adds queue up here and the loop takes them all at once, so a burst of
-        # append_async calls travels as a few frames, not one frame (and task) per add
-        with self._inbox_lock:
-            self._inbox.extend(zip([bytes(i) for i in items], futs))
-            wake = not self._inbox_scheduled
+        # append_async calls travels as a few frames, not one frame (and task) per add.
+        # No lock (it was a quarter of a producer thread's samples, contended with the
+        # loop): deque.extend and popleft are atomic under the GIL, and the loop clears
+        # the flag before it drains, so an add it does not drain finds the flag clear
+        # and schedules another take
+        self._inbox.extend(zip(datas, futs))
+        if not self._inbox_scheduled:
             self._inbox_scheduled = True
-        if wake:
             self._ctx.loop.call_soon_threadsafe(self._take_inbox)
-        return futs
 
     def _take_inbox(self) -> None:
-        with self._inbox_lock:
-            batch = list(self._inbox)
-            self._inbox.clear()
-            self._inbox_scheduled = False
-        self._submit([d for d, _f in batch], [f for _d, f in batch])
+        self._inbox_scheduled = False
+        inbox = self._inbox
+        self._submit([inbox.popleft() for _ in range(len(inbox))])
 
     def append(self, data: Payload) -> int:
         return self.append_async(data).result()
@@ -270,27 +288,32 @@ class WriteHandle:
     def _write_set(self, entry_id: int) -> list:
         return self._quorums[entry_id % len(self._quorums)]
 
-    def _submit(self, items: list, futures: list) -> None:
-        ops = []
-        for data, fut in zip(items, futures):
-            refused = self._error if self._error is not None else (
-                LedgerClosedError(f"ledger {self.ledger_id} is closed") if self._closed else None)
-            if refused is not None:
-                self._slots.give()
+    def _submit(self, batch) -> None:
+        """Frame and send (data, future) pairs handed in, in order."""
+        refused = self._error if self._error is not None else (
+            LedgerClosedError(f"ledger {self.ledger_id} is closed") if self._closed else None)
+        if refused is not None:
+            self._slots.give(len(batch))
+            for _data, fut in batch:
                 fut.set_exception(refused)
-                continue
-            eid, length = self._next, self._length + len(data)
+            return
+        ops = []
+        pending = self._pending
+        scope, lid, digest, key = self._scope, self._lid, self._digest, self._mac_key
+        eid, length, lac = self._next, self._length, self._lac
+        for data, fut in batch:
             try:
-                encoded = encode_entry(self._scope, self._lid, eid, self._lac, length,
-                                       self._digest, data, self._mac_key)
+                encoded = encode_entry(scope, lid, eid, lac, length + len(data), digest, data, key)
             except EmbedlogError as exc:      # the id is not used: no hole in the ledger
                 self._slots.give()
                 fut.set_exception(exc)
                 continue
-            self._next, self._length = eid + 1, length
+            length += len(data)
             op = PendingAdd(eid, encoded, length, fut)
-            self._pending[eid] = op
+            pending[eid] = op
             ops.append(op)
+            eid += 1
+        self._next, self._length = eid, length
         if ops:
             self._idle.clear()
         self._send_ops(ops)
@@ -315,10 +338,14 @@ class WriteHandle:
         if self._closed or not ops:
             return
         per_bookie: dict = {}
-        for op in ops:
-            for b in self._write_set(op.entry_id):
-                if (only is None or b in only) and b not in op.acked:
-                    per_bookie.setdefault(b, []).append(op)
+        if only is None and len(self._quorums[0]) == len(self._bookies) and not ops[0].acked:
+            # E == Qw and adds not sent before (all of a batch alike): all go to every bookie
+            per_bookie = dict.fromkeys(self._bookies, ops)
+        else:
+            for op in ops:
+                for b in self._write_set(op.entry_id):
+                    if (only is None or b in only) and b not in op.acked:
+                        per_bookie.setdefault(b, []).append(op)
         limit = self._ctx.config.max_frame_payload_bytes
         most = self._ctx.config.max_entries_per_frame
         for b, bops in per_bookie.items():
@@ -372,7 +399,8 @@ class WriteHandle:
             if len(op.acked) < qa:
                 break
             ws = self._write_set(eid)
-            if sum(1 for b in op.acked if b in ws) < qa:
+            # acks come only from the write set, unless it changed since (count them then)
+            if not op.acked.issubset(ws) and sum(1 for b in op.acked if b in ws) < qa:
                 break
             pending.popitem(last=False)
             done.append(op)
