@@ -66,6 +66,10 @@ SPARK_PARTITIONS = 4
 PRODUCERS = ("kafka", "append_async", "append_many")
 # the fixture shortens Kafka's broker session for tests that kill brokers; nothing is killed here
 KAFKA_DEFAULTS = {"broker.heartbeat.interval.ms": 2000, "broker.session.timeout.ms": 9000}
+# Kafka writes until the disk is full; a bookie turns read-only at 95% used by default, which
+# stopped a run on this shared disk (other sessions had filled it): the same as Kafka, nearly
+BOOKIE_DISK = {"disk_usage_threshold": 0.99, "disk_usage_warn_threshold": 0.98,
+               "disk_usage_lwm_threshold": 0.98}
 _names = itertools.count()
 
 
@@ -117,9 +121,16 @@ def _topic(setup: Setup, durability: str, partitions: int = 1) -> str:
     return name
 
 
+def _client(cl):
+    """A plain Client of a LocalCluster, as a user has: cl.client() would route every call
+    through the harness's fault rules (5% of a producer's samples, with no rule set)."""
+    from embedlog import Client
+    return Client(cl.metadata_uri)
+
+
 def _stream(setup: Setup, durability: str, client=None):
     cl = setup.embedlog[durability]
-    c = client or cl.client()
+    c = client or _client(cl)
     e, qw, qa = setup.quorum
     s = c.open_stream(_name("s"), ensemble_size=e, write_quorum=qw, ack_quorum=qa)
     return c, s
@@ -258,7 +269,7 @@ def consume_cell(setup: Setup, system: str, size: int, count: int) -> Row:
         _embedlog_fill(s, payload, count)
         s.close()
         t0 = time.perf_counter()
-        c = setup.embedlog["sync"].client()
+        c = _client(setup.embedlog["sync"])
         for e in c.open_stream(s.name, create=False).read(0):
             nbytes += len(e.data)
             got += 1
@@ -287,7 +298,7 @@ def tail_cell(setup: Setup, system: str, size: int, rate: float, seconds: float,
         w, s = _stream(setup, durability)
         s.close()
         target, name = setup.embedlog[durability].metadata_uri, s.name
-        rc = setup.embedlog[durability].client()
+        rc = _client(setup.embedlog[durability])
         rs = rc.open_stream(name, create=False)
     child = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "tail-producer", system, target, name,
@@ -430,7 +441,7 @@ def spark_write_cell(spark, setup: Setup, durability: str, system: str, df, rows
         n, b = _agg(spark.read.format("embedlog").option("metadataServiceUri", cl.metadata_uri)
                     .option("streams", name).load(), "payload")
         import embedlog.spark
-        c = cl.client()
+        c = _client(cl)
         embedlog.spark.delete_stream(c, name)
         c.close()
     return Row("spark_write", setup.name, durability, system, size, n, seconds,
@@ -511,7 +522,7 @@ def _drop(setup: Setup, system: str, *names: str) -> None:
         setup.kafka.admin().delete_topics(list(names))
         return
     import embedlog.spark
-    c = setup.embedlog["sync"].client()
+    c = _client(setup.embedlog["sync"])
     for n in names:
         embedlog.spark.delete_stream(c, n)
     c.close()
@@ -533,7 +544,7 @@ def output_indexes(setup: Setup, system: str, dst: str) -> list:
                     out.append(int(m.value()[4:16]))
         c.close()
         return out
-    c = setup.embedlog["sync"].client()
+    c = _client(setup.embedlog["sync"])
     out = [int(e.data[4:16]) for e in c.open_stream(dst, create=False).read(0)]
     c.close()
     return out
@@ -646,7 +657,7 @@ def _sink_probe(setup: Setup, system: str, dst: str, ckpt: str):
         ahead.close = consumer.close                            # type: ignore[attr-defined]
         return ahead
     import embedlog.spark
-    client = setup.embedlog["sync"].client()
+    client = _client(setup.embedlog["sync"])
 
     def ahead(done: int) -> bool:
         return embedlog.spark.committed_batches(client, dst).get(sink_id(dst), -1) > done
@@ -797,6 +808,43 @@ def tables(rows: list) -> str:
     return "\n".join(out)
 
 
+def run_rounds(cells: list, rounds: int, log=print) -> tuple:
+    """Every cell once per round, in the same order (Kafka's and embedlog's side by side), so
+    a neighbour's load hits both alike: (rows, one note per round with its time, load average
+    and free disk, then one per failed cell). Each row's line goes to ``log`` as it is
+    measured."""
+    rows, notes, failed = [], [], []
+    for rnd in range(rounds):
+        load, start = os.getloadavg()[0], time.time()
+        log(f"# round {rnd + 1} starts {_hhmm(start)} UTC: load {load:.1f}, {_disk_free()}")
+        for k, cell in enumerate(cells):
+            try:
+                r = cell()
+            except Exception as exc:     # one cell's failure (a full disk...) ends no run
+                log(f"round {rnd + 1}: cell {k + 1} of {len(cells)} FAILED: {exc!r}"[:2000])
+                failed.append(f"round {rnd + 1}, cell {k + 1}: {exc!r}"[:500])
+                continue
+            rows.append(r)
+            log(f"round {rnd + 1}: {r.cell} {r.setup} {r.durability} {r.client} {r.size} B: "
+                f"{_fmt_rate(r.rate)}/s {_fmt_lat(r.p50_us, r.p99_us)}"
+                f"{'  ERRORS ' + str(r.errors) if r.errors else ''}  (load {os.getloadavg()[0]:.1f})")
+        notes.append(f"round {rnd + 1}: {_hhmm(start)}-{_hhmm(time.time())} UTC, load average "
+                     f"{load:.1f} at its start, {os.getloadavg()[0]:.1f} at its end, "
+                     f"{_disk_free()} after it")
+        log("# " + notes[-1])
+    notes += [f"FAILED: {f}" for f in failed]
+    return rows, notes
+
+
+def _hhmm(t: float) -> str:
+    return time.strftime("%H:%M", time.gmtime(t))
+
+
+def _disk_free() -> str:
+    st = os.statvfs(tempfile.gettempdir())
+    return f"{st.f_bavail * st.f_frsize / 2**30:.0f} GiB free on {tempfile.gettempdir()}"
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "tail-producer":
@@ -831,6 +879,17 @@ def main(argv=None) -> int:
     want = lambda cell: not only or cell in only      # noqa: E731
     load0, t_start = os.getloadavg(), time.time()
     work = tempfile.mkdtemp(prefix="embedlog-vs-kafka-")
+    progress = open(args.out + ".log", "a") if args.out else None
+
+    def _log(line: str) -> None:
+        # as it happens, also to FILE.log: a run cut short keeps its finished rounds
+        print(line, flush=True)
+        if progress is not None:
+            progress.write(line + "\n")
+            progress.flush()
+
+    _log(f"# {' '.join(argv)}: starts {_hhmm(t_start)} UTC, load {load0[0]:.1f}, {_disk_free()}")
+    round_notes: list = []
     owned: list = []
     rows: list = []
     setups = []
@@ -841,7 +900,7 @@ def main(argv=None) -> int:
             owned.append(kc)
             print(f"# Kafka, {n} broker(s): formatted, started and listed in {kc.startup_s:.1f} s", flush=True)
             els = {}
-            for d, conf in (("sync", {}), ("page cache", {"journal_sync_data": False})):
+            for d, conf in (("sync", BOOKIE_DISK), ("page cache", {**BOOKIE_DISK, "journal_sync_data": False})):
                 els[d] = LocalCluster(bookies=n, base_dir=os.path.join(work, f"el-{n}-{d.replace(' ', '')}"),
                                       proxies=False, autorecovery=False, bookie_config=conf)
                 owned.append(els[d])
@@ -885,22 +944,16 @@ def main(argv=None) -> int:
                         cells.append(lambda st=st, system=system:
                                      stream_cell(spark, st, system, args.stream_rows,
                                                  args.per_trigger, work))
-        for rnd in range(args.rounds):
-            for cell in cells:
-                r = cell()
-                rows.append(r)
-                print(f"round {rnd + 1}: {r.cell} {r.setup} {r.durability} {r.client} {r.size} B: "
-                      f"{_fmt_rate(r.rate)}/s {_fmt_lat(r.p50_us, r.p99_us)}"
-                      f"{'  ERRORS ' + str(r.errors) if r.errors else ''}", flush=True)
+        rows, round_notes = run_rounds(cells, args.rounds, _log)
         if spark is not None and want("spark_kill") and args.kills:
             # once, after the rounds: a count of duplicates and losses, not a speed
             for system in ("kafka", "embedlog"):
                 r = kill_cell(setups[-1], system, args.kill_rows, max(1, args.kill_rows // 20),
                               args.kills, work)
                 rows.append(r)
-                print(f"kill test: {system} on {r.setup}: {r.count} output messages for "
-                      f"{args.kill_rows} inputs, {r.duplicates} duplicates, {r.losses} lost "
-                      f"({r.seconds:.0f} s)", flush=True)
+                _log(f"kill test: {system} on {r.setup}: {r.count} output messages for "
+                     f"{args.kill_rows} inputs, {r.duplicates} duplicates, {r.losses} lost "
+                     f"({r.seconds:.0f} s, load {os.getloadavg()[0]:.1f})")
         if spark is not None:
             spark.stop()
     finally:
@@ -911,18 +964,21 @@ def main(argv=None) -> int:
                 print(f"closing {o}: {exc}", file=sys.stderr)
         import shutil
         shutil.rmtree(work, ignore_errors=True)
+        if progress is not None:
+            progress.close()
     head = (f"`python benchmarks/vs_kafka.py {' '.join(argv)}`".replace(" `", "`") +
             f": {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t_start))}, {args.rounds} interleaved "
             f"rounds, {time.time() - t_start:.0f} s, nproc {os.cpu_count()}, load average "
             f"{load0[0]:.1f} before, {os.getloadavg()[0]:.1f} after; Kafka 4.4.0 (KRaft), "
             f"confluent-kafka/librdkafka, Spark's Kafka connector 4.2.0 on PySpark 4.3.0\n")
-    text = head + "\n" + tables(rows)
+    text = head + "\n" + "".join(f"- {n}\n" for n in round_notes) + "\n" + tables(rows)
     print("\n" + text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
     # Kafka's sink is at-least-once: its duplicates are a measurement, not a failure
-    return 1 if any(r.errors for r in rows if not (r.cell == "spark_kill" and r.system == "kafka")) else 0
+    return 1 if any(n.startswith("FAILED") for n in round_notes) or any(
+        r.errors for r in rows if not (r.cell == "spark_kill" and r.system == "kafka")) else 0
 
 
 if __name__ == "__main__":

@@ -92,23 +92,32 @@ def test_topic_settings_and_metadata(kafka):
 
 
 def test_python_cells_of_the_benchmark(kafka, tmp_path):
-    """Every Python cell of benchmarks/vs_kafka.py, tiny: produce with each client and both
-    durabilities, consume from the beginning, tail end to end."""
+    """Every Python cell of benchmarks/vs_kafka.py, tiny, through its interleaved rounds:
+    produce with each client and both durabilities (the page-cache bookie without
+    journal_sync_data, as in the run), consume from the beginning, tail end to end."""
     import vs_kafka
     from embedlog.harness import LocalCluster
-    rows = []
+    lines: list = []
     with LocalCluster(bookies=1, base_dir=str(tmp_path / "el"), proxies=False,
-                      autorecovery=False) as el:
-        setup = vs_kafka.Setup("one node", kafka, {"sync": el, "page cache": el}, (1, 1, 1))
-        for durability in ("sync", "page cache"):
-            for client in vs_kafka.PRODUCERS:
-                rows.append(vs_kafka.produce_cell(setup, durability, client, 100, 300))
+                      autorecovery=False) as el, \
+            LocalCluster(bookies=1, base_dir=str(tmp_path / "el-pc"), proxies=False, autorecovery=False,
+                         bookie_config={"journal_sync_data": False}) as el_pc:
+        setup = vs_kafka.Setup("one node", kafka, {"sync": el, "page cache": el_pc}, (1, 1, 1))
+        cells = [lambda d=d, c=c: vs_kafka.produce_cell(setup, d, c, 100, 300)
+                 for d in ("sync", "page cache") for c in vs_kafka.PRODUCERS]
         for system in ("kafka", "embedlog"):
-            rows.append(vs_kafka.consume_cell(setup, system, 100, 300))
-            rows.append(vs_kafka.tail_cell(setup, system, 100, rate=200, seconds=0.5))
+            cells.append(lambda system=system: vs_kafka.consume_cell(setup, system, 100, 300))
+            cells.append(lambda system=system: vs_kafka.tail_cell(setup, system, 100, rate=200,
+                                                                  seconds=0.5))
+        rows, notes = vs_kafka.run_rounds(cells, 1, lines.append)
+    assert len(rows) == len(cells) and len(notes) == 1, notes
     for r in rows:
         assert r.count > 0 and r.seconds > 0, r
         assert r.errors == 0, r
+    assert len(lines) == len(cells) + 2 and "load average" in notes[0]
+    table = vs_kafka.tables(rows)
+    for head in ("Produce from Python", "Consume from the beginning", "Tail: end-to-end"):
+        assert head in table
 
 
 @pytest.mark.soak
