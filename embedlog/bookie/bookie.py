@@ -448,14 +448,34 @@ class Bookie:
         with self.cv:
             return self.descriptors.index(key).fenced
 
-    def set_explicit_lac(self, ledger_id, lac: int, master_key: bytes) -> int:
+    def set_explicit_lac(self, ledger_id, lac: int, master_key: bytes,
+                         body: bytes | None = None) -> int:
+        """Raise the explicit LAC (journalled); the seq to wait for. ``body``: a BookKeeper
+        client's WRITE_LAC body, kept in the index header (``sync_ledger_header`` makes it
+        durable) for ``explicit_lac_body``."""
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
             self.descriptors.check_key(key, master_key, True)
-            if self.descriptors.raise_explicit_lac(key, lac):
+            if self.descriptors.raise_explicit_lac(key, lac, body):
                 return self.journal.add_record(jformat.EXPLICIT_LAC, _IDS_I64.pack(*key, lac))
             return self.journal.appended_seq
+
+    def explicit_lac_body(self, ledger_id) -> bytes | None:
+        """The last WRITE_LAC body kept for the ledger (kept across restarts), or None."""
+        key = self._key(ledger_id)
+        with self.cv:
+            return self.descriptors.index(key).lac_body
+
+    def sync_ledger_header(self, ledger_id) -> None:
+        """Write and sync the ledger's index header now (blocking: off the event loop). The
+        journal keeps the explicit LAC's value only; BookKeeper journals its whole body, so
+        a WRITE_LAC answered after this survives a crash as BookKeeper's does."""
+        key = self._key(ledger_id)
+        with self.cv:
+            idx = self.descriptors.index(key)
+        with self.storage.lock:           # as a checkpoint's index flush
+            idx.flush_header()
 
     def get_explicit_lac(self, ledger_id) -> int:
         key = self._key(ledger_id)

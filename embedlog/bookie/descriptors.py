@@ -5,7 +5,7 @@ explicit LAC), with the bookie's master-key cache and what the metadata store sa
 Per ledger, keyed (scope, ledger id):
 
 - its LedgerIndex (``storage.ledgers``), whose header keeps the master key, the fence, the
-  term, the explicit LAC and the incarnation;
+  term, the explicit LAC (with a BookKeeper client's WRITE_LAC body) and the incarnation;
 - the highest entry id seen, the highest LAC an entry carried, and the lowest entry a
   failed journal group took back (an embedded writer acknowledges nothing from there on);
 - its ``LedgerFacts``, read from the metadata store once and cached.
@@ -23,14 +23,22 @@ import threading
 
 from embedlog._native import journal_format as jformat
 from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key
+from embedlog._native.index import MAX_LAC_BODY
 from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 
 _IDS = struct.Struct(">QQ")
 _IDS_U64 = struct.Struct(">QQQ")
+_LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
+
+
+def _lac_body_says(body, key, lac: int) -> bool:
+    """A WRITE_LAC body of this ledger and LAC, within the index header's room for one."""
+    return (16 <= len(body) <= MAX_LAC_BODY and key[0] == 0
+            and _LAC_HEAD.unpack_from(body) == (key[1], lac))
 
 
 class LedgerFacts:
@@ -212,9 +220,14 @@ class LedgerDescriptors:
         idx.header_dirty = True
         return True
 
-    def raise_explicit_lac(self, key, lac: int) -> bool:
-        """Raise the explicit LAC to ``lac``; False if it was not lower."""
+    def raise_explicit_lac(self, key, lac: int, body: bytes | None = None) -> bool:
+        """Raise the explicit LAC to ``lac``; False if it was not lower. ``body``: the
+        BookKeeper client's WRITE_LAC body for it (ledger id, LAC, digest), kept in the
+        index header for READ_LAC when it is 16 to MAX_LAC_BODY bytes and says this LAC."""
         idx = self.known(key)
+        if body is not None and lac >= idx.explicit_lac and _lac_body_says(body, key, lac):
+            idx.lac_body = bytes(body)
+            idx.header_dirty = True
         if lac <= idx.explicit_lac:
             return False
         idx.explicit_lac = lac

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from embedlog._native import index as ni
-from embedlog._native.format import MAX_ENTRY_ID
+from embedlog._native.format import MAX_ENTRY_ID, crc32c
 from embedlog.errors import EmbedlogError
 
 EXAMPLES = int(os.environ.get("EMBEDLOG_HYPOTHESIS_EXAMPLES", "0"))
@@ -62,8 +62,8 @@ class IndexMachine(RuleBasedStateMachine):
         self.cache = ni.IndexCache(self.root, page_limit)
         self.idx = {}
         self.model = {k: {} for k in LEDGERS}
-        self.header = {k: (None, False, 0, -1) for k in LEDGERS}
-        self.durable = {k: ({}, (None, False, 0, -1)) for k in LEDGERS}
+        self.header = {k: (None, False, 0, -1, None) for k in LEDGERS}
+        self.durable = {k: ({}, (None, False, 0, -1, None)) for k in LEDGERS}
         self.on_disk = {k: False for k in LEDGERS}
         self.top = {k: -1 for k in LEDGERS}       # the highest id ever set (scans walk to it)
 
@@ -76,7 +76,8 @@ class IndexMachine(RuleBasedStateMachine):
             self.idx[key] = self.cache.open(key[0], key[1], self.on_disk[key])
             if self.on_disk[key]:
                 m = self.idx[key]
-                assert (m.master_key, m.fenced, m.term, m.explicit_lac) == self.header[key]
+                assert (m.master_key, m.fenced, m.term, m.explicit_lac,
+                        m.lac_body) == self.header[key]
         return self.idx[key]
 
     # -- rules --------------------------------------------------------------------------------
@@ -124,12 +125,14 @@ class IndexMachine(RuleBasedStateMachine):
             del m[e]
 
     @rule(key=st.sampled_from(LEDGERS), mk=st.one_of(st.none(), st.binary(max_size=64)),
-          fenced=st.booleans(), term=st.integers(0, U64), lac=st.integers(-1, MAX_ENTRY_ID))
-    def set_header(self, key, mk, fenced, term, lac):
+          fenced=st.booleans(), term=st.integers(0, U64), lac=st.integers(-1, MAX_ENTRY_ID),
+          body=st.one_of(st.none(), st.binary(min_size=16, max_size=ni.MAX_LAC_BODY)))
+    def set_header(self, key, mk, fenced, term, lac, body):
         idx = self.index(key)
         idx.master_key, idx.fenced, idx.term, idx.explicit_lac = mk, fenced, term, lac
+        idx.lac_body = body
         idx.header_dirty = True
-        self.header[key] = (mk, fenced, term, lac)
+        self.header[key] = (mk, fenced, term, lac, body)
 
     @rule(key=st.sampled_from(LEDGERS), sync=st.booleans())
     def flush(self, key, sync):
@@ -152,7 +155,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.index(key).delete()
         del self.idx[key]
         self.model[key] = {}
-        self.header[key] = (None, False, 0, -1)
+        self.header[key] = (None, False, 0, -1, None)
         self.durable[key] = ({}, self.header[key])
         self.on_disk[key] = False
         self.top[key] = -1
@@ -198,3 +201,33 @@ class IndexMachine(RuleBasedStateMachine):
 
 TestIndexModel = IndexMachine.TestCase
 TestIndexModel.settings = MACHINE
+
+
+def test_flush_header_keeps_the_lac_body_and_leaves_the_pages(tmp_path):
+    """flush_header makes the header (a WRITE_LAC body with it) durable alone: a reopen has
+    the body and only the locations the last full flush wrote. Bodies outside 16 ..
+    MAX_LAC_BODY bytes are refused before anything is written."""
+    from embedlog.errors import CorruptedDataError, IllegalOpError
+    idx = ni.IndexCache(str(tmp_path), 64).open(0, 7, False)
+    idx.set_locations(np.array([0, 1], dtype=np.int64), np.array([11, 12], dtype=np.uint64))
+    idx.flush(True)
+    idx.set_locations(np.array([2], dtype=np.int64), np.array([13], dtype=np.uint64))
+    body = (7).to_bytes(8, "big") + (2).to_bytes(8, "big") + b"\x01\x02\x03\x04"
+    idx.explicit_lac, idx.lac_body = 2, body
+    assert idx.flush_header()
+    again = ni.IndexCache(str(tmp_path), 64).open(0, 7, True)
+    assert (again.explicit_lac, again.lac_body) == (2, body)
+    assert [again.get_location(e) for e in range(3)] == [11, 12, 0]
+    for bad in (b"x" * 15, b"x" * (ni.MAX_LAC_BODY + 1)):
+        idx.lac_body = bad
+        with pytest.raises(IllegalOpError):
+            idx.flush_header()
+    assert ni.IndexCache(str(tmp_path), 64).open(0, 7, True).lac_body == body
+    with open(idx.path, "r+b") as f:          # a length out of range under a good checksum
+        h = bytearray(f.read(ni.HEADER_SIZE))
+        h[112:116] = (ni.MAX_LAC_BODY + 1).to_bytes(4, "big")
+        h[1020:1024] = crc32c(bytes(h[:1020])).to_bytes(4, "big")
+        f.seek(0)
+        f.write(h)
+    with pytest.raises(CorruptedDataError, match="LAC body length"):
+        ni.IndexCache(str(tmp_path), 64).open(0, 7, True)

@@ -22,6 +22,8 @@ cdef class LedgerIndex:
     cdef uint32_t page_loads[64]      # pages put into ``pages``, by page number mod 64:
                                       # a load that raced with another of its page reads again
     cdef IndexCache cache
+    cdef public object lac_body       # the last WRITE_LAC body (bytes) or None; last: the
+                                      # fields above keep their offsets for reader.pyx
     cdef bytes _header_bytes(self)
     cdef _set_disk_end(self, int64_t end)
     cdef object _page(self, int64_t page_no, bint create, bint dirty=*)

@@ -14,6 +14,9 @@ Grammar (see docs/FORMATS.md)::
                 | bit 4 length set: u64 at byte 104 is the file length the pages reach
                   when the header was written; a shorter file was cut (files written
                   before it have the bit clear and hold whole pages)
+                | bit 5 LAC body set: u32 at byte 112 is its length (16..MAX_LAC_BODY),
+                  the body follows at byte 116: the last WRITE_LAC body of a BookKeeper
+                  client (ledger id, LAC, its digest), which READ_LAC answers with
     page       := location:u64le * 1024        # page p holds entries p*1024 .. p*1024+1023
                                                 # location 0: no entry
     The last page is written only up to its highest location, so a ledger's first page
@@ -54,6 +57,7 @@ HEADER_SIZE = 1024
 ENTRIES_PER_PAGE = 1024
 PAGE_SIZE = 8192
 MAX_KEY = 64
+MAX_LAC_BODY = 64            # ledger id, LAC and a digest of them: 36 bytes with HMAC-SHA1
 # pages below this number are also found through a plain array (LedgerIndex.cached_locs):
 # 256M entries, at most 2 MiB of pointers for a ledger that long
 cdef int64_t MAX_PAGE_LOCS = 1 << 18
@@ -62,6 +66,7 @@ STATE_EXPLICIT_LAC = 2
 STATE_KEY = 4
 STATE_INCARNATION = 8
 STATE_LENGTH = 16
+STATE_LAC_BODY = 32
 
 
 def index_path(root, uint64_t scope, uint64_t lid):
@@ -128,6 +133,7 @@ cdef class LedgerIndex:
         self.term = 0
         self.incarnation = -1
         self.explicit_lac = -1
+        self.lac_body = None
         self.header_dirty = False
         self.deleted = False
         self.pages = {}
@@ -185,6 +191,13 @@ cdef class LedgerIndex:
         self.term = el_get64(&v[80])
         self.explicit_lac = <int64_t>el_get64(&v[88]) if state & STATE_EXPLICIT_LAC else -1
         self.incarnation = <int64_t>el_get64(&v[96]) if state & STATE_INCARNATION else -1
+        self.lac_body = None
+        if state & STATE_LAC_BODY:
+            blen = el_get32(&v[112])
+            if not 16 <= blen <= MAX_LAC_BODY:
+                raise CorruptedDataError(f"index file {self.path} offset 112: LAC body length "
+                                         f"{blen}")
+            self.lac_body = bytes(h[116:116 + blen])
         self._set_disk_end(size)
 
     cdef _set_disk_end(self, int64_t end):
@@ -211,6 +224,13 @@ cdef class LedgerIndex:
         if self.incarnation >= 0:
             state |= STATE_INCARNATION
             el_put64(p + 96, <uint64_t>self.incarnation)
+        body = self.lac_body
+        if body is not None:
+            if not 16 <= len(body) <= MAX_LAC_BODY:
+                raise IllegalOpError(f"a LAC body is 16 to {MAX_LAC_BODY} bytes, not {len(body)}")
+            state |= STATE_LAC_BODY
+            el_put32(p + 112, len(body))
+            h[116:116 + len(body)] = body
         state |= STATE_LENGTH
         el_put64(p + 104, <uint64_t>self.disk_end)
         el_put32(p + 8, state)
@@ -479,6 +499,25 @@ cdef class LedgerIndex:
             fileio.fsync_dirs(os.path.dirname(self.path), self.root)
         self.dirty_pages.clear()
         self.header_dirty = False
+        return True
+
+    def flush_header(self):
+        """Write the header alone and sync it: what it holds is durable before a checkpoint
+        (a WRITE_LAC's body is answered once it is). The pages stay for the checkpoint, and
+        the length the header records is the one their last flush reached. Callers hold
+        the storage's lock, as a checkpoint's flush does."""
+        if self.deleted:
+            return False
+        new = not os.path.exists(self.path)
+        if new:
+            _private_dirs(os.path.dirname(self.path))
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            os.pwrite(fd, self._header_bytes(), 0)
+            fileio.sync(fd, self.path, os.fstat(fd).st_size, data_only=not new,
+                        dirs_up_to=self.root if new else None)
+        finally:
+            os.close(fd)
         return True
 
     def delete(self):
