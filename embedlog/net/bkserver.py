@@ -27,27 +27,26 @@ What differs from embedlog's connections, as BookKeeper's clients need:
   it); an unknown v3 operation is answered EBADREQ, as BookieRequestProcessor does.
 - Everything BookKeeper cannot express (scopes, terms, TRIM, tokens, TLS) stays on
   embedlog's protocol: BookKeeper requests name scope 0 ledgers only.
-- WRITE_LAC's body (ledger id, LAC and the writer's digest of them) is kept in memory
-  for READ_LAC's lacBody, as BookKeeper keeps it; the LAC value is journalled by the
-  bookie. After a restart a READ_LAC answers with the last entry only (from which the
-  client takes the LAC that entry carries) until the writer sends WRITE_LAC again.
+- WRITE_LAC's body (ledger id, LAC and the writer's digest of them) is kept for
+  READ_LAC's lacBody across restarts, as BookKeeper keeps it (it journals the body): the
+  bookie journals the LAC value and keeps the body in the ledger's index header, synced
+  before the WRITE_LAC is answered (Bookie.sync_ledger_header).
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import shutil
 
 from embedlog._native import bkserve as S
 from embedlog._native import bkwire as W
 from embedlog._native.format import LedgerId
+from embedlog import failpoints
 from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError
 
 log = logging.getLogger("embedlog.server.bookkeeper")
 
 READ_CHUNK = 64 * 1024          # bytes read from the socket at a time
-LAC_BODIES_MAX = 100_000        # ledgers whose last WRITE_LAC body is kept
 MAX_FRAME_BYTES = S.MAX_FRAME_BYTES    # BookKeeper's nettyMaxFrameSizeBytes
 AUTH_DISABLED_PLUGIN = b"AuthDisabledPlugin"    # what a bookie without auth names itself
 EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO = 0, 1, 2, 100, 101
@@ -71,30 +70,6 @@ def _v3(code: int) -> int:
     return S.V3_STATUS.get(code, W.EBADREQ)
 
 
-class LacBodies:
-    """The last WRITE_LAC body of each ledger (bounded, oldest forgotten first)."""
-
-    def __init__(self, limit: int = LAC_BODIES_MAX):
-        self.limit = limit
-        self._bodies: collections.OrderedDict = collections.OrderedDict()
-
-    def put(self, lid: int, lac: int, body: bytes) -> None:
-        old = self._bodies.get(lid)
-        if old is not None and old[0] > lac:
-            return                    # a late, lower LAC does not replace a higher one
-        self._bodies[lid] = (lac, body)
-        self._bodies.move_to_end(lid)
-        while len(self._bodies) > self.limit:
-            self._bodies.popitem(last=False)
-
-    def get(self, lid: int):
-        got = self._bodies.get(lid)
-        return None if got is None else got[1]
-
-    def forget(self, lid: int) -> None:
-        self._bodies.pop(lid, None)
-
-
 class _Reply:
     """Where one request's answer goes: the first write releases its share of the in-flight
     limits (server._release), even when the connection is gone."""
@@ -111,6 +86,24 @@ class _Reply:
         writer = self.conn.writer
         if not writer.is_closing():
             writer.writelines(parts)
+
+
+class _FaultyReply(_Reply):
+    """An answer a test's failpoint drops or holds back (failpoints.fault)."""
+    __slots__ = ("fault", "loop")
+
+    def send(self, *parts) -> None:
+        if self.answered:
+            return
+        if self.fault[0] == "delay":
+            fault, self.fault = self.fault, ("none",)
+            self.loop.call_later(fault[1], self.send, *parts)
+            return
+        if self.fault[0] == "drop":
+            self.answered = True
+            self.server._release(self.conn, self.nbytes)
+            return
+        _Reply.send(self, *parts)
 
 
 class BookKeeperSession:
@@ -208,6 +201,10 @@ class BookKeeperSession:
         server.in_flight_requests += 1
         server.in_flight_bytes += n
         reply = _Reply(server, conn, n)
+        if failpoints.active():
+            reply = self._faulty(req, reply)
+            if reply is None:
+                return
         try:
             if self.v2:
                 self._dispatch_v2(req, reply)
@@ -216,6 +213,27 @@ class BookKeeperSession:
         except Exception as exc:            # every failure becomes a status; the server goes on
             log.exception("BookKeeper request %r failed", req)
             self._fail(req, reply, exc)
+
+    def _faulty(self, req, reply):
+        """The reply an armed message failpoint makes of an add's or read's (tests only):
+        None when the request was answered EIO instead of done."""
+        op = req[0] if self.v2 else req.operation
+        if op in ((S.ADDENTRY,) if self.v2 else (W.ADD_ENTRY,)):
+            point = "bkserver.add"
+        elif op in ((S.READENTRY, S.BATCH_READ_ENTRY) if self.v2 else (W.READ_ENTRY,)):
+            point = "bkserver.read"
+        else:
+            return reply
+        fault = failpoints.fault(point)
+        if fault is None:
+            return reply
+        log.warning("failpoint %s: %s of %s", point, fault, req)
+        if fault[0] == "error":
+            self._fail(req, reply, OSError(f"failpoint {point}"))
+            return None
+        faulty = _FaultyReply(reply.server, reply.conn, reply.nbytes)
+        faulty.fault, faulty.loop = fault, self.loop
+        return faulty
 
     # -- v3 ------------------------------------------------------------------------------
 
@@ -446,9 +464,9 @@ class BookKeeperSession:
 
     def _read_lac_v3(self, req, reply) -> None:
         lid = req.ledger_id
-        lac_body = self.server.lac_bodies.get(lid)
         last_body = None
         try:
+            lac_body = self.bookie.explicit_lac_body(LedgerId(0, lid))
             _lac, last = self.bookie.last_add_confirmed(LedgerId(0, lid))
             if last >= 0:
                 last_body = self.bookie.read_entry(LedgerId(0, lid), last)
@@ -471,18 +489,26 @@ class BookKeeperSession:
             reply.send(_status_only(req, W.EUA))
             return
         try:
-            seq = self.bookie.set_explicit_lac(LedgerId(0, lid), lac, req.master_key)
+            seq = self.bookie.set_explicit_lac(LedgerId(0, lid), lac, req.master_key, req.body)
         except Exception as exc:
             self._fail(req, reply, exc)
             return
-        body = req.body
-        if body is not None and len(body) >= 16:
-            self.server.lac_bodies.put(lid, lac, body)
         ok = W.encode_response(txn, W.WRITE_LAC, W.EOK, ledger_id=lid)
         server = self.server
-        self._when_durable(seq, reply, ok,
-                           lambda exc: W.encode_response(txn, W.WRITE_LAC, _v3(_code(exc)), ledger_id=lid),
-                           after=lambda: server._wake_pollers((0, lid)))
+
+        def answer(synced=None):
+            if synced is not None and synced.exception() is not None:
+                self._fail(req, reply, synced.exception())
+                return
+            self._when_durable(seq, reply, ok,
+                               lambda exc: W.encode_response(txn, W.WRITE_LAC, _v3(_code(exc)), ledger_id=lid),
+                               after=lambda: server._wake_pollers((0, lid)))
+        if req.body is None:
+            answer()
+            return
+        # the body is kept in the index header: synced (off the loop) before the answer
+        self.loop.run_in_executor(None, self.bookie.sync_ledger_header,
+                                  LedgerId(0, lid)).add_done_callback(answer)
 
     def _force_v3(self, req, reply) -> None:
         # everything journalled so far durable: what FORCE_LEDGER promises a DEFERRED_SYNC writer
@@ -544,6 +570,7 @@ class BookKeeperSession:
             reply.send(S.v2_response(version, op, EOK, lid, eid, len(body)), body)
             return
         request_id, max_count, max_size = rest
+        self.server.stats["bk_batch_reads"] = self.server.stats.get("bk_batch_reads", 0) + 1
         # BatchedReadEntryProcessor: from eid on, up to max_count entries and max_size
         # bytes (the first entry whatever its size); an error only if the first is missing
         count = max(1, min(int(max_count), MAX_BATCH_ENTRIES))

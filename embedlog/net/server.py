@@ -23,7 +23,7 @@ import time
 from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.errors import EmbedlogError, IllegalOpError
 from embedlog.net import protocol as P
-from embedlog.net.bkserver import BookKeeperSession, LacBodies, first_byte_protocol
+from embedlog.net.bkserver import BookKeeperSession, first_byte_protocol
 
 log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
@@ -124,7 +124,6 @@ class BookieServer:
         self.auth_token = auth_token          # when set, each connection must AUTH first
         self.host, self.port = host, port
         self.bookkeeper_protocols = bookkeeper_protocols and ssl_context is None and auth_token is None
-        self.lac_bodies = LacBodies()         # WRITE_LAC bodies for BookKeeper's READ_LAC
         cfg = bookie.config
         self.max_frame_bytes = max_frame_bytes or cfg.max_frame_size_bytes
         self.max_long_poll_ms = max_long_poll_ms
