@@ -238,6 +238,9 @@ class DriverResult:
     error: str | None = None        # "CODE NAME MESSAGE" of an error line
     error_code: int | None = None   # BookKeeper's BKException code (e.g. -102 unauthorized)
     bench: dict | None = None
+    explicit_lac: int | None = None     # readExplicitLastConfirmed (READ_LAC)
+    custom_metadata: dict[str, bytes] = dataclasses.field(default_factory=dict)
+    batches: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (first, count)
 
     def feed(self, line: str) -> None:
         """Take one output line."""
@@ -261,6 +264,14 @@ class DriverResult:
         elif word == "entry":
             eid, _, data = rest.partition(" ")
             self.entries.append((int(eid), bytes.fromhex(data)))
+        elif word == "explicitlac":
+            self.explicit_lac = int(rest)
+        elif word == "meta":
+            key, _, data = rest.partition(" ")
+            self.custom_metadata[key] = bytes.fromhex(data)
+        elif word == "batch":
+            first, count = rest.split()
+            self.batches.append((int(first), int(count)))
         elif word in ("error", "usage"):
             self.error = rest
             code = rest.split(" ", 1)[0]

@@ -13,6 +13,7 @@ ZooKeeper fails. The codec alone is tests/net/test_bkserve.py.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -26,7 +27,7 @@ from cliutil import wait_until
 from embedlog import Client
 from embedlog._native import bkwire as W
 from embedlog._native import format as F
-from embedlog.errors import LedgerFencedError
+from embedlog.errors import EmbedlogError, LedgerFencedError
 from embedlog.harness import jars
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
@@ -396,6 +397,269 @@ def test_idle_java_connections_are_kept_past_the_idle_timeout(setup):
             proc.wait()
     assert len(result.ensembles) == 1 or all(v == result.ensembles[0]
                                              for v in result.ensembles.values()), result.ensembles
+
+
+# -- Pulsar's settings; the explicit LAC across a SIGKILL -----------------------------------------
+
+PULSAR_METADATA = {"application": b"pulsar", "component": b"managed-ledger",
+                   "pulsar/managed-ledger": b"public/default/persistent/topic"}
+
+
+def lac_body_on_disk(lc, i: int, lid: int) -> bytes | None:
+    """The WRITE_LAC body in the index header of ``lid`` on embedlog bookie ``i``, or None."""
+    import glob
+    from embedlog._native import index as ni
+    paths = glob.glob(os.path.join(lc.bookie_dir(i), "**", f"{lid:x}.idx"), recursive=True)
+    if not paths:
+        return None
+    with open(paths[0], "rb") as f:
+        h = f.read(ni.HEADER_SIZE)
+    if len(h) < ni.HEADER_SIZE or not int.from_bytes(h[8:12], "big") & ni.STATE_LAC_BODY:
+        return None
+    return h[116:116 + int.from_bytes(h[112:116], "big")]
+
+
+def test_pulsar_settings_then_the_explicit_lac_survives_sigkill(setup):
+    """Pulsar's client settings on embedlog bookies: v2 for adds and reads (its v3 pool for
+    WRITE_LAC and READ_LAC), CRC32C, an empty password, custom metadata, explicitLacInterval
+    100 ms, a tailing reader polling readLastAddConfirmed, and (4.17 on: 4.16 has no batch
+    read API) batch reads of an E = Qw ledger, served as v2 BATCH_READ_ENTRY requests.
+
+    Then the explicit LAC (29, one past what the last entry carries) is read by
+    readExplicitLastConfirmed after the writer and every bookie of the ensemble were
+    SIGKILLed and restarted: the bookies keep the WRITE_LAC body (index header, synced
+    before the answer), as BookKeeper keeps it (journalled)."""
+    from embedlog.harness.bookkeeper import DriverResult
+    bk, lc, client = setup.bk, setup.lc, setup.client
+    batch = tuple(map(int, bk.version.split("."))) >= (4, 17)
+    meta = ",".join(f"{k}={v.decode()}" for k, v in PULSAR_METADATA.items())
+    writer = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
+                                  digest="CRC32C", password="", stdin=True, no_close=True,
+                                  v2=True, explicit_lac_ms=100, custom_metadata=meta)
+    tail = None
+    watchdog = threading.Timer(120, writer.kill)
+    watchdog.start()
+    result, tailed = DriverResult(), DriverResult()
+    try:
+        send_lines(writer, entries(20, "pulsar"))
+        driver_lines(writer, result, lambda r: len(r.acked) == 20, "20 acks")
+        lid, ensemble = result.ledger_id, result.ensembles[0]
+        # entry 19 carries LAC 18: a LAC poller reads 0..18 until the next add
+        tail = bk.java_client_popen("tail", lid, count=29, poll_ms=50, idle_ms=60000,
+                                    poll_lac=True, v2=True)
+        driver_lines(tail, tailed, lambda r: len(r.entries) >= 19, "19 polled entries")
+        send_lines(writer, [f"pulsar-{i}".encode() for i in range(20, 30)])
+        driver_lines(writer, result, lambda r: len(r.acked) == 30, "30 acks")
+        driver_lines(tail, tailed, lambda r: len(r.entries) >= 29, "29 polled entries")
+        assert tail.wait(timeout=30) == 0
+        assert tailed.entries == list(enumerate(entries(29, "pulsar")))
+        # the writer's WRITE_LAC (29) is on every bookie of the ensemble, its body on disk
+        mine = client.open_ledger(lid, b"", recovery=False)
+        wait_until(lambda: mine.read_lac() == 29, what="the explicit LAC 29")
+        idx = [lc.index_of(b) for b in ensemble]
+        wait_until(lambda: all(lac_body_on_disk(lc, i, lid) is not None for i in idx),
+                   what="the WRITE_LAC bodies in the index headers")
+        before = client.bookie_info(ensemble)
+        read = bk.java_client("read", lid, v2=True, explicit_lac=True, batch_read=batch,
+                              batch=10 if batch else None)
+        after = client.bookie_info(ensemble)
+    finally:
+        watchdog.cancel()
+        for p in (writer, tail):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert read.custom_metadata == PULSAR_METADATA, read.lines
+    assert read.lac == 28 and read.explicit_lac == 29, read.lines
+    assert read.entries == list(enumerate(entries(30, "pulsar")))
+    batches = sum(after[b]["server"].get("bk_batch_reads", 0)
+                  - before[b]["server"].get("bk_batch_reads", 0) for b in ensemble)
+    if batch:
+        assert read.batches and max(n for _, n in read.batches) > 1, read.batches
+        assert batches >= len(read.batches), (batches, read.batches)
+    else:
+        assert batches == 0
+    # every copy of the explicit LAC's body dies with its bookie unless it was kept
+    for i in idx:
+        lc.kill_bookie(i)
+    for i in idx:
+        lc.restart_bookie(i)
+    again = bk.java_client("read", lid, explicit_lac=True, v2=True)
+    assert again.explicit_lac == 29, again.lines
+    assert again.entries == list(enumerate(entries(30, "pulsar")))
+
+
+# -- per-message faults on BookKeeper connections ----------------------------------------------------
+
+# on the faulted bookie: its 3rd add answered 1.5 s late, its 12th answered EIO, its 20th
+# stored but never answered; its 1st read answered EIO, its 2nd never, its 3rd 1.5 s late
+MESSAGE_FAULTS = "bkserver.add=delay:3:1500|error:12|drop:20,bkserver.read=error:1|drop:2|delay:3:1500"
+
+
+def fired_on(lc, bookie_id: str) -> list[tuple[str, str]]:
+    """(point, fault) of each message failpoint the bookie's log says fired."""
+    with open(os.path.join(lc.bookie_dir(lc.index_of(bookie_id)), "bookie.log")) as f:
+        return re.findall(r"failpoint (bkserver\.\w+): \('(\w+)'", f.read())
+
+
+def test_message_faults_on_java_connections_lose_nothing(setup, monkeypatch):
+    """Two Java writers (v3 and v2, one add at a time, 3 s add timeout) on 3/3/3 ledgers
+    whose ensembles share bookie X; X is restarted with message failpoints armed
+    (MESSAGE_FAULTS). Writer A meets the late answer (no change) and the EIO (it replaces
+    X); writer B meets the lost answer (its add times out: it replaces X). Qa = Qw: with
+    Qa < Qw a Java client ignores a failure that comes after its ack quorum (it only
+    counts the entry under-replicated), so the faults could pass unseen. Every entry of
+    both reads back through BookKeeper's reader, whose first three reads on X meet an EIO,
+    a lost answer and a late one; X goes on serving: BookieShell reads its copy of B,
+    the add whose answer was lost included."""
+    from embedlog.harness.bookkeeper import DriverResult
+    bk, lc = setup.bk, setup.lc
+    procs = [bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=3,
+                                  digest="CRC32C", password=PASSWORD, stdin=True,
+                                  add_timeout_s=3, v2=v2) for v2 in (False, True)]
+    results = [DriverResult(), DriverResult()]
+    watchdog = threading.Timer(120, lambda: [p.kill() for p in procs])
+    watchdog.start()
+    x = None
+    clean = False
+    try:
+        for p, r in zip(procs, results):
+            driver_lines(p, r, lambda r: r.ensembles, "an ensemble")
+        x = sorted(set(results[0].ensembles[0]) & set(results[1].ensembles[0]))[0]
+        monkeypatch.setenv("EMBEDLOG_FAILPOINTS", MESSAGE_FAULTS)
+        lc.restart_bookie(lc.index_of(x))              # before either writer connects to it
+        monkeypatch.delenv("EMBEDLOG_FAILPOINTS")
+        a, b = [entries(15, tag) for tag in ("fa", "fb")]
+        for p, r, payloads in zip(procs, results, (a, b)):   # one writer after the other:
+            send_lines(p, payloads)                          # X counts A's adds first
+            driver_lines(p, r, lambda r: len(r.acked) == 15, "15 acks")
+            assert finish(p, r) == 0, r.lines
+            assert r.acked == list(range(15)) and r.closed and r.lac == 14
+            assert len(r.ensembles) >= 2 and x not in list(r.ensembles.values())[-1], (
+                r.ensembles, fired_on(lc, x))
+        got = java_read_many(bk, [r.ledger_id for r in results])
+        for r, payloads in zip(results, (a, b)):
+            assert got[r.ledger_id] == (14, list(enumerate(payloads))), got[r.ledger_id]
+        fired = fired_on(lc, x)
+        assert sorted(fired) == sorted([("bkserver.add", "delay"), ("bkserver.add", "error"),
+                                        ("bkserver.add", "drop"), ("bkserver.read", "error"),
+                                        ("bkserver.read", "drop"), ("bkserver.read", "delay")]), fired
+        # B's adds on X: entries 0..7 (7's answer was lost) before X was replaced
+        held = bk.read_ledger(results[1].ledger_id, bookie=x, last=7, digest="CRC32C")
+        assert held == list(enumerate(b[:8])), held
+        clean = True
+    finally:
+        watchdog.cancel()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if x is not None and not clean:
+            lc.restart_bookie(lc.index_of(x))          # unarmed, for the tests after this one
+
+
+# -- a bookie made read-only mid-write, recoveries racing ------------------------------------------
+
+def test_embedlog_bookie_read_only_mid_write_java_changes_ensemble(setup):
+    """A Java writer (v2, Pulsar's) on 3 of the 4 embedlog bookies; one of its ensemble turns
+    read-only after 10 acknowledged entries (its registration moves to available/readonly
+    and its adds are answered EREADONLY, as BookKeeper's WriteEntryProcessor answers them):
+    the writer replaces it with the spare and loses nothing; every entry reads back over v3
+    and through embedlog's client, the read-only bookie's copy included."""
+    from embedlog.harness.bookkeeper import DriverResult
+    bk, lc = setup.bk, setup.lc
+    proc = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
+                                digest="CRC32C", password=PASSWORD, stdin=True, v2=True,
+                                outstanding=4)
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    result = DriverResult()
+    victim = None
+    try:
+        send_lines(proc, entries(10, "ro"))
+        driver_lines(proc, result, lambda r: len(r.acked) == 10, "10 acks")
+        victim = result.ensembles[0][1]
+        lc.set_read_only(lc.index_of(victim))       # returns once registered read-only
+        send_lines(proc, [f"ro-{i}".encode() for i in range(10, 30)])
+        driver_lines(proc, result, lambda r: len(r.acked) == 30, "30 acks")
+        assert finish(proc, result) == 0, result.lines
+        assert sorted(result.acked) == list(range(30))
+        assert len(result.ensembles) >= 2 and victim not in list(result.ensembles.values())[-1]
+        read = bk.java_client("read", result.ledger_id, password=PASSWORD)
+        assert read.closed and read.lac == 29 and read.entries == list(enumerate(entries(30, "ro")))
+        r = setup.client.open_ledger(result.ledger_id, PW, recovery=False)
+        assert [e.data for e in r.read(0, 29)] == entries(30, "ro")
+        # what the read-only bookie took before it turned is still served from it
+        held = bk.read_ledger(result.ledger_id, bookie=victim, last=9, digest="CRC32C")
+        assert held == list(enumerate(entries(10, "ro"))), held
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if victim is not None:
+            lc.set_read_only(lc.index_of(victim), False)
+
+
+def test_java_recovery_races_embedlog_recovery_on_embedlog_bookies(setup):
+    """A Java writer (v3, 8 adds in flight) SIGKILLed after 20 acks; BookKeeper's recovery
+    and embedlog's start at once (embedlog's the moment the Java client has marked the ledger
+    in recovery). One closed metadata: both clients that finish report its last entry and
+    length, no acknowledged entry is lost, BookieShell's metadata says the same."""
+    from embedlog.meta.api import LedgerState
+    from embedlog.harness.bookkeeper import DriverResult
+    bk, client = setup.bk, setup.client
+    payloads = entries(60, "race")
+    proc = bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                digest="CRC32", password=PASSWORD, stdin=True, no_close=True,
+                                outstanding=8)
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    result = DriverResult()
+    try:
+        send_lines(proc, payloads)
+        driver_lines(proc, result, lambda r: len(r.acked) >= 20, "20 acks")
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.wait()
+    for line in proc.stdout:                     # acks printed before it died
+        result.feed(line)
+    acked = max(result.acked)
+    lid = result.ledger_id
+    mine: dict = {}
+
+    def embedlog_recovery():
+        wait_until(lambda: client.ledger_metadata(lid).state != LedgerState.OPEN,
+                   timeout_s=60, interval_s=0.002, what="the Java recovery to begin")
+        try:
+            r = client.open_ledger(lid, PW, recovery=True)
+            mine["got"] = ("ok", r.last_add_confirmed, r.length)
+        except EmbedlogError as exc:             # losing the race, in embedlog's own terms
+            mine["got"] = ("error", type(exc).__name__, str(exc))
+
+    racer = threading.Thread(target=embedlog_recovery, daemon=True)
+    racer.start()
+    java = bk.java_client("close", lid, password=PASSWORD, check=False)
+    racer.join(90)
+    assert "got" in mine
+    final = client.ledger_metadata(lid)
+    assert final.state == LedgerState.CLOSED and final.last_entry_id >= acked, (final, acked)
+    last = final.last_entry_id
+    length = sum(len(p) for p in payloads[:last + 1])
+    assert final.length == length
+    got = mine["got"]
+    assert got[0] == "ok" or got[1] in ("BadVersionError", "LedgerRecoveryError"), got
+    if got[0] == "ok":
+        assert got[1:] == (last, length), (got, final)
+    if java.returncode == 0:
+        assert java.closed and (java.lac, java.length) == (last, length), java.lines
+    else:
+        assert java.error_code is not None, java.lines
+    meta = bk.ledger_metadata(lid)
+    assert "state=CLOSED" in meta and f"lastEntryId={last}," in meta and \
+        f"length={length}," in meta, meta
+    assert java_read_many(bk, [lid])[lid] == (last, list(enumerate(payloads[:last + 1])))
 
 
 # -- a bookie SIGKILLed mid-write (last: it leaves one bookie down) -----------------------------------

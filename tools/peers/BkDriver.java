@@ -7,17 +7,29 @@
 //
 //   --throttle R: the client's rate limit, R adds and reads a second (ClientConfiguration's
 //   throttle, 5000 unless given; 0: none). bench runs without one unless given.
+//   --explicit-lac-ms T: a writer sends its LAC to its bookies (WRITE_LAC) after T ms
+//   without an add that carried it (explicitLacInterval; Pulsar sets one).
+//   --batch-read: batch reads on (batchReadEnabled, BookKeeper 4.17 on; usage error before)
+//   --add-timeout-s / --read-timeout-s S: the client's add and read timeouts (10 s)
 //
 //   create --ensemble E --write-quorum W --ack-quorum A [--digest D] [--password P]
 //          [--count N] [--size B] [--stdin] [--outstanding K] [--no-close]
-//       creates a ledger and appends N entries "entry-<id>" (padded with '.' to B bytes if
-//       B is larger), or with --stdin one entry per input line (hex; an empty line is an
-//       empty entry) until end of input.
-//   read LID [--password P] [--digest D] [--recover] [--from F] [--to T]
-//       opens with recovery (fences and closes) or without, reads F..T (default all up to LAC)
+//          [--custom-metadata K=V,K=V]
+//       creates a ledger (with the custom metadata, values UTF-8) and appends N entries
+//       "entry-<id>" (padded with '.' to B bytes if B is larger), or with --stdin one entry
+//       per input line (hex; an empty line is an empty entry) until end of input.
+//   read LID [--password P] [--digest D] [--recover] [--from F] [--to T] [--batch N]
+//        [--explicit-lac]
+//       opens with recovery (fences and closes) or without, reads F..T (default all up to
+//       LAC); with --batch N through batchRead, N entries a call at most (4.17 on; the
+//       client batches only with --batch-read --v2 and E = Qw); --explicit-lac first
+//       prints "explicitlac N" (LedgerHandle.readExplicitLastConfirmed: READ_LAC)
 //   tail LID [--password P] [--digest D] [--from F] [--count N] [--poll-ms T] [--idle-ms T]
+//        [--poll-lac]
 //       long-poll reader: prints entries as the writer's LAC passes them; stops after N
-//       entries, when the ledger is closed and read to its end, or after idle-ms with nothing
+//       entries, when the ledger is closed and read to its end, or after idle-ms with nothing;
+//       with --poll-lac it polls readLastAddConfirmed every poll-ms instead (Pulsar's
+//       tailing readers), reading what the LAC passed
 //   close LID [--password P] [--digest D]
 //       recovery open: fences the ledger, settles its last entry and closes it
 //   bench --ensemble E --write-quorum W --ack-quorum A [--digest D] [--size B] [--count N]
@@ -29,7 +41,8 @@
 //
 // Output, one event a line, flushed at once so a test may SIGKILL the driver between lines:
 //   ledger LID | ack EID | ensemble FIRST_EID B1,B2,... | lac N | length BYTES | closed BOOL
-//   entry EID HEX | end | error CODE NAME MESSAGE (exit status 2) | usage MESSAGE (status 64)
+//   entry EID HEX | explicitlac N | meta KEY HEX | batch FIRST_EID COUNT | end
+//   error CODE NAME MESSAGE (exit status 2) | usage MESSAGE (status 64)
 // Digest names are api.DigestType's (CRC32C, CRC32, MAC, DUMMY); without --digest a reader
 // takes the ledger's own digest from its metadata. Passwords are UTF-8 text.
 
@@ -63,7 +76,8 @@ public class BkDriver {
     static final int EXIT_ERROR = 2;
     static final int EXIT_USAGE = 64;
     static final Set<String> FLAGS = new HashSet<>(Arrays.asList(
-        "--v2", "--stdin", "--recover", "--no-close"));
+        "--v2", "--stdin", "--recover", "--no-close", "--batch-read", "--explicit-lac",
+        "--poll-lac"));
 
     /** Thrown for bad arguments: printed as "usage ...". */
     static final class Usage extends RuntimeException {
@@ -166,6 +180,15 @@ public class BkDriver {
         // the client's own rate limit (a RateLimiter of adds and reads per second, 5000 by
         // default; 0 turns it off): BenchThroughputLatency sets it to its -throttle
         conf.setThrottleValue((int) num("--throttle", conf.getThrottleValue()));
+        conf.setExplictLacInterval((int) num("--explicit-lac-ms", 0));
+        if (flag("--batch-read")) {
+            // 4.17's setting, called by name: this source compiles against 4.16 too
+            try {
+                conf.getClass().getMethod("setBatchReadEnabled", boolean.class).invoke(conf, true);
+            } catch (NoSuchMethodException e) {
+                throw new Usage("--batch-read needs BookKeeper 4.17 or later");
+            }
+        }
         return BookKeeper.newBuilder(conf).build();
     }
 
@@ -223,7 +246,58 @@ public class BkDriver {
             .withAckQuorumSize((int) require("--ack-quorum"))
             .withDigestType(digest("CRC32C"))
             .withPassword(password())
+            .withCustomMetadata(customMetadata())
             .execute().get();
+    }
+
+    /** --custom-metadata K=V,K=V as the ledger's custom metadata (values UTF-8). */
+    Map<String, byte[]> customMetadata() {
+        Map<String, byte[]> md = new HashMap<>();
+        String spec = opt("--custom-metadata", "");
+        for (String kv : spec.isEmpty() ? new String[0] : spec.split(",")) {
+            int eq = kv.indexOf('=');
+            if (eq <= 0) {
+                throw new Usage("--custom-metadata takes K=V,K=V; got " + kv);
+            }
+            md.put(kv.substring(0, eq), kv.substring(eq + 1).getBytes(StandardCharsets.UTF_8));
+        }
+        return md;
+    }
+
+    static void printCustomMetadata(LedgerMetadata md) {
+        new java.util.TreeMap<>(md.getCustomMetadata()).forEach(
+            (k, v) -> emit("meta " + k + " " + hex(v)));
+    }
+
+    /** entries first..last through ReadHandle.batchRead (4.17 on), at most n a call. */
+    static void batchRead(ReadHandle rh, long first, long last, int n) throws Exception {
+        java.lang.reflect.Method m;
+        try {
+            m = ReadHandle.class.getMethod("batchRead", long.class, int.class, long.class);
+        } catch (NoSuchMethodException e) {
+            throw new Usage("--batch needs BookKeeper 4.17 or later");
+        }
+        for (long next = first; next <= last; ) {
+            int want = (int) Math.min(n, last - next + 1);
+            LedgerEntries got;
+            try {
+                got = (LedgerEntries) m.invoke(rh, next, want, 5L << 20);
+            } catch (java.lang.reflect.InvocationTargetException e) {
+                throw asException(e.getCause());
+            }
+            try (LedgerEntries entries = got) {
+                long count = 0;
+                for (LedgerEntry e : entries) {
+                    emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
+                    count++;
+                }
+                emit("batch " + next + " " + count);
+                if (count == 0) {
+                    throw new IllegalStateException("batchRead from " + next + " gave nothing");
+                }
+                next += count;
+            }
+        }
     }
 
     ReadHandle openLedger(BookKeeper bk, long lid, boolean recover) throws Exception {
@@ -296,9 +370,16 @@ public class BkDriver {
             emit("length " + rh.getLength());
             emit("closed " + rh.isClosed());
             printEnsembles(rh.getLedgerMetadata());
+            printCustomMetadata(rh.getLedgerMetadata());
+            if (flag("--explicit-lac")) {
+                emit("explicitlac "
+                     + ((org.apache.bookkeeper.client.LedgerHandle) rh).readExplicitLastConfirmed());
+            }
             long first = num("--from", 0);
-            long last = num("--to", lac);
-            if (first <= last && last >= 0) {
+            long last = num("--to", rh.getLastAddConfirmed());   // an explicit LAC raises it
+            if (first <= last && last >= 0 && opts.containsKey("--batch")) {
+                batchRead(rh, first, last, (int) Math.max(1, num("--batch", 1)));
+            } else if (first <= last && last >= 0) {
                 try (LedgerEntries entries = rh.read(first, last)) {
                     for (LedgerEntry e : entries) {
                         emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
@@ -320,7 +401,27 @@ public class BkDriver {
         BookKeeper bk = connect(!opts.containsKey("--digest"));
         try (ReadHandle rh = openLedger(bk, lid, false)) {
             long idleSince = System.nanoTime();
-            while (seen < limit) {
+            while (seen < limit && flag("--poll-lac")) {
+                // Pulsar's tailing reader: ask the bookies for the LAC, read what it passed
+                long lac = rh.readLastAddConfirmed();
+                if (lac >= next) {
+                    try (LedgerEntries es = rh.read(next, Math.min(lac, next + limit - seen - 1))) {
+                        for (LedgerEntry e : es) {
+                            emit("entry " + e.getEntryId() + " " + hex(e.getEntryBytes()));
+                            next = e.getEntryId() + 1;
+                            seen++;
+                        }
+                    }
+                    idleSince = System.nanoTime();
+                    continue;
+                }
+                if ((System.nanoTime() - idleSince) / 1_000_000 > idleMs) {
+                    emit("idle " + next);
+                    break;
+                }
+                Thread.sleep(pollMs);
+            }
+            while (seen < limit && !flag("--poll-lac")) {
                 try (LastConfirmedAndEntry le =
                          rh.readLastAddConfirmedAndEntry(next, pollMs, false)) {
                     if (le.hasEntry()) {
