@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from embedlog._native.format import LedgerId
     from embedlog._types import LedgerRef, Payload
     from embedlog.client.read import LedgerEntry
-    from embedlog.client.stream import Stream, StreamEntry
+    from embedlog.client.stream import Stream
+    from embedlog.client.stream_format import StreamEntry
     from embedlog.embedded import EmbeddedLog
     from embedlog.meta.api import LedgerMetadata
 

@@ -43,6 +43,34 @@ async def read_range(ctx, md, mac_key, first: int, last: int) -> list:
     return out
 
 
+async def read_lac(ctx, md, what: str) -> int:
+    """The LAC as the bookies of ``md``'s last fragment report it: each is asked, the highest
+    answer wins, and a bookie without the ledger or its entries counts as -1. No answer at
+    all is a TimeoutError (naming ``what``), or the UnauthorizedAccessError every bookie
+    gave. A ledger's readers and a stream's (client/stream_read.py) read it so."""
+    lid = md.ledger_id
+
+    async def one(b):
+        try:
+            resp = await ctx.call(b, lambda rid: P.read_lac_request(rid, lid.scope_id, lid.ledger_id),
+                                  ctx.config.read_timeout_s)
+            return P.parse_read_lac_body(resp.body)[0]
+        except (NoSuchLedgerError, NoSuchEntryError):
+            return -1
+        except EmbedlogError as exc:
+            errors.append(exc)
+            return None
+
+    errors: list = []
+    answers = [a for a in await asyncio.gather(*(one(b) for b in md.fragments[-1][1])) if a is not None]
+    if not answers:
+        if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
+            raise errors[0]            # a refused token or certificate says so
+        raise TimeoutError(f"no bookie of {what} answered a LAC read"
+                           + (f" (last error: {errors[-1]})" if errors else ""))
+    return max(answers)
+
+
 class ReadHandle:
     def __init__(self, ctx: Any, md: LedgerMetadata, password: bytes):
         self._ctx = ctx
@@ -93,27 +121,7 @@ class ReadHandle:
         return self._lac
 
     async def _read_lac(self) -> int:
-        bookies = self._md.fragments[-1][1]
-
-        async def one(b):
-            try:
-                resp = await self._ctx.call(b, lambda rid: P.read_lac_request(rid, self._scope, self._lid),
-                                            self._ctx.config.read_timeout_s)
-                return P.parse_read_lac_body(resp.body)[0]
-            except (NoSuchLedgerError, NoSuchEntryError):
-                return -1
-            except EmbedlogError as exc:
-                errors.append(exc)
-                return None
-
-        errors: list = []
-        answers = [a for a in await asyncio.gather(*(one(b) for b in bookies)) if a is not None]
-        if not answers:
-            if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
-                raise errors[0]            # a refused token or certificate says so
-            raise TimeoutError(f"no bookie of ledger {self.ledger_id} answered a LAC read"
-                               + (f" (last error: {errors[-1]})" if errors else ""))
-        return max(answers)
+        return await read_lac(self._ctx, self._md, f"ledger {self.ledger_id}")
 
     # -- entries --------------------------------------------------------------------------
 

@@ -40,29 +40,29 @@ Seed 001 ("Tweaking the BookKeeper Protocol - Unbounded Ledgers"), as verified i
 - Streams live in their own ledger scope (STREAM_SCOPE_ID); the ledger id is a hash of
   the name (probing the next id on a collision), and the name is kept in the ledger's
   custom metadata, so streams are listed by name or pattern from the metadata store.
+
+The entries' payloads and the rows readers get are stream_format.py's; reading, tailing
+and finding positions by time, stream_read.py's.
 """
 from __future__ import annotations
 
 import asyncio
 import fnmatch
 import hashlib
-import struct
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable
 
-from embedlog._native.arrowread import stream_arrays
 from embedlog._native.format import (LedgerId, digest_code, encode_entry, mac_key,
                                      master_key, parse_entry_header)
 from embedlog.client.lifecycle import merge_local_fragments
-from embedlog.client.read import ReadHandle
-from embedlog.client.recovery import ABSENT, fence, read_forward, read_raw
-from embedlog.client.scan import binary_array, read_runs
-from embedlog.client.schedule import write_set
+from embedlog.client.recovery import fence, read_forward, read_raw
+from embedlog.client.stream_format import (KIND_DATA, KIND_LINK, KIND_NOOP, KIND_PACKED_LINK, LINK,
+                                           MAX_LINK_ENTRIES, PACKED_LINK, TIME)
+from embedlog.client.stream_read import StreamReading
 from embedlog.client.write import WriteHandle
-from embedlog.errors import (BadVersionError, CorruptedDataError, EmbedlogError, IllegalOpError,
-                             InvalidTermError, LedgerExistsError, LedgerRecoveryError,
-                             NoSuchEntryError, NoSuchLedgerError, TimeoutError,
+from embedlog.errors import (BadVersionError, EmbedlogError, IllegalOpError, InvalidTermError,
+                             LedgerExistsError, LedgerRecoveryError, NoSuchLedgerError,
                              UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.net import protocol as P
@@ -70,67 +70,14 @@ from embedlog.net import protocol as P
 if TYPE_CHECKING:
     import concurrent.futures
 
-    from embedlog._types import Payload, Stop
+    from embedlog._types import Payload
 
 STREAM_SCOPE_ID = 0x53545245414D0001       # b"STREAM" + 1: the scope every stream lives in
-# the kind byte of a stream entry's payload (docs/STREAMS.md, "Entries")
-KIND_UNTIMED, KIND_NOOP, KIND_DATA, KIND_LINK, KIND_PACKED_LINK = (
-    b"\x00", b"\x01", b"\x02", b"\x03", b"\x04")
-TIME = struct.Struct(">q")                 # append time, ms since the epoch (kinds 2, 3, 4)
-LINK = struct.Struct(">QQqI")              # linked ledger scope, ledger, first entry, count
-PACKED_LINK = struct.Struct(">QQqIQ")      # ... and the rows those entries pack
-MAX_LINK_ENTRIES = (1 << 32) - 1
 NAME_KEY = "stream.name"
 RELEASED_KEY = "stream.released"           # term:last position:length of a clean release
 LINKS_KEY = "stream.links"                 # b"1" once the stream holds a link
 _POLICY = ("rollover_entries", "rollover_bytes", "retention_ms", "retention_entries")
 _PROBES = 64
-
-
-class StreamEntry:
-    """One row of a stream: ``data`` at ``position``, appended at ``timestamp`` (ms since the
-    epoch; None for entries written before entries had times). A link's rows share its
-    position and time; ``index`` numbers them (0 for a plain entry)."""
-    __slots__ = ("position", "data", "timestamp", "index")
-
-    def __init__(self, position: int, data: bytes, timestamp: int | None = None, index: int = 0):
-        self.position, self.data, self.timestamp, self.index = position, data, timestamp, index
-
-    def __repr__(self):
-        extra = f", index={self.index}" if self.index else ""
-        return f"StreamEntry(position={self.position}{extra}, {len(self.data)} bytes)"
-
-
-class StreamLink:
-    """Entries first..first + count - 1 of the closed ledger ``ledger_id``, linked into a
-    stream at ``position`` at ``timestamp`` (ms since the epoch): ``rows`` rows, one per
-    entry, or, when ``packed``, the rows those entries pack (embedlog.client.scan)."""
-    __slots__ = ("position", "timestamp", "ledger_id", "first", "count", "rows", "packed")
-
-    def __init__(self, position: int, timestamp: int, ledger_id, first: int, count: int,
-                 rows: int | None = None, packed: bool = False):
-        self.position, self.timestamp, self.first, self.count = position, timestamp, first, count
-        self.ledger_id = LedgerId.coerce(ledger_id)
-        self.rows = count if rows is None else rows
-        self.packed = packed
-
-    @property
-    def last(self) -> int:
-        return self.first + self.count - 1
-
-    def __repr__(self):
-        return (f"StreamLink(position={self.position}, {self.ledger_id.qualified_name} "
-                f"{self.first}..{self.last})")
-
-
-class StreamBatch:
-    """What ``Stream.read_arrow`` returns: ``rows``, a pyarrow.RecordBatch of the plain
-    entries (position int64, timestamp timestamp[ms, UTC] or null, data binary), and
-    ``links``, the StreamLinks of the range, whose rows the caller reads from their ledgers."""
-    __slots__ = ("rows", "links")
-
-    def __init__(self, rows, links: list):
-        self.rows, self.links = rows, links
 
 
 def _base_id(name: str) -> int:
@@ -189,13 +136,6 @@ def open_stream(ctx, name: str, *, create: bool = True, ensemble=(2, 2, 2), dige
     raise EmbedlogError(f"could not open stream {name!r}: its id kept changing hands")
 
 
-def _link_fields(t: tuple) -> tuple:
-    """StreamLink's arguments from arrowread's (position, time, scope, ledger, first, count,
-    rows, packed)."""
-    position, time_ms, scope, ledger, first, count, rows, packed = t
-    return position, time_ms, LedgerId(scope, ledger), first, count, rows, packed
-
-
 def list_streams(metadata, pattern: str | None = None) -> list:
     """Stream names (sorted), optionally those matching a glob pattern."""
     lm = metadata.ledger_manager
@@ -218,8 +158,8 @@ def delete_stream(metadata, name: str) -> None:
     metadata.ledger_manager.remove_ledger_metadata(v.value.ledger_id)
 
 
-class Stream:
-    """One stream: append as its leader, read and tail as anyone."""
+class Stream(StreamReading):
+    """One stream: append as its leader, read and tail as anyone (stream_read.py)."""
 
     def __init__(self, ctx, name: str, versioned, password: bytes):
         self._ctx = ctx
@@ -586,187 +526,6 @@ class Stream:
                 pass          # a bookie that is down keeps the bytes until its GC or compaction
 
         await asyncio.gather(*(one(b) for b in bookies))
-
-    # -- reading --------------------------------------------------------------------------------
-
-    def last_position(self) -> int:
-        """The highest committed position (the stream's LAC), -1 if none."""
-        self._lac = max(self._lac, self._ctx.run(self._read_lac()))
-        return self._lac
-
-    async def _read_lac(self) -> int:
-        md = self._md
-        answers = []
-
-        async def one(b):
-            try:
-                resp = await self._ctx.call(b, lambda rid: P.read_lac_request(
-                    rid, md.ledger_id.scope_id, md.ledger_id.ledger_id), self._ctx.config.read_timeout_s)
-                answers.append(P.parse_read_lac_body(resp.body)[0])
-            except ABSENT:
-                answers.append(-1)
-            except EmbedlogError as exc:
-                errors.append(exc)
-
-        errors: list = []
-        await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
-        if not answers:
-            if errors and all(isinstance(e, UnauthorizedAccessError) for e in errors):
-                raise errors[0]            # a refused token or certificate says so
-            raise TimeoutError(f"no bookie of stream {self.name!r} answered a LAC read"
-                               + (f" (last error: {errors[-1]})" if errors else ""))
-        return max(answers)
-
-    def read(self, from_position: int = 0, to_position: int | None = None,
-             batch: int = 1024) -> Iterator[StreamEntry]:
-        """Rows from ``from_position`` up to ``to_position`` (default: the LAC now), in
-        position order, a link's rows in their ledger's order (StreamEntry)."""
-        md = self.refresh()
-        if from_position < md.first_entry_id:
-            raise NoSuchEntryError(f"stream {self.name!r}: position {from_position} is gone "
-                                   f"(retention); the stream starts at {md.first_entry_id}")
-        last = self.last_position() if to_position is None else min(to_position, self.last_position())
-        pos = from_position
-        while pos <= last:
-            end = min(last, pos + batch - 1)
-            digest, runs = self._runs_checked(pos, end)
-            positions, times, timed, offsets, values, links = stream_arrays(runs, digest)
-            k = 0
-            for i in range(len(positions)):
-                p = int(positions[i])
-                while k < len(links) and links[k][0] < p:
-                    yield from self._linked_rows(StreamLink(*_link_fields(links[k])))
-                    k += 1
-                yield StreamEntry(p, values[offsets[i]:offsets[i + 1]].tobytes(),
-                                  int(times[i]) if timed[i] else None)
-            for link in links[k:]:
-                yield from self._linked_rows(StreamLink(*_link_fields(link)))
-            pos = end + 1
-
-    def read_arrow(self, first: int, last: int) -> StreamBatch:
-        """Positions first..last (inclusive, at or below the LAC) in one ranged read: the plain
-        rows as a pyarrow.RecordBatch (no Python object per entry, every digest checked) and
-        the links, whose rows the caller reads from their ledgers (``ReadHandle.read_arrow``).
-        Needs pyarrow (the ``spark`` extra)."""
-        import pyarrow as pa          # optional: only Arrow reads need it (spark extra)
-        md = self.refresh()
-        if first < md.first_entry_id:
-            raise NoSuchEntryError(f"stream {self.name!r}: position {first} is gone (retention); "
-                                   f"the stream starts at {md.first_entry_id}")
-        if last > self._lac and last > self.last_position():
-            raise NoSuchEntryError(f"stream {self.name!r}: position {last} is past the LAC ({self._lac})")
-        digest, runs = self._runs_checked(first, last)
-        positions, times, timed, offsets, values, links = stream_arrays(runs, digest)
-        stamp = pa.timestamp("ms", tz="UTC")
-        rows = pa.RecordBatch.from_arrays(
-            [pa.array(positions), pa.array(times, stamp, mask=~timed), binary_array(offsets, values)],
-            names=["position", "timestamp", "data"])
-        return StreamBatch(rows, [StreamLink(*_link_fields(t)) for t in links])
-
-    def position_at(self, timestamp_ms: int) -> int:
-        """The first position appended at or after ``timestamp_ms`` (ms since the epoch), or
-        the LAC + 1 when none was: a binary search over positions, a few point reads.
-        Positions written before entries had times count as older than any time. It assumes
-        append times do not go backwards from one position to the next: each writer keeps
-        its own in order; writers that take over from one another need clocks in step."""
-        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
-            raise IllegalOpError(f"a time is an int of ms since the epoch, got {timestamp_ms!r}")
-        lo, hi = self.refresh().first_entry_id, self.last_position() + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            found = self._first_time_from(mid, hi - 1)
-            if found is None or found[0] >= timestamp_ms:
-                hi = mid
-            else:
-                lo = found[1] + 1
-        return lo
-
-    def _first_time_from(self, first: int, last: int):
-        """(append time, position) of the first row at or after ``first`` (no-ops have none)."""
-        pos = first
-        while pos <= last:
-            end = min(last, pos + 15)
-            digest, runs = self._runs_checked(pos, end)
-            positions, times, timed, _o, _v, links = stream_arrays(runs, digest)
-            found = [(int(p), int(t) if ok else -1) for p, t, ok in zip(positions, times, timed)]
-            found += [(link[0], link[1]) for link in links]
-            if found:
-                p, t = min(found)
-                return t, p
-            pos = end + 1
-        return None
-
-    def _linked_rows(self, link: StreamLink):
-        h = self._linked_handle(link)
-        if not link.packed:
-            for e in h.read(link.first, link.last):
-                yield StreamEntry(link.position, e.data, link.timestamp, e.entry_id - link.first)
-            return
-        index = 0
-        for lo in range(link.first, link.last + 1, 64):
-            offsets, values, _per_entry = h.read_packed(lo, min(link.last, lo + 63))
-            for i in range(len(offsets) - 1):
-                yield StreamEntry(link.position, values[offsets[i]:offsets[i + 1]].tobytes(),
-                                  link.timestamp, index)
-                index += 1
-        if index != link.rows:
-            raise CorruptedDataError(f"stream {self.name!r}: the link at position {link.position} "
-                                     f"names {link.rows} rows; its entries pack {index}")
-
-    def _linked_handle(self, link: StreamLink) -> ReadHandle:
-        try:
-            md = self._ctx.metadata.ledger_manager.read_ledger_metadata(link.ledger_id).value
-        except NoSuchLedgerError:
-            raise NoSuchLedgerError(f"stream {self.name!r}: the ledger linked at position "
-                                    f"{link.position} ({link.ledger_id.qualified_name}) was deleted") from None
-        return ReadHandle(self._ctx, md, self._password)
-
-    def _runs_checked(self, first: int, last: int) -> tuple:
-        """(digest code, checked runs of positions first..last), read on the fragments the
-        store still holds once the read is done. A take-over may have committed a fragment
-        meanwhile that replaced a bookie holding an older term's dirty copy of these
-        positions; such copies are never served."""
-        mk = mac_key(self._password) if self._md.digest_type == DigestType.MAC else None
-        for _ in range(16):
-            md = self._md
-            runs = self._ctx.run(read_runs(self._ctx, md, mk, first, last))
-            fresh = self.refresh()
-            if fresh.fragments == md.fragments or all(
-                    write_set(md, e) == write_set(fresh, e) for e in range(first, last + 1)):
-                return int(md.digest_type), runs
-        raise EmbedlogError(f"stream {self.name!r}: its fragments kept changing during a read")
-
-    def tail(self, from_position: int = 0, poll_timeout_ms: int = 500,
-             stop: Stop = None) -> Iterator[StreamEntry]:
-        """Data entries from ``from_position`` on, waiting for new ones (until ``stop()``)."""
-        pos = from_position
-        while stop is None or not stop():
-            last = self.last_position()
-            if pos <= last:
-                for e in self.read(pos, last):
-                    yield e
-                pos = last + 1
-                continue
-            self._ctx.run(asyncio.sleep(0))
-            self._lac = max(self._lac, self._ctx.run(self._long_poll(pos - 1, poll_timeout_ms)))
-            if self._lac < pos:
-                self.refresh()          # the last fragment may have rolled over
-
-    async def _long_poll(self, previous_lac: int, timeout_ms: int) -> int:
-        md = self._md
-
-        async def one(b):
-            try:
-                resp = await self._ctx.call(b, lambda rid: P.read_request(
-                    rid, md.ledger_id.scope_id, md.ledger_id.ledger_id, previous_lac + 1,
-                    flags=P.FLAG_LONG_POLL, previous_lac=previous_lac, timeout_ms=timeout_ms),
-                    self._ctx.config.read_timeout_s + timeout_ms / 1000.0)
-                return P.parse_read_body(resp.body)[0]
-            except EmbedlogError:
-                return -1
-
-        results = await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
-        return max(results)
 
     def close(self) -> None:
         """Stop writing (pending appends finish); the stream itself never closes. A leader
