@@ -1,25 +1,9 @@
 """ZooKeeper metadata driver (kazoo), with BookKeeper's znode layouts.
 
-Under the root (``/ledgers`` by default; docs/METADATA.md has the full tree)::
+embedlog's own tree under the root is zktree.py's (its docstring draws it); the bookies'
+registrations (ephemeral znodes, their listing and watch) are zkbookies.py's.
 
-    LAYOUT, INSTANCEID
-    available/<bookie>            ephemeral, read-write bookies
-    available/readonly/<bookie>   ephemeral, read-only bookies
-    cookies/<bookie>
-    idgen/ID-<seq>                ephemeral-sequential, scope 0 ids below 2^31 - 1
-    idgen-long/HOB-%010d/ID-<seq> BookKeeper's high-order-bit extension past 31 bits
-    idgen-scoped/%020d/...        the same pair per scope != 0 (and idgen-scoped-long/)
-    underreplication/ledgers/urL<qualified name>
-    deleted/<last 2 hex digits>/<qualified name>   deletion records: deleted_at_ms as text
-    <ledger znodes>               by layout, scope 0:
-        flat              L%010d
-        hierarchical      %010d split 2-4-4 (00/0000/L0001) below 2^31 - 1, else
-                          %019d split 3-4-4-4-4 (000/0000/0000/0000/L0001)
-        longhierarchical  %019d split 3-4-4-4-4
-    scoped/<scope %020d as 4-4-4-4-4>/<ledger %020d as 4-4-4-4>/L<last 4>
-                          scope != 0 ("LongLongHierarchical"), every layout
-
-A root is in one of two formats (``metadata_format``): embedlog's own (above; its
+A root is in one of two formats (``metadata_format``): embedlog's own (zktree.py; its
 LAYOUT starts ``embedlog-layout``) or BookKeeper's, shared with Java clients and bookies
 (embedlog/meta/bookkeeper/tree.py has that tree: BookKeeper's records in BookKeeper's
 encodings, embedlog's deletion and under-replication records under ``embedlog/``, scope 0
@@ -34,13 +18,11 @@ calls wait for the session to resolve, which can take the whole session timeout.
 from __future__ import annotations
 
 import json
-import re
 import secrets
-import threading
 import time
 import uuid
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (BadVersionError as KzBadVersion, ConnectionClosedError,
@@ -52,124 +34,29 @@ from embedlog._native.format import LedgerId
 from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (LAYOUT_MAGIC, PollingWatch, StoreBase, check_bookie_id,
-                                   check_layout, recorded_layout,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
-                                   deleted_id_message,
-                                   decode_bookie, decode_underreplicated, encode_bookie_info,
-                                   layout_record, log,
-                                   merge_missing)
-from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
-                               LayoutManager, LedgerIdGenerator, LedgerManager,
-                               LedgerMetadata, MetadataStore, RegistrationClient,
-                               RegistrationManager, UnderreplicationManager, Versioned)
+                                   decode_underreplicated, deleted_id_message, merge_missing,
+                                   recorded_layout)
+from embedlog.meta.api import (CookieStore, LayoutExistsError, LayoutManager, LedgerIdGenerator,
+                               LedgerManager, LedgerMetadata, MetadataStore,
+                               UnderreplicationManager, Versioned)
 from embedlog.meta.bookkeeper import idgen as bkidgen
 from embedlog.meta.bookkeeper import layout as bklayout
 from embedlog.meta.bookkeeper import ledger_metadata as bkledger
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
+from embedlog.meta.zkbookies import ZkRegistrations
+from embedlog.meta.zktree import (LEAF, SCOPE_LEVELS, SCOPED_LEDGER, SHORT_ID_LIMIT, EmbedlogTree,
+                                  split_digits)
 
 LAYOUTS = ("flat", "hierarchical", "longhierarchical")
 FORMATS = ("auto", "embedlog", "bookkeeper")
-SHORT_ID_LIMIT = (1 << 31) - 1          # Integer.MAX_VALUE: the hierarchical switch point
 _RETRIES = 50                            # bound on optimistic retry loops
-_SNAPSHOT_RETRIES = 10                   # bound on re-listing the bookies (_all_bookies)
-
-# (level widths, leaf width) of each hierarchical tree
-_LEGACY = ((2, 4), 4)
-_LONG = ((3, 4, 4, 4), 4)
-_SCOPED_LEDGER = ((4, 4, 4, 4), 4)
-_SCOPE_LEVELS = (4, 4, 4, 4, 4)
-_LEAF = re.compile(r"L(\d+)\Z")
 
 _TRANSIENT = (KazooTimeoutError, ConnectionLoss, OperationTimeoutError)
 
 
-def _split(digits: str, widths) -> list[str]:
-    out, i = [], 0
-    for w in widths:
-        out.append(digits[i:i + w])
-        i += w
-    return out
-
-
-class EmbedlogTree:
-    """embedlog's own format of a root (the module docstring's tree); BookKeeperTree is the
-    other, with the same methods."""
-    name = "embedlog"
-
-    def __init__(self, root: str, ledger_layout: str):
-        self.root, self.layout = root, ledger_layout
-
-    def p(self, *parts: str) -> str:
-        return "/".join((self.root,) + parts)
-
-    def layout_record(self) -> bytes:
-        return layout_record(self.layout)
-
-    def format_dirs(self) -> tuple[str, ...]:
-        return ("available/readonly", "cookies", "idgen", "underreplication/ledgers")
-
-    def check_layout(self, stored: bytes | None, where: str, explicit: bool) -> str:
-        check_layout(stored, self.layout, where)
-        return self.layout
-
-    def check_scope(self, scope_id: int | None) -> None:
-        if scope_id is not None:
-            check_scope(scope_id)
-
-    def ledger_path(self, lid: LedgerId) -> str:
-        n = lid.ledger_id
-        if lid.scope_id:
-            scope = _split(f"{lid.scope_id:020d}", _SCOPE_LEVELS)
-            levels = _split(f"{n:020d}", _SCOPED_LEDGER[0] + (4,))
-            return self.p("scoped", *scope, *levels[:-1], "L" + levels[-1])
-        if self.layout == "flat":
-            return self.p(f"L{n:010d}")
-        if self.layout == "hierarchical" and n < SHORT_ID_LIMIT:
-            levels = _split(f"{n:010d}", (2, 4, 4))
-        else:
-            levels = _split(f"{n:019d}", (3, 4, 4, 4, 4))
-        return self.p(*levels[:-1], "L" + levels[-1])
-
-    def partition_trees(self) -> list:
-        return [_LONG] if self.layout == "longhierarchical" else [_LEGACY, _LONG]
-
-    def has_scoped_tree(self) -> bool:
-        return True
-
-    def encode_ledger(self, md: LedgerMetadata) -> bytes:
-        return md.to_bytes()
-
-    def decode_ledger(self, lid: LedgerId, data: bytes, znode_ctime_ms: int) -> LedgerMetadata:
-        return LedgerMetadata.from_bytes(data)
-
-    def deleted_base(self) -> str:
-        return self.p("deleted")
-
-    def underreplication_base(self) -> str:
-        return self.p("underreplication", "ledgers")
-
-    def encode_registration(self, bookie_id: str, info: dict | None) -> bytes:
-        return encode_bookie_info(info)
-
-    def decode_registration(self, bookie_id: str, read_only: bool, data: bytes) -> BookieRegistration:
-        return decode_bookie(bookie_id, read_only, data)
-
-    def cookie_path(self, name: str) -> str:
-        return self.p("cookies", name)
-
-    def cookie_dirs(self) -> tuple[str, ...]:
-        return (self.p("cookies"),)
-
-    def encode_cookie(self, name: str, data: bytes) -> bytes:
-        return bytes(data)
-
-    def decode_cookie(self, name: str, data: bytes) -> bytes:
-        return bytes(data)
-
-
 class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator,
-                      RegistrationManager, RegistrationClient, LayoutManager,
-                      CookieStore, UnderreplicationManager):
+                      ZkRegistrations, LayoutManager, CookieStore, UnderreplicationManager):
     """``ZkMetadataStore("127.0.0.1:2181", "/ledgers", layout="hierarchical")``.
 
     Options: ``timeout_s`` (connect and per-call bound, default 5), ``session_timeout_s``
@@ -199,11 +86,9 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         self._timeout_s = float(timeout_s)
         self._session_timeout_s = float(session_timeout_s)
         self._poll_interval_s = float(poll_interval_s)
-        self._registered: dict[tuple[str, bool], bytes] = {}
-        self._reg_lock = threading.Lock()
         self._ensured: set = set()          # parent znodes known to exist
         self._watches: list[PollingWatch] = []
-        self._session_lost = False
+        ZkRegistrations.__init__(self)
         self._closed = False
         self._bind_managers()
         self._zk = KazooClient(hosts=hosts, timeout=float(session_timeout_s))
@@ -495,7 +380,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             digits = "".join(prefix)
             nums = []
             for name in self._listdir(base):
-                m = _LEAF.match(name)
+                m = LEAF.match(name)
                 if m and len(m.group(1)) == leaf_width:
                     nums.append(int(digits + m.group(1)))
             if nums:
@@ -508,7 +393,7 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def _scope0_partitions(self) -> Iterator[tuple[tuple, list[LedgerId]]]:
         if self.layout == "flat":
-            nums = sorted(int(m.group(1)) for m in map(_LEAF.match, self._listdir(self.root)) if m)
+            nums = sorted(int(m.group(1)) for m in map(LEAF.match, self._listdir(self.root)) if m)
             yield ("flat",), [LedgerId(0, n) for n in nums]
             return
         for widths, leaf in self._tree.partition_trees():
@@ -519,12 +404,12 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         base = self._p("scoped")
         if scope_id is None:
             scopes = (int("".join(levels)) for levels, _ in
-                      self._walk_dirs(base, _SCOPE_LEVELS, ()))
+                      self._walk_dirs(base, SCOPE_LEVELS, ()))
         else:
             scopes = iter([scope_id])
         for scope in scopes:
-            scope_path = "/".join([base] + _split(f"{scope:020d}", _SCOPE_LEVELS))
-            for levels, nums in self._walk(scope_path, *_SCOPED_LEDGER, ()):
+            scope_path = "/".join([base] + split_digits(f"{scope:020d}", SCOPE_LEVELS))
+            for levels, nums in self._walk(scope_path, *SCOPED_LEDGER, ()):
                 yield (f"{scope:020d}",) + levels, [LedgerId(scope, n) for n in nums]
 
     def _walk_dirs(self, base: str, widths: tuple, prefix: tuple) -> Iterator[tuple[tuple, None]]:
@@ -648,152 +533,6 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             self._create(path)
         except NodeExistsError:          # another generator won the race: fine
             pass
-
-    # ---- RegistrationManager -------------------------------------------------------
-
-    def _reg_path(self, bookie_id: str, read_only: bool) -> str:
-        return self._p("available", "readonly", bookie_id) if read_only else self._p("available", bookie_id)
-
-    def _owned(self, path: str):
-        """(stat, mine) of a registration znode, or (None, False)."""
-        try:
-            stat = self._exists(path)
-        except NoNodeError:
-            stat = None
-        if stat is None:
-            return None, False
-        return stat, stat.ephemeralOwner == self._zk.client_id[0]
-
-    def register_bookie(self, bookie_id: str, read_only: bool, info: dict | None = None) -> None:
-        """Ephemeral znode under available/ (or available/readonly/); moving between the
-        two is one transaction. If another session holds the id, wait for its znode to
-        expire as BookKeeper does, then MetadataError."""
-        check_bookie_id(bookie_id)
-        read_only = bool(read_only)
-        data = self._tree.encode_registration(bookie_id, info)
-        self._register(bookie_id, read_only, data)
-        with self._reg_lock:
-            self._registered.pop((bookie_id, not read_only), None)
-            self._registered[(bookie_id, read_only)] = data
-
-    def _register(self, bookie_id: str, read_only: bool, data: bytes) -> None:
-        path, other = self._reg_path(bookie_id, read_only), self._reg_path(bookie_id, not read_only)
-        deadline = time.monotonic() + self._session_timeout_s + self._timeout_s
-        while True:
-            stat, mine = self._owned(path)
-            ostat, omine = self._owned(other)
-            if (stat is None or mine) and (ostat is None or omine):
-                txn = self._zk.transaction()
-                if stat is None:
-                    txn.create(path, data, ephemeral=True)
-                else:
-                    txn.set_data(path, data)
-                if ostat is not None:
-                    txn.delete(other, version=ostat.version)
-                try:
-                    self._commit(txn, f"register {bookie_id}")
-                    return
-                except (NodeExistsError, NoNodeError, KzBadVersion):
-                    pass                    # raced with another registrant: look again
-            if time.monotonic() > deadline:
-                raise MetadataError(f"bookie {bookie_id} is registered by another live "
-                                    f"ZooKeeper session")
-            time.sleep(0.1)                 # bounded by the deadline above
-
-    def unregister_bookie(self, bookie_id: str, read_only: bool) -> None:
-        with self._reg_lock:
-            self._registered.pop((bookie_id, bool(read_only)), None)
-        try:
-            self._delete(self._reg_path(bookie_id, bool(read_only)))
-        except NoNodeError:
-            pass
-
-    def _on_state(self, state) -> None:
-        # Runs in kazoo's thread: no blocking calls here. A lost session took our
-        # ephemeral znodes; register them again once a new session is up.
-        if state == KazooState.LOST:
-            self._session_lost = True
-        elif state == KazooState.CONNECTED and self._session_lost and not self._closed:
-            self._session_lost = False
-            threading.Thread(target=self._reregister, daemon=True,
-                             name="embedlog-zk-reregister").start()
-
-    def _reregister(self) -> None:
-        with self._reg_lock:
-            mine = dict(self._registered)
-        for (bookie_id, read_only), data in mine.items():
-            try:
-                self._register(bookie_id, read_only, data)
-            except Exception as exc:
-                log.error("could not re-register bookie %s after session loss: %s", bookie_id, exc)
-
-    # ---- RegistrationClient --------------------------------------------------------
-
-    def _parent(self, read_only: bool) -> str:
-        return self._p("available", "readonly") if read_only else self._p("available")
-
-    def _send_reads(self, read_only: bool, names: list[str]) -> list:
-        # every read is sent before any answer is awaited: one round trip, not one per bookie
-        parent = self._parent(read_only)
-        return [(read_only, name, self._zk.get_async(f"{parent}/{name}")) for name in sorted(names)
-                if read_only or name != "readonly"]
-
-    def _collect(self, pending: list) -> list[BookieRegistration]:
-        out = []
-        for read_only, name, result in pending:
-            try:
-                data, _ = self._wait(result, f"get {self._parent(read_only)}/{name}")
-            except NoNodeError:          # went away between the listing and the read
-                continue
-            out.append(self._tree.decode_registration(name, read_only, data))
-        return out
-
-    def _all_bookies(self, watch=None) -> list[BookieRegistration]:
-        """Writable and read-only bookies as of one moment. ZooKeeper reads one znode at
-        a time, so a move between the two states (one transaction) that commits between
-        the two listings would show the bookie in both, or in neither. A parent's
-        cversion counts the creates and deletes of its children: if neither parent's
-        changed from its listing until after both listings and all reads (one session's
-        requests are answered in order), nothing was created or deleted in between and
-        the lists are those of one moment. Otherwise list again, a bounded number of times."""
-        parents = (self._parent(False), self._parent(True))
-        for _ in range(_SNAPSHOT_RETRIES):
-            listings = [self._zk.get_children_async(p, watch=watch, include_data=True)
-                        for p in parents]
-            (wnames, wstat), (rnames, rstat) = [self._wait(r, f"list {p}")
-                                                for r, p in zip(listings, parents)]
-            reads = self._send_reads(False, wnames) + self._send_reads(True, rnames)
-            checks = [self._zk.exists_async(p) for p in parents]      # answered after the reads
-            bookies = self._collect(reads)
-            after = [self._wait(r, f"exists {p}") for r, p in zip(checks, parents)]
-            if None not in after and (after[0].cversion, after[1].cversion) == \
-                    (wstat.cversion, rstat.cversion):
-                return bookies
-        raise MetadataError(f"zookeeper {self.hosts}: bookie registrations under "
-                            f"{parents[0]} kept changing; no consistent listing in "
-                            f"{_SNAPSHOT_RETRIES} tries")
-
-    def get_all_bookies(self) -> list[BookieRegistration]:
-        with self._errors("list bookies"):
-            try:
-                return self._all_bookies()
-            except NoNodeError as exc:
-                raise MetadataError(f"zookeeper: {self.root}/available or "
-                                    "available/readonly is missing") from exc
-
-    def watch_bookies(self, callback: Callable[[list[BookieRegistration]], None]) -> Callable[[], None]:
-        """Child watches on available/ and available/readonly/ wake a listing thread; a
-        watch is re-armed on every listing, and a slow poll covers any gap."""
-        watch: PollingWatch | None = None
-
-        def fired(_event):
-            if watch is not None:
-                watch.kick()
-
-        watch = PollingWatch(lambda: self._all_bookies(watch=fired), callback,
-                             self._poll_interval_s, name="embedlog-zk-watch")
-        self._watches.append(watch)
-        return watch.cancel
 
     # ---- LayoutManager -------------------------------------------------------------
 
