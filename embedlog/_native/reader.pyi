@@ -1,7 +1,7 @@
 # Type stubs of the Cython module embedlog._native.reader: checked reads of one ledger.
 from typing import Any
 
-from embedlog._native.entrylog import EntryLogger
+from embedlog._native.entrylogger import EntryLogger
 from embedlog._native.index import LedgerIndex
 from embedlog._native.memtable import MemTable
 from embedlog.errors import (CorruptedDataError as CorruptedDataError, IllegalOpError as IllegalOpError,

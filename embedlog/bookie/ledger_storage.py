@@ -21,7 +21,7 @@ import threading
 
 from sortedcontainers import SortedDict
 
-from embedlog._native import entrylog as nel
+from embedlog._native import entrylogger as nelg
 from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
@@ -51,7 +51,7 @@ class SortedLedgerStorage:
         self.snapshot = None                 # the memtable being flushed
         self.snapshot_seq = 0                # journal seq the snapshot covers
         self.flushed_seq = 0                 # journal seq covered by flushed snapshots
-        self.entry_logger = nel.EntryLogger(self.current_dirs, config.entry_log_size_limit,
+        self.entry_logger = nelg.EntryLogger(self.current_dirs, config.entry_log_size_limit,
                                             choose_dir=choose_current)
         self.index_cache = nix.IndexCache(self.current_dirs[0], config.page_limit,
                                           choose_root=choose_current)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from embedlog._native import entrylog as nel
+from embedlog._native import entrylogger as nelg
 from embedlog._native import format as nf
 from embedlog._native import index as ni
 from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
@@ -69,7 +70,7 @@ class StorageMachine(RuleBasedStateMachine):
         self.log_size, self.mt_limit, self.page_limit = log_size, mt_limit, page_limit
         self.active, self.other = nm.MemTable(mt_limit), nm.MemTable(mt_limit)
         self.jb = jbuffer.JournalBuffer(4096)
-        self.el = nel.EntryLogger(self.logs_dir, log_size)
+        self.el = nelg.EntryLogger(self.logs_dir, log_size)
         self.cache = ni.IndexCache(self.idx_dir, page_limit)
         self.idx = {}
         self.on_disk = set()
@@ -168,7 +169,7 @@ class StorageMachine(RuleBasedStateMachine):
             self.flush_memtable(self.active)
             self.checkpoint()
         self.el.close()
-        self.el = nel.EntryLogger(self.logs_dir, self.log_size)
+        self.el = nelg.EntryLogger(self.logs_dir, self.log_size)
         self.cache = ni.IndexCache(self.idx_dir, self.page_limit)
         self.idx = {}
         self.active, self.other = nm.MemTable(self.mt_limit), nm.MemTable(self.mt_limit)

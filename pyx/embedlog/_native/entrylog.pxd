@@ -1,5 +1,9 @@
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
+cdef enum:
+    LOG_HEADER_SIZE = 1024
+    CRC_BLOCK_BYTES = 65536        # bytes per checksummed block of a sealed log
+
 cdef class MappedLog:
     cdef readonly uint64_t log_id
     cdef readonly object path
@@ -36,17 +40,3 @@ cdef class MappedLog:
     cdef uint64_t append(self, const uint8_t *data, Py_ssize_t n) noexcept nogil
     cdef int write_end(self, const uint8_t *data, Py_ssize_t n) except -1
     cdef const uint8_t *entry_at(self, uint32_t offset, Py_ssize_t *n) noexcept nogil
-
-cdef class EntryLogger:
-    cdef readonly object directory     # the first ledger directory
-    cdef readonly list directories
-    cdef public object choose_dir
-    cdef dict log_dirs            # log id -> directory holding it
-    cdef readonly Py_ssize_t size_limit
-    cdef readonly MappedLog current
-    cdef dict logs                # log id -> MappedLog
-    cdef readonly dict current_ledgers   # (scope, ledger) -> bytes in the current log
-    cdef readonly uint64_t last_log_id
-    cdef MappedLog _log(self, uint64_t log_id)
-    cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL
-    cdef _account(self, uint64_t scope, uint64_t lid, Py_ssize_t nbytes)

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Entry logs on memory-mapped files, and the flush of a memtable into them.
+"""Entry logs on memory-mapped files: one log, MappedLog (the set of them, and the flush of a
+memtable into them, are entrylogger.pyx's).
 
 Grammar (big-endian; see docs/FORMATS.md)::
 
@@ -24,24 +25,18 @@ the map. When an entry does not fit, the log is sealed (ledgers map written, fil
 its length) and the next one begins. A size of 0 ends the
 entries of an unsealed log.
 
-A bookie may have several ledger directories: log ids are unique across them,
-each log lives in one of them, and ``EntryLogger`` remembers which. Compaction
-writes ``<hex id>.log.compacting`` files (see embedlog/bookie/compaction.py);
-their ids come from the same sequence.
-
 Bounds: an entry is read only if its size field, its header and its end lie within the
 written part of the log (``entry_at``: offset >= header + 4, offset + size <= position, 64-bit
 sums); ``append`` and ``write_end`` refuse a write past the mapping; the map and checksum
 table offsets read from a header are checked with ``_fits`` (within the file, no overflowing
-sum) before anything is read through them; a flush stages at most STAGE_BYTES or the largest
-entry, and leaves room for the seal's map and table.
+sum) before anything is read through them.
 """
 
 import errno as _errno
 import os
 
-from libc.stdint cimport uint8_t, uint32_t, int32_t, uint64_t, int64_t
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite
@@ -50,18 +45,12 @@ from posix.mman cimport (mmap, munmap, msync, madvise, MAP_SHARED, PROT_READ, PR
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
-                                      el_crc_init, decode_payload, parse_ids)
-from embedlog._native.memtable cimport MemTable, mt_rec
+                                      el_crc_init, parse_ids)
 
 from embedlog import fileio
-from embedlog._native.format import ledger_name
 from embedlog.errors import CorruptedDataError, NoSuchEntryError
 
 el_crc_init()
-
-cdef enum:
-    LOG_HEADER_SIZE = 1024
-    CRC_BLOCK_BYTES = 65536        # bytes per checksummed block of a sealed log
 
 HEADER_SIZE = LOG_HEADER_SIZE
 CRC_BLOCK = CRC_BLOCK_BYTES
@@ -636,272 +625,3 @@ cdef inline int memcmp4(const uint8_t *a, const char *b) noexcept:
         if a[i] != <uint8_t>b[i]:
             return 1
     return 0
-
-
-cdef class EntryLogger:
-    """The entry logs of one ledger directory: one being written, the rest mapped read-only."""
-
-
-    def __init__(self, directories, Py_ssize_t size_limit, uint64_t last_log_id=0, choose_dir=None):
-        if isinstance(directories, (str, bytes, os.PathLike)):
-            directories = [directories]
-        self.directories = [os.fspath(d) for d in directories]
-        if not self.directories:
-            raise ValueError("an entry logger needs at least one directory")
-        self.directory = self.directories[0]
-        self.choose_dir = choose_dir          # () -> directory for the next log, or None
-        self.size_limit = size_limit
-        self.logs = {}
-        self.log_dirs = {}
-        self.current = None
-        self.current_ledgers = {}
-        self.last_log_id = last_log_id
-        for d in self.directories:
-            for name in os.listdir(d):
-                log_id = _log_id_of(name)
-                if log_id is None:
-                    continue
-                # ids of compaction files count too: they become logs, never reuse them
-                self.last_log_id = max(self.last_log_id, log_id)
-                if name.endswith(".log"):
-                    if log_id in self.log_dirs:
-                        raise CorruptedDataError(
-                            f"entry log {name} is in two ledger directories: "
-                            f"{self.log_dirs[log_id]} and {d}")
-                    self.log_dirs[log_id] = d
-
-    def log_ids(self):
-        """Ids of the entry logs on disk (and mapped), ascending; rescans the directories."""
-        found = {}
-        for d in self.directories:
-            for name in os.listdir(d):
-                if name.endswith(".log"):
-                    log_id = _log_id_of(name)
-                    if log_id is not None:
-                        found[log_id] = d
-        self.log_dirs = found
-        ids = set(found)
-        ids.update(self.logs)
-        return sorted(ids)
-
-    def path_of(self, uint64_t log_id):
-        return os.path.join(self.log_dirs.get(log_id, self.directory), "%x.log" % log_id)
-
-    def dir_of(self, uint64_t log_id):
-        return self.log_dirs.get(log_id)
-
-    def allocate_log_id(self):
-        """The next log id (for a compaction target); ids are never reused."""
-        self.last_log_id += 1
-        if self.last_log_id >= (1 << 32):
-            raise CorruptedDataError("entry log ids exhausted (32-bit)")
-        return self.last_log_id
-
-    def register(self, uint64_t log_id, directory):
-        """A log that appeared outside roll() (a finished compaction) can be read from now on."""
-        self.log_dirs[log_id] = os.fspath(directory)
-
-    def unregister(self, uint64_t log_id):
-        """Unmap a log and forget where it was (before it is deleted)."""
-        self.forget(log_id)
-        self.log_dirs.pop(log_id, None)
-
-    def mapped_ids(self):
-        return list(self.logs)
-
-    cdef MappedLog _log(self, uint64_t log_id):
-        cdef MappedLog m = self.logs.get(log_id)
-        if m is None or m.base == NULL:          # never opened, or unmapped by a seal
-            try:
-                m = MappedLog.open_existing(self.path_of(log_id), log_id)
-            except FileNotFoundError:       # deleted by GC or compaction: its entries moved
-                return None
-            self.logs[log_id] = m
-        return m
-
-    def roll(self):
-        """Seal the current log and start the next one (ids are never reused)."""
-        if self.current is not None:
-            self.current.seal(self.current_ledgers)
-            del self.logs[self.current.log_id]
-            self.current = None
-        directory = self.choose_dir() if self.choose_dir is not None else self.directory
-        log_id = self.allocate_log_id()
-        path = os.path.join(directory, "%x.log" % log_id)
-        self.current = MappedLog.create(path, log_id, self.size_limit)
-        self.log_dirs[log_id] = directory
-        self.logs[log_id] = self.current
-        self.current_ledgers = {}
-        fileio.fsync_dir(directory)
-        return log_id
-
-    def flush(self):
-        if self.current is not None:
-            self.current.flush()
-
-    def close(self):
-        if self.current is not None:
-            self.current.flush()
-        for m in self.logs.values():
-            (<MappedLog>m).close()
-        self.logs.clear()
-        self.current = None
-
-    def forget(self, uint64_t log_id):
-        """Unmap a log (before it is deleted)."""
-        m = self.logs.pop(log_id, None)
-        if m is not None:
-            m.close()
-
-    cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL:
-        cdef MappedLog m = self._log(location >> 32)
-        if m is None:
-            return NULL
-        return m.checked_entry_at(<uint32_t>location, n)
-
-    def read_encoded(self, uint64_t location):
-        cdef Py_ssize_t n = 0
-        cdef const uint8_t *p = self.locate(location, &n)
-        if p == NULL:
-            raise CorruptedDataError(f"no entry at location {location:#x}")
-        return PyBytes_FromStringAndSize(<const char *>p, n)
-
-    def read_payload(self, uint64_t location, uint64_t scope, uint64_t lid, int64_t eid,
-                     int digest, mac_key):
-        cdef Py_ssize_t n = 0
-        cdef const uint8_t *p = self.locate(location, &n)
-        if p == NULL:
-            raise CorruptedDataError(
-                f"index of ledger {ledger_name(scope, lid)} points entry {eid} at {location:#x}, "
-                "where no entry is")
-        return decode_payload(p, n, scope, lid, eid, digest, mac_key)
-
-    def flush_memtable(self, MemTable mt, on_location):
-        """Write the memtable's live entries, sorted by (scope, ledger, entry), at the end of
-        the entry logs, rolling as needed.
-
-        Entries are framed into a staging buffer and written with pwrite, the GIL released:
-        stores into fresh pages of the map made the kernel zero each page first (a fifth of
-        a batch-append run's CPU) and held the GIL while appenders waited. The map shares the
-        page cache, so readers see the bytes once ``position`` passes them. Calls
-        ``on_location(scope, lid, eids, locations)`` (numpy arrays) once per ledger run, after
-        its entries are written, so the index is updated a ledger at a time. Returns the
-        bytes written.
-        """
-        import numpy as np
-        order_a = np.empty(max(mt.live, 1), dtype=np.int32)
-        cdef int32_t[::1] order = order_a
-        cdef Py_ssize_t total = mt.flush_order(&order[0], order.shape[0])
-        eids_arr = np.empty(total, dtype=np.int64)
-        locs_arr = np.zeros(total, dtype=np.uint64)
-        cdef int64_t[::1] eids = eids_arr
-        cdef uint64_t[::1] locs = locs_arr
-        cdef Py_ssize_t i = 0, start, j, run_bytes, staged, room
-        cdef uint64_t scope, lid
-        cdef const mt_rec *r
-        cdef MappedLog cur
-        cdef _Stage st = _Stage(STAGE_BYTES)
-        cdef Py_ssize_t written = 0
-        while i < total:
-            start = i
-            scope, lid = mt.recs[order[i]].scope, mt.recs[order[i]].lid
-            run_bytes = 0
-            while i < total:
-                if self.current is None:
-                    self.roll()
-                cur = self.current
-                # keep room for the seal's ledgers map and block checksums: a log filled to
-                # its end was sealed without them (no checksums for its reads to check)
-                room = cur.mapped - cur.position - (
-                    12 + 24 * (len(self.current_ledgers) + 1) + 16 +
-                    4 * ((cur.mapped - HEADER_SIZE + CRC_BLOCK_BYTES - 1) // CRC_BLOCK_BYTES))
-                r = &mt.recs[order[i]]
-                if 4 + <Py_ssize_t>r.size > room:
-                    if cur.position == HEADER_SIZE:
-                        raise CorruptedDataError(
-                            f"entry of {r.size} bytes is larger than entry_log_size_limit")
-                    self._account(scope, lid, run_bytes)
-                    run_bytes = 0
-                    self.roll()
-                    continue
-                st.fit(4 + <Py_ssize_t>r.size)
-                with nogil:
-                    j = _stage_run(mt.recs, mt.arena, &order[0], i, total, st.data, st.capacity, room,
-                                   cur.position, (cur.log_id << 32), &eids[0], &locs[0], &staged)
-                cur.write_end(st.data, staged)
-                run_bytes += staged
-                written += staged
-                i = j
-                if i >= total or mt.recs[order[i]].scope != scope or mt.recs[order[i]].lid != lid:
-                    break
-            self._account(scope, lid, run_bytes)
-            on_location(scope, lid, eids_arr[start:i], locs_arr[start:i])
-        return written
-
-    cdef _account(self, uint64_t scope, uint64_t lid, Py_ssize_t nbytes):
-        if nbytes:
-            key = (scope, lid)
-            self.current_ledgers[key] = self.current_ledgers.get(key, 0) + nbytes
-
-
-cdef enum:
-    STAGE_BYTES = 4 << 20          # bytes framed before each pwrite of a memtable flush
-
-
-cdef class _Stage:
-    """A malloc'd staging buffer that grows to fit the largest entry."""
-    cdef uint8_t *data
-    cdef Py_ssize_t capacity
-
-    def __cinit__(self, Py_ssize_t capacity):
-        self.data = <uint8_t *>malloc(capacity)
-        if self.data == NULL:
-            raise MemoryError()
-        self.capacity = capacity
-
-    def __dealloc__(self):
-        free(self.data)
-
-    cdef int fit(self, Py_ssize_t n) except -1:
-        cdef uint8_t *p
-        if n > self.capacity:
-            p = <uint8_t *>realloc(self.data, n)
-            if p == NULL:
-                raise MemoryError()
-            self.data, self.capacity = p, n
-        return 0
-
-
-cdef Py_ssize_t _stage_run(const mt_rec *recs, const uint8_t *arena, const int32_t *order, Py_ssize_t i, Py_ssize_t total,
-                           uint8_t *stage, Py_ssize_t cap, Py_ssize_t room, Py_ssize_t position,
-                           uint64_t log_bits, int64_t *eids, uint64_t *locs,
-                           Py_ssize_t *staged) noexcept nogil:
-    """Frame (size:u32, entry) records of one ledger's run, from order[i] on, into ``stage``
-    while they fit in it and in the log's ``room``; returns the index after the last one."""
-    cdef const mt_rec *r = &recs[order[i]]
-    cdef uint64_t scope = r.scope, lid = r.lid
-    cdef Py_ssize_t used = 0, n
-    while i < total:
-        r = &recs[order[i]]
-        n = r.size
-        if r.scope != scope or r.lid != lid or used + 4 + n > cap or used + 4 + n > room:
-            break
-        el_put32(stage + used, <uint32_t>n)
-        memcpy(stage + used + 4, arena + r.offset, n)
-        eids[i] = r.eid
-        locs[i] = log_bits | <uint64_t>(position + used + 4)
-        used += 4 + n
-        i += 1
-    staged[0] = used
-    return i
-
-
-def _log_id_of(name):
-    """The id in an entry log's or compaction file's name (<hex>.log[...], <hex>.compaction)."""
-    stem, dot, rest = name.partition(".")
-    if not dot or not (rest == "log" or rest.startswith("log.") or rest == "compaction"):
-        return None
-    try:
-        return int(stem, 16)
-    except ValueError:
-        return None

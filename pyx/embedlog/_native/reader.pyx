@@ -24,7 +24,8 @@ cimport numpy as cnp
 
 from embedlog._native.format cimport decode_payload, check_entry, DIGEST_MAC, el_put32, el_put64
 from embedlog._native.memtable cimport MemTable
-from embedlog._native.entrylog cimport EntryLogger, MappedLog
+from embedlog._native.entrylog cimport MappedLog
+from embedlog._native.entrylogger cimport EntryLogger
 from embedlog._native.index cimport LedgerIndex
 
 from embedlog._native.format import ledger_name

@@ -1,0 +1,17 @@
+from libc.stdint cimport uint8_t, uint64_t
+
+from embedlog._native.entrylog cimport MappedLog
+
+cdef class EntryLogger:
+    cdef readonly object directory     # the first ledger directory
+    cdef readonly list directories
+    cdef public object choose_dir
+    cdef dict log_dirs            # log id -> directory holding it
+    cdef readonly Py_ssize_t size_limit
+    cdef readonly MappedLog current
+    cdef dict logs                # log id -> MappedLog
+    cdef readonly dict current_ledgers   # (scope, ledger) -> bytes in the current log
+    cdef readonly uint64_t last_log_id
+    cdef MappedLog _log(self, uint64_t log_id)
+    cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL
+    cdef _account(self, uint64_t scope, uint64_t lid, Py_ssize_t nbytes)
