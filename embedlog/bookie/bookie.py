@@ -293,9 +293,11 @@ class Bookie:
         if self._closed:
             raise EmbedlogError("bookie is closed")
 
-    def _ensure_writable(self):
+    def _ensure_writable(self, high_priority: bool = False):
         self._ensure_open()
-        if self.read_only:
+        # BookKeeper's read-only bookie still takes high-priority adds (a recovery's) while
+        # its disks have room: here, when the operator alone made it read-only
+        if self.read_only and not (high_priority and self._read_only_reasons == {"operator"}):
             raise ReadOnlyBookieError(f"bookie {self.bookie_id} is read-only")
 
     # -- adds ---------------------------------------------------------------------------
@@ -348,16 +350,18 @@ class Bookie:
         return seq, length
 
     def add_entries(self, entries: list, master_key: bytes, recovery: bool = False,
-                    term: int = 0, truncate: bool = False, ledger=None) -> int:
+                    term: int = 0, truncate: bool = False, ledger=None,
+                    high_priority: bool = False) -> int:
         """Journal and store encoded entries (wire path); returns the seq to wait for.
 
         ``term`` is checked and adopted (unbounded ledgers; 0 for bounded ones). With
         ``truncate`` the last entry is a stream's truncating no-op: every entry above it
         is forgotten, durably (a TRUNCATE journal record follows it). With ``ledger``
-        ((scope, ledger id)) every entry must belong to that ledger."""
+        ((scope, ledger id)) every entry must belong to that ledger. ``high_priority`` (a
+        BookKeeper client's recovery add) is taken on a bookie the operator made read-only."""
         d = self.descriptors
         with self.cv:
-            self._ensure_writable()
+            self._ensure_writable(high_priority)
             checked = {}
             headers = [parse_entry_header(e) for e in entries]     # parsed once, used twice
             for e, (_v, scope, lid, eid, _lac, _len, _d) in zip(entries, headers):
