@@ -325,9 +325,13 @@ class BookKeeperSession:
 
         self.bookie.on_durable(seq, done)
 
-    def _add(self, lid: int, eid: int, key: bytes, body, recovery: bool, reply, ok, fail) -> None:
+    def _add(self, lid: int, eid: int, key: bytes, body, recovery: bool, reply, ok, fail,
+             high_priority: bool = False) -> None:
+        # high priority (a Java recovery's adds): taken by a bookie the operator made
+        # read-only, as WriteEntryProcessor(V3) takes them (Bookie._ensure_writable)
         try:
-            seq = self.bookie.add_entries([body], key, recovery=recovery, ledger=(0, lid))
+            seq = self.bookie.add_entries([body], key, recovery=recovery, ledger=(0, lid),
+                                          high_priority=high_priority)
         except Exception as exc:
             reply.send(fail(exc))
             if not isinstance(exc, EmbedlogError):
@@ -350,7 +354,8 @@ class BookKeeperSession:
             return
         self._add(lid, eid, req.master_key, req.body, req.flag == W.RECOVERY_ADD, reply,
                   S.v3_add_response(txn, W.EOK, lid, eid),
-                  lambda exc: S.v3_add_response(txn, _v3(_code(exc)), lid, eid))
+                  lambda exc: S.v3_add_response(txn, _v3(_code(exc)), lid, eid),
+                  high_priority=bool(req.priority))
 
     def _read_v3(self, req, reply) -> None:
         lid, eid, txn = req.ledger_id, req.entry_id, req.txn_id
@@ -550,7 +555,8 @@ class BookKeeperSession:
         op, version, flags, lid, eid, key, entry = req
         self._add(lid, eid, key, entry, bool(flags & S.FLAG_RECOVERY_ADD), reply,
                   S.v2_response(version, op, EOK, lid, eid),
-                  lambda exc: S.v2_response(version, op, _code(exc), lid, eid))
+                  lambda exc: S.v2_response(version, op, _code(exc), lid, eid),
+                  high_priority=bool(flags & S.FLAG_HIGH_PRIORITY))
 
     def _read_v2(self, req, reply) -> None:
         op, version, flags, lid, eid, key, rest = req
