@@ -5,7 +5,8 @@ processes on a ZooKeeper root that BookieShell formatted, and offers BookieShell
 oracle (metadata, entries, bookies, ledgers) plus ``tools/peers/BkDriver.java``, our own
 driver of BookKeeper's Java client, for what the shell cannot do (create with a chosen
 quorum and digest, write while a test kills things, recovery opens, long-poll tails,
-benchmarks)::
+benchmarks; the jar, its arguments and its output are harness/bkdriver.py's, the shell's
+output parsers harness/shell_output.py's)::
 
     with BookKeeperCluster("4.17.2", bookies=3) as bk:
         made = bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2, count=100)
@@ -63,9 +64,6 @@ What differed from ../shared/reference/RECIPES.md (its recipe had never run here
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -79,6 +77,9 @@ from typing import Callable
 
 from embedlog.errors import IllegalOpError
 from embedlog.harness import jars, jvmcds
+from embedlog.harness.bkdriver import (DRIVER_SOURCE, BookKeeperToolError, DriverResult,
+                                       driver_args, driver_classpath)
+from embedlog.harness.shell_output import field, parse_boxed_entries, parse_hexdump_entries
 from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer, free_port,
                                       free_ports, port_taken)
 
@@ -87,8 +88,6 @@ STOP_TIMEOUT_S = 10.0
 DUMP_TIMEOUT_S = 60.0           # more for a JVM writing a class-data-sharing archive at exit
 TOOL_TIMEOUT_S = 120.0
 BOOKIE_ZK_TIMEOUT_MS = 4000     # a killed bookie's znode outlives it by this: restarts wait on it
-DRIVER_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "tools", "peers", "BkDriver.java")
 DIGEST_BYTES = {"CRC32": 8, "CRC32C": 4, "MAC": 20, "DUMMY": 0}
 ENTRY_HEADER_BYTES = 32         # ledger id, entry id, LAC, length: 4 longs before the digest
 
@@ -154,15 +153,6 @@ _TOOL_LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
 _DRIVER_SETUP = threading.Lock()
 
 
-class BookKeeperToolError(RuntimeError):
-    """A BookieShell command or a BkDriver run failed; ``output`` holds what it printed."""
-
-    def __init__(self, message: str, output: str = "", returncode: int | None = None):
-        super().__init__(message)
-        self.output = output
-        self.returncode = returncode
-
-
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL it when the spawning thread dies, so a SIGKILLed
     test run leaves no JVMs behind (atexit covers ordinary exits)."""
@@ -174,122 +164,6 @@ def _die_with_parent() -> None:
 def _preexec():
     # PDEATHSIG follows the spawning *thread*: only the main thread lives as long as we do
     return _die_with_parent if threading.current_thread() is threading.main_thread() else None
-
-
-def _lock(path: str):
-    f = open(path, "w")
-    fcntl.flock(f, fcntl.LOCK_EX)
-    return f
-
-
-# -- the driver ---------------------------------------------------------------------------
-
-def driver_classpath(version: str) -> tuple[str, str | None]:
-    """(classpath, main) running BkDriver on ``version``'s jars: compiled once per version
-    and source (javac ~1.5 s) into a jar under ``<cache>/bkdriver/`` (a jar, not a class
-    directory, so class-data sharing takes it); without javac, (jars, None): run the source
-    file with Java's source launcher, which compiles on every run."""
-    cp = jars.classpath(f"bookkeeper-{version}")
-    javac = shutil.which("javac")
-    if javac is None:
-        return cp, None
-    with open(DRIVER_SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:12]
-    home = os.path.join(jars.cache_dir(), "bkdriver")
-    jar = os.path.join(home, f"BkDriver-{version}-{digest}.jar")
-    if not os.path.exists(jar):
-        os.makedirs(home, exist_ok=True)
-        with _lock(os.path.join(home, ".lock")):
-            if not os.path.exists(jar):
-                _compile_driver(javac, cp, jar)
-                for old in os.listdir(home):       # builds of an earlier BkDriver.java
-                    if old.startswith(f"BkDriver-{version}-") and old != os.path.basename(jar):
-                        os.unlink(os.path.join(home, old))
-    return f"{cp}:{jar}", "BkDriver"
-
-
-def _compile_driver(javac: str, cp: str, jar: str) -> None:
-    import zipfile  # lazy: only when the driver is (re)built
-    with tempfile.TemporaryDirectory(prefix="bkdriver-") as classes:
-        run = subprocess.run([javac, "-nowarn", "-d", classes, "-cp", cp, DRIVER_SOURCE],
-                             capture_output=True, text=True)
-        if run.returncode != 0:
-            raise BookKeeperToolError(f"javac BkDriver.java failed: {run.stderr[-2000:]}",
-                                      run.stderr, run.returncode)
-        staging = f"{jar}.{os.getpid()}.tmp"
-        with zipfile.ZipFile(staging, "w") as z:
-            for name in sorted(os.listdir(classes)):
-                z.write(os.path.join(classes, name), name)
-        os.replace(staging, jar)
-
-
-@dataclasses.dataclass
-class DriverResult:
-    """What a BkDriver run printed, parsed (see the grammar at the top of BkDriver.java)."""
-    returncode: int | None = None
-    lines: list[str] = dataclasses.field(default_factory=list)
-    ledger_id: int | None = None
-    acked: list[int] = dataclasses.field(default_factory=list)
-    ensembles: dict[int, list[str]] = dataclasses.field(default_factory=dict)
-    lac: int | None = None
-    length: int | None = None
-    closed: bool | None = None
-    entries: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)
-    error: str | None = None        # "CODE NAME MESSAGE" of an error line
-    error_code: int | None = None   # BookKeeper's BKException code (e.g. -102 unauthorized)
-    bench: dict | None = None
-    explicit_lac: int | None = None     # readExplicitLastConfirmed (READ_LAC)
-    custom_metadata: dict[str, bytes] = dataclasses.field(default_factory=dict)
-    batches: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (first, count)
-
-    def feed(self, line: str) -> None:
-        """Take one output line."""
-        import json  # lazy: only bench output needs it
-        line = line.rstrip("\n")
-        self.lines.append(line)
-        word, _, rest = line.partition(" ")
-        if word == "ledger":
-            self.ledger_id = int(rest)
-        elif word == "ack":
-            self.acked.append(int(rest))
-        elif word == "ensemble":
-            first, _, bookies = rest.partition(" ")
-            self.ensembles[int(first)] = bookies.split(",") if bookies else []
-        elif word == "lac":
-            self.lac = int(rest)
-        elif word == "length":
-            self.length = int(rest)
-        elif word == "closed":
-            self.closed = rest == "true"
-        elif word == "entry":
-            eid, _, data = rest.partition(" ")
-            self.entries.append((int(eid), bytes.fromhex(data)))
-        elif word == "explicitlac":
-            self.explicit_lac = int(rest)
-        elif word == "meta":
-            key, _, data = rest.partition(" ")
-            self.custom_metadata[key] = bytes.fromhex(data)
-        elif word == "batch":
-            first, count = rest.split()
-            self.batches.append((int(first), int(count)))
-        elif word in ("error", "usage"):
-            self.error = rest
-            code = rest.split(" ", 1)[0]
-            self.error_code = int(code) if re.fullmatch(r"-?\d+", code) else None
-        elif line.startswith("{"):
-            self.bench = json.loads(line)
-
-
-def driver_args(command: str, *positional, **options) -> list[str]:
-    """BkDriver arguments from Python names: ``write_quorum=2`` -> ``--write-quorum 2``,
-    ``recover=True`` -> ``--recover`` (False or None leave an option out)."""
-    args = [command, *(str(p) for p in positional)]
-    for name, value in options.items():
-        if value is None or value is False:
-            continue
-        flag = "--" + name.replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
-    return args
 
 
 # -- the cluster --------------------------------------------------------------------------
@@ -668,22 +542,22 @@ class BookKeeperCluster:
             args = ["readledger", "-m", "-l", ledger_id, "-fe", first]
             if last is not None:
                 args += ["-le", last]
-            return _parse_hexdump_entries(self.shell(*args))
+            return parse_hexdump_entries(self.shell(*args))
         meta = ""
         if last is None or (digest is None and not raw):
             meta = self.ledger_metadata(ledger_id)
         if last is None:
-            last = int(_field(meta, "lastEntryId"))
+            last = int(field(meta, "lastEntryId"))
             if last < 0:
                 raise IllegalOpError(f"ledger {ledger_id} is open: give last= to read it "
                                      f"from {bookie}")
         # with -b the last id is exclusive (without it, inclusive)
         out = self.shell("readledger", "-m", "-l", ledger_id, "-b", bookie, "-fe", first,
                          "-le", last + 1)
-        stored = _parse_boxed_entries(out)
+        stored = parse_boxed_entries(out)
         if raw:
             return stored
-        digest = digest or _field(meta, "digestType")
+        digest = digest or field(meta, "digestType")
         skip = ENTRY_HEADER_BYTES + DIGEST_BYTES[digest.upper()]
         return [(eid, data[skip:]) for eid, data in stored]
 
@@ -761,43 +635,7 @@ class _PortTaken(Exception):
         self.index = index
 
 
-def _field(meta: str, name: str) -> str:
-    """One ``name=value`` of BookKeeper's LedgerMetadata{...} rendering."""
-    m = re.search(rf"\b{name}=([^,}}]*)", meta)
-    if m is None:
-        raise BookKeeperToolError(f"no {name} in {meta!r}", meta)
-    return m.group(1)
-
-
 _SHELL_DUMPERS = ("simpletest", "readledger")
-_BLOCK = re.compile(r"^--------- Lid=\d+, Eid=(\d+)")
-
-
-def _parse_hexdump_entries(out: str) -> list[tuple[int, bytes]]:
-    """readledger -m with HexDumpEntryFormatter (commons-io HexDump): a block header line,
-    then lines "OOOOOOOO XX XX ... ascii", 16 bytes a line, the bytes in columns 9..56."""
-    entries: list[tuple[int, bytes]] = []
-    for line in out.splitlines():
-        m = _BLOCK.match(line)
-        if m:
-            entries.append((int(m.group(1)), b""))
-        elif entries and re.match(r"^[0-9A-Fa-f]{8} ", line):
-            eid, data = entries[-1]
-            entries[-1] = (eid, data + bytes.fromhex(line[9:57]))
-    return entries
-
-
-def _parse_boxed_entries(out: str) -> list[tuple[int, bytes]]:
-    """readledger -b: Netty's prettyHexDump, rows "|OOOOOOOO| XX XX ... |ascii|"."""
-    entries: list[tuple[int, bytes]] = []
-    for line in out.splitlines():
-        m = _BLOCK.match(line)
-        if m:
-            entries.append((int(m.group(1)), b""))
-        elif entries and re.match(r"^\|[0-9a-f]{8}\|", line):
-            eid, data = entries[-1]
-            entries[-1] = (eid, data + bytes.fromhex(line[10:].split("|", 1)[0]))
-    return entries
 
 
 def warm(versions=jars.BOOKKEEPER_VERSIONS) -> None:

@@ -12,14 +12,10 @@ ZooKeeper fails. The codec alone is tests/net/test_bkserve.py.
 """
 from __future__ import annotations
 
-import os
-import re
 import socket
 import struct
-import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -30,11 +26,12 @@ from embedlog._native import format as F
 from embedlog.errors import EmbedlogError, LedgerFencedError
 from embedlog.harness import jars
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from bk_bookie_tools import (PASSWORD, closed_by_peer, driver_lines, entries, finish,
+                             fired_on, java_cookies, java_read_many, lac_body_on_disk,
+                             parallel, send_lines)
 
-PASSWORD = "bookie-pw"
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERSIONS = list(jars.BOOKKEEPER_VERSIONS[:2])
 
 
@@ -82,57 +79,6 @@ def setup(request, zk):
     bk.stop()
 
 
-def parallel(*calls):
-    with ThreadPoolExecutor(len(calls)) as pool:
-        return [f.result() for f in [pool.submit(c) for c in calls]]
-
-
-def send_lines(proc, payloads) -> None:
-    proc.stdin.write("".join(p.hex() + "\n" for p in payloads))
-    proc.stdin.flush()
-
-
-def driver_lines(proc, result, until, what: str) -> None:
-    while not until(result):
-        line = proc.stdout.readline()
-        assert line, f"BkDriver ended before {what}: {result.lines} {proc.stderr.read()[-2000:]}"
-        result.feed(line)
-
-
-def finish(proc, result) -> int:
-    proc.stdin.close()
-    for line in proc.stdout:
-        result.feed(line)
-    return proc.wait(timeout=60)
-
-
-def java_read_many(bk, lids) -> dict:
-    """tools/peers/BkLedgers.java read: per ledger (lac, [(eid, payload)]) or its error."""
-    source = os.path.join(ROOT, "tools", "peers", "BkLedgers.java")
-    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp",
-                          jars.classpath(f"bookkeeper-{bk.version}"), source, "read",
-                          bk.metadata_uri, PASSWORD, *map(str, lids)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    got: dict = {}
-    for line in out.stdout.splitlines():
-        word, _, rest = line.partition(" ")
-        if word == "lac":
-            lid, lac = map(int, rest.split())
-            got[lid] = (lac, [])
-        elif word == "entry":
-            lid, eid, data = rest.split(" ")
-            got[int(lid)][1].append((int(eid), bytes.fromhex(data)))
-        elif word == "error":
-            lid, _, why = rest.partition(" ")
-            got[int(lid)] = why
-    return got
-
-
-def entries(n: int, tag: str = "entry") -> list[bytes]:
-    return [f"{tag}-{i}".encode() for i in range(n)]
-
-
 # -- registration ------------------------------------------------------------------------------
 
 def test_java_tools_list_embedlog_bookies(setup):
@@ -140,30 +86,6 @@ def test_java_tools_list_embedlog_bookies(setup):
     listed = setup.bk.list_bookies()
     for i in range(len(setup.lc)):
         assert any(setup.lc.bookie_id(i) in line for line in listed), listed
-
-
-def java_cookies(bk, ids) -> dict:
-    """tools/peers/BkCookie.java: per bookie id, the cookie BookKeeper's Cookie class read
-    (its toString) or the error."""
-    source = os.path.join(ROOT, "tools", "peers", "BkCookie.java")
-    out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx128m", "-cp",
-                          jars.classpath(f"bookkeeper-{bk.version}"), source,
-                          bk.metadata_uri, *ids], capture_output=True, text=True, timeout=120)
-    got: dict = {}
-    current = None
-    for line in out.stdout.splitlines():
-        if current is None and line.startswith("cookie "):
-            current = line.split()[1]
-            got[current] = ""
-        elif current is None and line.startswith("error "):
-            _, bid, why = line.split(" ", 2)
-            got[bid] = RuntimeError(why)
-        elif line == "end":
-            current = None
-        elif current is not None:
-            got[current] += line + "\n"
-    assert set(got) == set(ids), out.stdout + out.stderr[-3000:]
-    return got
 
 
 def test_java_reads_an_embedlog_bookies_cookie(setup):
@@ -305,17 +227,6 @@ def raw(setup, i: int) -> socket.socket:
     return s
 
 
-def closed_by_peer(s: socket.socket) -> bool:
-    try:
-        while True:
-            if not s.recv(65536):
-                return True
-    except socket.timeout:
-        return False
-    except OSError:
-        return True
-
-
 def test_hostile_frames_close_the_connection_and_lose_nothing(setup):
     """Malformed v3 and v2 frames (garbage protobuf, wrong wire types, short packets, an
     unknown v2 opcode, a frame over 5 MiB, a v3 add whose entry names another id) get an
@@ -405,30 +316,16 @@ PULSAR_METADATA = {"application": b"pulsar", "component": b"managed-ledger",
                    "pulsar/managed-ledger": b"public/default/persistent/topic"}
 
 
-def lac_body_on_disk(lc, i: int, lid: int) -> bytes | None:
-    """The WRITE_LAC body in the index header of ``lid`` on embedlog bookie ``i``, or None."""
-    import glob
-    from embedlog._native import index as ni
-    paths = glob.glob(os.path.join(lc.bookie_dir(i), "**", f"{lid:x}.idx"), recursive=True)
-    if not paths:
-        return None
-    with open(paths[0], "rb") as f:
-        h = f.read(ni.HEADER_SIZE)
-    if len(h) < ni.HEADER_SIZE or not int.from_bytes(h[8:12], "big") & ni.STATE_LAC_BODY:
-        return None
-    return h[116:116 + int.from_bytes(h[112:116], "big")]
-
-
 def test_pulsar_settings_then_the_explicit_lac_survives_sigkill(setup):
     """Pulsar's client settings on embedlog bookies: v2 for adds and reads (its v3 pool for
     WRITE_LAC and READ_LAC), CRC32C, an empty password, custom metadata, explicitLacInterval
     100 ms, a tailing reader polling readLastAddConfirmed, and (4.17 on: 4.16 has no batch
     read API) batch reads of an E = Qw ledger, served as v2 BATCH_READ_ENTRY requests.
 
-    Then the explicit LAC (29, one past what the last entry carries) is read by
-    readExplicitLastConfirmed after the writer and every bookie of the ensemble were
-    SIGKILLed and restarted: the bookies keep the WRITE_LAC body (index header, synced
-    before the answer), as BookKeeper keeps it (journalled)."""
+    The reader runs after the writer and every bookie of the ensemble were SIGKILLed and
+    restarted: readExplicitLastConfirmed still gets 29 (one past what the last entry
+    carries) because the bookies keep the WRITE_LAC body (index header, synced before the
+    answer), as BookKeeper keeps it (journalled); with it the reader reads entry 29."""
     from embedlog.harness.bookkeeper import DriverResult
     bk, lc, client = setup.bk, setup.lc, setup.client
     batch = tuple(map(int, bk.version.split("."))) >= (4, 17)
@@ -459,47 +356,35 @@ def test_pulsar_settings_then_the_explicit_lac_survives_sigkill(setup):
         idx = [lc.index_of(b) for b in ensemble]
         wait_until(lambda: all(lac_body_on_disk(lc, i, lid) is not None for i in idx),
                    what="the WRITE_LAC bodies in the index headers")
-        before = client.bookie_info(ensemble)
-        read = bk.java_client("read", lid, v2=True, explicit_lac=True, batch_read=batch,
-                              batch=10 if batch else None)
-        after = client.bookie_info(ensemble)
     finally:
         watchdog.cancel()
-        for p in (writer, tail):
+        for p in (writer, tail):              # the writer dies as a broker does: no close
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+    # every copy of the explicit LAC's body dies with its bookie unless it was kept
+    for i in idx:
+        lc.kill_bookie(i)
+    parallel(*[lambda i=i: lc.restart_bookie(i) for i in idx])
+    read = bk.java_client("read", lid, v2=True, explicit_lac=True, batch_read=batch,
+                          batch=10 if batch else None)
+    served = client.bookie_info(ensemble)
     assert read.custom_metadata == PULSAR_METADATA, read.lines
     assert read.lac == 28 and read.explicit_lac == 29, read.lines
     assert read.entries == list(enumerate(entries(30, "pulsar")))
-    batches = sum(after[b]["server"].get("bk_batch_reads", 0)
-                  - before[b]["server"].get("bk_batch_reads", 0) for b in ensemble)
+    batches = sum(served[b]["server"].get("bk_batch_reads", 0) for b in ensemble)
     if batch:
         assert read.batches and max(n for _, n in read.batches) > 1, read.batches
         assert batches >= len(read.batches), (batches, read.batches)
     else:
         assert batches == 0
-    # every copy of the explicit LAC's body dies with its bookie unless it was kept
-    for i in idx:
-        lc.kill_bookie(i)
-    for i in idx:
-        lc.restart_bookie(i)
-    again = bk.java_client("read", lid, explicit_lac=True, v2=True)
-    assert again.explicit_lac == 29, again.lines
-    assert again.entries == list(enumerate(entries(30, "pulsar")))
 
 
 # -- per-message faults on BookKeeper connections ----------------------------------------------------
 
-# on the faulted bookie: its 3rd add answered 1.5 s late, its 12th answered EIO, its 20th
-# stored but never answered; its 1st read answered EIO, its 2nd never, its 3rd 1.5 s late
-MESSAGE_FAULTS = "bkserver.add=delay:3:1500|error:12|drop:20,bkserver.read=error:1|drop:2|delay:3:1500"
-
-
-def fired_on(lc, bookie_id: str) -> list[tuple[str, str]]:
-    """(point, fault) of each message failpoint the bookie's log says fired."""
-    with open(os.path.join(lc.bookie_dir(lc.index_of(bookie_id)), "bookie.log")) as f:
-        return re.findall(r"failpoint (bkserver\.\w+): \('(\w+)'", f.read())
+# on the faulted bookie: its 3rd add answered 0.8 s late, its 12th answered EIO, its 20th
+# stored but never answered; its 1st read answered EIO, its 2nd never, its 3rd 0.8 s late
+MESSAGE_FAULTS = "bkserver.add=delay:3:800|error:12|drop:20,bkserver.read=error:1|drop:2|delay:3:800"
 
 
 def test_message_faults_on_java_connections_lose_nothing(setup, monkeypatch):
@@ -589,9 +474,10 @@ def test_embedlog_bookie_read_only_mid_write_java_changes_ensemble(setup):
         assert read.closed and read.lac == 29 and read.entries == list(enumerate(entries(30, "ro")))
         r = setup.client.open_ledger(result.ledger_id, PW, recovery=False)
         assert [e.data for e in r.read(0, 29)] == entries(30, "ro")
-        # what the read-only bookie took before it turned is still served from it
+        # what the read-only bookie took before it turned is still served from it (the
+        # last acknowledged adds may have reached it after it turned: it refused those)
         held = bk.read_ledger(result.ledger_id, bookie=victim, last=9, digest="CRC32C")
-        assert held == list(enumerate(entries(10, "ro"))), held
+        assert held and all(p == entries(10, "ro")[e] for e, p in held), held
     finally:
         watchdog.cancel()
         if proc.poll() is None:
@@ -599,6 +485,43 @@ def test_embedlog_bookie_read_only_mid_write_java_changes_ensemble(setup):
             proc.wait()
         if victim is not None:
             lc.set_read_only(lc.index_of(victim), False)
+
+
+def test_java_recovery_writes_back_to_a_read_only_embedlog_bookie(setup):
+    """BookKeeper's read-only bookie still takes high-priority adds (WriteEntryProcessor's
+    isAvailableForHighPriorityWrites): a recovery's write-backs (RECOVERY_ADD, priority set
+    over v3, FLAG_HIGH_PRIORITY over v2). A Java writer (3/3/2) SIGKILLed after 20 acks, one
+    bookie of its ensemble turned read-only, BookKeeper's recovery (v2 on 4.16, v3 on 4.17)
+    writes entry 19 (past the LAC 18 it carries) back to all three and closes with the
+    ensemble unchanged: refused, the read-only bookie would have been replaced."""
+    from embedlog.harness.bookkeeper import DriverResult
+    bk, lc = setup.bk, setup.lc
+    proc = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
+                                digest="CRC32C", password=PASSWORD, stdin=True, no_close=True)
+    watchdog = threading.Timer(90, proc.kill)
+    watchdog.start()
+    result = DriverResult()
+    ro = None
+    try:
+        send_lines(proc, entries(20, "hp"))
+        driver_lines(proc, result, lambda r: len(r.acked) == 20, "20 acks")
+        proc.kill()
+        proc.wait()
+        ro = result.ensembles[0][2]
+        lc.set_read_only(lc.index_of(ro))
+        closed = bk.java_client("close", result.ledger_id, password=PASSWORD,
+                                v2=bk.version.startswith("4.16"))
+        assert closed.closed and closed.lac == 19, closed.lines
+        assert closed.ensembles == result.ensembles, (closed.ensembles, result.ensembles)
+        r = setup.client.open_ledger(result.ledger_id, PW, recovery=False)
+        assert [e.data for e in r.read(0, 19)] == entries(20, "hp")
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if ro is not None:
+            lc.set_read_only(lc.index_of(ro), False)
 
 
 def test_java_recovery_races_embedlog_recovery_on_embedlog_bookies(setup):
