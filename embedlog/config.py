@@ -43,6 +43,12 @@ class BookieConfig:
     journal_max_backups: int = _key(
         5, "journal files older than the LastLogMark kept for manual recovery (journalMaxBackups).",
         0, 1000)
+    journal_reuse_files: bool = _key(
+        True, "a journal file trimmed after a checkpoint is kept (at most two) and reused for a "
+        "later journal: renamed, given a new header and overwritten, so no zeros are written to "
+        "preallocate it (journalReuseFiles). Its previous records stay behind the new tail, "
+        "unreadable as current ones (salted checksums); replay takes a bad last record in such a "
+        "file as a torn write, as RocksDB does with recycled logs.")
     journal_pre_alloc_size_mb: int = _key(
         16, "MiB of zeros written ahead of the journal tail, so the common fdatasync only "
         "flushes data (journalPreAllocSizeMB).", 1, 1024)

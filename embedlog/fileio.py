@@ -21,6 +21,7 @@ import os
 import threading
 
 _durable: dict | None = None           # path -> bytes known durable, while a test records
+_images: dict = {}                     # path -> a reused file's bytes from its previous life
 _lock = threading.Lock()
 DATA_SUFFIXES = (".txn", ".log", ".idx", ".log.compacting")
 
@@ -111,6 +112,21 @@ def replace(src: str, dst: str) -> None:
                 _durable[os.path.abspath(dst)] = length
 
 
+def reuse(src: str, dst: str) -> None:
+    """Rename a journal file into or out of the files kept for reuse, durably. While a test
+    records, its bytes are kept: a power loss leaves those (its previous life), not zeros,
+    past what its new life made durable."""
+    image = None
+    if _durable is not None:
+        with open(src, "rb") as f:
+            image = f.read()
+    replace(src, dst)
+    if image is not None:
+        with _lock:
+            _images.pop(os.path.abspath(src), None)
+            _images[os.path.abspath(dst)] = image
+
+
 # -- what is durable (tests) -----------------------------------------------------------------
 
 def _record(path: str, length: int | None, size: int | None) -> None:
@@ -135,16 +151,19 @@ def record_durable(on: bool = True) -> None:
     global _durable
     with _lock:
         _durable = {} if on else None
+        _images.clear()
 
 
 def power_loss(root: str) -> list:
     """Cut every file under ``root`` back to what was recorded durable, as a power loss
     would: longer files are truncated to their durable size, bytes past the durable length
-    within it become zeros (preallocated space whose writes never reached the disk), a
-    data file never made durable is removed (its directory entry need not have survived
-    either). Returns what changed."""
+    within it become zeros (preallocated space whose writes never reached the disk), or a
+    reused journal's bytes from its previous life (``reuse``), a data file never made durable
+    is removed (its directory entry need not have survived either). Returns what changed."""
     changed = []
     known = recorded()
+    with _lock:
+        images = dict(_images)
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             path = os.path.abspath(os.path.join(dirpath, name))
@@ -161,8 +180,9 @@ def power_loss(root: str) -> list:
                 cur = size
                 changed.append((path, size))
             if cur > length:
+                old = images.get(path, b"")[length:cur]
                 with open(path, "r+b") as f:
                     f.seek(length)
-                    f.write(bytes(cur - length))
-                changed.append((path, f"zeros from {length}"))
+                    f.write(old + bytes(cur - length - len(old)))
+                changed.append((path, f"{'previous life' if old else 'zeros'} from {length}"))
     return changed

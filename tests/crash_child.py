@@ -22,6 +22,7 @@ def main():
     cfg = dict(skip_list_size_limit=256 << 10, entry_log_size_limit=1 << 20,
                journal_max_size_mb=int(os.environ.get("CRASH_CHILD_JOURNAL_MB", "1")),
                journal_pre_alloc_size_mb=1,
+               journal_max_backups=int(os.environ.get("CRASH_CHILD_JOURNAL_BACKUPS", "5")),
                flush_interval_ms=rnd.choice([20, 100, 1000]))
     out = sys.stdout
     with embedlog.open(path, **cfg) as log:

@@ -2,7 +2,7 @@
 import os
 import shutil
 
-from embedlog._native import journal_format as jformat, journal_scan as jscan
+from embedlog._native import journal_scan as jscan
 from embedlog.bookie.journal import journal_ids
 
 
@@ -38,7 +38,7 @@ def newest_journal(path):
 
 def journal_records(path):
     data = open(path, "rb").read()
-    records, end, status, _ = jscan.scan(data, jformat.HEADER_SIZE)
+    records, end, status, _ = jscan.scan_file(data)
     return records, end, status
 
 

@@ -113,7 +113,7 @@ def targets(path, acked) -> list:
     jdir = os.path.join(path, "journal")
     newest = os.path.join(jdir, "%x.txn" % journal_ids(jdir)[-1])
     data = open(newest, "rb").read()
-    _records, end, _status, _skipped = jscan.scan(data, jformat.HEADER_SIZE)
+    _records, end, _status, _skipped = jscan.scan_file(data)
     out.append(("journal (newest)", newest, (jformat.HEADER_SIZE + end) // 2))
     out.append(("metadata meta.db", os.path.join(path, "meta.db"), None))
     out.append(("cookie current/VERSION", os.path.join(cur, "VERSION"), None))

@@ -36,15 +36,20 @@ TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
 ALIGN = jbuffer.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
 
 
-def journal_ids(directory: str) -> list[int]:
+def journal_ids(directory: str, suffix: str = ".txn") -> list[int]:
+    """The ids of the journal files in ``directory`` (``.free``: those kept for reuse)."""
     ids = []
     for name in os.listdir(directory):
-        if name.endswith(".txn"):
+        if name.endswith(suffix):
             try:
-                ids.append(int(name[:-4], 16))
+                ids.append(int(name[:-len(suffix)], 16))
             except ValueError:
                 pass
     return sorted(ids)
+
+
+FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
+MAX_FREE = 2                      # one trimmed per roll in steady state, and one spare
 
 
 
@@ -87,7 +92,7 @@ class Journal:
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
                           records_written=0, fsync_time_s=0.0, memory_throttled=0,
-                          zeros_written=0)
+                          zeros_written=0, files_reused=0)
         # called after each group (lock held; must be quick): (trigger, records, bytes,
         # fsync seconds or None) -- the admin server's histograms
         self.group_observer = None
@@ -100,6 +105,7 @@ class Journal:
         self._file_id = 0
         self._offset = 0
         self._zero_end = 0
+        self._salt = 0                    # xored into the record crcs of this file's life
         self._claim = None                # (file id, start) being zero-filled
         self._rolling = False
         self._reserved_end = 0            # file offset the write in progress will reach
@@ -135,9 +141,38 @@ class Journal:
         existing = journal_ids(self.directory)
         new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
         path = os.path.join(self.directory, "%x.txn" % new_id)
+        prev = max(existing, default=0)
+        reused = self._reuse_file(new_id, prev, path) if self.config.journal_reuse_files else None
+        if reused is not None:
+            fd, header, zero_end, salt = reused
+            dfd = -1
+            try:
+                dfd = self._open_direct(path)
+                if getattr(self, "_mark", None) is not None:
+                    self._mark.write_head(new_id)
+            except BaseException:
+                os.close(fd)
+                raise
+        else:
+            fd, dfd, header, zero_end = self._new_file(new_id, prev, path)
+            salt = 0
+        for old in (self._fd, self._dfd):
+            if old >= 0:
+                os.close(old)
+        self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, jformat.HEADER_SIZE
+        self._tail = header
+        self._salt = salt
+        self._dropped_to = 0                 # pages below this were dropped from the cache
+        self._path = path
+        self._zero_end = zero_end
+        self.files.append((self.written_seq, new_id, jformat.HEADER_SIZE))
+        del self.files[:-64]
+
+    def _new_file(self, new_id: int, prev: int, path: str):
+        """A new journal file, its header and zeros written ahead: (fd, O_DIRECT fd or -1,
+        header, end of the zeros)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         dfd = -1
-        prev = max(existing, default=0)
         header = jformat.file_header(new_id, prev)
         try:
             # the header's whole block, so O_DIRECT writes start on block boundaries after it
@@ -165,16 +200,41 @@ class Journal:
                 os.close(dfd)
             os.unlink(path)
             raise
-        for old in (self._fd, self._dfd):
-            if old >= 0:
-                os.close(old)
-        self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, jformat.HEADER_SIZE
-        self._tail = header
-        self._dropped_to = 0                 # pages below this were dropped from the cache
-        self._path = path
-        self._zero_end = zero_end
-        self.files.append((self.written_seq, new_id, jformat.HEADER_SIZE))
-        del self.files[:-64]
+        return fd, dfd, header, zero_end
+
+    def _reuse_file(self, new_id: int, prev: int, path: str):
+        """A trimmed journal made journal ``new_id``, or None if none is kept: its new header
+        (a salt its previous life's records do not check with) is synced under its old name,
+        then it is renamed, so a crash leaves either a kept file or a whole new journal.
+        Returns (fd, header, its size, salt)."""
+        for old_id in journal_ids(self.directory, FREE):
+            free = os.path.join(self.directory, "%x%s" % (old_id, FREE))
+            try:
+                fd = os.open(free, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                old_header = os.pread(fd, jformat.HEADER_SIZE, 0)
+                try:
+                    jformat.check_file_header(old_header)
+                    old_salt = jformat.file_salt(old_header)[1]
+                except ValueError:
+                    old_salt = 0
+                salt = jformat.new_salt(new_id, old_salt)
+                header = jformat.file_header(new_id, prev, size, old_id, salt)
+                failpoints.hit("journal.reuse_before_header")
+                if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
+                    raise OSError(errno.ENOSPC, "short write of a journal header")
+                fileio.sync(fd, free, ALIGN, data_only=False)
+                failpoints.hit("journal.reuse_before_rename")
+                fileio.reuse(free, path)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.stats["files_reused"] += 1
+            return fd, header, size, salt
+        return None
 
     def _open_direct(self, path: str) -> int:
         """The journal file opened O_DIRECT, or -1 where that is off or refused (tmpfs)."""
@@ -295,6 +355,7 @@ class Journal:
             if rolled:
                 self._open_file_locked_out(start_seq, sync_old=not self._needs_roll)
             attempted = (self._path, self._offset, buf.nbytes)
+            buf.salt(self._salt)
             self._write(buf)
             self._offset += buf.nbytes
             sync = self.config.journal_sync_data
@@ -607,13 +668,21 @@ class Journal:
     # -- retention ---------------------------------------------------------------------
 
     def trim(self, mark_file_id: int) -> list[int]:
-        """Delete journals older than the mark, keeping journal_max_backups of them."""
+        """Delete journals older than the mark, keeping journal_max_backups of them; with
+        journal_reuse_files, whole ones (of journal_max_size_mb) are kept for reuse instead,
+        at most MAX_FREE."""
         old = [i for i in journal_ids(self.directory) if i < mark_file_id]
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
+        free = len(journal_ids(self.directory, FREE)) if self.config.journal_reuse_files else MAX_FREE
         for i in victims:
+            path = os.path.join(self.directory, "%x.txn" % i)
             try:
-                os.unlink(os.path.join(self.directory, "%x.txn" % i))
+                if free < MAX_FREE and os.path.getsize(path) >= self._max_bytes:
+                    fileio.reuse(path, os.path.join(self.directory, "%x%s" % (i, FREE)))
+                    free += 1
+                else:
+                    os.unlink(path)
             except FileNotFoundError:
                 pass                # already trimmed: deleting is idempotent
         if victims:

@@ -192,15 +192,21 @@ def check_chain(directory: str, mark_id: int, head: int | None) -> list:
 
 RECORD_HEAD = 9                  # len:u32 crc:u32 type:u8
 SECTOR = 512                     # the unit a torn write loses
+RECYCLED_TORN_COPY = 4096        # of a torn tail in a reused journal, what is kept under torn/
 
 
 def tail_damage(mm, end: int, size: int, max_record_size: int,
-                hole_after: bool = False) -> str | None:
+                hole_after: bool = False, recycled: bool = False) -> str | None:
     """What the bad record at ``end`` (the last thing in its file) is: None for a torn write
     (part of it never reached the disk: it ends in zeros, or a sector of it is all zeros, as
     preallocated space reads), else why it is damage: a record cut by the end of the file,
     or a complete record (every sector written) failing its checksum, such as a flipped bit.
-    ``hole_after``: ``size`` is where the file's data stops, a hole (never written) follows."""
+    ``hole_after``: ``size`` is where the file's data stops, a hole (never written) follows.
+    ``recycled``: in a reused journal, sectors a torn write missed hold its previous life's
+    bytes, not zeros, so only the file's end tells damage (RocksDB's rule for recycled logs)."""
+    if recycled:
+        return (f"the file ends inside a record header at offset {end}"
+                if end + 4 > size and not hole_after else None)
     if end + 4 > size:
         return None if hole_after else f"the file ends inside a record header at offset {end}"
     (length,) = struct.unpack_from(">I", mm, end)
@@ -318,13 +324,14 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                     raise JournalCorruptedError(
                         f"journal {path} offset 0: header names journal {got_id:x}")
                 floor = jformat.file_min_size(mm[:jformat.HEADER_SIZE])
+                recycled_from, salt = jformat.file_salt(mm[:jformat.HEADER_SIZE])
                 start = max(jformat.HEADER_SIZE, mark_off) if file_id == mark_id else jformat.HEADER_SIZE
                 # the journal's pages were dropped after each sync: read ahead of the scan
                 mm.madvise(mmap.MADV_SEQUENTIAL)
                 if start < len(mm):             # a mark at the very end: nothing to read
                     mm.madvise(mmap.MADV_WILLNEED, start & ~(mmap.PAGESIZE - 1))
                 records, end, status, skipped = jscan.scan(
-                    mm, start, max_record_size, skip_corrupt)
+                    mm, start, max_record_size, skip_corrupt, salt, recycled_from != 0)
                 if status == "corrupt":
                     raise JournalCorruptedError(
                         f"journal {path} is corrupt at offset {end}: a bad record is followed by "
@@ -346,7 +353,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                     status = "live"            # the writer's tail: not read, not cut
                 elif status == "torn":
                     damage = tail_damage(mm, end, data_end, max_record_size,
-                                         hole_after=data_end < size)
+                                         hole_after=data_end < size, recycled=recycled_from != 0)
                 elif status == "clean" and file_id == ids[-1] and size < floor:
                     damage = (f"the file is {size} bytes, short of the {floor} its "
                               f"preallocation gave it: it was cut, and records after offset "
@@ -355,7 +362,8 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                     _damaged_tail(path, end, damage, skip_corrupt, report)
                 tail = None
                 if status == "torn":
-                    tail = mm[end:].rstrip(b"\0")
+                    # a reused file's previous life follows: keep (and cut) the record's head
+                    tail = mm[end:end + RECYCLED_TORN_COPY] if recycled_from else mm[end:].rstrip(b"\0")
             finally:
                 mm.close()
             if status == "torn":
@@ -363,8 +371,9 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 private_dir(torn_dir)
                 atomic_write(os.path.join(torn_dir, "%x.txn.%d" % (file_id, end)), tail)
                 # zeros over the tail, not a shorter file: a journal that ends exactly at a
-                # record short of its preallocation is one that was cut (see above)
-                os.pwrite(f.fileno(), bytes(len(tail)), end)
+                # record short of its preallocation is one that was cut (see above); in a
+                # reused one a zero length is enough to end the log there
+                os.pwrite(f.fileno(), bytes(4 if recycled_from else len(tail)), end)
                 fileio.sync(f.fileno(), path, os.fstat(f.fileno()).st_size, data_only=False)
                 log.warning("journal %s: cut a torn tail of %d bytes at offset %d (a write "
                             "that never reached the disk whole; a copy is in %s)", path,

@@ -308,7 +308,7 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
                 file_id = jformat.check_file_header(mm[:jformat.HEADER_SIZE])
             except ValueError as exc:
                 raise CorruptedDataError(f"{path}: {exc}") from None
-            records, end, status, _ = jscan.scan(mm, jformat.HEADER_SIZE)
+            records, end, status, _ = jscan.scan_file(mm)
             rows = []
             for off, rtype, start, n in records:
                 body = mm[start:start + n]

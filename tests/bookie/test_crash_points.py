@@ -17,14 +17,19 @@ from crash_child import payload
 
 POINTS = ["journal.before_write", "journal.before_sync", "journal.after_sync",
           "journal.prealloc_before_zero", "memtable.before_flush",
-          "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark"]
+          "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark",
+          "journal.reuse_before_header", "journal.reuse_before_rename"]
 
 
 @pytest.mark.parametrize("point", POINTS)
 def test_killed_at_a_named_point_loses_nothing(tmp_path, point):
     # crash on a later hit, so the writer has acknowledged entries and checkpointed first
-    # (journals of 8 MiB, so the preallocator writes zeros ahead of 1 MiB chunks)
-    env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash:5", "CRASH_CHILD_JOURNAL_MB": "8",
+    # (journals of 8 MiB, so the preallocator writes zeros ahead of 1 MiB chunks; of 1 MiB
+    # and none kept as backups for the reuse points, so trimmed journals are reused soon)
+    reuse = point.startswith("journal.reuse")
+    env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash:{3 if reuse else 5}",
+           "CRASH_CHILD_JOURNAL_MB": "1" if reuse else "8",
+           "CRASH_CHILD_JOURNAL_BACKUPS": "0" if reuse else "5",
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, os.path.join(TESTS, "crash_child.py"), str(tmp_path), "7"],
                           capture_output=True, text=True, env=env, timeout=300)

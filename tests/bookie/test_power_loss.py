@@ -110,9 +110,12 @@ def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch):
         fileio.record_durable(False)
     assert records and cut
     for file, (length, size) in records.items():
-        # an atomic write syncs <file>.tmp, compaction <file>.compacting, then renames
-        covered = max(synced.get(os.path.realpath(file + suffix), -1)
-                      for suffix in ("", ".tmp", ".compacting"))
+        # an atomic write syncs <file>.tmp, compaction <file>.compacting, then renames; a
+        # journal kept for reuse (<id>.free) was synced as <id>.txn
+        names = [file + suffix for suffix in ("", ".tmp", ".compacting")]
+        if file.endswith(".free"):
+            names.append(file[:-len(".free")] + ".txn")
+        covered = max(synced.get(os.path.realpath(name), -1) for name in names)
         assert covered >= max(length, size), (file, length, size, covered)
     with embedlog.open(path, **CFG) as log:
         lid = kept.ledger_id

@@ -94,7 +94,7 @@ def fuzz_journal(data: bytes) -> None:
     from embedlog._native import journal_format as jformat, journal_scan as jscan
     log_id = _expect(jformat.check_file_header, data)
     for skip in (False, True):
-        records, end, status, skipped = jscan.scan(data, jformat.HEADER_SIZE, MAX_RECORD, skip)
+        records, end, status, skipped = jscan.scan_file(data, MAX_RECORD, skip)
         _check(status in ("clean", "torn", "corrupt"), "status")
         _check(end >= jformat.HEADER_SIZE and (end <= len(data) or not records), "end")
         pos = jformat.HEADER_SIZE

@@ -145,6 +145,18 @@ cdef class JournalBuffer:
             off += RECORD_HEADER_SIZE + n
         return out
 
+    def salt(self, uint32_t salt):
+        """Xor every record's crc with ``salt``, the life of the file the group goes to
+        (journal_format: a recycled file's stale records then never check as current ones).
+        The leader calls it once, just before the write; 0 leaves the buffer as it is."""
+        cdef Py_ssize_t off = 0
+        if salt == 0:
+            return
+        with nogil:
+            while off + RECORD_HEADER_SIZE <= self.size:
+                el_put32(self.data + off + 4, el_get32(self.data + off + 4) ^ salt)
+                off += RECORD_HEADER_SIZE + el_get32(self.data + off)
+
     def swap(self, JournalBuffer other):
         """Exchange contents with ``other`` (an emptied spare), so writing needs no lock."""
         self.base, other.base = other.base, self.base
@@ -155,10 +167,13 @@ cdef class JournalBuffer:
         self.records, other.records = other.records, self.records
 
     def write_to(self, int fd, long long offset):
-        """pwrite the whole buffer at ``offset`` without the GIL; returns bytes written."""
+        """pwrite the whole buffer at ``offset`` without the GIL, and a zero length after
+        it (the end of the log, where a reused file holds its previous life's bytes; the next
+        group writes over it); returns the records' bytes written."""
         cdef int err
+        memset(self.data + self.size, 0, 4)        # in the DIRECT_ALIGN spare at the end
         with nogil:
-            err = _pwrite_all(fd, self.data, self.size, offset)
+            err = _pwrite_all(fd, self.data, self.size + 4, offset)
         if err:
             raise OSError(err, "journal write failed")
         return self.size

@@ -5,15 +5,18 @@ everywhere else (the buffer frames records, the scanner checks them, replay deco
 Grammar (big-endian; see docs/FORMATS.md)::
 
     journal_file := header(512) record* zeros*
-    header       := "ELJN" version:u32(=2; 1 before ENTRY_CRC32C) log_id:u64 header_crc:u32
-                    prev_log_id:u64 chain_crc:u32 min_size:u64 size_crc:u32 zeros(472)
+    header       := "ELJN" version:u32(=3; 2 before recycling, 1 before ENTRY_CRC32C)
+                    log_id:u64 header_crc:u32 prev_log_id:u64 chain_crc:u32
+                    min_size:u64 size_crc:u32 recycled_from:u64 salt:u32 salt_crc:u32 zeros(452)
                     # header_crc = crc32c(bytes 0..15); chain_crc = crc32c(bytes 0..27): the
                     # journal written before this one (0: none), so a missing file is seen;
                     # size_crc = crc32c(bytes 0..39): min_size, the size its preallocated
-                    # zeros gave the file (0: none), so a file found shorter was cut; headers
-                    # written before the chain or the size existed hold zeros there
+                    # zeros (or its previous life) gave the file (0: none), so a file found
+                    # shorter was cut; salt_crc = crc32c(bytes 0..51): a recycled file's
+                    # previous journal id and the salt of this life (0, 0: a new file);
+                    # headers written before a field existed hold zeros there
     record       := len:u32 crc:u32 type:u8 body[len]     # len > 0
-    crc          := crc32c(len:u32 type:u8 body)          # all types but ENTRY_CRC32C
+    crc          := crc32c(len:u32 type:u8 body) ^ salt   # all types but ENTRY_CRC32C
     type ENTRY(1)        body := encoded entry (V1 or V2), as the client sent it
     type ENTRY_CRC32C(9) body := encoded entry (V1 or V2) with a CRC32C digest; crc covers
                                  len, type and the entry's header and digest only: the digest
@@ -27,7 +30,14 @@ Grammar (big-endian; see docs/FORMATS.md)::
     type DELETE_LEDGER(7)body := scope:u64 ledger:u64
     type TRIM(8)         body := scope:u64 ledger:u64 first_kept_entry:i64
 
-A zero ``len`` is the end of the log: files are preallocated with zeros, so a
+A recycled file (journal_reuse_files: a trimmed journal renamed and overwritten, as
+BookKeeper's journalReuseFiles and RocksDB's recycled WAL do) still holds its previous life's
+records after the new tail. Every record crc of a life is xored with that life's salt, never
+the previous life's, so no stale record checks as a current one: the first one ends the log.
+What a recycled file cannot tell is a torn last record from a damaged one (the sectors a torn
+write missed hold stale bytes, not zeros): replay takes it as torn, as RocksDB does.
+
+A zero ``len`` is the end of the log: new files are preallocated with zeros, so a
 preallocated tail never parses; a zero ``len`` followed by a good record is corruption,
 as a bad record followed by a good one is. Replay skips records of unknown type with a good
 crc, so newer record types can be added.
@@ -47,8 +57,8 @@ el_crc_init()
 HEADER_SIZE = 512
 MAX_MASTER_KEY = 64            # what an index file can hold (index.pyx MAX_KEY)
 MAGIC = b"ELJN"
-FORMAT_VERSION = 2            # 2: ENTRY_CRC32C records (a version 1 reader would skip them)
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3            # 3: salted record crcs (recycled files); 2: ENTRY_CRC32C records
+READABLE_VERSIONS = (1, 2, 3)
 RECORD_TYPES = {REC_ENTRY: "entry", REC_ENTRY_CRC32C: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
                 REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
                 REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim"}
@@ -60,9 +70,11 @@ ENTRY_TYPES = (REC_ENTRY, REC_ENTRY_CRC32C)
 
 
 def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
-                unsigned long long min_size=0):
+                unsigned long long min_size=0, unsigned long long recycled_from=0,
+                uint32_t salt=0):
     """The 512-byte header of journal file ``log_id``, written after ``prev_log_id``, whose
-    preallocation made it ``min_size`` bytes long."""
+    preallocation (or previous life) made it ``min_size`` bytes long; a recycled file names
+    the journal it was (``recycled_from``) and the ``salt`` its records' crcs are xored with."""
     cdef bytearray h = bytearray(512)
     cdef uint8_t *p = h
     memcpy(p, b"ELJN", 4)
@@ -73,7 +85,30 @@ def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
     el_put32(p + 28, el_crc32c(0, p, 28))
     el_put64(p + 32, min_size)
     el_put32(p + 40, el_crc32c(0, p, 40))
+    el_put64(p + 44, recycled_from)
+    el_put32(p + 52, salt)
+    el_put32(p + 56, el_crc32c(0, p, 56))
     return bytes(h)
+
+
+def file_salt(data):
+    """(recycled_from, salt) of a journal header: (0, 0) for a new file or a header from
+    before recycling (call check_file_header first)."""
+    cdef const uint8_t[::1] v = data
+    if v.shape[0] < 60 or el_get32(&v[56]) != el_crc32c(0, &v[0], 56):
+        return 0, 0
+    return el_get64(&v[44]), el_get32(&v[52])
+
+
+def new_salt(unsigned long long log_id, uint32_t old_salt):
+    """The salt of a life of a journal file: derived from its id, never 0 (a new file's)
+    nor the previous life's ``old_salt``."""
+    cdef uint8_t b[8]
+    el_put64(b, log_id)
+    cdef uint32_t s = el_crc32c(0, b, 8)
+    while s == 0 or s == old_salt:
+        s += 1
+    return s
 
 
 def file_min_size(data):

@@ -15,6 +15,8 @@ from libc.stdlib cimport realloc, free
 from embedlog._native.format cimport el_get32, el_crc32c, el_crc_init, V1_HEADER_SIZE, V2_HEADER_SIZE
 from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY_CRC32C
 
+from embedlog._native.journal_format import HEADER_SIZE, file_salt
+
 el_crc_init()
 
 
@@ -26,8 +28,10 @@ cdef bint _all_zero(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     return True
 
 
-cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len) noexcept nogil:
-    """Body length of a good record at p, 0 at end of log, -1 if bad or torn."""
+cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len,
+                              uint32_t salt) noexcept nogil:
+    """Body length of a good record at p, 0 at end of log, -1 if bad or torn. ``salt``: the
+    file's (journal_format: every record crc of a recycled file's life is xored with it)."""
     if avail < 4:
         return 0 if _all_zero(p, avail) else -1
     cdef uint32_t n = el_get32(p)
@@ -42,13 +46,13 @@ cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max
         if n < h + 4:
             return -1
         c = el_crc32c(c, p + 8, 1 + h + 4)
-        if c != el_get32(p + 4):
+        if c ^ salt != el_get32(p + 4):
             return -1
         c = el_crc32c(0, p + RECORD_HEADER_SIZE, h)
         c = el_crc32c(c, p + RECORD_HEADER_SIZE + h + 4, n - h - 4)
         return n if c == el_get32(p + RECORD_HEADER_SIZE + h) else -1
     c = el_crc32c(c, p + 8, n + 1)
-    if c != el_get32(p + 4):
+    if c ^ salt != el_get32(p + 4):
         return -1
     return n
 
@@ -88,7 +92,8 @@ cdef class Records:
         return r.off, r.rtype, r.body_start, r.body_len
 
 
-def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint skip_corrupt=False):
+def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint skip_corrupt=False,
+         uint32_t salt=0, bint recycled=False):
     """Walk the records of one journal file held in ``data`` (bytes or an mmap).
 
     Returns (records, end, status, skipped) where records is a sequence (``Records``) of
@@ -98,10 +103,17 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
     "corrupt" (a bad record at ``end`` with data after it). With skip_corrupt, a
     corrupt region is stepped over to the next good record and reported in
     ``skipped`` as (offset, length); the scan then goes on.
+
+    ``salt`` and ``recycled`` come from the file's header (journal_format.file_salt). In a
+    recycled file the previous life's records follow the tail: they never check (another
+    salt), and the search for good records after a bad one, which tells corruption from the
+    end, considers only records of a known type no longer than twice the longest record
+    seen before it (at least 64 KiB), so megabytes of stale payload cost a pass, not a
+    checksum at every byte.
     """
     cdef const uint8_t[::1] v = data
     cdef Py_ssize_t total = v.shape[0]
-    cdef Py_ssize_t off = start, n = 0, probe
+    cdef Py_ssize_t off = start, n = 0, probe, longest = 0, probe_len = max_record_size
     cdef const uint8_t *base = &v[0] if total else NULL
     cdef Records records = Records()
     cdef int err = 0
@@ -110,12 +122,14 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
     while off < total:
         with nogil:         # the memtable flusher and the prefetcher run meanwhile
             while off < total:
-                n = _valid_record(base + off, total - off, max_record_size)
+                n = _valid_record(base + off, total - off, max_record_size, salt)
                 if n <= 0:
                     break
                 if records.push(off, base[off + 8], n) < 0:
                     err = 1
                     break
+                if n > longest:
+                    longest = n
                 off += RECORD_HEADER_SIZE + n
         if err:
             raise MemoryError()
@@ -123,7 +137,10 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
             break
         # a zero length ends the log, a bad record is a torn tail, if no good record
         # follows; a good record after either is corruption in the middle
-        probe = _next_good(base, off + 1, total, max_record_size)
+        if recycled:
+            probe_len = min(max_record_size, max(2 * longest, 64 << 10))
+        with nogil:
+            probe = _next_good(base, off + 1, total, probe_len, salt, recycled)
         if probe < 0:
             if n < 0:
                 status = "torn"
@@ -136,16 +153,28 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
     return records, off, status, skipped
 
 
+def scan_file(data, Py_ssize_t max_record_size=64 << 20, bint skip_corrupt=False):
+    """scan() of a whole journal file from its first record, with its header's salt."""
+    recycled_from, salt = file_salt(data[:HEADER_SIZE])
+    return scan(data, HEADER_SIZE, max_record_size, skip_corrupt, salt, recycled_from != 0)
+
+
 cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total,
-                           Py_ssize_t max_len) noexcept nogil:
+                           Py_ssize_t max_len, uint32_t salt, bint known_types) noexcept nogil:
     """Offset of the next good record at or after ``off``, or -1 if none: tells a
-    torn tail (garbage, then only zeros) from corruption (good records after it)."""
+    torn tail (garbage, then only zeros) from corruption (good records after it).
+    ``known_types``: only records whose type byte is one of the grammar's."""
+    cdef uint8_t t
     while off < total:
         if off % 4096 == 0 and total - off >= 4096 and _all_zero(base + off, 4096):
             off += 4096
             continue
-        if _valid_record(base + off, total - off, max_len) > 0:
+        if known_types and total - off >= RECORD_HEADER_SIZE:
+            t = base[off + 8]
+            if t == 0 or t > REC_ENTRY_CRC32C:
+                off += 1
+                continue
+        if _valid_record(base + off, total - off, max_len, salt) > 0:
             return off
         off += 1
     return -1
-
