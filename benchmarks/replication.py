@@ -17,11 +17,14 @@ bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-entries adds
 --seconds, and every bookie process must still be running after it. Then the
 time to recover (fence, read forward, close) a ledger of --recovery-entries entries
 whose writer was abandoned.
+
+CPU per add over the throughput run: the client's (this process, every thread) and the
+bookies' (utime + stime of every bookie process from /proc/PID/stat, summed over the
+ensemble: with Qw copies, per copy is that over Qw), in µs per add.
 """
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import shutil
 import sys
@@ -37,8 +40,26 @@ import embedlog  # noqa: E402
 from embedlog.harness import LocalCluster  # noqa: E402
 
 
-def throughput(handle, size: int, seconds: float, window: int, count: int | None = None) -> float:
-    """Adds per second for ``seconds``, or, with ``count``, over exactly ``count`` adds."""
+def cpu_seconds(pids) -> float:
+    """utime + stime of the processes ``pids`` (their threads included)."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])   # fields 14 and 15 of stat(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def measured(pids, run):
+    """``run()``'s adds/s, with the client's and the bookies' CPU µs per add."""
+    c0, b0 = time.process_time(), cpu_seconds(pids)
+    rate, sent = run()
+    c1, b1 = time.process_time(), cpu_seconds(pids)
+    return rate, (c1 - c0) * 1e6 / sent, ((b1 - b0) * 1e6 / sent) if pids else 0.0
+
+
+def throughput(handle, size: int, seconds: float, window: int, count: int | None = None):
+    """``(adds/s, adds)`` for ``seconds``, or, with ``count``, over exactly ``count`` adds."""
     data = os.urandom(size)
     sem = threading.BoundedSemaphore(window)
     done = [0]
@@ -56,7 +77,7 @@ def throughput(handle, size: int, seconds: float, window: int, count: int | None
             sent += 1
     for _ in range(window):
         sem.acquire()
-    return sent / (time.perf_counter() - t0)
+    return sent / (time.perf_counter() - t0), sent
 
 
 def latency(handle, size: int, seconds: float) -> tuple:
@@ -90,19 +111,21 @@ def main():
         for size in (100, 1024):
             with embedlog.open(os.path.join(base, f"embedded-{size}")) as log:
                 w = log.create_ledger()
-                tput = throughput(w, size, args.seconds, args.window)
+                tput, ccpu, _ = measured((), lambda: throughput(w, size, args.seconds, args.window))
                 lat = latency(w, size, args.seconds / 2)
-            rows.append(("embedded (in-process)", "1/1/1", size, tput, *lat))
+            rows.append(("embedded (in-process)", "1/1/1", size, tput, ccpu, None, *lat))
         for nb, quorum in ((1, (1, 1, 1)), (3, (3, 3, 2))):
             with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"c{nb}"), proxies=False,
                               autorecovery=False) as lc:
                 c = lc.client()
+                pids = [lc.pid(i) for i in range(nb)]
                 for size in (100, 1024):
                     w = c.create_ledger(*quorum)
-                    tput = throughput(w, size, args.seconds, args.window)
+                    tput, ccpu, bcpu = measured(pids, lambda: throughput(w, size, args.seconds,
+                                                                         args.window))
                     lat = latency(w, size, args.seconds / 2)
                     rows.append((f"{nb} bookie process{'es' if nb > 1 else ''} (TCP loopback)",
-                                 "/".join(map(str, quorum)), size, tput, *lat))
+                                 "/".join(map(str, quorum)), size, tput, ccpu, bcpu, *lat))
                     w.close()
                 if nb == 3 and args.recovery_entries:
                     w = c.create_ledger(3, 3, 2)
@@ -118,9 +141,11 @@ def main():
             with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"s{nb}"), proxies=False,
                               autorecovery=False) as lc:
                 c = lc.client()
+                pids = [lc.pid(i) for i in range(nb)]
                 w = c.create_ledger(*quorum)
                 try:
-                    tput = throughput(w, 1024, args.seconds, args.window, count=args.striped_entries)
+                    tput, ccpu, bcpu = measured(pids, lambda: throughput(
+                        w, 1024, args.seconds, args.window, count=args.striped_entries))
                     lat = latency(w, 1024, args.seconds / 2)
                     w.close()
                 finally:
@@ -129,13 +154,16 @@ def main():
                         sys.exit(f"{'/'.join(map(str, quorum))}: bookie(s) {dead} died; the end of "
                                  f"bookie {dead[0]}'s log:\n{tail(lc.bookie_dir(dead[0]))}")
                 rows.append((f"{nb} bookie processes, {args.striped_entries:,} entries (TCP loopback)",
-                             "/".join(map(str, quorum)), 1024, tput, *lat))
-        print(f"# embedlog replication benchmark ({time.strftime('%Y-%m-%d')}, nproc={os.cpu_count()})\n")
-        print("| setup | E/Qw/Qa | entry | adds/s (window %d) | MB/s | lone add p50 / p95 / p99 (µs) |" % args.window)
-        print("| --- | --- | ---: | ---: | ---: | ---: |")
-        for name, q, size, tput, p50, p95, p99 in rows:
+                             "/".join(map(str, quorum)), 1024, tput, ccpu, bcpu, *lat))
+        print(f"# embedlog replication benchmark ({time.strftime('%Y-%m-%d')}, nproc={os.cpu_count()}, "
+              f"load {os.getloadavg()[0]:.2f})\n")
+        print("| setup | E/Qw/Qa | entry | adds/s (window %d) | MB/s | CPU µs/add client / bookies "
+              "| lone add p50 / p95 / p99 (µs) |" % args.window)
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        for name, q, size, tput, ccpu, bcpu, p50, p95, p99 in rows:
+            bookies = "-" if bcpu is None else f"{bcpu:.1f}"
             print(f"| {name} | {q} | {size} B | {tput:,.0f} | {tput * size / 1e6:,.1f} | "
-                  f"{p50:,.0f} / {p95:,.0f} / {p99:,.0f} |")
+                  f"{ccpu:.1f} / {bookies} | {p50:,.0f} / {p95:,.0f} / {p99:,.0f} |")
         if args.recovery_entries:
             n, last, s = recovery
             print(f"\nrecovery of a ledger of {n:,} entries (E=3, Qw=3, Qa=2, writer abandoned): "

@@ -25,6 +25,11 @@ What differs from embedlog's connections, as BookKeeper's clients need:
   A frame that stops arriving half way is still cut off after frame_read_timeout_ms.
 - A malformed frame closes the connection (BookKeeper's decoder throws and Netty closes
   it); an unknown v3 operation is answered EBADREQ, as BookieRequestProcessor does.
+- Adds are taken in runs: the consecutive adds of one ledger (same key, recovery flag and
+  v2 version) decoded from one read of the socket are journalled with one ``add_entries``,
+  waited for with one ``on_durable`` and answered, once durable, with one buffer of their
+  responses in request order (a run the bookie refuses as a whole is retried entry by
+  entry, so each add gets its own answer as before). Any other request ends the run first.
 - Everything BookKeeper cannot express (scopes, terms, TRIM, tokens, TLS) stays on
   embedlog's protocol: BookKeeper requests name scope 0 ledgers only.
 - WRITE_LAC's body (ledger id, LAC and the writer's digest of them) is kept for
@@ -34,7 +39,6 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 
@@ -70,6 +74,15 @@ def _v3(code: int) -> int:
     return S.V3_STATUS.get(code, W.EBADREQ)
 
 
+class _AddRun:
+    """Consecutive adds of one ledger from one read of a connection (module doc)."""
+    __slots__ = ("lid", "key", "recovery", "version", "bodies", "txns", "eids", "sizes")
+
+    def __init__(self, lid: int, key: bytes, recovery: bool, version: int):
+        self.lid, self.key, self.recovery, self.version = lid, key, recovery, version
+        self.bodies, self.txns, self.eids, self.sizes = [], [], [], []
+
+
 class _Reply:
     """Where one request's answer goes: the first write releases its share of the in-flight
     limits (server._release), even when the connection is gone."""
@@ -83,9 +96,7 @@ class _Reply:
             return
         self.answered = True
         self.server._release(self.conn, self.nbytes)
-        writer = self.conn.writer
-        if not writer.is_closing():
-            writer.writelines(parts)
+        self.server.send(self.conn.writer, *parts)
 
 
 class _FaultyReply(_Reply):
@@ -149,11 +160,11 @@ class BookKeeperSession:
                 if pos:
                     del self.buf[:pos]
                     self._unreserve()         # the frame read is decoded: in flight now
-                for req in reqs:
-                    stats["requests"] += 1
+                if reqs:
+                    stats["requests"] += len(reqs)
                     conn.proven = True
                     conn.last_active = self.loop.time()
-                    self._admit(req)
+                    self._admit_all(reqs)
                 if err is not None:
                     stats["bad_frames"] += 1
                     log.warning("BookKeeper %s connection from %s: %s; closing it",
@@ -191,6 +202,111 @@ class BookKeeperSession:
             if not data:
                 return
             self.buf += data
+
+    def _admit_all(self, reqs) -> None:
+        """The requests of one read, in order; runs of adds go together (module doc)."""
+        if failpoints.active():       # a test's message faults act on requests one by one
+            for req in reqs:
+                self._admit(req)
+            return
+        run = None
+        known = {}                 # ledger id -> its facts are here (needs no metadata read)
+        for req in reqs:
+            add = self._runnable_v2(req, known) if self.v2 else self._runnable_v3(req, known)
+            if add is None:
+                if run is not None:
+                    self._add_run(run)
+                    run = None
+                self._admit(req)
+                continue
+            lid, key, recovery, version, txn, eid, body = add
+            if run is not None and (run.lid != lid or run.key != key or
+                                    run.recovery != recovery or run.version != version):
+                self._add_run(run)
+                run = None
+            if run is None:
+                run = _AddRun(lid, key, recovery, version)
+            run.bodies.append(body)
+            run.txns.append(txn)
+            run.eids.append(eid)
+            run.sizes.append(len(body) + (44 if self.v2 else 64))
+        if run is not None:
+            self._add_run(run)
+
+    def _facts_known(self, lid: int, known: dict) -> bool:
+        ok = known.get(lid)
+        if ok is None:
+            try:
+                ok = not self.bookie.needs_ledger_facts(LedgerId(0, lid))
+            except EmbedlogError:
+                ok = False                # _admit answers it
+            known[lid] = ok
+        return ok
+
+    def _runnable_v3(self, req, known):
+        """An add that can join a run: ``(lid, key, recovery, 0, txn, eid, body)``; None for
+        anything else (_admit answers it alone, errors included)."""
+        if req.operation != W.ADD_ENTRY or req.priority:
+            return None
+        lid, eid, key, body = req.ledger_id, req.entry_id, req.master_key, req.body
+        if lid is None or lid < 0 or eid is None or key is None or \
+                len(key) != W.MASTER_KEY_BYTES or body is None:
+            return None
+        try:
+            if W.entry_ids(body, lid)[0] != eid:
+                return None
+        except EmbedlogError:
+            return None
+        if not self._facts_known(lid, known):
+            return None
+        return lid, key, req.flag == W.RECOVERY_ADD, 0, req.txn_id, eid, body
+
+    def _runnable_v2(self, req, known):
+        op, version, flags, lid, eid, key, entry = req
+        if op != S.ADDENTRY or flags & S.FLAG_HIGH_PRIORITY or lid < 0 or \
+                not self._facts_known(lid, known):
+            return None
+        return lid, key, bool(flags & S.FLAG_RECOVERY_ADD), version, 0, eid, entry
+
+    def _add_run(self, run: _AddRun) -> None:
+        """Journal a run with one add_entries; answer it with one write once durable."""
+        conn, server = self.conn, self.server
+        k, nbytes = len(run.bodies), sum(run.sizes)
+        conn.requests += k
+        conn.bytes += nbytes
+        server.in_flight_requests += k
+        server.in_flight_bytes += nbytes
+        try:
+            seq = self.bookie.add_entries(run.bodies, run.key, recovery=run.recovery,
+                                          ledger=(0, run.lid))
+        except Exception:
+            # refused as a whole: each add again on its own, for its own answer
+            for i in range(k):
+                self._add_one(run, i, _Reply(server, conn, run.sizes[i]))
+            return
+        self.bookie.on_durable(seq, lambda error: server.complete(self._run_durable, run,
+                                                                    nbytes, error))
+
+    def _run_durable(self, run: _AddRun, nbytes: int, error) -> None:
+        server = self.server
+        server.release_many(self.conn, len(run.eids), nbytes)
+        code = EOK if error is None else _code(error)
+        if self.v2:
+            data = S.v2_add_responses(run.version, code, run.lid, run.eids)
+        else:
+            data = S.v3_add_responses(run.txns, _v3(code), run.lid, run.eids)
+        server.send(self.writer, data)
+        server._wake_pollers((0, run.lid))
+
+    def _add_one(self, run: _AddRun, i: int, reply) -> None:
+        lid, eid, txn, version = run.lid, run.eids[i], run.txns[i], run.version
+        if self.v2:
+            ok = S.v2_response(version, S.ADDENTRY, EOK, lid, eid)
+            fail = lambda exc: S.v2_response(version, S.ADDENTRY, _code(exc), lid, eid)  # noqa: E731
+        else:
+            ok = S.v3_add_response(txn, W.EOK, lid, eid)
+            fail = lambda exc: S.v3_add_response(txn, _v3(_code(exc)), lid, eid)  # noqa: E731
+        self._add(lid, eid, run.key, run.bodies[i], run.recovery, reply, ok, fail)
 
     def _admit(self, req) -> None:
         conn, server = self.conn, self.server
@@ -267,7 +383,7 @@ class BookKeeperSession:
         self.server.stats["errors"] += 1
         code = _code(exc)
         if self.v2:
-            op, version, _flags, lid, eid = req[0], req[1], req[2], req[3], req[4]
+            op, version, lid, eid = req[0], req[1], req[3], req[4]
             if op == S.BATCH_READ_ENTRY:
                 reply.send(S.v2_batch_response(version, code, lid, eid, req[6][0]))
             elif op in (S.ADDENTRY, S.READENTRY):
@@ -314,14 +430,10 @@ class BookKeeperSession:
 
     def _when_durable(self, seq: int, reply, ok, fail, after=None) -> None:
         """``ok`` (bytes) once seq is durable, else ``fail(error)``'s bytes."""
-        loop = self.loop
+        server = self.server
 
         def done(error):
-            data = ok if error is None else fail(error)
-            try:
-                loop.call_soon_threadsafe(_send_then, reply, data, after)
-            except RuntimeError:      # the loop closed: its connections are gone
-                pass
+            server.complete(_send_then, reply, ok if error is None else fail(error), after)
 
         self.bookie.on_durable(seq, done)
 
@@ -380,7 +492,7 @@ class BookKeeperSession:
         except Exception as exc:
             self._fail(req, reply, exc)
             return
-        loop = self.loop
+        server = self.server
 
         def after(error):
             def go():
@@ -391,7 +503,7 @@ class BookKeeperSession:
                     then()
                 except Exception as exc:
                     self._fail(req, reply, exc)
-            loop.call_soon_threadsafe(go)
+            server.complete(go)
 
         self.bookie.on_durable(seq, after)
 

@@ -1,9 +1,13 @@
 """The bookie server: the wire protocol (embedlog.net.protocol) over one Bookie, on asyncio.
 
 Adds are framed and journalled on the event loop (the bookie's lock is held only to
-frame them); the reply is sent from the journal's durability callback, so the loop
-never waits for an fdatasync. A malformed, oversized or truncated frame gets an
-error reply and the connection is closed; other connections go on.
+frame them); the reply is sent once the journal's durability callback says so, so the loop
+never waits for an fdatasync. The journal thread hands completions over through one queue
+(``complete``) and wakes the loop only when the queue was empty: one wake-up per group
+commit, not per add. The loop drains it in one callback, and the answers a drain writes
+to one connection go out in one write, in the order they were made. A malformed,
+oversized or truncated frame gets an error reply and the connection is closed; other
+connections go on.
 
 Resource limits (docs/SECURITY.md): each request read holds a share of the connection's
 and the bookie's in-flight limits until it is answered; at a limit the connection is not
@@ -13,6 +17,7 @@ ETOOMANYREQUESTS. Connections past max_connections are refused, idle ones get GO
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import json
 import logging
@@ -96,12 +101,10 @@ class _Exchange:
     def _answer(self, out, head) -> None:
         self.answered = True
         self.server._release(self.conn, self.nbytes)
-        writer = self.conn.writer
-        if not writer.is_closing():
-            if out is head:            # an add's answer: one write, not a join of one part
-                writer.write(out)
-            else:
-                writer.writelines(out)
+        if out is head:                # an add's answer: one part
+            self.server.send(self.conn.writer, out)
+        else:
+            self.server.send(self.conn.writer, *out)
         if self.req is not None:
             self.server._observe(self.req, head, self.started)
 
@@ -149,6 +152,9 @@ class BookieServer:
         self._loop: asyncio.AbstractEventLoop | None = loop
         self._pollers: dict = {}          # (scope, lid) -> list of (previous_lac, future)
         self._conns: dict = {}            # writer -> _Connection
+        self._done = collections.deque()  # (fn, args) from the journal thread (complete)
+        self._drain_due = False           # a _drain is scheduled on the loop
+        self._out: dict | None = None     # writer -> parts, while a drain gathers them
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
                       "rejected_requests": 0, "idle_closed": 0}
@@ -363,14 +369,69 @@ class BookieServer:
             self._throttled -= 1
 
     def _release(self, conn, nbytes: int) -> None:
+        self.release_many(conn, 1, nbytes)
+
+    def release_many(self, conn, count: int, nbytes: int) -> None:
         if conn.closed:
             return
-        conn.requests -= 1
+        conn.requests -= count
         conn.bytes -= nbytes
-        self.in_flight_requests -= 1
+        self.in_flight_requests -= count
         self.in_flight_bytes -= nbytes
         if self._throttled:
             self._room_freed.set()
+
+    # -- completions from the journal thread ----------------------------------------------
+
+    def complete(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the loop (from any thread). The loop is woken only when no
+        drain is due yet: a group commit's callbacks cost one wake-up together."""
+        self._done.append((fn, args))
+        if not self._drain_due:
+            self._drain_due = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:      # the loop closed: its connections are gone
+                pass
+
+    def _drain(self) -> None:
+        # cleared before popping: what is appended after this line is popped here or by
+        # the drain its append schedules
+        self._drain_due = False
+        done = self._done
+        out = self._out = {}
+        try:
+            while done:
+                fn, args = done.popleft()
+                try:
+                    fn(*args)
+                except Exception:         # one completion's bug must not strand the others
+                    log.exception("completion %r failed", fn)
+        finally:
+            self._out = None
+            for writer, parts in out.items():
+                if not writer.is_closing():
+                    if len(parts) == 1:
+                        writer.write(parts[0])
+                    else:
+                        writer.writelines(parts)
+
+    def send(self, writer, *parts) -> None:
+        """Write one answer's parts: at once, or, inside a drain, gathered with the other
+        answers of the drain to the same connection (one write each, in order)."""
+        out = self._out
+        if out is None:
+            if not writer.is_closing():
+                if len(parts) == 1:
+                    writer.write(parts[0])
+                else:
+                    writer.writelines(parts)
+            return
+        got = out.get(writer)
+        if got is None:
+            out[writer] = list(parts)
+        else:
+            got.extend(parts)
 
     def _drop(self, conn) -> None:
         """A connection ended: what it still had in flight no longer counts against the bookie
@@ -427,9 +488,6 @@ class BookieServer:
         if not writer.is_closing():
             writer.write(data)
 
-    def _reply_threadsafe(self, writer, data: bytes) -> None:
-        self._loop.call_soon_threadsafe(self._reply, writer, data)
-
     def _fail(self, writer, req, exc: BaseException) -> None:
         self.stats["errors"] += 1
         code = exc.wire_code if isinstance(exc, EmbedlogError) else P.EIO
@@ -446,10 +504,7 @@ class BookieServer:
                                         req.ledger, str(error))
             else:
                 data = ok
-            try:
-                self._loop.call_soon_threadsafe(self._durable_reply, writer, data, after)
-            except RuntimeError:      # the server's loop closed: its connections are gone
-                pass
+            self.complete(self._durable_reply, writer, data, after)
 
         self.bookie.on_durable(seq, done)
 
@@ -515,7 +570,7 @@ class BookieServer:
             seq = self.bookie.fence(_lid(req), req.master_key)
 
         def done(error):
-            self._loop.call_soon_threadsafe(self._after_fence, req, writer, then, error)
+            self.complete(self._after_fence, req, writer, then, error)
 
         self.bookie.on_durable(seq, done)
 

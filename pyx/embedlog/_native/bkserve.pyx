@@ -177,6 +177,18 @@ def v2_response(int version, int op, int rc, int64_t ledger_id, int64_t entry_id
     return out
 
 
+def v2_add_responses(int version, int rc, int64_t ledger_id, entry_ids):
+    """The v2 ADDENTRY responses of a run of adds of one ledger with one errorCode, joined
+    in request order: a group commit's answers to one connection go out in one write."""
+    cdef Py_ssize_t n = len(entry_ids), i
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 28 * n)
+    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
+    for i in range(n):
+        v2_head(w + 28 * i, V2_RESPONSE_HEAD_BYTES, version, ADDENTRY, rc, ledger_id,
+                <int64_t>entry_ids[i])
+    return out
+
+
 def v2_batch_response(int version, int rc, int64_t ledger_id, int64_t entry_id,
                       int64_t request_id, framed=None, Py_ssize_t count=0):
     """A v2 BATCH_READ_ENTRY response: its head and ``count`` entries of ``framed``
@@ -313,21 +325,55 @@ cdef inline uint8_t *put_head(uint8_t *w, uint64_t op, uint64_t txn, uint64_t st
     return put_varint(w, <uint64_t>sub_len)
 
 
-def v3_add_response(uint64_t txn_id, int status, int64_t ledger_id, int64_t entry_id):
-    """A v3 ADD_ENTRY response frame (top-level and AddResponse status alike)."""
-    cdef uint64_t st = <uint64_t><int64_t>status
-    cdef Py_ssize_t hlen = header_len(2, txn_id)
-    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>ledger_id) + 1 + vsize(<uint64_t>entry_id)
-    cdef Py_ssize_t msg = 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st) + 2 + vsize(<uint64_t>sub) + sub
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + msg)
-    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
-    w = put_head(w, 2, txn_id, st, msg, hlen, 101, sub)
+cdef inline Py_ssize_t add_response_len(uint64_t txn, uint64_t st, int64_t lid,
+                                        int64_t eid) noexcept nogil:
+    """An ADD_ENTRY response frame's bytes, its length prefix included."""
+    cdef Py_ssize_t hlen = header_len(2, txn)
+    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>lid) + 1 + vsize(<uint64_t>eid)
+    return 4 + 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st) + 2 + vsize(<uint64_t>sub) + sub
+
+
+cdef inline uint8_t *put_add_response(uint8_t *w, uint64_t txn, uint64_t st, int64_t lid,
+                                      int64_t eid) noexcept nogil:
+    cdef Py_ssize_t hlen = header_len(2, txn)
+    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>lid) + 1 + vsize(<uint64_t>eid)
+    w = put_head(w, 2, txn, st, add_response_len(txn, st, lid, eid) - 4, hlen, 101, sub)
     w[0] = 0x08
     w = put_varint(w + 1, st)
     w[0] = 0x10
-    w = put_varint(w + 1, <uint64_t>ledger_id)
+    w = put_varint(w + 1, <uint64_t>lid)
     w[0] = 0x18
-    put_varint(w + 1, <uint64_t>entry_id)
+    return put_varint(w + 1, <uint64_t>eid)
+
+
+def v3_add_response(uint64_t txn_id, int status, int64_t ledger_id, int64_t entry_id):
+    """A v3 ADD_ENTRY response frame (top-level and AddResponse status alike)."""
+    cdef uint64_t st = <uint64_t><int64_t>status
+    cdef bytes out = PyBytes_FromStringAndSize(
+        NULL, add_response_len(txn_id, st, ledger_id, entry_id))
+    put_add_response(<uint8_t *>PyBytes_AS_STRING(out), txn_id, st, ledger_id, entry_id)
+    return out
+
+
+def v3_add_responses(txn_ids, int status, int64_t ledger_id, entry_ids):
+    """The v3 ADD_ENTRY responses of a run of adds of one ledger with one status, joined in
+    request order (``txn_ids[i]`` answers ``entry_ids[i]``): one write per group commit."""
+    cdef uint64_t st = <uint64_t><int64_t>status
+    cdef Py_ssize_t n = len(txn_ids), i, total = 0
+    cdef bytes out
+    cdef uint8_t *w
+    cdef uint8_t *start
+    if len(entry_ids) != n:
+        raise IllegalOpError(f"{n} transaction ids for {len(entry_ids)} entries")
+    for i in range(n):
+        total += add_response_len(<uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i])
+    out = PyBytes_FromStringAndSize(NULL, total)
+    start = w = <uint8_t *>PyBytes_AS_STRING(out)
+    for i in range(n):
+        if add_response_len(<uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i]) \
+                > total - (w - start):     # a list changed under us: never write past the end
+            raise IllegalOpError("transaction or entry ids changed while they were encoded")
+        w = put_add_response(w, <uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i])
     return out
 
 
