@@ -16,6 +16,7 @@ import pytest
 
 from embedlog.harness import jars
 from embedlog.harness.bookkeeper import BookKeeperCluster, DriverResult
+from prestart import Prestart
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)
@@ -29,21 +30,30 @@ def zk():
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
     yield server
+    CLUSTERS.close_unused()                    # before the ZooKeeper they stand on goes
     server.stop()
+
+
+def make_cluster(version: str, zk_hosts: str) -> BookKeeperCluster:
+    started = time.monotonic()
+    try:
+        cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk_hosts, root=f"/bk-{version}")
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    log.warning("BookKeeper %s: format and 3 bookies ready in %.2fs",
+                version, time.monotonic() - started)
+    return cluster
+
+
+CLUSTERS = Prestart(jars.BOOKKEEPER_VERSIONS, make_cluster, BookKeeperCluster.stop)
 
 
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
 def bk(request, zk):
-    name = f"bookkeeper-{request.param}"
-    require_peer(name)
-    started = time.monotonic()
-    try:
-        cluster = BookKeeperCluster(request.param, bookies=3, zk_hosts=zk.hosts,
-                                    root=f"/bk-{request.param}")
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    log.warning("BookKeeper %s: format and 3 bookies ready in %.2fs",
-                request.param, time.monotonic() - started)
+    """One version's cluster; the next version's starts meanwhile (tests/interop/prestart.py)."""
+    require_peer(f"bookkeeper-{request.param}")
+    cluster = CLUSTERS.take(request.param, zk.hosts,
+                            ready=lambda v: jars.is_fetched(f"bookkeeper-{v}"))
     yield cluster
     cluster.stop()
 

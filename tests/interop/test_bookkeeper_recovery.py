@@ -46,6 +46,7 @@ from embedlog.meta.bookkeeper import protobuf as pb
 from embedlog.meta.bookkeeper.layout import parse_layout
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from bk_writer_child import payload as py_payload      # the child's own payloads
+from prestart import Prestart
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 PASSWORD = "recovery-pw"
@@ -67,34 +68,51 @@ def zk():
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
     yield server
+    CLUSTERS.close_unused()                    # before the ZooKeeper they stand on goes
     server.stop()
 
 
-@pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
-def bk(request, zk):
+def make_cluster(version: str, zk_hosts: str):
+    """3 Java bookies on a root of their own, a raw ZooKeeper client and embedlog's."""
     from embedlog.harness.bookkeeper import BookKeeperCluster
-    name = f"bookkeeper-{request.param}"
-    require_peer(name)
     try:
-        cluster = BookKeeperCluster(request.param, bookies=3, zk_hosts=zk.hosts,
-                                    root=f"/recovery{request.param.replace('.', '')}")
+        cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk_hosts,
+                                    root=f"/recovery{version.replace('.', '')}")
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
     from kazoo.client import KazooClient  # lazy: the optional 'zk' extra, as embedlog's store
-    cluster.zk = KazooClient(hosts=zk.hosts, timeout=10.0)
-    client = None
+    cluster.zk = KazooClient(hosts=zk_hosts, timeout=10.0)
+    cluster.embedlog = None
     try:
         cluster.driver_command()[1]()   # the driver's jar and archive, before JVMs run in parallel
         cluster.zk.start(timeout=30)
         cluster.ledger_layout = parse_layout(cluster.zk.get(f"{cluster.root}/LAYOUT")[0]).ledger_layout
-        client = cluster.embedlog = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
-        yield cluster
-    finally:
-        if client is not None:
-            client.close()
-        cluster.zk.stop()
-        cluster.zk.close()
-        cluster.stop()
+        cluster.embedlog = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
+    except BaseException:
+        close_cluster(cluster)
+        raise
+    return cluster
+
+
+def close_cluster(cluster) -> None:
+    if cluster.embedlog is not None:
+        cluster.embedlog.close()
+    cluster.zk.stop()
+    cluster.zk.close()
+    cluster.stop()
+
+
+CLUSTERS = Prestart(jars.BOOKKEEPER_VERSIONS, make_cluster, close_cluster)
+
+
+@pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
+def bk(request, zk):
+    """One version's cluster; the next version's starts meanwhile (tests/interop/prestart.py)."""
+    require_peer(f"bookkeeper-{request.param}")
+    cluster = CLUSTERS.take(request.param, zk.hosts,
+                            ready=lambda v: jars.is_fetched(f"bookkeeper-{v}"))
+    yield cluster
+    close_cluster(cluster)
 
 
 def parallel(*calls):

@@ -28,6 +28,7 @@ from embedlog.errors import (IllegalOpError, LedgerFencedError, NoSuchEntryError
 from embedlog.harness import jars
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import BookKeeperConnection, WriteLac
+from prestart import Prestart
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 PASSWORD = "wire-pw"
@@ -44,6 +45,7 @@ def zk():
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
     yield server
+    STARTED.close_unused()                     # before the ZooKeeper they stand on goes
     server.stop()
 
 
@@ -52,26 +54,41 @@ def zk():
 CLUSTERS = [(jars.BOOKKEEPER_VERSIONS[0], "sorted"), (jars.BOOKKEEPER_VERSIONS[1], "db")]
 
 
-@pytest.fixture(scope="module", params=CLUSTERS, ids=[f"{v}-{s}" for v, s in CLUSTERS])
-def bk(request, zk):
+def make_cluster(param, zk_hosts: str):
     from embedlog.harness.bookkeeper import BookKeeperCluster
-    version, storage = request.param
-    name = f"bookkeeper-{version}"
-    require_peer(name)
+    version, storage = param
     try:
-        cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk.hosts, ledger_storage=storage,
+        cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk_hosts, ledger_storage=storage,
                                     root=f"/wire{version.replace('.', '')}")
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
-    # BookKeeperCluster.driver_command sets up the driver's classpath and archive lazily, not
-    # under a lock: threads starting their first BkDriver at once raced on it (KeyError
-    # 'driver'); once here, before any test runs JVMs in parallel
-    cluster.driver_command()[1]()
-    client = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
-    cluster.embedlog = client
-    yield cluster
-    client.close()
+    try:
+        # BookKeeperCluster.driver_command sets up the driver's classpath and archive
+        # lazily; once here, before any test runs JVMs in parallel
+        cluster.driver_command()[1]()
+        cluster.embedlog = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def close_cluster(cluster) -> None:
+    cluster.embedlog.close()
     cluster.stop()
+
+
+STARTED = Prestart(CLUSTERS, make_cluster, close_cluster)
+
+
+@pytest.fixture(scope="module", params=CLUSTERS, ids=[f"{v}-{s}" for v, s in CLUSTERS])
+def bk(request, zk):
+    """One version's cluster; the next one starts meanwhile (tests/interop/prestart.py)."""
+    require_peer(f"bookkeeper-{request.param[0]}")
+    cluster = STARTED.take(request.param, zk.hosts,
+                           ready=lambda p: jars.is_fetched(f"bookkeeper-{p[0]}"))
+    yield cluster
+    close_cluster(cluster)
 
 
 @pytest.fixture
