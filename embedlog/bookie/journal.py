@@ -49,7 +49,7 @@ def journal_ids(directory: str, suffix: str = ".txn") -> list[int]:
 
 
 FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
-MAX_FREE = 2                      # one trimmed per roll in steady state, and one spare
+MAX_FREE = 8                      # the rolls between two checkpoints' trims (files the journal held)
 
 
 
