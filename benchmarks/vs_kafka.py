@@ -911,6 +911,11 @@ def main(argv=None) -> int:
                                                           "spark_kill")):
             spark = spark_session()
             df = spark_frame(spark, args.spark_rows)
+            # untimed: a format's first query in the session starts its Python workers
+            # (embedlog; 5-17 s at a load of 11-25) or loads its connector classes (Kafka)
+            for st in setups:
+                for system in ("kafka", "embedlog"):
+                    spark_read_cell(spark, st, system, 100)
         cells = []
         for st in setups:
             for d in ("sync", "page cache"):
