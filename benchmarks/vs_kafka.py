@@ -769,7 +769,7 @@ def tables(rows: list) -> str:
                     out.append(f"| {st} | {d} | {size} B | {rate_s.count / rate_s.seconds:,.0f}/s | "
                                f"{lat(k + ('kafka',))} | {lat(k + ('embedlog',))} | {ratio(kp, ep)} |")
         out.append("")
-    if any(r.cell.startswith("spark") for r in rows):
+    if any(r.cell in ("spark_read", "spark_write") for r in rows):
         out += ["### Spark batch, 1 KiB rows (rows/s)", "",
                 "| work | setup | durability | format(\"kafka\") | format(\"embedlog\") | / Kafka |",
                 "| --- | --- | --- | ---: | ---: | ---: |"]
