@@ -154,7 +154,8 @@ def send_lines(proc, payloads) -> None:
 
 def test_embedlog_writes_every_digest_java_reads_back(cluster):
     """3/2/2 and 1/1/1 ledgers under each digest: BookKeeper's client reads every entry back
-    (its digests checked; one JVM for all), and BkDriver and BookieShell one each."""
+    (its digests checked; one JVM for all), and BookieShell one of them and its metadata
+    (BkDriver's own read is test_bookkeeper_fixture's)."""
     client = cluster.embedlog
     made = {}
     for shape in ((3, 2, 2), (1, 1, 1)):
@@ -168,14 +169,12 @@ def test_embedlog_writes_every_digest_java_reads_back(cluster):
             w.close()
             made[(shape, digest)] = (int(w.ledger_id), payloads)
     wide = {d: made[((3, 2, 2), d)] for d in DIGESTS}
-    many, driven, shell, meta = parallel(
+    many, shell, meta = parallel(
         lambda: java_ledgers(cluster, "read", [lid for lid, _ in made.values()]),
-        lambda: cluster.java_client("read", wide["crc32c"][0], password=PASSWORD),
         lambda: cluster.read_ledger(wide["crc32"][0]),
         lambda: cluster.ledger_metadata(wide["mac"][0]))
     for key, (lid, payloads) in made.items():
         assert many[lid] == (39, list(enumerate(payloads))), (key, many[lid])
-    assert driven.closed and driven.lac == 39 and driven.entries == list(enumerate(wide["crc32c"][1]))
     assert shell == list(enumerate(wide["crc32"][1]))
     assert "digestType=MAC" in meta and "lastEntryId=39" in meta
 
