@@ -3,9 +3,7 @@
 Adds are framed and journalled on the event loop (the bookie's lock is held only to
 frame them); the reply is sent once the journal's durability callback says so, so the loop
 never waits for an fdatasync. The journal thread hands completions over through one queue
-(``complete``) and wakes the loop only when the queue was empty: one wake-up per group
-commit, not per add. The loop drains it in one callback, and the answers a drain writes
-to one connection go out in one write, in the order they were made. A malformed,
+(net/completions.py: one wake-up per group commit, one write per connection per drain). A malformed,
 oversized or truncated frame gets an error reply and the connection is closed; other
 connections go on.
 
@@ -17,7 +15,6 @@ ETOOMANYREQUESTS. Connections past max_connections are refused, idle ones get GO
 from __future__ import annotations
 
 import asyncio
-import collections
 import hmac
 import json
 import logging
@@ -29,6 +26,7 @@ from embedlog._native.format import LedgerId, parse_entry_header
 from embedlog.errors import EmbedlogError, IllegalOpError
 from embedlog.net import protocol as P
 from embedlog.net.bkserver import BookKeeperSession, first_byte_protocol
+from embedlog.net.completions import Completions
 
 log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
@@ -152,15 +150,15 @@ class BookieServer:
         self._loop: asyncio.AbstractEventLoop | None = loop
         self._pollers: dict = {}          # (scope, lid) -> list of (previous_lac, future)
         self._conns: dict = {}            # writer -> _Connection
-        self._done = collections.deque()  # (fn, args) from the journal thread (complete)
-        self._drain_due = False           # a _drain is scheduled on the loop
-        self._out: dict | None = None     # writer -> parts, while a drain gathers them
+        # the journal thread's completions, one wake-up per group commit (net/completions.py)
+        self.completions = Completions(loop)
+        self.complete, self.send = self.completions.complete, self.completions.send
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
                       "rejected_requests": 0, "idle_closed": 0}
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        self._loop = self.completions.loop = asyncio.get_running_loop()
         self._room_freed = asyncio.Event()
         tls = {} if self.ssl_context is None else {
             "ssl": self.ssl_context, "ssl_handshake_timeout": AUTH_TIMEOUT_S}
@@ -380,58 +378,6 @@ class BookieServer:
         self.in_flight_bytes -= nbytes
         if self._throttled:
             self._room_freed.set()
-
-    # -- completions from the journal thread ----------------------------------------------
-
-    def complete(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on the loop (from any thread). The loop is woken only when no
-        drain is due yet: a group commit's callbacks cost one wake-up together."""
-        self._done.append((fn, args))
-        if not self._drain_due:
-            self._drain_due = True
-            try:
-                self._loop.call_soon_threadsafe(self._drain)
-            except RuntimeError:      # the loop closed: its connections are gone
-                pass
-
-    def _drain(self) -> None:
-        # cleared before popping: what is appended after this line is popped here or by
-        # the drain its append schedules
-        self._drain_due = False
-        done = self._done
-        out = self._out = {}
-        try:
-            while done:
-                fn, args = done.popleft()
-                try:
-                    fn(*args)
-                except Exception:         # one completion's bug must not strand the others
-                    log.exception("completion %r failed", fn)
-        finally:
-            self._out = None
-            for writer, parts in out.items():
-                if not writer.is_closing():
-                    if len(parts) == 1:
-                        writer.write(parts[0])
-                    else:
-                        writer.writelines(parts)
-
-    def send(self, writer, *parts) -> None:
-        """Write one answer's parts: at once, or, inside a drain, gathered with the other
-        answers of the drain to the same connection (one write each, in order)."""
-        out = self._out
-        if out is None:
-            if not writer.is_closing():
-                if len(parts) == 1:
-                    writer.write(parts[0])
-                else:
-                    writer.writelines(parts)
-            return
-        got = out.get(writer)
-        if got is None:
-            out[writer] = list(parts)
-        else:
-            got.extend(parts)
 
     def _drop(self, conn) -> None:
         """A connection ended: what it still had in flight no longer counts against the bookie
