@@ -14,7 +14,7 @@ import pytest
 from cliutil import ROOT
 
 NATIVE = ["format", "journal_format", "journal_buffer", "journal_waiters", "journal_scan",
-          "journal_kernels", "memtable", "entrylog", "entrylogger", "index", "reader", "arrowread", "arenas", "bkwire",
+          "journal_kernels", "memtable", "entrylog", "entrylogger", "index", "reader", "arrowread", "arenas", "bkwire", "bkencode",
           "bkserve"]
 CONFIG = """[mypy-embedlog.*]
 ignore_errors = True

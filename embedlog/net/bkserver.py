@@ -44,6 +44,7 @@ import shutil
 
 from embedlog._native import bkserve as S
 from embedlog._native import bkwire as W
+from embedlog._native import bkencode as E
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
 from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError
@@ -253,7 +254,7 @@ class BookKeeperSession:
                 len(key) != W.MASTER_KEY_BYTES or body is None:
             return None
         try:
-            if W.entry_ids(body, lid)[0] != eid:
+            if E.entry_ids(body, lid)[0] != eid:
                 return None
         except EmbedlogError:
             return None
@@ -373,7 +374,7 @@ class BookKeeperSession:
             self._bookie_info_v3(req, reply)
         elif op == W.AUTH:
             # no auth configured: BookieRequestProcessor's answer to an AUTH it ignores
-            reply.send(W.encode_response(req.txn_id, W.AUTH, W.EOK,
+            reply.send(E.encode_response(req.txn_id, W.AUTH, W.EOK,
                                          auth_plugin=AUTH_DISABLED_PLUGIN, auth_payload=b""))
         else:
             # START_TLS (no TLS here), GET_LIST_OF_ENTRIES_OF_LEDGER, unknown operations
@@ -458,7 +459,7 @@ class BookKeeperSession:
             reply.send(S.v3_add_response(txn, W.EUA, lid, eid))
             return
         try:
-            ids_match = eid is not None and W.entry_ids(req.body, lid)[0] == eid
+            ids_match = eid is not None and E.entry_ids(req.body, lid)[0] == eid
         except EmbedlogError:            # shorter than an entry header, or another ledger's
             ids_match = False
         if not ids_match:
@@ -596,7 +597,7 @@ class BookKeeperSession:
         if lac_body is None and last_body is None:
             reply.send(_status_only(req, W.ENOENTRY))
             return
-        reply.send(W.encode_response(req.txn_id, W.READ_LAC, W.EOK, ledger_id=lid,
+        reply.send(E.encode_response(req.txn_id, W.READ_LAC, W.EOK, ledger_id=lid,
                                      lac_body=lac_body, last_entry_body=last_body))
 
     def _write_lac_v3(self, req, reply) -> None:
@@ -610,7 +611,7 @@ class BookKeeperSession:
         except Exception as exc:
             self._fail(req, reply, exc)
             return
-        ok = W.encode_response(txn, W.WRITE_LAC, W.EOK, ledger_id=lid)
+        ok = E.encode_response(txn, W.WRITE_LAC, W.EOK, ledger_id=lid)
         server = self.server
 
         def answer(synced=None):
@@ -618,7 +619,7 @@ class BookKeeperSession:
                 self._fail(req, reply, synced.exception())
                 return
             self._when_durable(seq, reply, ok,
-                               lambda exc: W.encode_response(txn, W.WRITE_LAC, _v3(_code(exc)), ledger_id=lid),
+                               lambda exc: E.encode_response(txn, W.WRITE_LAC, _v3(_code(exc)), ledger_id=lid),
                                after=lambda: server._wake_pollers((0, lid)))
         if req.body is None:
             answer()
@@ -630,9 +631,9 @@ class BookKeeperSession:
     def _force_v3(self, req, reply) -> None:
         # everything journalled so far durable: what FORCE_LEDGER promises a DEFERRED_SYNC writer
         txn, lid = req.txn_id, req.ledger_id
-        ok = W.encode_response(txn, W.FORCE_LEDGER, W.EOK, ledger_id=lid)
+        ok = E.encode_response(txn, W.FORCE_LEDGER, W.EOK, ledger_id=lid)
         self._when_durable(self.bookie.journal.appended_seq, reply, ok,
-                           lambda exc: W.encode_response(txn, W.FORCE_LEDGER, _v3(_code(exc)),
+                           lambda exc: E.encode_response(txn, W.FORCE_LEDGER, _v3(_code(exc)),
                                                          ledger_id=lid))
 
     def _bookie_info_v3(self, req, reply) -> None:
@@ -647,7 +648,7 @@ class BookKeeperSession:
             fields["free_disk_space"] = usage.free
         if requested & W.TOTAL_DISK_CAPACITY:
             fields["total_disk_capacity"] = usage.total
-        reply.send(W.encode_response(req.txn_id, W.GET_BOOKIE_INFO, W.EOK, **fields))
+        reply.send(E.encode_response(req.txn_id, W.GET_BOOKIE_INFO, W.EOK, **fields))
 
     # -- v2 ------------------------------------------------------------------------------
 
@@ -721,9 +722,9 @@ def _status_only(req, status: int) -> bytes:
     """A v3 response of the request's operation with ``status`` (and its ledger id)."""
     op = req.operation
     if op in (W.WRITE_LAC, W.READ_LAC, W.FORCE_LEDGER) and req.ledger_id is not None:
-        return W.encode_response(req.txn_id, op, status, ledger_id=req.ledger_id)
+        return E.encode_response(req.txn_id, op, status, ledger_id=req.ledger_id)
     if op == W.GET_BOOKIE_INFO:
-        return W.encode_response(req.txn_id, op, status)
+        return E.encode_response(req.txn_id, op, status)
     if op == W.ADD_ENTRY:
         return S.v3_add_response(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
     if op == W.READ_ENTRY:

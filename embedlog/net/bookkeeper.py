@@ -31,6 +31,7 @@ import asyncio
 import json
 
 from embedlog._native import bkwire as W
+from embedlog._native import bkencode as E
 from embedlog.errors import (CorruptedDataError, EmbedlogError, IllegalOpError, TimeoutError,
                              from_wire_code)
 from embedlog.net import protocol as P
@@ -76,7 +77,7 @@ class WriteLac:
                                    self.term)
 
     def bk_body(self) -> bytes:
-        return W.lac_body(self.ledger, self.lac, self.digest, self.mac_key)
+        return E.lac_body(self.ledger, self.lac, self.digest, self.mac_key)
 
 
 class _Call:
@@ -290,7 +291,7 @@ class BookKeeperConnection:
             raise IllegalOpError(f"add flags {req.flags:#x} have no BookKeeper v3 equivalent")
         n = P.U32.unpack_from(req.body)[0] if len(req.body) >= 4 else 0
         first = self._txn_range(max(n, 1))
-        data, count, first_entry = W.encode_adds(first, req.ledger, req.master_key, req.body,
+        data, count, first_entry = E.encode_adds(first, req.ledger, req.master_key, req.body,
                                                  bool(req.flags & P.FLAG_RECOVERY_ADD),
                                                  self.send_max_frame_bytes)
         results = await self._send(data, count, first, W.ADD_ENTRY, timeout_s)
@@ -317,7 +318,7 @@ class BookKeeperConnection:
 
     async def _read_range(self, req, first: int, count: int, fence: bool, timeout_s: float):
         txn = self._txn_range(count)
-        data = W.encode_reads(txn, req.ledger, first, count, W.FENCE_LEDGER if fence else 0,
+        data = E.encode_reads(txn, req.ledger, first, count, W.FENCE_LEDGER if fence else 0,
                               req.master_key if fence else None)
         results = await self._send(data, count, txn, W.READ_ENTRY, timeout_s)
         lac, out, size = -1, [], 0
@@ -329,7 +330,7 @@ class BookKeeperConnection:
             if r.body is None:
                 raise CorruptedDataError(f"bookie {self.address} answered a read of entry "
                                          f"{first + i} of ledger {req.ledger} without the entry")
-            eid, entry_lac = W.entry_ids(r.body, req.ledger)
+            eid, entry_lac = E.entry_ids(r.body, req.ledger)
             if eid != first + i:
                 raise CorruptedDataError(f"bookie {self.address} answered a read of entry "
                                          f"{first + i} of ledger {req.ledger} with entry {eid}")
@@ -343,7 +344,7 @@ class BookKeeperConnection:
     async def _long_poll(self, req, first: int, count: int, previous_lac: int, timeout_ms: int,
                          timeout_s: float) -> bytes:
         txn = self._txn_range(1)
-        data = W.encode_request(txn, W.READ_ENTRY, ledger_id=req.ledger,
+        data = E.encode_request(txn, W.READ_ENTRY, ledger_id=req.ledger,
                                 entry_id=W.LAST_ADD_CONFIRMED, flag=W.ENTRY_PIGGYBACK,
                                 previous_lac=previous_lac, timeout_ms=timeout_ms)
         (r,) = await self._send(data, 1, txn, W.READ_ENTRY, timeout_s)
@@ -352,7 +353,7 @@ class BookKeeperConnection:
         lac = r.max_lac if r.max_lac is not None else -1
         entries = []
         if r.body is not None:
-            eid, _entry_lac = W.entry_ids(r.body, req.ledger)
+            eid, _entry_lac = E.entry_ids(r.body, req.ledger)
             if eid == first:
                 entries.append((eid, r.body))
         last = min(first + count - 1, lac)
@@ -374,7 +375,7 @@ class BookKeeperConnection:
         txn = self._txn_range(1)
         if req.flags & P.FLAG_FENCE:
             # BookKeeper's recovery fences with a read of the last entry (ReadLastConfirmedOp)
-            data = W.encode_request(txn, W.READ_ENTRY, ledger_id=req.ledger,
+            data = E.encode_request(txn, W.READ_ENTRY, ledger_id=req.ledger,
                                     entry_id=W.LAST_ADD_CONFIRMED, master_key=req.master_key,
                                     flag=W.FENCE_LEDGER)
             (r,) = await self._send(data, 1, txn, W.READ_ENTRY, timeout_s)
@@ -383,9 +384,9 @@ class BookKeeperConnection:
             if r.body is None:
                 raise CorruptedDataError(f"bookie {self.address} answered a fencing read of "
                                          f"ledger {req.ledger} without the entry")
-            eid, lac = W.entry_ids(r.body, req.ledger)
+            eid, lac = E.entry_ids(r.body, req.ledger)
             return P.READ_LAC_RESP.pack(lac, eid, len(r.body)) + r.body
-        data = W.encode_request(txn, W.READ_LAC, ledger_id=req.ledger)
+        data = E.encode_request(txn, W.READ_LAC, ledger_id=req.ledger)
         (r,) = await self._send(data, 1, txn, W.READ_LAC, timeout_s)
         if r.lac_body is None and r.last_entry_body is None:
             raise self._error(r, f"LAC read of ledger {req.ledger}")
@@ -393,9 +394,9 @@ class BookKeeperConnection:
         # is still the bookie's answer
         lac, last, entry = -1, -1, b""
         if r.lac_body is not None:
-            lac = W.lac_of_body(r.lac_body, req.ledger)
+            lac = E.lac_of_body(r.lac_body, req.ledger)
         if r.last_entry_body is not None:
-            last, entry_lac = W.entry_ids(r.last_entry_body, req.ledger)
+            last, entry_lac = E.entry_ids(r.last_entry_body, req.ledger)
             lac = max(lac, entry_lac)
             entry = r.last_entry_body
         return P.READ_LAC_RESP.pack(lac, last, len(entry)) + entry
@@ -406,7 +407,7 @@ class BookKeeperConnection:
                                  "ledger's digest: build it with embedlog.net.bookkeeper.WriteLac")
         lac = P.parse_i64_body(req.body)
         txn = self._txn_range(1)
-        data = W.encode_request(txn, W.WRITE_LAC, ledger_id=req.ledger, lac=lac,
+        data = E.encode_request(txn, W.WRITE_LAC, ledger_id=req.ledger, lac=lac,
                                 master_key=req.master_key, body=build.bk_body())
         (r,) = await self._send(data, 1, txn, W.WRITE_LAC, timeout_s)
         if r.status != _OK:
@@ -415,7 +416,7 @@ class BookKeeperConnection:
 
     async def _bookie_info(self, timeout_s: float) -> bytes:
         txn = self._txn_range(1)
-        data = W.encode_request(txn, W.GET_BOOKIE_INFO,
+        data = E.encode_request(txn, W.GET_BOOKIE_INFO,
                                 requested=W.TOTAL_DISK_CAPACITY | W.FREE_DISK_SPACE)
         (r,) = await self._send(data, 1, txn, W.GET_BOOKIE_INFO, timeout_s)
         if r.status != _OK:

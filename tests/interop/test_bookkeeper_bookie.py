@@ -22,6 +22,7 @@ import pytest
 from cliutil import wait_until
 from embedlog import Client
 from embedlog._native import bkwire as W
+from embedlog._native import bkencode as E
 from embedlog._native import format as F
 from embedlog.errors import EmbedlogError, LedgerFencedError
 from embedlog.harness import jars
@@ -274,9 +275,9 @@ def test_hostile_frames_close_the_connection_and_lose_nothing(setup):
     # an add whose entry is another ledger's, and one with a wrong key: statuses, not crashes
     s = raw(setup, 2)
     entry = struct.pack(">qqqq", lid + 1000, 0, -1, 1) + b"\0" * 4 + b"x"
-    s.sendall(W.encode_request(7, W.ADD_ENTRY, ledger_id=lid, entry_id=0,
+    s.sendall(E.encode_request(7, W.ADD_ENTRY, ledger_id=lid, entry_id=0,
                                master_key=KEY, body=entry))
-    s.sendall(W.encode_request(8, W.ADD_ENTRY, ledger_id=lid, entry_id=10,
+    s.sendall(E.encode_request(8, W.ADD_ENTRY, ledger_id=lid, entry_id=10,
                                master_key=b"w" * 20,
                                body=struct.pack(">qqqq", lid, 10, 9, 1) + b"\0" * 4 + b"y"))
     got = {}

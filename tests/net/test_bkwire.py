@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from embedlog._native import bkwire as W
+from embedlog._native import bkencode as E
 from embedlog._native import format as F
 from embedlog.errors import CorruptedDataError, EmbedlogError, EntryTooLargeError, IllegalOpError
 from embedlog.net import protocol as P
@@ -157,7 +158,7 @@ PROTO_NAMES = {"ledger_id": "ledgerId", "entry_id": "entryId", "master_key": "ma
 def test_requests_agree_with_protobuf(pb, data, txn, op):
     sub, fields_st = REQ_CASES[op]
     fields = data.draw(fields_st)
-    ours = W.encode_request(txn, op, **fields)
+    ours = E.encode_request(txn, op, **fields)
     theirs = pb["Request"].FromString(ours[4:])          # protobuf checks required fields too
     assert struct.unpack(">i", ours[:4])[0] == len(ours) - 4
     assert (theirs.header.version, theirs.header.operation, theirs.header.txnId) == (3, op, txn)
@@ -202,7 +203,7 @@ def test_responses_agree_with_protobuf(pb, data, txn, op, top, inner):
     for name, value in fields.items():
         assert getattr(r, name) == value, name
     # ours, parsed by protobuf
-    ours = W.encode_response(txn, op, top, sub_status=inner, **fields)
+    ours = E.encode_response(txn, op, top, sub_status=inner, **fields)
     back = pb["Response"].FromString(ours[4:])
     assert back == theirs
 
@@ -210,8 +211,8 @@ def test_responses_agree_with_protobuf(pb, data, txn, op, top, inner):
 def test_many_frames_in_one_buffer_and_every_cut(pb):
     """One pass over a buffer of many frames; a cut anywhere leaves the incomplete frame
     for the next read and is no error."""
-    frames = [W.encode_response(i, W.ADD_ENTRY, W.EOK, ledger_id=7, entry_id=i) for i in range(20)]
-    frames.append(W.encode_response(99, W.READ_ENTRY, W.EOK, ledger_id=7, entry_id=3,
+    frames = [E.encode_response(i, W.ADD_ENTRY, W.EOK, ledger_id=7, entry_id=i) for i in range(20)]
+    frames.append(E.encode_response(99, W.READ_ENTRY, W.EOK, ledger_id=7, entry_id=3,
                                     body=b"x" * 1000, max_lac=2))
     stream = b"".join(frames)
     got, pos, err = W.decode_responses(stream)
@@ -261,7 +262,7 @@ def bad(data: bytes, what: str = "", error=CorruptedDataError):
 
 
 def test_malformed_response_frames():
-    ok = W.encode_response(1, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=2)
+    ok = E.encode_response(1, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=2)
     body = ok[4:]
     # the frame's length against max_frame_bytes before anything is read
     bad(struct.pack(">I", W.MAX_FRAME_BYTES + 4097) + body, "exceeds", EntryTooLargeError)
@@ -274,7 +275,7 @@ def test_malformed_response_frames():
     # wrong wire types: the header as a varint, the status as bytes, a known varint as bytes
     bad(frame(b"\x08\x01" + body), "wrong wire type")
     bad(frame(body + b"\x12\x01\x00"), "wrong wire type")
-    sub = W.encode_response(1, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=2)[4:]
+    sub = E.encode_response(1, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=2)[4:]
     i = sub.index(b"\xaa\x06")                # addResponse: field 101, length-delimited
     n = sub[i + 2]
     inner = sub[i + 3:i + 3 + n].replace(b"\x10\x01", b"\x12\x01\x01", 1)   # ledgerId as bytes
@@ -305,15 +306,15 @@ def test_malformed_response_frames():
 
 
 def test_malformed_request_frames():
-    ok = W.encode_request(1, W.ADD_ENTRY, ledger_id=1, entry_id=2, master_key=KEY, body=b"e")
+    ok = E.encode_request(1, W.ADD_ENTRY, ledger_id=1, entry_id=2, master_key=KEY, body=b"e")
     got, pos, err = W.decode_requests(ok[:-1])
     assert got == [] and pos == 0 and err is None                  # incomplete: wait
-    no_body = W.encode_request(1, W.ADD_ENTRY, ledger_id=1, entry_id=2, master_key=KEY)
+    no_body = E.encode_request(1, W.ADD_ENTRY, ledger_id=1, entry_id=2, master_key=KEY)
     got, pos, err = W.decode_requests(no_body)
     assert isinstance(err, CorruptedDataError) and "required" in str(err)   # no body
     got, pos, err = W.decode_requests(frame(b"\x0a\x02\x08\x03"))
     assert isinstance(err, CorruptedDataError)                     # no operation, no txnId
-    got, pos, err = W.decode_requests(frame(W.encode_request(1, W.READ_LAC, ledger_id=1)[4:-4]))
+    got, pos, err = W.decode_requests(frame(E.encode_request(1, W.READ_LAC, ledger_id=1)[4:-4]))
     assert isinstance(err, CorruptedDataError)                     # READ_LAC without its request
 
 
@@ -321,7 +322,7 @@ def test_malformed_request_frames():
 @given(st.binary(max_size=200), st.binary(max_size=40))
 def test_any_bytes_give_responses_or_embedlogs_errors(prefix, tail):
     for data in (prefix, frame(prefix), frame(prefix) + tail,
-                 W.encode_response(1, W.READ_ENTRY, W.EOK, ledger_id=1, entry_id=1, body=prefix) + tail):
+                 E.encode_response(1, W.READ_ENTRY, W.EOK, ledger_id=1, entry_id=1, body=prefix) + tail):
         for decode in (W.decode_responses, W.decode_requests):
             got, pos, err = decode(data)
             assert 0 <= pos <= len(data)
@@ -331,9 +332,9 @@ def test_any_bytes_give_responses_or_embedlogs_errors(prefix, tail):
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=1, max_size=120), st.integers(0, 119), st.integers(0, 255))
 def test_flipped_bytes_of_real_frames_never_crash(payload, where, value):
-    frames = [W.encode_response(5, W.READ_ENTRY, W.EOK, ledger_id=3, entry_id=4, body=payload, max_lac=3),
-              W.encode_response(6, W.READ_LAC, W.EOK, ledger_id=3, lac_body=payload, last_entry_body=payload),
-              W.encode_request(7, W.ADD_ENTRY, ledger_id=3, entry_id=4, master_key=KEY, body=payload)]
+    frames = [E.encode_response(5, W.READ_ENTRY, W.EOK, ledger_id=3, entry_id=4, body=payload, max_lac=3),
+              E.encode_response(6, W.READ_LAC, W.EOK, ledger_id=3, lac_body=payload, last_entry_body=payload),
+              E.encode_request(7, W.ADD_ENTRY, ledger_id=3, entry_id=4, master_key=KEY, body=payload)]
     for f in frames:
         b = bytearray(f)
         b[where % len(b)] = value
@@ -352,7 +353,7 @@ def add_body(entries) -> bytes:
 def test_encode_adds_is_one_add_request_per_entry(pb, recovery):
     entries = [F.encode_entry(0, 77, 10 + i, 9 + i, 5 * (i + 1), F.digest_code("crc32"), b"p" * i)
                for i in range(5)]
-    data, count, first = W.encode_adds(1000, 77, KEY, add_body(entries), recovery)
+    data, count, first = E.encode_adds(1000, 77, KEY, add_body(entries), recovery)
     assert (count, first) == (5, 10)
     got, pos, err = W.decode_requests(data)
     assert err is None and pos == len(data) and len(got) == 5
@@ -372,42 +373,42 @@ def test_encode_adds_is_one_add_request_per_entry(pb, recovery):
 def test_encode_adds_refuses_what_bookkeeper_cannot_take():
     e = F.encode_entry(0, 77, 0, -1, 1, F.digest_code("crc32c"), b"x")
     with pytest.raises(IllegalOpError, match="V2"):
-        W.encode_adds(1, 77, KEY, add_body([F.encode_entry(5, 77, 0, -1, 1, 3, b"x")]))
+        E.encode_adds(1, 77, KEY, add_body([F.encode_entry(5, 77, 0, -1, 1, 3, b"x")]))
     with pytest.raises(IllegalOpError, match="ledger 77 in an add to ledger 78"):
-        W.encode_adds(1, 78, KEY, add_body([e]))
+        E.encode_adds(1, 78, KEY, add_body([e]))
     with pytest.raises(IllegalOpError, match="shorter than a V1 header"):
-        W.encode_adds(1, 77, KEY, add_body([e[:31]]))
+        E.encode_adds(1, 77, KEY, add_body([e[:31]]))
     with pytest.raises(IllegalOpError, match="master key"):
-        W.encode_adds(1, 77, KEY[:19], add_body([e]))
+        E.encode_adds(1, 77, KEY[:19], add_body([e]))
     with pytest.raises(IllegalOpError, match="without entries"):
-        W.encode_adds(1, 77, KEY, add_body([]))
+        E.encode_adds(1, 77, KEY, add_body([]))
     for cut in (2, 6, len(add_body([e])) - 1):
         with pytest.raises(CorruptedDataError):
-            W.encode_adds(1, 77, KEY, add_body([e])[:cut])
+            E.encode_adds(1, 77, KEY, add_body([e])[:cut])
     with pytest.raises(CorruptedDataError, match="trailing"):
-        W.encode_adds(1, 77, KEY, add_body([e]) + b"\0")
+        E.encode_adds(1, 77, KEY, add_body([e]) + b"\0")
     with pytest.raises(CorruptedDataError, match="cannot hold"):
-        W.encode_adds(1, 77, KEY, struct.pack(">I", 0xFFFFFFFF) + b"\0" * 8)
+        E.encode_adds(1, 77, KEY, struct.pack(">I", 0xFFFFFFFF) + b"\0" * 8)
     big = F.encode_entry(0, 77, 0, -1, 1, F.digest_code("dummy"), b"x" * W.MAX_FRAME_BYTES)
     with pytest.raises(EntryTooLargeError, match="nettyMaxFrameSizeBytes"):
-        W.encode_adds(1, 77, KEY, add_body([big]))
+        E.encode_adds(1, 77, KEY, add_body([big]))
     # the largest entry that fits one frame goes
     fits = F.encode_entry(0, 77, 0, -1, 1, F.digest_code("dummy"), b"x" * (W.MAX_FRAME_BYTES - 200))
-    data, count, _ = W.encode_adds(1, 77, KEY, add_body([fits]))
+    data, count, _ = E.encode_adds(1, 77, KEY, add_body([fits]))
     assert count == 1 and len(data) <= W.MAX_FRAME_BYTES
 
 
 def test_encode_reads():
-    data = W.encode_reads(50, 9, 100, 3, W.FENCE_LEDGER, KEY)
+    data = E.encode_reads(50, 9, 100, 3, W.FENCE_LEDGER, KEY)
     got, pos, err = W.decode_requests(data)
     assert err is None and [(r.txn_id, r.entry_id, r.flag, r.master_key) for r in got] == [
         (50, 100, 1, KEY), (51, 101, 1, KEY), (52, 102, 1, KEY)]
     with pytest.raises(IllegalOpError, match="master key"):
-        W.encode_reads(1, 9, 0, 1, W.FENCE_LEDGER)
+        E.encode_reads(1, 9, 0, 1, W.FENCE_LEDGER)
     with pytest.raises(IllegalOpError):
-        W.encode_reads(1, 9, 0, 0)
+        E.encode_reads(1, 9, 0, 0)
     with pytest.raises(IllegalOpError, match="no lac"):
-        W.encode_request(1, W.READ_ENTRY, ledger_id=1, entry_id=1, lac=3)
+        E.encode_request(1, W.READ_ENTRY, ledger_id=1, entry_id=1, lac=3)
 
 
 # -- WRITE_LAC's digest-protected body ----------------------------------------------------------
@@ -417,29 +418,29 @@ def test_lac_body_digests_are_bookkeepers():
     big-endian long, CRC32C as an int, HMAC-SHA1 keyed with SHA1("mac" + password), nothing."""
     import google_crc32c
     head = struct.pack(">qq", 123, 45)
-    assert W.lac_body(123, 45, F.digest_code("crc32")) == head + struct.pack(">Q", zlib.crc32(head))
-    assert W.lac_body(123, 45, F.digest_code("crc32c")) == head + struct.pack(
+    assert E.lac_body(123, 45, F.digest_code("crc32")) == head + struct.pack(">Q", zlib.crc32(head))
+    assert E.lac_body(123, 45, F.digest_code("crc32c")) == head + struct.pack(
         ">I", google_crc32c.value(head))
     mac = F.mac_key(b"pw")
-    assert W.lac_body(123, 45, F.digest_code("mac"), mac) == head + hmac.new(
+    assert E.lac_body(123, 45, F.digest_code("mac"), mac) == head + hmac.new(
         hashlib.sha1(b"mac" + b"pw").digest(), head, hashlib.sha1).digest()
-    assert W.lac_body(123, 45, F.digest_code("dummy")) == head
-    assert W.lac_of_body(W.lac_body(123, 45, 1), 123) == 45
+    assert E.lac_body(123, 45, F.digest_code("dummy")) == head
+    assert E.lac_of_body(E.lac_body(123, 45, 1), 123) == 45
     with pytest.raises(CorruptedDataError):
-        W.lac_of_body(head, 124)
+        E.lac_of_body(head, 124)
     with pytest.raises(CorruptedDataError):
-        W.lac_of_body(head[:15], 123)
+        E.lac_of_body(head[:15], 123)
     with pytest.raises(IllegalOpError):
-        W.lac_body(1, 1, F.digest_code("mac"))
+        E.lac_body(1, 1, F.digest_code("mac"))
 
 
 def test_entry_ids():
     e = F.encode_entry(0, 5, 7, 6, 10, 1, b"x")
-    assert W.entry_ids(e, 5) == (7, 6)
+    assert E.entry_ids(e, 5) == (7, 6)
     with pytest.raises(CorruptedDataError):
-        W.entry_ids(e, 4)
+        E.entry_ids(e, 4)
     with pytest.raises(CorruptedDataError):
-        W.entry_ids(e[:31], 5)
+        E.entry_ids(e[:31], 5)
 
 
 def test_protocol_constants_match_embedlogs():
@@ -496,13 +497,13 @@ def test_bad_bytes_from_a_bookie_fail_its_calls_and_close_the_connection():
     from embedlog.net.transport import BookieUnavailableError
 
     def good(txn):
-        return W.encode_response(txn, W.GET_BOOKIE_INFO, W.EOK, total_disk_capacity=10, free_disk_space=4)
+        return E.encode_response(txn, W.GET_BOOKIE_INFO, W.EOK, total_disk_capacity=10, free_disk_space=4)
 
     answers = [
         lambda txn: frame(b"\x08\x01"),                                   # the header as a varint
         lambda txn: struct.pack(">I", 64 << 20) + b"\0" * 64,            # a 64 MiB frame
         lambda txn: good(txn)[:9],                                        # cut, then the peer closes
-        lambda txn: W.encode_response(txn, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=1),  # wrong op
+        lambda txn: E.encode_response(txn, W.ADD_ENTRY, W.EOK, ledger_id=1, entry_id=1),  # wrong op
         lambda txn: good(txn + 1000) + good(txn)[:7] + good(txn)[7:],     # unknown txn, split frame
     ]
     seen = []

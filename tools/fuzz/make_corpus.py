@@ -186,25 +186,26 @@ def bk_serve(c: Corpus) -> None:
 def bk_wire(c: Corpus) -> None:
     """BookKeeper's v3 frames (bkwire.pyx): responses (0), requests (1), ADD bodies (2)."""
     from embedlog._native import bkwire as W
+    from embedlog._native import bkencode as E
     key = F.master_key(b"fuzz")
     es = [F.encode_entry(0, 3, i, i - 1, 5 * (i + 1), "crc32c", b"entry") for i in range(3)]
-    resps = [W.encode_response(1, W.ADD_ENTRY, W.EOK, ledger_id=3, entry_id=0),
-             W.encode_response(2, W.READ_ENTRY, W.EOK, ledger_id=3, entry_id=1, body=es[1], max_lac=0),
-             W.encode_response(3, W.READ_ENTRY, W.ENOENTRY, ledger_id=3, entry_id=9),
-             W.encode_response(4, W.READ_LAC, W.EOK, ledger_id=3, lac_body=W.lac_body(3, 1, 3),
+    resps = [E.encode_response(1, W.ADD_ENTRY, W.EOK, ledger_id=3, entry_id=0),
+             E.encode_response(2, W.READ_ENTRY, W.EOK, ledger_id=3, entry_id=1, body=es[1], max_lac=0),
+             E.encode_response(3, W.READ_ENTRY, W.ENOENTRY, ledger_id=3, entry_id=9),
+             E.encode_response(4, W.READ_LAC, W.EOK, ledger_id=3, lac_body=E.lac_body(3, 1, 3),
                                last_entry_body=es[2]),
-             W.encode_response(5, W.GET_BOOKIE_INFO, W.EOK, total_disk_capacity=1 << 40, free_disk_space=1 << 30),
-             W.encode_response(6, W.WRITE_LAC, W.EFENCED, ledger_id=3)]
+             E.encode_response(5, W.GET_BOOKIE_INFO, W.EOK, total_disk_capacity=1 << 40, free_disk_space=1 << 30),
+             E.encode_response(6, W.WRITE_LAC, W.EFENCED, ledger_id=3)]
     c.put("bk_wire", "responses", b"\x00" + b"".join(resps))
     c.put("bk_wire", "read-response", b"\x00" + resps[1])
-    reqs = [W.encode_adds(1, 3, key, struct.pack(">I", 3) + b"".join(struct.pack(">I", len(e)) + e
+    reqs = [E.encode_adds(1, 3, key, struct.pack(">I", 3) + b"".join(struct.pack(">I", len(e)) + e
                                                                     for e in es), True)[0],
-            W.encode_reads(4, 3, 0, 2, W.FENCE_LEDGER, key),
-            W.encode_request(6, W.READ_ENTRY, ledger_id=3, entry_id=-1, flag=W.ENTRY_PIGGYBACK,
+            E.encode_reads(4, 3, 0, 2, W.FENCE_LEDGER, key),
+            E.encode_request(6, W.READ_ENTRY, ledger_id=3, entry_id=-1, flag=W.ENTRY_PIGGYBACK,
                              previous_lac=1, timeout_ms=1000),
-            W.encode_request(7, W.WRITE_LAC, ledger_id=3, lac=1, master_key=key, body=W.lac_body(3, 1, 1)),
-            W.encode_request(8, W.READ_LAC, ledger_id=3),
-            W.encode_request(9, W.GET_BOOKIE_INFO, requested=3)]
+            E.encode_request(7, W.WRITE_LAC, ledger_id=3, lac=1, master_key=key, body=E.lac_body(3, 1, 1)),
+            E.encode_request(8, W.READ_LAC, ledger_id=3),
+            E.encode_request(9, W.GET_BOOKIE_INFO, requested=3)]
     c.put("bk_wire", "requests", b"\x01" + b"".join(reqs))
     body = struct.pack(">I", 3) + b"".join(struct.pack(">I", len(e)) + e for e in es)
     c.put("bk_wire", "add-body", b"\x02" + struct.pack(">q", 3) + body)

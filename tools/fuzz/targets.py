@@ -235,6 +235,7 @@ def fuzz_bk_wire(data: bytes) -> None:
     1 the requests a bookie reads, 2 an embedlog ADD body turned into v3 AddRequests (and
     read back as requests: one per entry, each carrying its entry whole)."""
     from embedlog._native import bkwire as W
+    from embedlog._native import bkencode as E
     if not data:
         return
     kind, rest = data[0] % 3, data[1:]
@@ -253,7 +254,7 @@ def fuzz_bk_wire(data: bytes) -> None:
         return
     ledger = struct.unpack_from(">q", rest)[0]
     body = rest[8:]
-    out = _expect(W.encode_adds, 1, ledger, b"k" * 20, body, bool(data[0] & 4))
+    out = _expect(E.encode_adds, 1, ledger, b"k" * 20, body, bool(data[0] & 4))
     if out is None:
         return
     frames, count, first = out

@@ -1,6 +1,14 @@
-# The protobuf varint primitives of bkwire.pyx (BookKeeper's v3 frames), shared with
-# bkserve.pyx (the bookie's side of v3 and v2): one varint codec for both.
+# The protobuf primitives of bkwire.pyx (BookKeeper's v3 frames), shared with bkencode.pyx
+# (the encoder) and bkserve.pyx (the bookie's side of v3 and v2): one varint codec for all.
 from libc.stdint cimport uint8_t, uint64_t
+
+cdef enum:
+    WT_VARINT = 0        # protobuf wire types
+    WT_I64 = 1
+    WT_LEN = 2
+    WT_I32 = 5
+    VERSION_THREE_C = 3
+    RECOVERY_ADD_C = 1
 
 
 cdef inline int vsize(uint64_t v) noexcept nogil:
