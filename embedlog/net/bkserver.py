@@ -48,6 +48,7 @@ from embedlog._native import bkencode as E
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
 from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError
+from embedlog.net.bkreply import FaultyReply, Reply
 
 log = logging.getLogger("embedlog.server.bookkeeper")
 
@@ -82,40 +83,6 @@ class _AddRun:
     def __init__(self, lid: int, key: bytes, recovery: bool, version: int):
         self.lid, self.key, self.recovery, self.version = lid, key, recovery, version
         self.bodies, self.txns, self.eids, self.sizes = [], [], [], []
-
-
-class _Reply:
-    """Where one request's answer goes: the first write releases its share of the in-flight
-    limits (server._release), even when the connection is gone."""
-    __slots__ = ("server", "conn", "nbytes", "answered")
-
-    def __init__(self, server, conn, nbytes: int):
-        self.server, self.conn, self.nbytes, self.answered = server, conn, nbytes, False
-
-    def send(self, *parts) -> None:
-        if self.answered:
-            return
-        self.answered = True
-        self.server._release(self.conn, self.nbytes)
-        self.server.send(self.conn.writer, *parts)
-
-
-class _FaultyReply(_Reply):
-    """An answer a test's failpoint drops or holds back (failpoints.fault)."""
-    __slots__ = ("fault", "loop")
-
-    def send(self, *parts) -> None:
-        if self.answered:
-            return
-        if self.fault[0] == "delay":
-            fault, self.fault = self.fault, ("none",)
-            self.loop.call_later(fault[1], self.send, *parts)
-            return
-        if self.fault[0] == "drop":
-            self.answered = True
-            self.server._release(self.conn, self.nbytes)
-            return
-        _Reply.send(self, *parts)
 
 
 class BookKeeperSession:
@@ -283,7 +250,7 @@ class BookKeeperSession:
         except Exception:
             # refused as a whole: each add again on its own, for its own answer
             for i in range(k):
-                self._add_one(run, i, _Reply(server, conn, run.sizes[i]))
+                self._add_one(run, i, Reply(server, conn, run.sizes[i]))
             return
         self.bookie.on_durable(seq, lambda error: server.complete(self._run_durable, run,
                                                                     nbytes, error))
@@ -317,7 +284,7 @@ class BookKeeperSession:
         conn.bytes += n
         server.in_flight_requests += 1
         server.in_flight_bytes += n
-        reply = _Reply(server, conn, n)
+        reply = Reply(server, conn, n)
         if failpoints.active():
             reply = self._faulty(req, reply)
             if reply is None:
@@ -348,9 +315,7 @@ class BookKeeperSession:
         if fault[0] == "error":
             self._fail(req, reply, OSError(f"failpoint {point}"))
             return None
-        faulty = _FaultyReply(reply.server, reply.conn, reply.nbytes)
-        faulty.fault, faulty.loop = fault, self.loop
-        return faulty
+        return FaultyReply(reply, fault, self.loop)
 
     # -- v3 ------------------------------------------------------------------------------
 

@@ -1,0 +1,41 @@
+"""Where the answer of one BookKeeper request goes (net/bkserver.py): the first write
+releases the request's share of the server's in-flight limits, even when its connection is
+gone; and the answer a test's message failpoint drops or holds back (failpoints.fault)."""
+from __future__ import annotations
+
+
+class Reply:
+    """One request's answer, sent once."""
+    __slots__ = ("server", "conn", "nbytes", "answered")
+
+    def __init__(self, server, conn, nbytes: int):
+        self.server, self.conn, self.nbytes, self.answered = server, conn, nbytes, False
+
+    def send(self, *parts) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        self.server.release_many(self.conn, 1, self.nbytes)
+        self.server.send(self.conn.writer, *parts)
+
+
+class FaultyReply(Reply):
+    """An answer a test's failpoint drops (("drop",)) or holds back (("delay", seconds))."""
+    __slots__ = ("fault", "loop")
+
+    def __init__(self, reply: Reply, fault: tuple, loop):
+        super().__init__(reply.server, reply.conn, reply.nbytes)
+        self.fault, self.loop = fault, loop
+
+    def send(self, *parts) -> None:
+        if self.answered:
+            return
+        if self.fault[0] == "delay":
+            fault, self.fault = self.fault, ("none",)
+            self.loop.call_later(fault[1], self.send, *parts)
+            return
+        if self.fault[0] == "drop":
+            self.answered = True
+            self.server.release_many(self.conn, 1, self.nbytes)
+            return
+        Reply.send(self, *parts)
