@@ -674,7 +674,11 @@ class Journal:
         old = [i for i in journal_ids(self.directory) if i < mark_file_id]
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
-        free = len(journal_ids(self.directory, FREE)) if self.config.journal_reuse_files else MAX_FREE
+        kept = journal_ids(self.directory, FREE)
+        free = len(kept) if self.config.journal_reuse_files else MAX_FREE
+        if not self.config.journal_reuse_files:
+            for i in kept:                  # kept while reuse was on: nothing reads them now
+                os.unlink(os.path.join(self.directory, "%x%s" % (i, FREE)))
         for i in victims:
             path = os.path.join(self.directory, "%x.txn" % i)
             try:
@@ -685,6 +689,6 @@ class Journal:
                     os.unlink(path)
             except FileNotFoundError:
                 pass                # already trimmed: deleting is idempotent
-        if victims:
+        if victims or (kept and not self.config.journal_reuse_files):
             fsync_dir(self.directory)
         return victims

@@ -154,3 +154,20 @@ def test_power_loss_in_a_reused_file_keeps_every_acknowledged_entry(tmp_path):
         r = log.open_ledger(w.ledger_id)
         assert r.last_add_confirmed == acked[-1]
         assert r.read_batch(0, acked[-1]) == [payload("p", e) for e in acked]
+
+
+def test_journals_kept_for_reuse_go_when_reuse_is_turned_off(tmp_path):
+    path = tmp_path / "d"
+    with embedlog.open(path, **REUSE) as log:
+        w = log.create_ledger()
+        wait_until(lambda: (w.append_many([b"x" * 1000] * 100) is not None and
+                            journal_ids(os.path.join(path, "journal"), FREE)),
+                   timeout_s=120, what="a journal kept for reuse")
+    off = dict(REUSE, journal_reuse_files=False)
+    with embedlog.open(path, **off) as log:
+        w = log.create_ledger()
+        wait_until(lambda: (w.append_many([b"y" * 1000] * 100) is not None and
+                            log.bookie.statistics()["checkpoints"] >= 2 and
+                            not journal_ids(os.path.join(path, "journal"), FREE)),
+                   timeout_s=120, what="the kept journals deleted")
+        assert _journal_stats(log)["files_reused"] == 0
