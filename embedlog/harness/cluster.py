@@ -139,8 +139,9 @@ class LocalCluster:
         else:
             self._server = servers.EtcdServer()
             uri = f"etcd://{self._server.endpoint}/embedlog"
-        # the cluster makes its store (a client only opens one that exists), before any bookie
-        open_metadata_store(uri).close()
+        # the cluster makes its store (a client only opens one that exists), before any bookie;
+        # a ZooKeeper just started may take its time to take a session on a loaded machine
+        open_metadata_store(uri, **({"timeout_s": 30} if self.metadata_kind == "zk" else {})).close()
         return uri
 
     # -- bookies ----------------------------------------------------------------------

@@ -30,7 +30,7 @@ def test_cluster_up_says_when_a_bookie_dies_and_keeps_the_others(tmp_path):
         made = cli_json("ledger", "create", "--metadata", uri, "-e", 1, "-w", 1, "-a", 1, "--entries", 3)
         assert made["state"] == "CLOSED"                      # the other bookie still serves
         proc.send_signal(signal.SIGINT)
-        out, err = proc.finish(60)
+        out, err = proc.finish(180)
     finally:
         proc.kill()
     assert proc.returncode == 0, err

@@ -377,7 +377,7 @@ def test_cluster_up_and_ctrl_c(tmp_path):
         made = cli_json("ledger", "create", "--metadata", uri, "-e", 1, "-w", 1, "-a", 1, "--entries", 3)
         assert made["state"] == "CLOSED"
         proc.send_signal(signal.SIGINT)
-        proc.finish(60)
+        proc.finish(180)   # the bookies close first: slow at load
     finally:
         proc.kill()
     assert proc.returncode == 0
@@ -401,7 +401,7 @@ def test_cluster_up_says_where_its_data_is_and_removes_or_keeps_it(tmp_path):
             assert uri.startswith(f"sqlite://{tmp}/embedlog-cluster-")
             assert cli_json("ledger", "list", "--metadata", uri) == []
             proc.send_signal(signal.SIGINT)
-            out, err = proc.finish(60)
+            out, err = proc.finish(180)   # the bookies close first: slow at load
         finally:
             proc.kill()
         assert proc.returncode == 0, err
@@ -431,7 +431,7 @@ def test_ctrl_c_stops_the_demo_and_removes_its_directory(tmp_path):
         journal = wait_until(lambda: next(iter(tmp_path.glob("embedlog-demo-*/journal/*")), None),
                              30, "the demo writing its journal")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.finish(30)
+        out, err = proc.finish(180)
     finally:
         proc.kill()
     assert proc.returncode == 130 and "interrupted" in err, (out, err)
