@@ -1,5 +1,6 @@
 """Test session setup: the compiled extension must load (there is no fallback)."""
 import os
+import signal
 import sys
 
 import pytest
@@ -14,6 +15,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_sessionstart(session):
+    # a suite started in the background by a shell (`make test &`, nohup) inherits SIGINT
+    # ignored, and so would every process a test starts: the Ctrl-C tests (cluster up, demo)
+    # would wait forever. Python's own handler here means children start with the default
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         import embedlog._native.format  # noqa: F401
         import embedlog._native.journal_format  # noqa: F401
