@@ -29,6 +29,7 @@ from embedlog._native.format import LedgerId
 from embedlog.meta._common import (check_layout, check_scope, decode_bookie, encode_bookie_info,
                                    layout_record)
 from embedlog.meta.api import BookieRegistration, LedgerMetadata
+from embedlog.meta.bookkeeper.layout import split_digits
 
 SHORT_ID_LIMIT = (1 << 31) - 1          # Integer.MAX_VALUE: the hierarchical switch point
 
@@ -38,14 +39,6 @@ LONG = ((3, 4, 4, 4), 4)
 SCOPED_LEDGER = ((4, 4, 4, 4), 4)
 SCOPE_LEVELS = (4, 4, 4, 4, 4)
 LEAF = re.compile(r"L(\d+)\Z")
-
-
-def split_digits(digits: str, widths) -> list[str]:
-    out, i = [], 0
-    for w in widths:
-        out.append(digits[i:i + w])
-        i += w
-    return out
 
 
 class EmbedlogTree:

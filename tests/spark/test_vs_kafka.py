@@ -11,9 +11,8 @@ import sys
 
 import pytest
 
-from embedlog.harness import jars
 from embedlog.harness.kafka import KAFKA_PEER, SPARK_KAFKA_PEER, KafkaCluster
-from servers import ServerMissing, in_ci, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "benchmarks"))
@@ -22,8 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 @pytest.fixture(scope="module")
 def kafka(spark):
     for peer in (KAFKA_PEER, SPARK_KAFKA_PEER):
-        if not jars.is_fetched(peer) and not in_ci():
-            pytest.skip(f"{peer}'s jars are not in {jars.cache_dir()} (make peers)")
+        require_peer(peer)
     if "spark-sql-kafka" not in spark.conf.get("spark.jars", ""):
         skip_unless_ci("the Spark session started without the Kafka connector")
     try:

@@ -112,7 +112,8 @@ def is_bookkeeper_layout(data: bytes | None) -> bool:
     return True
 
 
-def _split(digits: str, widths) -> list[str]:
+def split_digits(digits: str, widths) -> list[str]:
+    """``digits`` cut into runs of ``widths`` (a hierarchical layout's znode levels)."""
     out, i = [], 0
     for w in widths:
         out.append(digits[i:i + w])
@@ -125,9 +126,9 @@ def ledger_levels(ledger_layout: str, ledger_id: int) -> list[str]:
     if not 0 <= ledger_id < 1 << 63:
         raise MetadataError(f"BookKeeper ledger ids are below 2^63, not {ledger_id}")
     if ledger_layout == "hierarchical" and ledger_id < SHORT_ID_LIMIT:
-        levels = _split(f"{ledger_id:010d}", (2, 4, 4))
+        levels = split_digits(f"{ledger_id:010d}", (2, 4, 4))
     elif ledger_layout in FACTORIES:
-        levels = _split(f"{ledger_id:019d}", (3, 4, 4, 4, 4))
+        levels = split_digits(f"{ledger_id:019d}", (3, 4, 4, 4, 4))
     else:
         raise MetadataError(f"no BookKeeper ledger path in layout {ledger_layout!r}")
     return levels[:-1] + ["L" + levels[-1]]
