@@ -10,6 +10,7 @@ from embedlog.errors import (CorruptedDataError as CorruptedDataError,
                              JournalCorruptedError as JournalCorruptedError)
 
 MAX_ENTRY_ID: int
+DIGEST_SIZES: dict[int, int]
 
 def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_eid: int, lac: int,
                  length: int, digest: int, mac_key: bytes | None, payloads: list[Any], start: int,
@@ -19,6 +20,11 @@ def check_payloads(payloads: list[Any], scope: int, digest: int, max_entry_size:
                    memtable_limit: int, start: int = 0) -> None:
     """Raise what add_payloads would for the first payload it would refuse."""
 def add_encoded_entries(jb: JournalBuffer, mt: MemTable, entries: list[Any], start: int) -> int: ...
+def check_encoded_entries(entries: list[Any], start: int, ledger: tuple[int, int] | None,
+                          facts: dict[tuple[int, int], Any], checked: Any,
+                          runs: dict[tuple[int, int], list[int]],
+                          max_entry_size: int) -> tuple[int, tuple[int, int] | None, int]:
+    """(index to go on from, a ledger not in checked or None once all are checked, bytes checked)."""
 
 def replay_entries(data: Any, records: Records, i: int, mt: MemTable,
                    seen: dict[tuple[int, int], int],

@@ -362,24 +362,23 @@ class Bookie:
         d = self.descriptors
         with self.cv:
             self._ensure_writable(high_priority)
+            # the per-entry checks run in one C pass (LedgerDescriptors.check_entries), which
+            # stops at each ledger's first entry for its key, fence and term checks here
             checked = {}
-            headers = [parse_entry_header(e) for e in entries]     # parsed once, used twice
-            for e, (_v, scope, lid, eid, _lac, _len, _d) in zip(entries, headers):
-                if ledger is not None and (scope, lid) != ledger:
-                    raise IllegalOpError(f"entry of ledger {LedgerId(scope, lid)} in an add for "
-                                         f"{LedgerId(*ledger)}")
-                if not 0 <= eid <= MAX_ENTRY_ID:     # per entry: no call when in range
-                    _check_entry_id(eid)
-                key = (scope, lid)
-                d.check_entry(key, e, _v, _d)
-                if key not in checked:
-                    if not recovery:
-                        d.refuse_damaged(key)
-                    idx = d.check_key(key, master_key, True)
-                    if idx.fenced and not recovery:
-                        raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
-                    d.check_term(idx, key, term)
-                    checked[key] = idx
+            runs = {}                  # (scope, lid) -> [highest entry id, highest LAC]
+            pos = nbytes = 0
+            while True:
+                pos, key, k = d.check_entries(entries, pos, ledger, checked, runs)
+                nbytes += k
+                if key is None:
+                    break
+                if not recovery:
+                    d.refuse_damaged(key)
+                idx = d.check_key(key, master_key, True)
+                if idx.fenced and not recovery:
+                    raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
+                d.check_term(idx, key, term)
+                checked[key] = idx
             if truncate and len(checked) != 1:
                 raise IllegalOpError("a truncating add carries entries of one ledger")
             self.journal.make_room()
@@ -388,11 +387,12 @@ class Bookie:
                 done += jkernels.add_encoded_entries(self.journal.buffer, self.storage.active, entries, done)
                 if done < len(entries):
                     self.storage.make_room(self.journal.note_appended())
-            for e, (_v, scope, lid, eid, lac, _len, _d) in zip(entries, headers):
-                self.stats["add_bytes"] += len(e)
-                d.seen((scope, lid), eid)
-                d.note_lac((scope, lid), lac)
+            self.stats["add_bytes"] += nbytes
+            for key, (top, top_lac) in runs.items():
+                d.seen(key, top)
+                d.note_lac(key, top_lac)
             if truncate:
+                _v, scope, lid, eid, _lac, _len, _d = parse_entry_header(entries[-1])
                 self.journal.add_record(jformat.TRUNCATE, _IDS_I64.pack(scope, lid, eid))
                 d.truncate((scope, lid), eid)         # its own entry, seen above, is the last
             self.stats["adds"] += len(entries)

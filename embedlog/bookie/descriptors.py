@@ -21,7 +21,7 @@ import collections
 import struct
 import threading
 
-from embedlog._native import journal_format as jformat
+from embedlog._native import journal_format as jformat, journal_kernels as jkernels
 from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key
 from embedlog._native.index import MAX_LAC_BODY
 from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
@@ -186,6 +186,14 @@ class LedgerDescriptors:
                                    f"{self.bookie_id}; the request has term {term}")
         if self.raise_term(key, term):
             self.journal.add_record(jformat.TERM, _IDS_U64.pack(*key, term))
+
+    def check_entries(self, entries: list, start: int, ledger, checked, runs: dict) -> tuple:
+        """check_entry (and the header, ledger and entry id checks before it) over
+        entries[start:] in one C pass, up to the first entry of a ledger not in ``checked``;
+        ``runs`` gets each ledger's highest entry id and LAC. Returns (index to go on from,
+        that ledger or None, bytes checked): journal_kernels.check_encoded_entries."""
+        return jkernels.check_encoded_entries(entries, start, ledger, self._facts, checked, runs,
+                                              self.max_entry_size_bytes)
 
     def check_entry(self, key, entry, version: int, digest) -> None:
         """An entry's digest code is a known one (the ledger's, when its metadata is known)

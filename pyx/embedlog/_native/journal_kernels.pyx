@@ -15,20 +15,28 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 
 from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.buffer cimport PyBuffer_Release, PyBUF_FULL_RO
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.exc cimport PyErr_Clear
 
-from embedlog._native.format cimport (el_put32, el_put64, el_crc32c, el_crc32c_copy, el_crc32,
-                                      el_crc_init, parse_ids, encode_into, encoded_size,
-                                      put_header, DIGEST_CRC32, DIGEST_CRC32C, DIGEST_MAC)
+from embedlog._native.format cimport (el_put32, el_put64, el_get64, el_crc32c, el_crc32c_copy,
+                                      el_crc32, el_crc_init, parse_ids, encode_into,
+                                      encoded_size, put_header, DIGEST_CRC32, DIGEST_CRC32C,
+                                      DIGEST_MAC, V1_HEADER_SIZE, V2_HEADER_SIZE)
 from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
 from embedlog._native.journal_buffer cimport JournalBuffer
 from embedlog._native.journal_scan cimport Records, jrec
 from embedlog._native.memtable cimport MemTable
 
-from embedlog._native.format import MAX_ENTRY_ID
+from embedlog._native.format import DIGEST_SIZES, MAX_ENTRY_ID, LedgerId
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError, JournalCorruptedError
 
 el_crc_init()
+
+cdef extern from "Python.h":
+    # the plain C call (no exception check): _entry_buffer clears a refusal and leaves the
+    # error to the typed-memoryview path, so odd buffers fail as they always did
+    int PyObject_GetBuffer_nocheck "PyObject_GetBuffer" (object obj, Py_buffer *view, int flags)
 
 cdef uint64_t V1_LEDGER_LIMIT = 1ULL << 63
 cdef int64_t MAX_LENGTH = 0x7FFFFFFFFFFFFFFF     # a ledger's length is an i64 in every entry
@@ -60,6 +68,21 @@ cdef int _check_entry_ids(int64_t lo, int64_t hi) except -1:
     if lo < 0 or hi < lo or hi > top:
         raise IllegalOpError(f"entry ids {lo}..{hi} are outside 0..{top}")
     return 0
+
+
+cdef inline bint _entry_buffer(object item, Py_buffer *pb):
+    """True with ``pb`` holding the bytes of ``item`` (release it) when it is a 1-D
+    contiguous buffer of unsigned bytes (bytes, a memoryview of them, a bytearray): the cheap
+    path. False, nothing held and no error set, for anything else: the caller takes
+    ``const uint8_t[::1]`` of it, which accepts or refuses it as parse_entry_header does."""
+    if PyObject_GetBuffer_nocheck(item, pb, PyBUF_FULL_RO) < 0:
+        PyErr_Clear()
+        return False
+    if (pb.ndim == 1 and pb.itemsize == 1 and (pb.strides == NULL or pb.strides[0] == 1)
+            and (pb.format == NULL or (pb.format[0] == b'B' and pb.format[1] == 0))):
+        return True
+    PyBuffer_Release(pb)
+    return False
 
 
 def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_entry_size,
@@ -282,18 +305,25 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
     early when the memtable is full. Returns how many were taken."""
     cdef Py_ssize_t i, n, total = PyList_GET_SIZE(entries)
     cdef const uint8_t[::1] v
+    cdef Py_buffer pb
     cdef uint64_t s, l
     cdef int64_t e
-    cdef uint8_t *dst
-    cdef uint8_t *rec
     cdef bint opens
     if start < 0 or start > total:
         raise ValueError(f"start {start} outside 0..{total}")
     # every entry is checked before any is framed, so a refusal leaves nothing half written
     for i in range(start, total):
-        v = <object>PyList_GET_ITEM(entries, i)
-        n = v.shape[0]
-        parse_ids(&v[0], n, &s, &l, &e)
+        item = <object>PyList_GET_ITEM(entries, i)
+        if _entry_buffer(item, &pb):
+            n = pb.len
+            try:
+                parse_ids(<const uint8_t *>pb.buf, n, &s, &l, &e)
+            finally:
+                PyBuffer_Release(&pb)
+        else:
+            v = item
+            n = v.shape[0]
+            parse_ids(&v[0], n, &s, &l, &e)
         _check_entry_ids(e, e)
         if n > mt.limit_bytes:
             raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
@@ -301,22 +331,172 @@ def add_encoded_entries(JournalBuffer jb, MemTable mt, list entries, Py_ssize_t 
     # bookie gapped ids; a frame may name many ledgers)
     mt.prepare(total - start, total - start)
     for i in range(start, total):
-        v = <object>PyList_GET_ITEM(entries, i)
-        n = v.shape[0]
-        parse_ids(&v[0], n, &s, &l, &e)
-        opens = mt.opens_block(s, l, e)
-        if mt.nrecs and not mt.fits(n, 1 if opens else 0):
-            return i - start
-        dst = mt.reserve(n)
-        if dst == NULL:
-            return i - start
-        rec = jb.reserve(RECORD_HEADER_SIZE + n)
-        memcpy(rec + RECORD_HEADER_SIZE, &v[0], n)
-        memcpy(dst, &v[0], n)
-        if mt.commit(s, l, e, dst, n) < 0:
-            raise MemoryError("memtable: no room reserved for an entry")
-        jb.seal(rec, n, REC_ENTRY)
+        item = <object>PyList_GET_ITEM(entries, i)
+        if _entry_buffer(item, &pb):
+            try:
+                if not _put_encoded(jb, mt, <const uint8_t *>pb.buf, pb.len):
+                    return i - start
+            finally:
+                PyBuffer_Release(&pb)
+        else:
+            v = item
+            if not _put_encoded(jb, mt, &v[0], v.shape[0]):
+                return i - start
     return total - start
+
+
+cdef bint _put_encoded(JournalBuffer jb, MemTable mt, const uint8_t *p, Py_ssize_t n) except -1:
+    """One checked entry framed into the journal buffer and copied into the memtable;
+    False (nothing written) when the memtable has no room for it."""
+    cdef uint64_t s, l
+    cdef int64_t e
+    cdef uint8_t *dst
+    cdef uint8_t *rec
+    parse_ids(p, n, &s, &l, &e)
+    if mt.nrecs and not mt.fits(n, 1 if mt.opens_block(s, l, e) else 0):
+        return False
+    dst = mt.reserve(n)
+    if dst == NULL:
+        return False
+    rec = jb.reserve(RECORD_HEADER_SIZE + n)
+    memcpy(rec + RECORD_HEADER_SIZE, p, n)
+    memcpy(dst, p, n)
+    if mt.commit(s, l, e, dst, n) < 0:
+        raise MemoryError("memtable: no room reserved for an entry")
+    jb.seal(rec, n, REC_ENTRY)
+    return True
+
+
+# -- the wire add path's checks: one pass over a batch of encoded entries -----------------
+
+cdef int _DIGEST_SIZE[16]          # DIGEST_SIZES by a V2 flag's 4-bit code; -1: unknown
+for _i in range(16):
+    _DIGEST_SIZE[_i] = DIGEST_SIZES.get(_i, -1)
+cdef object _KNOWN_DIGESTS = sorted(DIGEST_SIZES)
+
+
+cdef int _entry_header(const uint8_t *p, Py_ssize_t n, uint64_t *s, uint64_t *l, int64_t *e,
+                       int64_t *lac) except -1:
+    """parse_entry_header's fields and errors; returns the version, ``lac`` the entry's LAC."""
+    cdef int version
+    if n == 0:
+        raise CorruptedDataError("empty entry buffer")
+    version = parse_ids(p, n, s, l, e)
+    lac[0] = <int64_t>el_get64(p + (25 if version == 2 else 16))
+    return version
+
+
+cdef int _note_run(dict runs, object key, int64_t top, int64_t top_lac) except -1:
+    """runs[key] = [highest entry id, highest LAC] over the entries of key checked so far."""
+    cur = runs.get(key)
+    if cur is None:
+        runs[key] = [top, top_lac]
+    else:
+        if top > cur[0]:
+            cur[0] = top
+        if top_lac > cur[1]:
+            cur[1] = top_lac
+    return 0
+
+
+def check_encoded_entries(list entries, Py_ssize_t start, object ledger, object facts,
+                          object checked, dict runs, object max_entry_size):
+    """Bookie.add_entries' per-entry checks over entries[start:], in its order and with its
+    errors: the header parses (parse_entry_header), the entry is of ``ledger`` when that is
+    given ((scope, ledger id)), its id is within 0..MAX_ENTRY_ID, and
+    LedgerDescriptors.check_entry's digest code and size checks (``facts``: the
+    descriptors' key -> LedgerFacts cache, read once per run of one ledger's entries).
+
+    Stops after the first entry whose ledger is not in ``checked`` (the caller checks that
+    ledger's key, fence and term, as it did for such an entry, then calls again from the
+    index returned). ``runs`` gets {(scope, ledger id): [highest entry id, highest LAC]}
+    over the entries checked. Returns (index to go on from, the new ledger's key or None
+    once every entry is checked, bytes of the entries checked).
+    """
+    cdef Py_ssize_t i, n, total = PyList_GET_SIZE(entries), nbytes = 0, overhead
+    cdef Py_buffer pb
+    cdef const uint8_t[::1] v
+    cdef uint64_t s = 0, l = 0, cs = 0, cl = 0, ls = 0, ll = 0
+    cdef int64_t e = 0, lac = 0, top = -1, top_lac = -1, max_eid = MAX_ENTRY_ID
+    cdef int64_t max_size
+    cdef int version, code
+    cdef bint have = False, is_new = False, match_ledger = ledger is not None, ledger_c = False
+    cdef bint has_facts = False, facts_c = False
+    cdef long long facts_digest = 0
+    cdef Py_ssize_t facts_size = 0
+    cdef object key = None, fdigest = None, f
+    if start < 0 or start > total:
+        raise ValueError(f"start {start} outside 0..{total}")
+    max_size = max_entry_size if max_entry_size < (1 << 62) else (1 << 62)
+    if (match_ledger and type(ledger) is tuple and len(ledger) == 2
+            and type(ledger[0]) is int and type(ledger[1]) is int
+            and 0 <= ledger[0] < (1 << 64) and 0 <= ledger[1] < (1 << 64)):
+        ls, ll, ledger_c = ledger[0], ledger[1], True
+    for i in range(start, total):
+        item = <object>PyList_GET_ITEM(entries, i)
+        if _entry_buffer(item, &pb):
+            n = pb.len
+            try:
+                version = _entry_header(<const uint8_t *>pb.buf, n, &s, &l, &e, &lac)
+                code = (<const uint8_t *>pb.buf)[0] & 0x0F
+            finally:
+                PyBuffer_Release(&pb)
+        else:
+            v = item                     # refuses what parse_entry_header refuses
+            n = v.shape[0]
+            version = _entry_header(&v[0] if n else NULL, n, &s, &l, &e, &lac)
+            code = v[0] & 0x0F
+        if match_ledger and ((s != ls or l != ll) if ledger_c else (s, l) != ledger):
+            raise IllegalOpError(f"entry of ledger {LedgerId(s, l)} in an add for "
+                                 f"{LedgerId(*ledger)}")
+        if e < 0:
+            raise IllegalOpError(f"entry ids are not negative, got {e}")
+        if e > max_eid:
+            raise IllegalOpError(f"entry id {e} is over {MAX_ENTRY_ID}, the highest a bookie's "
+                                 f"index addresses (2^40 - 1): roll over to a new ledger")
+        if not have or s != cs or l != cl:
+            if have:
+                _note_run(runs, key, top, top_lac)
+            key = (s, l)
+            cs, cl, have, top, top_lac = s, l, True, e, lac
+            is_new = key not in checked
+            f = facts.get(key)
+            has_facts = f is not None
+            if has_facts:
+                fdigest = f.digest
+                facts_c = type(fdigest) is int and 0 <= fdigest < 16
+                if facts_c:
+                    facts_digest = fdigest
+                facts_size = DIGEST_SIZES.get(fdigest, 0 if fdigest else 20)
+        else:
+            if e > top:
+                top = e
+            if lac > top_lac:
+                top_lac = lac
+        # LedgerDescriptors.check_entry
+        if version == 2 and _DIGEST_SIZE[code] < 0:
+            raise CorruptedDataError(f"entry of ledger {LedgerId(s, l)} has unknown digest "
+                                     f"code {code} (known: {_KNOWN_DIGESTS})")
+        if has_facts and version == 2 and ((code != facts_digest) if facts_c else (code != fdigest)):
+            raise CorruptedDataError(f"entry of ledger {LedgerId(s, l)} has digest code "
+                                     f"{code}, the ledger's is {fdigest}")
+        if has_facts:
+            overhead = facts_size
+        elif version == 2:
+            overhead = _DIGEST_SIZE[code]
+        else:
+            overhead = 20
+        overhead += V2_HEADER_SIZE if version == 2 else V1_HEADER_SIZE
+        if n - overhead > max_size:
+            raise EntryTooLargeError(f"entry with a payload of {n - overhead} bytes is "
+                                     f"over max_entry_size_bytes ({max_entry_size})")
+        nbytes += n
+        if is_new:
+            _note_run(runs, key, top, top_lac)
+            return i + 1, key, nbytes
+    if have:
+        _note_run(runs, key, top, top_lac)
+    return total, None, nbytes
 
 
 # -- replay: runs of entry records straight from the mapped journal into the memtable --------
