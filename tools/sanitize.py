@@ -25,7 +25,7 @@ REPORTS = os.path.join(WORK, "reports")
 COPIED = ("setup.py", "pyproject.toml", "README.md", "pyx", "embedlog", "tests", "tools")
 # what touches native code: the kernels and structures themselves (with their models), the
 # bookie's journal, reads, crash and damage tests, the wire's limits, and the striped volume
-# through the client; about 5 minutes here (the whole of tests/bookie and tests/net takes 13)
+# through the client and the client's add path; about 5 minutes here (the whole of tests/bookie and tests/net takes 13)
 TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/shared/test_arenas.py", "tests/shared/test_arrowread.py",
          "tests/bookie/test_journal.py", "tests/bookie/test_reads.py",
@@ -34,7 +34,8 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/bookie/test_disk_damage.py", "tests/bookie/test_metadata_rollback.py",
          "tests/net/test_entry_id_bounds.py", "tests/net/test_preauth_limits.py",
          "tests/net/test_bkwire.py", "tests/net/test_bkserve.py",
-         "tests/client/test_striped_volume.py"]
+         "tests/client/test_striped_volume.py", "tests/client/test_addpath.py",
+         "tests/client/test_inflight.py"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))
 

@@ -34,7 +34,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterable
 
-from embedlog._native.format import encode_entry, mac_key, master_key
+from embedlog._native import addpath
+from embedlog._native.addpath import PendingAdd
+from embedlog._native.format import mac_key, master_key
 from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError, IllegalOpError,
                              InvalidTermError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
@@ -52,14 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("embedlog.client")
 TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUESTS, 50 ms .. 0.8 s apart
 _FATAL = (LedgerFencedError, UnauthorizedAccessError, InvalidTermError)   # from a bookie: stop writing
-
-
-class PendingAdd:
-    __slots__ = ("entry_id", "data", "length", "acked", "future")
-
-    def __init__(self, entry_id, data, length, future):
-        self.entry_id, self.data, self.length, self.future = entry_id, data, length, future
-        self.acked: set = set()
 
 
 def with_fragment(md, first: int, ensemble) -> "object":
@@ -106,6 +100,7 @@ class WriteHandle:
         self._closed = False               # set first by close(): nothing is sent after it
         self._close_task: asyncio.Task | None = None
         self._slots = InFlight(ctx.config.max_pending_adds)
+        self._max_entry_size = ctx.config.max_entry_size_bytes
         self._idle = asyncio.Event()       # no add pending
         self._idle.set()
         self._change_done = asyncio.Event()   # no ensemble change under way
@@ -156,14 +151,19 @@ class WriteHandle:
         # the common call pays none of append_many_async's lists and comprehensions
         if self._error is not None or self._closed:
             self._check()
-        self._check_item(data)
+        if type(data) is not bytes or len(data) > self._max_entry_size:
+            self._check_item(data)
+            data = bytes(data)        # a copy the caller cannot change under us
         fut = AddFuture(on_done)
         if self._ctx.on_loop():
             self._hand_in_from_loop([data], [fut])
             return fut
         with self._handing_in:
             self._slots.take()
-            self._hand_in([bytes(data)], [fut])
+            self._inbox.append((data, fut))     # as _hand_in, without its lists
+            if not self._inbox_scheduled:
+                self._inbox_scheduled = True
+                self._ctx.loop.call_soon_threadsafe(self._take_inbox)
         return fut
 
     def append_many_async(self, items: list[Payload], on_done=None) -> list[concurrent.futures.Future[int]]:
@@ -297,23 +297,12 @@ class WriteHandle:
             for _data, fut in batch:
                 fut.set_exception(refused)
             return
-        ops = []
-        pending = self._pending
-        scope, lid, digest, key = self._scope, self._lid, self._digest, self._mac_key
-        eid, length, lac = self._next, self._length, self._lac
-        for data, fut in batch:
-            try:
-                encoded = encode_entry(scope, lid, eid, lac, length + len(data), digest, data, key)
-            except EmbedlogError as exc:      # the id is not used: no hole in the ledger
-                self._slots.give()
-                fut.set_exception(exc)
-                continue
-            length += len(data)
-            op = PendingAdd(eid, encoded, length, fut)
-            pending[eid] = op
-            ops.append(op)
-            eid += 1
-        self._next, self._length = eid, length
+        ops: list = []
+        self._next, self._length, failed = addpath.encode_adds(
+            batch, self._scope, self._lid, self._next, self._lac, self._length, self._digest,
+            self._mac_key, self._pending, ops)
+        if failed:
+            self._slots.give(failed)
         if ops:
             self._idle.clear()
         self._send_ops(ops)
@@ -363,8 +352,9 @@ class WriteHandle:
         for attempt in range(TOO_MANY_REQUESTS_RETRIES + 1):
             try:
                 await self._ctx.call(
-                    bookie, lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
-                                                      entries, flags, self._term),
+                    bookie, lambda rid: P.add_request(rid, self._scope, self._lid,
+                                                      self._master_key, entries, flags,
+                                                      self._term),
                     self._ctx.config.add_timeout_s)
                 break
             except TooManyRequestsError:
@@ -381,29 +371,16 @@ class WriteHandle:
             except EmbedlogError:
                 self._bookie_failed(bookie)
                 return
-        for op in ops:
-            # an acknowledgement counts only from a bookie still in the entry's write set:
-            # once replaced, a bookie's late answer says nothing about the new fragment
-            if self._pending.get(op.entry_id) is op and bookie in self._write_set(op.entry_id):
-                op.acked.add(bookie)
+        # an acknowledgement counts only from a bookie still in the entry's write set:
+        # once replaced, a bookie's late answer says nothing about the new fragment
+        addpath.ack(ops, bookie, self._pending, self._quorums)
         self._complete()
 
     def _complete(self) -> None:
         if self._changing or self._closed:
             return                             # acknowledgements wait for the new fragment
         pending = self._pending
-        qa = self._Qa
-        done = []
-        while pending:
-            eid, op = next(iter(pending.items()))
-            if len(op.acked) < qa:
-                break
-            ws = self._write_set(eid)
-            # acks come only from the write set, unless it changed since (count them then)
-            if not op.acked.issubset(ws) and sum(1 for b in op.acked if b in ws) < qa:
-                break
-            pending.popitem(last=False)
-            done.append(op)
+        done = addpath.acknowledged_run(pending, self._Qa, self._quorums)
         if done:
             self._lac = done[-1].entry_id
             self._lac_length = done[-1].length
@@ -411,8 +388,7 @@ class WriteHandle:
             # may add again at once): a lock and a wake-up per add were 9% of the loop's time
             # under a full window (benchmarks/vs_bookkeeper.py)
             self._slots.give(len(done))
-            for op in done:
-                op.future.set_result(op.entry_id)
+            addpath.set_results(done)
         if not pending:
             self._idle.set()
         if self._lac > self._lac_sent and self._lac_timer is None and not self._recovery:

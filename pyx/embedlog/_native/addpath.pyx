@@ -1,0 +1,340 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The client's add path, one C pass per batch: encoding a batch of adds into pending
+adds, building the ADD frame, counting a bookie's acknowledgements, finding the run of
+adds a write quorum has acknowledged and completing its futures; and the future of an add
+and the bound on adds in flight (embedlog.client.inflight re-exports them). In Python
+these were the client's per-add bytecode (issue 32: most of a replicated add's client CPU).
+
+Bounds: an ADD frame is sized once from the entries' lengths (each checked to fit a u32 and
+the total to fit the frame's u32 length) and every copy is bounded by that size.
+"""
+
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
+from cpython.list cimport PyList_Append
+
+from embedlog._native.format cimport el_put32, el_put64, encode_into, encoded_size
+import concurrent.futures
+import threading
+from concurrent.futures import _base
+
+from embedlog.errors import EmbedlogError, IllegalOpError
+
+cdef object FINISHED = _base.FINISHED, RUNNING = _base.RUNNING      # the states it is in
+
+cdef enum:
+    REQ_HEAD_SIZE = 56          # protocol.REQ_HEAD: >BBHQQQ20sQ
+    KEY_SIZE = 20
+    PROTOCOL_VERSION = 1        # protocol.VERSION
+    OP_ADD = 1                  # protocol.ADD
+
+
+# Guards a future's first condition against its completion without one. Held only for a
+# few operations, never while taking another lock.
+_MADE = threading.Lock()
+
+
+class AddFuture(concurrent.futures.Future):
+    """The future of one add: a ``concurrent.futures.Future``, handed out running.
+
+    An add handed in cannot be taken back, so ``cancel()`` is refused (a cancelled future
+    made set_result raise where the add completed, and the journal's writer thread or
+    the acknowledgement loop died on it). The condition the base class waits on is made
+    only when someone blocks on it (``result()`` before completion, ``wait()``,
+    ``as_completed()``); a future completed with nobody waiting, the common case under
+    ``add_done_callback`` or ``asyncio.wrap_future``, never makes one.
+    """
+
+    def __init__(self, on_done=None):    # the base __init__ would make the condition
+        self._made = None
+        self._state = RUNNING
+        self._result = None
+        self._exception = None
+        self._waiters = []
+        # a callback given here is in place before any thread can complete the future,
+        # so it needs none of add_done_callback's locking
+        self._done_callbacks = [] if on_done is None else [on_done]
+
+    @property
+    def _condition(self):
+        cond = self._made
+        if cond is None:
+            with _MADE:
+                if self._made is None:
+                    self._made = threading.Condition()
+                cond = self._made
+        return cond
+
+    # A finished add never changes again (cancel() refuses a running future, and nothing
+    # cancels one before it runs), so asking a finished one needs no condition: Stream's
+    # own done-callback asks every add for its exception, and the base class made a
+    # Condition for each of them (10% of a streaming producer's samples).
+    def done(self):
+        return self._state == FINISHED or super().done()
+
+    def cancelled(self):
+        return False if self._state in (RUNNING, FINISHED) else super().cancelled()
+
+    def exception(self, timeout=None):
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def result(self, timeout=None):
+        if self._state == FINISHED:
+            if self._exception is not None:
+                raise self._exception
+            return self._result
+        return super().result(timeout)
+
+    def add_done_callback(self, fn):
+        with _MADE:
+            if self._made is None and self._state == RUNNING:
+                self._done_callbacks.append(fn)
+                return
+        super().add_done_callback(fn)
+
+    def set_result(self, result):
+        if not self._finish(result, None):
+            super().set_result(result)
+
+    def set_exception(self, exception):
+        if not self._finish(None, exception):
+            super().set_exception(exception)
+
+    def _finish(self, result, exception):
+        """Complete without a condition if none was made; False to go the base class's way."""
+        with _MADE:
+            if self._made is not None or self._state != RUNNING:
+                return False
+            self._result, self._exception = result, exception
+            self._state = FINISHED
+        if self._done_callbacks:
+            self._invoke_callbacks()     # no callback is added after FINISHED (see above)
+        return True
+
+
+cdef class InFlight:
+    """At most ``limit`` adds in flight: callers block in ``take`` at the bound (the
+    back-pressure of append_async), ``give`` hands a slot back.
+
+    The count is a C integer, tested and changed with the GIL held and no Python call in
+    between, so the common take and give need no lock of their own. A taker that must wait
+    counts itself blocked in that same stretch and waits on a condition, which a giver that
+    sees it blocked takes before notifying, so no wake-up is lost."""
+    cdef readonly Py_ssize_t limit
+    cdef Py_ssize_t free
+    cdef Py_ssize_t blocked
+    cdef object room
+
+    def __init__(self, Py_ssize_t limit):
+        if limit < 1:
+            raise IllegalOpError(f"max_pending_adds must be at least 1, got {limit}")
+        self.limit = self.free = limit
+        self.blocked = 0
+        self.room = threading.Condition(threading.Lock())
+
+    def take(self, Py_ssize_t most=1, bint block=True):
+        """Take between 1 and ``most`` slots, as many as are free, blocking until one is
+        (without ``block``, 0 when none is free)."""
+        cdef Py_ssize_t n
+        if self.free <= 0:
+            if not block:
+                return 0
+            with self.room:
+                while self.free <= 0:
+                    self.blocked += 1
+                    try:
+                        self.room.wait()
+                    finally:
+                        self.blocked -= 1
+        n = most if most < self.free else self.free
+        self.free -= n
+        return n
+
+    def give(self, Py_ssize_t n=1):
+        if self.free + n > self.limit:
+            raise RuntimeError("InFlight.give: more slots given back than taken")
+        self.free += n
+        if self.blocked:
+            with self.room:
+                self.room.notify(n)
+
+
+cdef class PendingAdd:
+    """One add not yet acknowledged: its id, encoded entry, the ledger's length with it,
+    the bookies that acknowledged it (by id) and its future."""
+    cdef public int64_t entry_id
+    cdef public object data
+    cdef public int64_t length
+    cdef public set acked
+    cdef public object future
+
+    def __init__(self, int64_t entry_id, data, int64_t length, future):
+        self.entry_id, self.data, self.length, self.future = entry_id, data, length, future
+        self.acked = set()
+
+
+def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t lac,
+                int64_t length, int digest, mac_key, pending, list ops):
+    """Encode ``batch`` ((payload bytes, future) pairs) as entries ``eid``, ``eid`` + 1, ...,
+    each carrying ``lac`` and the ledger's length with it; each becomes a PendingAdd put in
+    ``pending`` (by id) and appended to ``ops``. An entry that cannot be encoded fails its
+    future and takes no id. Returns (next id, length, entries failed)."""
+    cdef Py_ssize_t n, size, failed = 0
+    cdef const uint8_t[::1] view
+    cdef const uint8_t *src
+    cdef PendingAdd op
+    cdef bytes out
+    for data, fut in batch:
+        if PyBytes_CheckExact(data):
+            src = <const uint8_t *>PyBytes_AS_STRING(data)
+            n = PyBytes_GET_SIZE(data)
+        else:
+            view = data
+            n = view.shape[0]
+            src = &view[0] if n else NULL
+        try:
+            size = encoded_size(scope, digest, n)
+            out = PyBytes_FromStringAndSize(NULL, size)
+            encode_into(<uint8_t *>PyBytes_AS_STRING(out), scope, lid, eid, lac, length + n,
+                        digest, mac_key, src, n)
+        except EmbedlogError as exc:      # the id is not used: no hole in the ledger
+            fut.set_exception(exc)
+            failed += 1
+            continue
+        length += n
+        op = PendingAdd.__new__(PendingAdd)
+        op.entry_id, op.data, op.length, op.future = eid, out, length, fut
+        op.acked = set()
+        pending[eid] = op
+        PyList_Append(ops, op)
+        eid += 1
+    return eid, length, failed
+
+
+def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key, entries,
+                int flags=0, uint64_t term=0):
+    """An ADD frame: the length, protocol.REQ_HEAD, the entry count, then each entry with
+    its u32 size (the same bytes as the struct-built frame, in one allocation)."""
+    cdef const uint8_t[::1] key = master_key
+    cdef const uint8_t[::1] view
+    cdef Py_ssize_t total = REQ_HEAD_SIZE + 4, n, pos
+    cdef Py_ssize_t count = len(entries)
+    if key.shape[0] != KEY_SIZE:
+        raise IllegalOpError(f"master key of {key.shape[0]} bytes, expected {KEY_SIZE}")
+    if not 0 <= flags <= 0xFFFF:
+        raise IllegalOpError(f"flags {flags} do not fit 16 bits")
+    if count > 0xFFFFFFFF:
+        raise IllegalOpError(f"{count} entries do not fit one frame")
+    for e in entries:
+        n = len(e)
+        total += 4 + n
+        if n > 0xFFFFFFFF or total > 0xFFFFFFFF:
+            raise IllegalOpError(f"an ADD frame of over {total} bytes does not fit its length")
+    out = PyBytes_FromStringAndSize(NULL, total + 4)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    el_put32(p, <uint32_t>total)
+    p[4] = PROTOCOL_VERSION
+    p[5] = OP_ADD
+    p[6] = <uint8_t>(flags >> 8)
+    p[7] = <uint8_t>flags
+    el_put64(p + 8, request_id)
+    el_put64(p + 16, scope)
+    el_put64(p + 24, ledger)
+    memcpy(p + 32, &key[0], KEY_SIZE)
+    el_put64(p + 52, term)
+    el_put32(p + 60, <uint32_t>count)
+    pos = 4 + REQ_HEAD_SIZE + 4
+    for e in entries:
+        if PyBytes_CheckExact(e):
+            n = PyBytes_GET_SIZE(e)
+            if pos + 4 + n > total + 4:
+                raise IllegalOpError("an entry changed size while its frame was built")
+            el_put32(p + pos, <uint32_t>n)
+            memcpy(p + pos + 4, PyBytes_AS_STRING(e), n)
+        else:
+            view = e
+            n = view.shape[0]
+            if pos + 4 + n > total + 4:
+                raise IllegalOpError("an entry changed size while its frame was built")
+            el_put32(p + pos, <uint32_t>n)
+            if n:
+                memcpy(p + pos + 4, &view[0], n)
+        pos += 4 + n
+    if pos != total + 4:
+        raise IllegalOpError("an entry changed size while its frame was built")
+    return out
+
+
+def ack(list ops, bookie, pending, list quorums):
+    """Count ``bookie``'s acknowledgement of ``ops``: only for an add still pending as that
+    op (not failed and re-added) whose write set, in ``quorums`` (the E write quorums of the
+    current ensemble), still holds the bookie (a replaced bookie's late answer says nothing)."""
+    cdef Py_ssize_t nq = len(quorums)
+    cdef PendingAdd op
+    if nq == 0:
+        return
+    get = pending.get
+    for o in ops:
+        op = <PendingAdd>o
+        if get(op.entry_id) is not op:
+            continue
+        if bookie in <list>quorums[op.entry_id % nq]:
+            op.acked.add(bookie)
+
+
+def acknowledged_run(pending, int qa, list quorums):
+    """Take from the front of ``pending`` (an OrderedDict by entry id) the adds that ``qa``
+    bookies of their write set acknowledged, stopping at the first that is not; returns
+    them in order."""
+    cdef list done = []
+    cdef Py_ssize_t nq = len(quorums), count
+    cdef PendingAdd op
+    cdef list ws
+    if nq == 0:
+        return done
+    for o in pending.values():
+        op = <PendingAdd>o
+        if len(op.acked) < qa:
+            break
+        ws = <list>quorums[op.entry_id % nq]
+        count = 0
+        for b in op.acked:        # acks count only from the write set (it may have changed)
+            if b in ws:
+                count += 1
+        if count < qa:
+            break
+        PyList_Append(done, op)
+    for _ in range(len(done)):
+        pending.popitem(last=False)
+    return done
+
+
+def set_results(list done):
+    """Complete the futures of acknowledged adds (AddFutures) with their entry ids, in
+    order: one hold of the lock for a run of futures nobody waits on, then their
+    done-callbacks; a future waited on (its condition made) goes the base class's way."""
+    cdef Py_ssize_t i = 0, n = len(done)
+    cdef PendingAdd op
+    cdef list called
+    while i < n:
+        called = []
+        with _MADE:
+            while i < n:
+                op = <PendingAdd>done[i]
+                fut = op.future
+                if fut._made is not None or fut._state != RUNNING:
+                    break
+                fut._result = op.entry_id
+                fut._state = FINISHED
+                if fut._done_callbacks:
+                    PyList_Append(called, fut)
+                i += 1
+        for fut in called:
+            fut._invoke_callbacks()
+        if i < n:
+            op = <PendingAdd>done[i]
+            op.future.set_result(op.entry_id)
+            i += 1
