@@ -4,7 +4,8 @@ they write.
 The journal thread calls ``complete`` once per durable add (or fence); the loop is woken
 only when no drain is due yet, so a group commit's callbacks cost one wake-up together. A
 drain runs them all in one callback, and the answers they ``send`` to one connection go out
-in one write, in the order they were made.
+in one write, in the order they were made; a drain of one completion (a lone add) writes its
+answer at once, before the rest of that completion's work (metrics, long-poll wake-ups).
 """
 from __future__ import annotations
 
@@ -38,6 +39,16 @@ class Completions:
         # the drain its append schedules
         self._drain_due = False
         done = self._done
+        if len(done) == 1:
+            # a lone completion (a lone add): its answer goes out at once, before the work
+            # that follows it in the completion (the server's metrics, long-poll wake-ups)
+            fn, args = done.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("completion %r failed", fn)
+            if not done:
+                return
         out = self._out = {}
         try:
             while done:
