@@ -161,20 +161,22 @@ def parse_request(message) -> Request:
 
 def parse_add_body(body) -> list:
     """The entries of an ADD body, as views of it (``body`` is a memoryview)."""
-    if len(body) < 4:
+    size = len(body)
+    if size < 4:
         raise CorruptedDataError("add request without an entry count")
-    (count,) = U32.unpack_from(body)
+    unpack = U32.unpack_from          # locals: this loop runs once per entry on the bookie
+    (count,) = unpack(body)
     pos, out = 4, []
+    append = out.append
     for _ in range(count):
-        if pos + 4 > len(body):
+        start = pos + 4
+        if start > size:
             raise CorruptedDataError("add request truncated in an entry size")
-        (n,) = U32.unpack_from(body, pos)
-        pos += 4
-        if pos + n > len(body):
+        pos = start + unpack(body, pos)[0]
+        if pos > size:
             raise CorruptedDataError("add request truncated in an entry")
-        out.append(body[pos:pos + n])     # a view: the kernels copy it once, into the journal
-        pos += n
-    if pos != len(body):
+        append(body[start:pos])       # a view: the kernels copy it once, into the journal
+    if pos != size:
         raise CorruptedDataError("add request has trailing bytes")
     if not out:
         raise IllegalOpError("add request without entries")

@@ -32,6 +32,54 @@ log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
 
 
+class FrameReader(asyncio.StreamReader):
+    """The embedlog server's StreamReader: ``read_frame`` hands a frame's message over with
+    at most one copy of its bytes (StreamReader.readexactly makes two in Python 3.11: a
+    slice of its buffer, then bytes of that). Everything else is StreamReader's, so a
+    connection handed to BookKeeperSession reads as before."""
+
+    async def read_frame(self, n: int):
+        """readexactly(n) (same errors, same flow control), as a bytearray: the buffer
+        itself when it holds exactly the frame, or with the smaller of the frame and what
+        follows it copied out."""
+        if n <= 0 or self._exception is not None:
+            return await self.readexactly(n)
+        while len(self._buffer) < n:
+            if self._eof:
+                incomplete = bytes(self._buffer)
+                self._buffer.clear()
+                raise asyncio.IncompleteReadError(incomplete, n)
+            await self._wait_for_data("readexactly")
+        buf = self._buffer
+        rest = len(buf) - n
+        if rest == 0 and buf.__alloc__() <= 2 * n + 64:
+            # handed over only when it holds about the frame: a buffer grown earlier (and
+            # read from its front since) would keep its whole allocation in flight
+            self._buffer = bytearray()
+            data = buf
+        elif 0 < rest < n:            # the frame keeps the buffer; what follows moves
+            with memoryview(buf) as m:
+                self._buffer = bytearray(m[n:])
+            del buf[n:]               # a major downsize reallocates (CPython: under half)
+            data = buf
+        else:
+            with memoryview(buf) as m:
+                data = bytearray(m[:n])
+            if rest:
+                del buf[:n]
+            else:
+                buf.clear()
+        self._maybe_resume_transport()
+        return data
+
+
+async def _read_message(reader, n: int):
+    """A frame's n-byte message (a bytearray from a FrameReader)."""
+    if isinstance(reader, FrameReader):
+        return await reader.read_frame(n)
+    return await reader.readexactly(n)
+
+
 AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set
 MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connection is closed
 GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
@@ -164,8 +212,14 @@ class BookieServer:
             "ssl": self.ssl_context, "ssl_handshake_timeout": AUTH_TIMEOUT_S}
         # a small reader limit: a frame is read with readexactly (which reads past it), so
         # the limit only bounds what a connection buffers ahead of the frame it is on
-        self._server = await asyncio.start_server(self._serve, self.host, self.port,
-                                                  limit=READ_BUFFER_BYTES, **tls)
+        # (asyncio.start_server with a FrameReader: the same protocol and limit)
+        loop = self._loop
+
+        def connection():
+            reader = FrameReader(limit=READ_BUFFER_BYTES, loop=loop)
+            return asyncio.StreamReaderProtocol(reader, self._serve, loop=loop)
+
+        self._server = await loop.create_server(connection, self.host, self.port, **tls)
         self.port = self._server.sockets[0].getsockname()[1]
         self._sweeper = self._loop.create_task(self._sweep())
 
@@ -260,7 +314,10 @@ class BookieServer:
                     if admitted:
                         self.reading_bytes += n
                         try:
-                            message = peek + await reader.readexactly(n - len(peek))
+                            if peek:
+                                message = peek + await reader.readexactly(n - len(peek))
+                            else:
+                                message = await _read_message(reader, n)
                         finally:
                             self.reading_bytes -= n
                             if self._throttled:

@@ -1,0 +1,153 @@
+"""The embedlog server's FrameReader (net/server.py): read_frame gives what readexactly
+gives (the same bytes, errors and flow control), with fewer copies, whatever the frames'
+and the reads' sizes: a frame alone in the buffer, followed by a shorter or a longer rest,
+spread over many reads, larger than the buffer's limit; EOF in a frame; an error set."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from embedlog.net.server import FrameReader
+
+
+class Transport:
+    """Counts pause_reading/resume_reading, as a socket transport takes them."""
+
+    def __init__(self):
+        self.paused = False
+        self.pauses = self.resumes = 0
+
+    def pause_reading(self):
+        assert not self.paused
+        self.paused, self.pauses = True, self.pauses + 1
+
+    def resume_reading(self):
+        assert self.paused
+        self.paused, self.resumes = False, self.resumes + 1
+
+
+def _reader(limit=64):
+    r = FrameReader(limit=limit, loop=asyncio.get_running_loop())
+    t = Transport()
+    r.set_transport(t)
+    return r, t
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_frames_come_out_as_readexactly_gives_them_whatever_the_reads(seed):
+    rnd = __import__("random").Random(seed)
+    sizes = [rnd.choice([1, 3, 40, 64, 100, 129, 500, 2000]) for _ in range(200)]
+    data = os.urandom(sum(sizes))
+
+    async def main():
+        r, t = _reader()
+
+        async def feed():
+            pos = 0
+            while pos < len(data):
+                k = rnd.choice([1, 7, 64, 128, 300, 5000])
+                r.feed_data(data[pos:pos + k])
+                pos += k
+                if rnd.random() < 0.5:
+                    await asyncio.sleep(0)
+                while t.paused:             # a paused transport delivers nothing
+                    await asyncio.sleep(0)
+            r.feed_eof()
+
+        feeder = asyncio.get_running_loop().create_task(feed())
+        out, pos = [], 0
+        for i, n in enumerate(sizes):
+            got = await (r.read_frame(n) if i % 3 else r.readexactly(n))
+            assert isinstance(got, bytearray if i % 3 else bytes)
+            out.append(bytes(got))
+            assert got == data[pos:pos + n]
+            pos += n
+        with pytest.raises(asyncio.IncompleteReadError) as e:
+            await r.read_frame(5)
+        assert e.value.partial == b""
+        await feeder
+        assert not t.paused and t.pauses == t.resumes
+        return out
+
+    assert b"".join(asyncio.run(main())) == data
+
+
+def test_the_three_cases_of_what_follows_a_frame():
+    async def main():
+        r, _t = _reader(limit=1 << 20)
+        r.feed_data(b"a" * 10)
+        whole = r._buffer
+        got = await r.read_frame(10)
+        assert got is whole and got == b"a" * 10 and len(r._buffer) == 0    # handed over
+        r.feed_data(b"b" * 10 + b"c" * 3)
+        assert await r.read_frame(10) == b"b" * 10                    # the rest moved out
+        assert await r.readexactly(3) == b"ccc"
+        r.feed_data(b"d" * 3 + b"e" * 10)
+        assert await r.read_frame(3) == b"ddd"                        # the frame copied out
+        got = await r.read_frame(10)
+        assert got == b"e" * 10
+        got[0] = 0                          # the caller's own: the reader is untouched
+        r.feed_data(b"f")
+        assert await r.readexactly(1) == b"f"
+
+    asyncio.run(main())
+
+
+def test_eof_inside_a_frame_and_a_set_error_fail_as_readexactly_does():
+    async def main():
+        r, _t = _reader()
+        r.feed_data(b"xyz")
+        r.feed_eof()
+        with pytest.raises(asyncio.IncompleteReadError) as e:
+            await r.read_frame(10)
+        assert e.value.partial == b"xyz" and e.value.expected == 10
+        r2, _t = _reader()
+        waiting = asyncio.get_running_loop().create_task(r2.read_frame(10))
+        await asyncio.sleep(0)
+        r2.set_exception(ConnectionResetError("gone"))
+        with pytest.raises(ConnectionResetError):
+            await waiting
+        with pytest.raises(ConnectionResetError):
+            await r2.read_frame(1)
+
+    asyncio.run(main())
+
+
+def test_a_frame_larger_than_the_limit_resumes_a_paused_transport():
+    async def main():
+        r, t = _reader(limit=16)
+        r.feed_data(b"x" * 40)             # over 2 * limit: paused
+        assert t.paused
+        task = asyncio.get_running_loop().create_task(r.read_frame(100))
+        await asyncio.sleep(0)
+        assert not t.paused                # waiting for more resumes it (no deadlock)
+        r.feed_data(b"y" * 70)
+        got = await task
+        assert got == b"x" * 40 + b"y" * 60
+        assert t.paused == (len(r._buffer) > 16)
+
+    asyncio.run(main())
+
+
+def test_a_frame_never_keeps_much_more_memory_than_its_bytes():
+    """In flight, a frame counts its n bytes against the limits: what read_frame returns
+    holds about that, never a buffer that grew large earlier."""
+    async def main():
+        r, _t = _reader(limit=1 << 24)
+        r.feed_data(os.urandom(1 << 20))
+        await r.readexactly((1 << 20) - 100)       # the buffer's allocation stays ~1 MiB
+        for n in (100, 50, 30):
+            if n != 100:
+                r.feed_data(os.urandom(n))
+            got = await r.read_frame(n)
+            assert len(got) == n and got.__alloc__() <= 2 * n + 64
+        r.feed_data(os.urandom(1 << 20))
+        await r.readexactly((1 << 20) - 1000)
+        r.feed_data(b"z" * 10)
+        got = await r.read_frame(600)               # frame keeps the buffer; rest moves
+        assert got.__alloc__() <= 2 * 600 + 64
+        assert len(r._buffer) == 410
+
+    asyncio.run(main())
