@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import struct
 
+from embedlog._native.addpath import add_request  # noqa: F401  (ADD frames: built in one C pass)
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 VERSION = 1
@@ -108,15 +109,6 @@ def _frame(parts: list) -> bytes:
     """One join: the length goes in front of the parts, not onto a joined copy."""
     parts.insert(0, LENGTH.pack(sum(len(p) for p in parts)))
     return b"".join(parts)
-
-
-def add_request(request_id, scope, ledger, master_key, entries, flags=0, term=0) -> bytes:
-    parts = [REQ_HEAD.pack(VERSION, ADD, flags, request_id, scope, ledger, master_key, term),
-             U32.pack(len(entries))]
-    for e in entries:
-        parts.append(U32.pack(len(e)))
-        parts.append(e)
-    return _frame(parts)
 
 
 def read_request(request_id, scope, ledger, first, count=1, flags=0, master_key=NO_KEY,
