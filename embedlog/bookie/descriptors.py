@@ -22,9 +22,9 @@ import struct
 import threading
 
 from embedlog._native import journal_format as jformat, journal_kernels as jkernels
-from embedlog._native.format import DIGEST_SIZES, LedgerId, master_key as derive_key
+from embedlog._native.format import LedgerId, master_key as derive_key
 from embedlog._native.index import MAX_LAC_BODY
-from embedlog.errors import (CorruptedDataError, EntryTooLargeError, IllegalOpError,
+from embedlog.errors import (CorruptedDataError, IllegalOpError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 
@@ -194,22 +194,6 @@ class LedgerDescriptors:
         that ledger or None, bytes checked): journal_kernels.check_encoded_entries."""
         return jkernels.check_encoded_entries(entries, start, ledger, self._facts, checked, runs,
                                               self.max_entry_size_bytes)
-
-    def check_entry(self, key, entry, version: int, digest) -> None:
-        """An entry's digest code is a known one (the ledger's, when its metadata is known)
-        and its payload is within max_entry_size_bytes (the documented limit)."""
-        facts = self._facts.get(key)
-        if version == 2 and digest not in DIGEST_SIZES:
-            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has unknown digest "
-                                     f"code {digest} (known: {sorted(DIGEST_SIZES)})")
-        if facts is not None and version == 2 and digest != facts.digest:
-            raise CorruptedDataError(f"entry of ledger {LedgerId(*key)} has digest code "
-                                     f"{digest}, the ledger's is {facts.digest}")
-        code = facts.digest if facts is not None else digest
-        overhead = (41 if version == 2 else 32) + DIGEST_SIZES.get(code, 0 if code else 20)
-        if len(entry) - overhead > self.max_entry_size_bytes:
-            raise EntryTooLargeError(f"entry with a payload of {len(entry) - overhead} bytes is "
-                                     f"over max_entry_size_bytes ({self.max_entry_size_bytes})")
 
     # -- changes (journalled by the bookie, or replayed) ------------------------------------
 
