@@ -1,4 +1,4 @@
-"""The embedlog server's FrameReader (net/server.py): read_frame gives what readexactly
+"""The embedlog server's FrameReader (net/framereader.py): read_frame gives what readexactly
 gives (the same bytes, errors and flow control), with fewer copies, whatever the frames'
 and the reads' sizes: a frame alone in the buffer, followed by a shorter or a longer rest,
 spread over many reads, larger than the buffer's limit; EOF in a frame; an error set."""
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from embedlog.net.server import FrameReader
+from embedlog.net.framereader import FrameReader
 
 
 class Transport:
