@@ -737,7 +737,7 @@ class Runner:
             return n, timed
         config = dict(journal_max_size_mb=32, journal_max_backups=0) if steady else None
         stores = self.open_all(work, embedlog_config=config)
-        base = {"journal": {}, "entry_log_bytes_written": 0, "payload": 0}
+        base = {"journal": {}, "entry_log_bytes_written": 0, "memtable_bytes": 0, "payload": 0}
         try:
             if steady and "embedlog" in stores:
                 s = stores["embedlog"]
@@ -763,14 +763,19 @@ class Runner:
                 j = {k: v - base["journal"].get(k, 0) for k, v in st["journal"].items()}
                 payload = sum(state["embedlog"]) * size - base["payload"]
                 per = (lambda b: b / payload) if payload else (lambda b: 0.0)
+                # the entry logs' share of the timed payload: what they took in, plus what the
+                # memtable gained (still to be flushed), less what it held when the clock
+                # started (flushed during the timed part, but the untimed part's)
+                logged = st["entry_log_bytes_written"] - base["entry_log_bytes_written"]
+                held = st["memtable_bytes"] - base["memtable_bytes"]
                 self.notes.append(
                     f"{work} / embedlog: {j['bytes_written'] / 2**20:,.0f} MiB journalled, "
                     f"{st['memtable_flushes']} memtable flushes, {st['checkpoints']} checkpoints, "
                     f"fdatasync time {j['fsync_time_s']:.2f} s in {j['fsyncs']:,} syncs; bytes "
                     f"written per payload byte: journal {per(j['bytes_written']):.2f} + "
                     f"preallocation zeros {per(j['zeros_written']):.2f} + entry logs "
-                    f"{per(st['entry_log_bytes_written'] - base['entry_log_bytes_written']):.2f} "
-                    f"(the rest was still in the memtable); journals reused {j['files_reused']}")
+                    f"{per(logged + held):.2f} (written {per(logged):.2f}, the memtable's change "
+                    f"{held / 2**20:+,.0f} MiB); journals reused {j['files_reused']}")
         finally:
             self.close_all(work, stores)
 
