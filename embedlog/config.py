@@ -44,8 +44,8 @@ class BookieConfig:
         5, "journal files older than the LastLogMark kept for manual recovery (journalMaxBackups).",
         0, 1000)
     journal_reuse_files: bool = _key(
-        True, "a journal file trimmed after a checkpoint is kept (at most eight) and reused for a "
-        "later journal: renamed, given a new header and overwritten, so no zeros are written to "
+        True, "a journal file trimmed after a checkpoint is kept (eight, or as many as one trim "
+        "frees up to sixteen) and reused for a later journal: renamed, given a new header and overwritten, so no zeros are written to "
         "preallocate it (journalReuseFiles). Its previous records stay behind the new tail, "
         "unreadable as current ones (salted checksums); replay takes a bad last record in such a "
         "file as a torn write, as RocksDB does with recycled logs.")

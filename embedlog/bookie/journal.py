@@ -49,7 +49,9 @@ def journal_ids(directory: str, suffix: str = ".txn") -> list[int]:
 
 
 FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
-MAX_FREE = 8                      # the rolls between two checkpoints' trims (files the journal held)
+MAX_FREE = 8                      # journals kept for reuse, or as many as one trim frees ...
+MAX_FREE_BURST = 16               # ... up to this: a lagging checkpoint lets the journal roll
+                                  # more files than MAX_FREE, and a pool of eight ran dry then
 
 
 
@@ -669,20 +671,23 @@ class Journal:
 
     def trim(self, mark_file_id: int) -> list[int]:
         """Delete journals older than the mark, keeping journal_max_backups of them; with
-        journal_reuse_files, whole ones (of journal_max_size_mb) are kept for reuse instead,
-        at most MAX_FREE."""
+        journal_reuse_files, whole ones (of journal_max_size_mb) are kept for reuse instead:
+        at most MAX_FREE, or as many as this trim frees up to MAX_FREE_BURST (the journal held
+        those files already; the next stretch between checkpoints may need them again)."""
         old = [i for i in journal_ids(self.directory) if i < mark_file_id]
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
         kept = journal_ids(self.directory, FREE)
-        free = len(kept) if self.config.journal_reuse_files else MAX_FREE
-        if not self.config.journal_reuse_files:
+        reuse = self.config.journal_reuse_files
+        free = len(kept) if reuse else 0
+        most = max(MAX_FREE, min(len(victims), MAX_FREE_BURST)) if reuse else 0
+        if not reuse:
             for i in kept:                  # kept while reuse was on: nothing reads them now
                 os.unlink(os.path.join(self.directory, "%x%s" % (i, FREE)))
         for i in victims:
             path = os.path.join(self.directory, "%x.txn" % i)
             try:
-                if free < MAX_FREE and os.path.getsize(path) >= self._max_bytes:
+                if free < most and os.path.getsize(path) >= self._max_bytes:
                     fileio.reuse(path, os.path.join(self.directory, "%x%s" % (i, FREE)))
                     free += 1
                 else:

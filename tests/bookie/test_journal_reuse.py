@@ -3,6 +3,7 @@ trimmed after a checkpoint is renamed and overwritten instead of a new file prea
 zeros. Its previous life's records stay behind the new tail; salted record checksums keep
 them from reading as current ones, through a scan, a SIGKILL and a power loss."""
 import os
+import threading
 
 import pytest
 
@@ -10,7 +11,8 @@ import embedlog
 from embedlog import fileio
 from embedlog._native import journal_buffer as jbuffer, journal_format as jformat
 from embedlog._native import journal_scan as jscan
-from embedlog.bookie.journal import FREE, MAX_FREE, journal_ids
+from embedlog.bookie.journal import FREE, MAX_FREE, MAX_FREE_BURST, Journal, journal_ids
+from embedlog.config import BookieConfig
 from embedlog.errors import EmbedlogError
 from cliutil import wait_until
 from crash_child import payload
@@ -76,7 +78,7 @@ def _journal_stats(log):
 
 def test_steady_state_reuses_journals_and_writes_no_zeros(tmp_path):
     """After the first journals are trimmed, every roll takes a kept file: no preallocation
-    zeros are written, at most MAX_FREE files are kept, and everything reads back."""
+    zeros are written, at most MAX_FREE_BURST files are kept, and everything reads back."""
     path = tmp_path / "d"
     data = os.urandom(1000)
     with embedlog.open(path, **REUSE) as log:
@@ -92,7 +94,7 @@ def test_steady_state_reuses_journals_and_writes_no_zeros(tmp_path):
                    what="more reuse")
         assert _journal_stats(log)["zeros_written"] == zeros
         jdir = os.path.join(path, "journal")
-        assert len(journal_ids(jdir, FREE)) <= MAX_FREE
+        assert len(journal_ids(jdir, FREE)) <= MAX_FREE_BURST
         last = w.append(b"last")
     with embedlog.open(path, **REUSE) as log:
         r = log.open_ledger(w.ledger_id)
@@ -171,3 +173,25 @@ def test_journals_kept_for_reuse_go_when_reuse_is_turned_off(tmp_path):
                             not journal_ids(os.path.join(path, "journal"), FREE)),
                    timeout_s=120, what="the kept journals deleted")
         assert _journal_stats(log)["files_reused"] == 0
+
+
+@pytest.mark.parametrize("reuse,freed,kept", [(True, 5, 5), (True, 12, 12), (True, 20, MAX_FREE_BURST),
+                                              (False, 12, 0)])
+def test_a_trim_keeps_as_many_journals_as_it_frees_up_to_the_burst_bound(tmp_path, reuse, freed, kept):
+    """A checkpoint that lagged lets the journal roll more than MAX_FREE files; its trim keeps
+    them all (up to MAX_FREE_BURST), so the next such stretch finds kept files instead of
+    preallocating new ones (a pool of eight ran dry: compare.py's steady item wrote zeros).
+    Files short of journal_max_size_mb are never kept; with reuse off, none are."""
+    # a journal never started: no checkpoint of a bookie's trims the same files meanwhile
+    config = BookieConfig(**{**REUSE, "journal_reuse_files": reuse})
+    lock = threading.Lock()
+    jdir = str(tmp_path / "journal")
+    journal = Journal(jdir, config, threading.Condition(lock), lock)
+    size = 1 << 20                                       # journal_max_size_mb=1: whole files
+    for i in range(1, freed + 2):
+        with open(os.path.join(jdir, "%x.txn" % i), "wb") as f:
+            f.truncate(size if i <= freed else size // 2)   # the last one is short
+    journal.trim(freed + 2)
+    assert len(journal_ids(jdir, FREE)) == kept
+    assert journal_ids(jdir) == []                       # the rest deleted
+    assert MAX_FREE < MAX_FREE_BURST
