@@ -716,7 +716,7 @@ class Runner:
 
     def batches(self, work, batch, size, mbs=False, steady=False):
         """Durable batches over the 8 ledgers. ``steady``: embedlog with 32 MiB journals and
-        no backups kept, timed only once three journals in a row were reused with no zeros
+        no backups kept, timed only once eight journals in a row were reused with no zeros
         written (untimed batches until then), so what it writes is the steady state's: no preallocation."""
         pool = payload_pool(size, max(batch, 1000))[:batch]
         state = {}
@@ -742,14 +742,14 @@ class Runner:
             if steady and "embedlog" in stores:
                 s = stores["embedlog"]
                 warm, mark = perf(), None
-                while perf() - warm < 180:        # until 3 reuses in a row wrote no zeros
+                while perf() - warm < 180:        # until 8 reuses in a row wrote no zeros
                     segment("embedlog", s, 0.2)
                     j = s.log.statistics()["journal"]
                     if j["files_reused"] < 2:
                         continue
                     if mark is None or j["zeros_written"] != mark[1]:
                         mark = (j["files_reused"], j["zeros_written"])
-                    elif j["files_reused"] >= mark[0] + 3:
+                    elif j["files_reused"] >= mark[0] + 8:
                         break
                 base = s.log.statistics()
                 base["payload"] = sum(state["embedlog"]) * size
