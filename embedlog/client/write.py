@@ -161,9 +161,7 @@ class WriteHandle:
         with self._handing_in:
             self._slots.take()
             self._inbox.append((data, fut))     # as _hand_in, without its lists
-            if not self._inbox_scheduled:
-                self._inbox_scheduled = True
-                self._ctx.loop.call_soon_threadsafe(self._take_inbox)
+            self._schedule_take()
         return fut
 
     def append_many_async(self, items: list[Payload], on_done=None) -> list[concurrent.futures.Future[int]]:
@@ -220,6 +218,10 @@ class WriteHandle:
         # the flag before it drains, so an add it does not drain finds the flag clear
         # and schedules another take
         self._inbox.extend(zip(datas, futs))
+        self._schedule_take()
+
+    def _schedule_take(self) -> None:
+        """Have the loop take the inbox, unless a take is already due."""
         if not self._inbox_scheduled:
             self._inbox_scheduled = True
             self._ctx.loop.call_soon_threadsafe(self._take_inbox)

@@ -33,13 +33,6 @@ log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
 
 
-async def _read_message(reader, n: int):
-    """A frame's n-byte message (a bytearray from a FrameReader)."""
-    if isinstance(reader, FrameReader):
-        return await reader.read_frame(n)
-    return await reader.readexactly(n)
-
-
 AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set
 MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connection is closed
 GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
@@ -170,7 +163,7 @@ class BookieServer:
         self._room_freed = asyncio.Event()
         tls = {} if self.ssl_context is None else {
             "ssl": self.ssl_context, "ssl_handshake_timeout": AUTH_TIMEOUT_S}
-        # a small reader limit: a frame is read with readexactly (which reads past it), so
+        # a small reader limit: a frame is read with read_frame (which reads past it), so
         # the limit only bounds what a connection buffers ahead of the frame it is on
         # (asyncio.start_server with a FrameReader: the same protocol and limit)
         loop = self._loop
@@ -277,7 +270,7 @@ class BookieServer:
                             if peek:
                                 message = peek + await reader.readexactly(n - len(peek))
                             else:
-                                message = await _read_message(reader, n)
+                                message = await reader.read_frame(n)
                         finally:
                             self.reading_bytes -= n
                             if self._throttled:
