@@ -817,7 +817,10 @@ class _BookieUnderTest:
         """``stream`` read by the server as one connection's bytes, then the end of the
         connection; returns what the server wrote once every admitted request is answered."""
         import asyncio
-        reader = asyncio.StreamReader(limit=64 << 10, loop=self.loop)
+        from embedlog.net.framereader import FrameReader
+        from embedlog.net.server import READ_BUFFER_BYTES
+        # the server's own reader and limit: _serve calls read_frame
+        reader = FrameReader(limit=READ_BUFFER_BYTES, loop=self.loop)
         reader.feed_data(stream)
         reader.feed_eof()
         writer = _FakeWriter()
@@ -952,7 +955,7 @@ def fuzz_bookie_add(data: bytes) -> None:
     one connection's bytes: ADD frames with arbitrary entry ids, ledgers per frame, counts,
     sizes, keys, flags and terms, mutated (truncated, oversized, wrong counts and sizes), a
     fencing READ_LAC or raw bytes among them. The server's own frame loop (_serve) reads
-    them from a StreamReader: no socket. The bookie lives on across inputs (replaced every
+    them from its FrameReader: no socket. The bookie lives on across inputs (replaced every
     BOOKIE_RECYCLE inputs, or after the known checkpoint failure).
 
     Input (Reader)::
