@@ -233,12 +233,31 @@ class ClientContext:
         conn = await self.connection(bookie_id)
         try:
             return await conn.call(build, timeout_s)
-        except BookieUnavailableError:
-            # the bookie may have restarted elsewhere: forget its address, ask again next time
+        except BookieUnavailableError as exc:
+            self.call_failed(bookie_id, exc)
+            raise
+
+    def send(self, bookie_id: str, build, timeout_s: float, on_answer) -> bool:
+        """``call`` without a task where it can be (on the loop): on an open connection to
+        an embedlog bookie, with no fault rule set, ``build(request_id)`` is written now and
+        ``on_answer(resp, error)`` gets the outcome (pass an error to ``call_failed``
+        first). False, with nothing sent, where only ``call`` can: an in-process or Java
+        bookie, an address or connection not yet known, a fault rule that may apply."""
+        if (self.faults is not None and not self.faults.quiet()) or bookie_id in self._local:
+            return False
+        addr = self._addresses.get(bookie_id)
+        conn = self._conns.get(addr) if addr is not None else None
+        if type(conn) is not BookieConnection or self._protocols.get(addr) == BOOKKEEPER_PROTOCOL:
+            return False
+        return conn.send(build, timeout_s, on_answer)
+
+    def call_failed(self, bookie_id: str, exc: BaseException) -> None:
+        """What a call's error says of the bookie: unreachable, it may have restarted
+        elsewhere (its address is forgotten and asked again next time) and is avoided."""
+        if isinstance(exc, BookieUnavailableError):
             with self._lock:
                 self._addresses.pop(bookie_id, None)
             self.quarantine(bookie_id)
-            raise
 
     def quarantine(self, bookie_id: str) -> None:
         """Avoid a failed bookie in placement for a while: its registration may outlive it."""

@@ -302,6 +302,10 @@ class Faults:
                 return item
         return None
 
+    def quiet(self) -> bool:
+        """No rule is set: a message sent now meets none (the client may skip this hook)."""
+        return not self._rules
+
     async def message(self, ctx, bookie_id: str, build, timeout_s: float, call):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s

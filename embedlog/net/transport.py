@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 
 from embedlog.errors import (CorruptedDataError, EmbedlogError, TimeoutError, from_wire_code,
                              UnauthorizedAccessError)
 from embedlog.net import protocol as P
+
+log = logging.getLogger("embedlog.client")
 
 
 class BookieUnavailableError(EmbedlogError):
@@ -123,6 +126,47 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_exception(asyncio.TimeoutError())
 
 
+class _Answer:
+    """A request of ``BookieConnection.send`` waiting in ``pending`` where a call's future
+    would: its answer (or error) goes to ``on_answer(resp, error)`` in the read callback
+    itself, with the errors ``call`` raises. No task and no future: a lone add's frame is
+    written in the loop iteration that takes it, and its acknowledgement is counted in the
+    one that reads the answer (a task per frame took two iterations more)."""
+
+    __slots__ = ("conn", "wire", "rid", "timeout_s", "on_answer", "timer")
+
+    def __init__(self, conn, wire, rid, timeout_s, on_answer):
+        self.conn, self.wire, self.rid = conn, wire, rid
+        self.timeout_s, self.on_answer = timeout_s, on_answer
+        self.timer = None
+
+    def done(self) -> bool:
+        return self.on_answer is None
+
+    def set_result(self, resp) -> None:
+        if resp.status != P.EOK:
+            self._finish(None, from_wire_code(resp.status, f"bookie {self.conn.address}: {resp.message}"))
+        else:
+            self._finish(resp, None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        if isinstance(exc, asyncio.TimeoutError):
+            exc = TimeoutError(f"bookie {self.conn.address} did not answer in {self.timeout_s} s")
+        self._finish(None, exc)
+
+    def _finish(self, resp, error) -> None:
+        fn, self.on_answer = self.on_answer, None
+        if fn is None:
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        self.wire.pending.pop(self.rid, None)
+        try:
+            fn(resp, error)
+        except Exception:           # the read callback goes on with the next answer
+            log.exception("answer callback %r failed", fn)
+
+
 class BookieConnection:
     def __init__(self, address: str, *, connect_timeout_s: float = 2.0,
                  max_frame_bytes: int = P.DEFAULT_MAX_FRAME_BYTES, ssl_context=None,
@@ -221,6 +265,28 @@ class BookieConnection:
         if resp.status != P.EOK:
             raise from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
         return resp
+
+    def send(self, build, timeout_s: float, on_answer) -> bool:
+        """``call`` without a task, on a connection already open: writes ``build(request_id)``
+        and hands ``on_answer(resp, None)`` or ``on_answer(None, error)`` (call's errors) the
+        outcome, on the loop. False, with nothing sent, when there is no open connection."""
+        wire = self._wire
+        if self.closed or wire is None or wire.closing():
+            return False
+        rid = next(self._ids)
+        answer = _Answer(self, wire, rid, timeout_s, on_answer)
+        pending = wire.pending
+        pending[rid] = answer
+        try:
+            wire.transport.write(build(rid))
+        except ConnectionError:
+            pending.pop(rid, None)
+            return False                 # call() reconnects
+        except BaseException:
+            pending.pop(rid, None)
+            raise
+        answer.timer = asyncio.get_running_loop().call_later(timeout_s, _expire, answer)
+        return True
 
     def close(self) -> None:
         self.closed = True

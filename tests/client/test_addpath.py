@@ -171,3 +171,45 @@ def test_a_large_window_of_real_adds_round_trips(tmp_path):
         r = c.open_ledger(w.ledger_id)
         assert r.last_add_confirmed == 19_999
         assert [e.data for e in r.read(0, 19_999)] == datas
+
+
+def test_adds_skip_the_task_until_a_fault_rule_is_set_and_a_killed_bookie_loses_nothing(tmp_path):
+    """ADD frames go out without a task (ClientContext.send) on open connections while no fault
+    rule is set, and through the fault hook (call) once one is; a bookie SIGKILLed under a
+    full window of adds on that path is replaced and no acknowledged add is lost."""
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=4, base_dir=str(tmp_path), proxies=False) as lc:
+        c = lc.client()
+        ctx = c._ctx
+        sent = {"fast": 0, "hook": 0}
+        send, call = ctx.send, ctx.call
+
+        def counting_send(*args):
+            ok = send(*args)
+            sent["fast"] += ok
+            return ok
+
+        async def counting_call(*args):
+            sent["hook"] += 1
+            return await call(*args)
+        ctx.send, ctx.call = counting_send, counting_call
+        w = c.create_ledger(3, 3, 2)
+        w.append(b"opens the connections")
+        sent.update(fast=0, hook=0)
+        futs = [w.append_async(b"%d" % i) for i in range(2000)]
+        victim = lc.index_of(w.metadata.fragments[0][1][0])
+        lc.kill_bookie(victim)
+        futs += [w.append_async(b"%d" % i) for i in range(2000, 4000)]
+        assert [f.result(timeout=60) for f in futs] == list(range(1, 4001))
+        assert sent["fast"] > 0
+        md = c.ledger_metadata(w.ledger_id)
+        assert len(md.fragments) >= 2 and lc.bookie_id(victim) not in md.fragments[-1][1]
+
+        rule = lc.faults.delay(0.001)              # any rule: every frame meets the hook
+        before = dict(sent)
+        w.append(b"through the hook")
+        assert sent["hook"] > before["hook"] and sent["fast"] == before["fast"]
+        rule.remove()
+        w.close()
+        r = c.open_ledger(w.ledger_id)
+        assert [e.data for e in r.read(1, 4000)] == [b"%d" % i for i in range(4000)]

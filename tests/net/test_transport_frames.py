@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from embedlog.errors import CorruptedDataError, TimeoutError
+from embedlog.errors import CorruptedDataError, LedgerFencedError, TimeoutError
 from embedlog.net import protocol as P
-from embedlog.net.transport import BookieConnection
+from embedlog.net.transport import BookieConnection, BookieUnavailableError
 
 
 def _answer(req, body: bytes = b"") -> bytes:
@@ -133,6 +133,89 @@ def test_an_unanswered_call_times_out_and_leaves_nothing_pending():
             # the connection goes on: a later answer still finds its caller
             assert (await conn.call(_add(2), 5)).ledger == 2
             assert bookie.connections == 1
+        finally:
+            conn.close()
+            await bookie.stop()
+
+    asyncio.run(main())
+
+
+# -- send(): the add path's call without a task (its outcome handed to a callback) -----------
+
+def _outcomes():
+    got = []
+    return got, lambda resp, error: got.append((resp, error))
+
+
+async def _until(cond, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.001)
+
+
+def test_send_needs_an_open_connection_and_hands_answers_to_the_callback():
+    async def main():
+        async def answer(req, writer):
+            if req.ledger == 3:
+                writer.write(P.error_response(req.op, req.flags, req.request_id, P.EFENCED,
+                                              req.scope, req.ledger, "fenced"))
+            else:
+                writer.write(_answer(req))
+
+        bookie = FakeBookie(answer)
+        conn = BookieConnection(await bookie.start())
+        try:
+            got, on_answer = _outcomes()
+            assert conn.send(_add(1), 5, on_answer) is False      # not connected: nothing sent
+            await conn.call(_add(1), 5)                            # connects
+            assert conn.send(_add(2), 5, on_answer) and conn.send(_add(3), 5, on_answer)
+            await _until(lambda: len(got) == 2)
+            (ok, none), (nothing, fenced) = got
+            assert ok.ledger == 2 and none is None and nothing is None
+            assert isinstance(fenced, LedgerFencedError)         # call()'s error, not a status
+            assert not conn._wire.pending and bookie.connections == 1
+        finally:
+            conn.close()
+            await bookie.stop()
+
+    asyncio.run(main())
+
+
+def test_send_times_out_fails_on_a_lost_connection_and_survives_a_failing_callback():
+    async def main():
+        async def answer(req, writer):
+            if req.ledger == 1:
+                return                                  # never answered
+            if req.ledger == 2:
+                writer.close()                          # the connection is lost
+                return
+            writer.write(_answer(req))
+
+        bookie = FakeBookie(answer)
+        conn = BookieConnection(await bookie.start())
+        try:
+            await conn.call(_add(9), 5)
+            got, on_answer = _outcomes()
+            assert conn.send(_add(1), 0.2, on_answer)
+            await _until(lambda: got)
+            assert isinstance(got[0][1], TimeoutError) and "did not answer in 0.2 s" in str(got[0][1])
+            assert not conn._wire.pending
+
+            # a callback that raises is logged; the answers after it in the same read still arrive
+            def boom(resp, error):
+                raise RuntimeError("a bug in the caller")
+            got.clear()
+            assert conn.send(_add(4), 5, boom) and conn.send(_add(5), 5, on_answer)
+            await _until(lambda: got)
+            assert got[0][0].ledger == 5
+
+            got.clear()
+            assert conn.send(_add(2), 5, on_answer)
+            await _until(lambda: got)
+            assert isinstance(got[0][1], BookieUnavailableError)
+            assert conn.send(_add(6), 5, on_answer) is False        # call() reconnects
+            assert (await conn.call(_add(6), 5)).ledger == 6 and bookie.connections == 2
         finally:
             conn.close()
             await bookie.stop()
