@@ -435,6 +435,11 @@ class Bookie:
         with self.cv:
             self.journal.on_durable(seq, callback)
 
+    def sync_if_idle(self, seq: int) -> bool:
+        """Journal.sync_if_idle: ``seq`` made durable in this thread if the journal is idle."""
+        with self.cv:
+            return self.journal.sync_if_idle(seq)
+
     # -- ledger state (bookie/descriptors.py; changes journalled here) ----------------------
 
     def fence(self, ledger_id, master_key: bytes) -> int:

@@ -49,6 +49,9 @@ def journal_ids(directory: str, suffix: str = ".txn") -> list[int]:
 
 
 FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
+# sync_if_idle syncs in its caller's thread (a server's loop, which serves nothing else
+# meanwhile) only while fdatasync takes less than this
+SYNC_HERE_MAX_S = 0.0005
 MAX_FREE = 8                      # journals kept for reuse, or as many as one trim frees ...
 MAX_FREE_BURST = 16               # ... up to this: a lagging checkpoint lets the journal roll
                                   # more files than MAX_FREE, and a pool of eight ran dry then
@@ -91,6 +94,7 @@ class Journal:
         self.on_failure = None
         self._closed = False
         self._async: collections.deque = collections.deque()   # (seq, callback)
+        self._fsync_recent_s = 0.0        # moving mean of the last ~8 fdatasyncs (sync_if_idle)
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
                           records_written=0, fsync_time_s=0.0, memory_throttled=0,
@@ -367,6 +371,7 @@ class Journal:
                 fileio.sync(self._fd, self._path, self._offset)
                 fsync_s = time.perf_counter() - t0
                 self.stats["fsync_time_s"] += fsync_s
+                self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
                 failpoints.hit("journal.after_sync")
                 self._drop_synced_pages()
         except BaseException as exc:
@@ -556,6 +561,23 @@ class Journal:
         for lo, hi, exc in self._failed:
             if lo < seq <= hi:
                 raise EmbedlogError(f"journal write failed (disk full): {exc}") from exc
+
+    def sync_if_idle(self, seq: int) -> bool:
+        """Make ``seq`` durable in the calling thread when the journal is idle and that is
+        quick (cv held): no group being written, nothing waiting for the writer thread, the
+        pending group due now (no group timer to wait for), no roll or preallocation in the
+        way, and fdatasync recently under SYNC_HERE_MAX_S. True once durable (raises as
+        wait_durable would); False, having done nothing, otherwise (the caller hands ``seq``
+        to on_durable). A server's lone add then crosses no thread, as an embedded lone
+        writer leads its own group: two thread wake-ups less per lone add."""
+        if (self._syncing or self._async or self._closed or self._error is not None
+                or self._claim is not None or self._needs_roll
+                or self._offset + self.buffer.nbytes > self._max_bytes
+                or self._fsync_recent_s > SYNC_HERE_MAX_S):
+            return False
+        if self.synced_seq < seq and self._trigger(time.monotonic())[0] is None:
+            return False
+        return self._step(seq, None)       # leads the due group; raises for a failed one
 
     def on_durable(self, seq: int, callback) -> None:
         """Call ``callback(error_or_None)`` from the writer thread once ``seq`` is durable."""

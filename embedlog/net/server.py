@@ -154,6 +154,7 @@ class BookieServer:
         # the journal thread's completions, one wake-up per group commit (net/completions.py)
         self.completions = Completions(loop)
         self.complete, self.send = self.completions.complete, self.completions.send
+        self._due: list = []              # (seq, reply) of this loop step's adds (_sync_due)
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
                       "rejected_requests": 0, "idle_closed": 0}
@@ -453,16 +454,35 @@ class BookieServer:
                                              req.ledger, f"{type(exc).__name__}: {exc}"))
 
     def _when_durable(self, seq: int, writer, req, ok: bytes, after=None) -> None:
-        def done(error):
+        def reply(error):
             if error is not None:
                 code = error.wire_code if isinstance(error, EmbedlogError) else P.EIO
                 data = P.error_response(req.op, req.flags, req.request_id, code, req.scope,
                                         req.ledger, str(error))
             else:
                 data = ok
-            self.complete(self._durable_reply, writer, data, after)
+            self._durable_reply(writer, data, after)
 
-        self.bookie.on_durable(seq, done)
+        # gathered until the end of this loop step, so the adds read together share a sync
+        self._due.append((seq, reply))
+        if len(self._due) == 1:
+            asyncio.get_running_loop().call_soon(self._sync_due)
+
+    def _sync_due(self) -> None:
+        """The durable waits of one loop step's adds: synced here, on the loop, when the
+        journal is idle and its fdatasync quick (Journal.sync_if_idle), so a lone add crosses
+        no thread; otherwise the journal's thread syncs them and completes them here."""
+        due, self._due = self._due, []
+        try:
+            synced = self.bookie.sync_if_idle(max(seq for seq, _ in due))
+        except Exception:
+            synced = False          # on_durable tells each add what became of its group
+        if synced:
+            for _seq, reply in due:
+                reply(None)
+            return
+        for seq, reply in due:
+            self.bookie.on_durable(seq, lambda error, reply=reply: self.complete(reply, error))
 
     def _durable_reply(self, writer, data, after) -> None:
         self._reply(writer, data)
