@@ -1,9 +1,11 @@
 """The bookie server: the wire protocol (embedlog.net.protocol) over one Bookie, on asyncio.
 
 Adds are framed and journalled on the event loop (the bookie's lock is held only to
-frame them); the reply is sent once the journal's durability callback says so, so the loop
-never waits for an fdatasync. The journal thread hands completions over through one queue
-(net/completions.py: one wake-up per group commit, one write per connection per drain). A malformed,
+frame them); the reply is sent once they are durable. The adds of one loop step wait
+together: when the journal is idle and its fdatasync quick (under 0.5 ms), the loop syncs
+them itself, so a lone add crosses no thread; otherwise the journal thread syncs them and
+hands completions over through one queue (net/completions.py: one wake-up per group
+commit, one write per connection per drain), and the loop never waits. A malformed,
 oversized or truncated frame gets an error reply and the connection is closed; other
 connections go on.
 
