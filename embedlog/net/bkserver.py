@@ -396,12 +396,8 @@ class BookKeeperSession:
 
     def _when_durable(self, seq: int, reply, ok, fail, after=None) -> None:
         """``ok`` (bytes) once seq is durable, else ``fail(error)``'s bytes."""
-        server = self.server
-
-        def done(error):
-            server.complete(_send_then, reply, ok if error is None else fail(error), after)
-
-        self.bookie.on_durable(seq, done)
+        self.server.when_durable(
+            seq, lambda error: _send_then(reply, ok if error is None else fail(error), after))
 
     def _add(self, lid: int, eid: int, key: bytes, body, recovery: bool, reply, ok, fail,
              high_priority: bool = False) -> None:

@@ -465,7 +465,11 @@ class BookieServer:
                 data = ok
             self._durable_reply(writer, data, after)
 
-        # gathered until the end of this loop step, so the adds read together share a sync
+        self.when_durable(seq, reply)
+
+    def when_durable(self, seq: int, reply) -> None:
+        """``reply(error_or_None)`` on the loop once ``seq`` is durable. Gathered until the end
+        of this loop step, so the adds read together (any protocol) share a sync."""
         self._due.append((seq, reply))
         if len(self._due) == 1:
             asyncio.get_running_loop().call_soon(self._sync_due)
