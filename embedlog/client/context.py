@@ -240,8 +240,8 @@ class ClientContext:
     def send(self, bookie_id: str, build, timeout_s: float, on_answer) -> bool:
         """``call`` without a task where it can be (on the loop): on an open connection to
         an embedlog bookie, with no fault rule set, ``build(request_id)`` is written now and
-        ``on_answer(resp, error)`` gets the outcome (pass an error to ``call_failed``
-        first). False, with nothing sent, where only ``call`` can: an in-process or Java
+        ``on_answer(resp, error)`` gets the outcome (an error after ``call_failed``, as
+        call's). False, with nothing sent, where only ``call`` can: an in-process or Java
         bookie, an address or connection not yet known, a fault rule that may apply."""
         if (self.faults is not None and not self.faults.quiet()) or bookie_id in self._local:
             return False
@@ -249,7 +249,12 @@ class ClientContext:
         conn = self._conns.get(addr) if addr is not None else None
         if type(conn) is not BookieConnection or self._protocols.get(addr) == BOOKKEEPER_PROTOCOL:
             return False
-        return conn.send(build, timeout_s, on_answer)
+
+        def answered(resp, error) -> None:
+            if error is not None:
+                self.call_failed(bookie_id, error)
+            on_answer(resp, error)
+        return conn.send(build, timeout_s, answered)
 
     def call_failed(self, bookie_id: str, exc: BaseException) -> None:
         """What a call's error says of the bookie: unreachable, it may have restarted

@@ -348,16 +348,18 @@ class WriteHandle:
                     start, size = i, len(op.data) + 4
             self._send_frame(b, bops[start:])
 
+    def _add_frame(self, ops: list):
+        """``request_id -> ADD frame`` of ``ops`` (the frame is built when sent)."""
+        entries = [op.data for op in ops]
+        flags = P.FLAG_RECOVERY_ADD if self._recovery else 0
+        return lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
+                                         entries, flags, self._term)
+
     def _send_frame(self, bookie: str, ops: list) -> None:
         """One ADD frame: written now where the context can (an open connection), its answer
         counted in the read callback; otherwise, or once it fails, by a _send task."""
-        entries = [op.data for op in ops]
-        flags = P.FLAG_RECOVERY_ADD if self._recovery else 0
-        if not self._ctx.send(
-                bookie, lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
-                                                  entries, flags, self._term),
-                self._ctx.config.add_timeout_s,
-                lambda resp, error: self._answered(bookie, ops, error)):
+        if not self._ctx.send(bookie, self._add_frame(ops), self._ctx.config.add_timeout_s,
+                              lambda resp, error: self._answered(bookie, ops, error)):
             self._ctx.loop.create_task(self._send(bookie, ops))
 
     def _answered(self, bookie: str, ops: list, error) -> None:
@@ -365,24 +367,18 @@ class WriteHandle:
             addpath.ack(ops, bookie, self._pending, self._quorums)
             self._complete()
         else:       # retried, or the bookie replaced, as when call() raises it
-            self._ctx.call_failed(bookie, error)
             self._ctx.loop.create_task(self._send(bookie, ops, error))
 
     async def _send(self, bookie: str, ops: list, failed: BaseException | None = None) -> None:
         """Send ``ops`` to ``bookie`` and count its acknowledgement; ``failed`` is the error of
         a first attempt already made (_send_frame), handled as if this one had met it."""
-        flags = P.FLAG_RECOVERY_ADD if self._recovery else 0
-        entries = [op.data for op in ops]
+        build = self._add_frame(ops)
         for attempt in range(TOO_MANY_REQUESTS_RETRIES + 1):
             try:
                 if failed is not None:
                     error, failed = failed, None
                     raise error
-                await self._ctx.call(
-                    bookie, lambda rid: P.add_request(rid, self._scope, self._lid,
-                                                      self._master_key, entries, flags,
-                                                      self._term),
-                    self._ctx.config.add_timeout_s)
+                await self._ctx.call(bookie, build, self._ctx.config.add_timeout_s)
                 break
             except TooManyRequestsError:
                 # an overloaded bookie pushed back past its throttle time: wait and send again

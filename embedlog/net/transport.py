@@ -126,6 +126,14 @@ def _expire(fut: asyncio.Future) -> None:
         fut.set_exception(asyncio.TimeoutError())
 
 
+def _status_error(address: str, resp) -> EmbedlogError:
+    return from_wire_code(resp.status, f"bookie {address}: {resp.message}")
+
+
+def _timeout_error(address: str, timeout_s: float) -> TimeoutError:
+    return TimeoutError(f"bookie {address} did not answer in {timeout_s} s")
+
+
 class _Answer:
     """A request of ``BookieConnection.send`` waiting in ``pending`` where a call's future
     would: its answer (or error) goes to ``on_answer(resp, error)`` in the read callback
@@ -145,13 +153,13 @@ class _Answer:
 
     def set_result(self, resp) -> None:
         if resp.status != P.EOK:
-            self._finish(None, from_wire_code(resp.status, f"bookie {self.conn.address}: {resp.message}"))
+            self._finish(None, _status_error(self.conn.address, resp))
         else:
             self._finish(resp, None)
 
     def set_exception(self, exc: BaseException) -> None:
         if isinstance(exc, asyncio.TimeoutError):
-            exc = TimeoutError(f"bookie {self.conn.address} did not answer in {self.timeout_s} s")
+            exc = _timeout_error(self.conn.address, self.timeout_s)
         self._finish(None, exc)
 
     def _finish(self, resp, error) -> None:
@@ -258,12 +266,12 @@ class BookieConnection:
         try:
             resp = await fut
         except asyncio.TimeoutError:
-            raise TimeoutError(f"bookie {self.address} did not answer in {timeout_s} s") from None
+            raise _timeout_error(self.address, timeout_s) from None
         finally:
             timer.cancel()
             pending.pop(rid, None)             # answered, timed out or cancelled
         if resp.status != P.EOK:
-            raise from_wire_code(resp.status, f"bookie {self.address}: {resp.message}")
+            raise _status_error(self.address, resp)
         return resp
 
     def send(self, build, timeout_s: float, on_answer) -> bool:
