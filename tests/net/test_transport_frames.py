@@ -5,6 +5,7 @@ the next call reconnects; a call nobody answers times out and leaves nothing pen
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -46,6 +47,18 @@ class FakeBookie:
         await self.server.wait_closed()
 
 
+@contextlib.asynccontextmanager
+async def _connected(answer, **options):
+    """A FakeBookie answering with ``answer`` and a BookieConnection to it, both closed after."""
+    bookie = FakeBookie(answer)
+    conn = BookieConnection(await bookie.start(), **options)
+    try:
+        yield bookie, conn
+    finally:
+        conn.close()
+        await bookie.stop()
+
+
 def _add(ledger: int):
     return lambda rid: P.add_request(rid, 0, ledger, b"k" * 20, [b"entry"], 0, 0)
 
@@ -64,16 +77,11 @@ def test_answers_in_one_read_over_many_reads_and_out_of_order():
                     await asyncio.sleep(0)
                 writer.write(_answer(held[0]) + _answer(held[1]))
 
-        bookie = FakeBookie(answer)
-        conn = BookieConnection(await bookie.start())
-        try:
+        async with _connected(answer) as (bookie, conn):
             got = await asyncio.gather(*(conn.call(_add(lid), 5) for lid in (7, 8, 9)))
             assert [r.ledger for r in got] == [7, 8, 9]
             assert [P.ADD_RESP.unpack(bytes(r.body))[0] for r in got] == [7, 8, 9]
             assert bookie.connections == 1
-        finally:
-            conn.close()
-            await bookie.stop()
 
     asyncio.run(main())
 
@@ -86,16 +94,11 @@ def test_a_bad_frame_fails_what_is_in_flight_and_the_next_call_reconnects():
             else:
                 writer.write(_answer(req))
 
-        bookie = FakeBookie(answer)
-        conn = BookieConnection(await bookie.start())
-        try:
+        async with _connected(answer) as (bookie, conn):
             with pytest.raises(CorruptedDataError, match="bad response"):
                 await conn.call(_add(1), 5)
             resp = await conn.call(_add(2), 5)
             assert resp.ledger == 2 and bookie.connections == 2
-        finally:
-            conn.close()
-            await bookie.stop()
 
     asyncio.run(main())
 
@@ -106,14 +109,9 @@ def test_a_frame_over_the_limit_fails_the_call():
             writer.write(P.response(req.op, req.flags, req.request_id, P.EOK, req.scope,
                                     req.ledger, bytes(4096)))
 
-        bookie = FakeBookie(answer)
-        conn = BookieConnection(await bookie.start(), max_frame_bytes=1024)
-        try:
+        async with _connected(answer, max_frame_bytes=1024) as (bookie, conn):
             with pytest.raises(CorruptedDataError, match="exceeds max_frame_bytes"):
                 await conn.call(_add(1), 5)
-        finally:
-            conn.close()
-            await bookie.stop()
 
     asyncio.run(main())
 
@@ -124,18 +122,13 @@ def test_an_unanswered_call_times_out_and_leaves_nothing_pending():
             if req.ledger != 1:                              # ledger 1 is never answered
                 writer.write(_answer(req))
 
-        bookie = FakeBookie(answer)
-        conn = BookieConnection(await bookie.start())
-        try:
+        async with _connected(answer) as (bookie, conn):
             with pytest.raises(TimeoutError, match="did not answer"):
                 await conn.call(_add(1), 0.2)
             assert not conn._wire.pending
             # the connection goes on: a later answer still finds its caller
             assert (await conn.call(_add(2), 5)).ledger == 2
             assert bookie.connections == 1
-        finally:
-            conn.close()
-            await bookie.stop()
 
     asyncio.run(main())
 
@@ -163,9 +156,7 @@ def test_send_needs_an_open_connection_and_hands_answers_to_the_callback():
             else:
                 writer.write(_answer(req))
 
-        bookie = FakeBookie(answer)
-        conn = BookieConnection(await bookie.start())
-        try:
+        async with _connected(answer) as (bookie, conn):
             got, on_answer = _outcomes()
             assert conn.send(_add(1), 5, on_answer) is False      # not connected: nothing sent
             await conn.call(_add(1), 5)                            # connects
@@ -175,9 +166,6 @@ def test_send_needs_an_open_connection_and_hands_answers_to_the_callback():
             assert ok.ledger == 2 and none is None and nothing is None
             assert isinstance(fenced, LedgerFencedError)         # call()'s error, not a status
             assert not conn._wire.pending and bookie.connections == 1
-        finally:
-            conn.close()
-            await bookie.stop()
 
     asyncio.run(main())
 
@@ -192,9 +180,7 @@ def test_send_times_out_fails_on_a_lost_connection_and_survives_a_failing_callba
                 return
             writer.write(_answer(req))
 
-        bookie = FakeBookie(answer)
-        conn = BookieConnection(await bookie.start())
-        try:
+        async with _connected(answer) as (bookie, conn):
             await conn.call(_add(9), 5)
             got, on_answer = _outcomes()
             assert conn.send(_add(1), 0.2, on_answer)
@@ -216,8 +202,5 @@ def test_send_times_out_fails_on_a_lost_connection_and_survives_a_failing_callba
             assert isinstance(got[0][1], BookieUnavailableError)
             assert conn.send(_add(6), 5, on_answer) is False        # call() reconnects
             assert (await conn.call(_add(6), 5)).ledger == 6 and bookie.connections == 2
-        finally:
-            conn.close()
-            await bookie.stop()
 
     asyncio.run(main())
