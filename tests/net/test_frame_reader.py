@@ -151,3 +151,50 @@ def test_a_frame_never_keeps_much_more_memory_than_its_bytes():
         assert len(r._buffer) == 410
 
     asyncio.run(main())
+
+
+def test_a_frame_still_arriving_is_read_into_its_own_bytearray_without_pausing():
+    """The frame's reads land in the bytearray read_frame returns (no buffer grown a read at
+    a time); the transport is not paused for the frame's bytes, only for what follows it."""
+    async def main():
+        r, t = _reader(limit=16)
+        data = os.urandom(10_000)
+        r.feed_data(data[:5])                       # part of it was buffered before
+        task = asyncio.get_running_loop().create_task(r.read_frame(10_000))
+        await asyncio.sleep(0)
+        assert r._frame is not None and len(r._buffer) == 0
+        for pos in range(5, 9_990, 997):
+            r.feed_data(data[pos:min(pos + 997, 9_990)])
+            assert not t.paused                     # 10 KB in, limit 16: not paused
+            await asyncio.sleep(0)
+            assert not task.done()
+        r.feed_data(data[9_990:] + b"next" * 10)    # the end, and 40 bytes of the next frame
+        got = await task
+        assert got == data and r._frame is None
+        assert t.paused and bytes(r._buffer) == b"next" * 10
+        assert await r.read_frame(40) == b"next" * 10
+        assert not t.paused and t.pauses == t.resumes == 1
+
+    asyncio.run(main())
+
+
+def test_eof_or_an_error_while_a_frame_is_being_filled():
+    async def main():
+        r, _t = _reader()
+        task = asyncio.get_running_loop().create_task(r.read_frame(100))
+        await asyncio.sleep(0)
+        r.feed_data(b"x" * 30)
+        r.feed_eof()
+        with pytest.raises(asyncio.IncompleteReadError) as e:
+            await task
+        assert e.value.partial == b"x" * 30 and e.value.expected == 100
+        r2, _t = _reader()
+        task = asyncio.get_running_loop().create_task(r2.read_frame(100))
+        await asyncio.sleep(0)
+        r2.feed_data(b"y" * 30)
+        r2.set_exception(ConnectionResetError("gone"))
+        with pytest.raises(ConnectionResetError):
+            await task
+        assert r2._frame is None
+
+    asyncio.run(main())
