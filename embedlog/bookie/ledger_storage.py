@@ -53,6 +53,7 @@ class SortedLedgerStorage:
         self.flushed_seq = 0                 # journal seq covered by flushed snapshots
         self.entry_logger = nelg.EntryLogger(self.current_dirs, config.entry_log_size_limit,
                                             choose_dir=choose_current)
+        self.entry_logger.page_cache_bytes = config.entry_log_page_cache_bytes
         self.index_cache = nix.IndexCache(self.current_dirs[0], config.page_limit,
                                           choose_root=choose_current)
         self.erased: set = set()             # ledgers with entries erased since GC last looked
@@ -65,7 +66,8 @@ class SortedLedgerStorage:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.stats = {"memtable_flushes": 0, "entry_log_rolls": 0, "throttled_adds": 0,
-                      "memtable_flush_errors": 0, "entry_log_bytes_written": 0}
+                      "memtable_flush_errors": 0, "entry_log_bytes_written": 0,
+                      "entry_log_bytes_dropped_from_cache": 0}
         self.on_flush_error = None           # (exc) -> None: e.g. a disk check
         self.on_flushed = None               # () -> None, cv held: a snapshot is in the logs
 
@@ -122,6 +124,7 @@ class SortedLedgerStorage:
             self.stats["memtable_flushes"] += 1
             self.stats["entry_log_bytes_written"] += written
             self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
+            self.stats["entry_log_bytes_dropped_from_cache"] = self.entry_logger.dropped_bytes
 
     def _finish(self, snap, seq: int) -> None:
         # locations are set: readers find these entries in the index from now on
