@@ -47,6 +47,7 @@ from __future__ import annotations
 import struct
 
 from embedlog._native.addpath import add_request  # noqa: F401  (ADD frames: built in one C pass)
+from embedlog._native.addpath import split_add_body
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 VERSION = 1
@@ -152,27 +153,11 @@ def parse_request(message) -> Request:
 
 
 def parse_add_body(body) -> list:
-    """The entries of an ADD body, as views of it (``body`` is a memoryview)."""
-    size = len(body)
-    if size < 4:
-        raise CorruptedDataError("add request without an entry count")
-    unpack = U32.unpack_from          # locals: this loop runs once per entry on the bookie
-    (count,) = unpack(body)
-    pos, out = 4, []
-    append = out.append
-    for _ in range(count):
-        start = pos + 4
-        if start > size:
-            raise CorruptedDataError("add request truncated in an entry size")
-        pos = start + unpack(body, pos)[0]
-        if pos > size:
-            raise CorruptedDataError("add request truncated in an entry")
-        append(body[start:pos])       # a view: the kernels copy it once, into the journal
-    if pos != size:
-        raise CorruptedDataError("add request has trailing bytes")
-    if not out:
-        raise IllegalOpError("add request without entries")
-    return out
+    """The entries of an ADD body, as views of it (``body`` is a memoryview).
+    CorruptedDataError for a body cut short, with trailing bytes or without a count;
+    IllegalOpError for one without entries. One C pass (addpath.split_add_body): this
+    loop ran once per entry on the bookie's event loop."""
+    return split_add_body(body)
 
 
 def _exact(st: struct.Struct, body, what: str) -> tuple:

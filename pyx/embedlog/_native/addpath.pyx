@@ -4,9 +4,11 @@ adds, building the ADD frame, counting a bookie's acknowledgements, finding the 
 adds a write quorum has acknowledged and completing its futures; and the future of an add
 and the bound on adds in flight (embedlog.client.inflight re-exports them). In Python
 these were the client's per-add bytecode (issue 32: most of a replicated add's client CPU).
+The bookie's side of the ADD frame, its body cut into entries, is here too.
 
 Bounds: an ADD frame is sized once from the entries' lengths (each checked to fit a u32 and
-the total to fit the frame's u32 length) and every copy is bounded by that size.
+the total to fit the frame's u32 length) and every copy is bounded by that size. An ADD
+body is cut only where its sizes say, each checked against the body's end (64-bit sums).
 """
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
@@ -14,12 +16,12 @@ from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
 from cpython.list cimport PyList_Append
 
-from embedlog._native.format cimport el_put32, el_put64, encode_into, encoded_size
+from embedlog._native.format cimport el_get32, el_put32, el_put64, encode_into, encoded_size
 import concurrent.futures
 import threading
 from concurrent.futures import _base
 
-from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.errors import CorruptedDataError, EmbedlogError, IllegalOpError
 
 cdef object FINISHED = _base.FINISHED, RUNNING = _base.RUNNING      # the states it is in
 
@@ -338,3 +340,29 @@ def set_results(list done):
             op = <PendingAdd>done[i]
             op.future.set_result(op.entry_id)
             i += 1
+
+
+def split_add_body(body):
+    """The entries of an ADD body (count:u32, then count times size:u32 entry[size]), as
+    views of ``body``: the bookie's per-entry loop, in C. Raises what protocol's
+    parse_add_body documents."""
+    cdef const uint8_t[::1] b = body
+    cdef Py_ssize_t size = b.shape[0], pos = 4, start
+    cdef uint32_t count, i
+    if size < 4:
+        raise CorruptedDataError("add request without an entry count")
+    count = el_get32(&b[0])
+    out = []
+    for i in range(count):
+        start = pos + 4
+        if start > size:
+            raise CorruptedDataError("add request truncated in an entry size")
+        pos = start + <Py_ssize_t>el_get32(&b[start - 4])
+        if pos > size:
+            raise CorruptedDataError("add request truncated in an entry")
+        PyList_Append(out, body[start:pos])    # a view: the kernels copy it once
+    if pos != size:
+        raise CorruptedDataError("add request has trailing bytes")
+    if not out:
+        raise IllegalOpError("add request without entries")
+    return out
