@@ -84,12 +84,13 @@ class BookieConfig:
         1024 * 1024 * 1024, "bytes after which a new entry log starts (logSizeLimit); "
         "at most 2^31 because locations hold a 32-bit offset.", 1 << 16, (1 << 31) - 1)
     entry_log_page_cache_bytes: int = _key(
-        256 * 1024 * 1024, "bytes of the newest entry-log writes left in the page cache: a "
+        64 * 1024 * 1024, "bytes of the newest entry-log writes left in the page cache: a "
         "memtable flush starts the writeback of what it wrote, and older written pages are "
         "dropped once on disk (posix_fadvise DONTNEED), so readers of recent entries find them "
-        "cached and steady writing reuses pages instead of growing the cache (a new page cost "
-        "15x a reused one per byte copied on the VM measured, docs/PERFORMANCE.md). 0 leaves "
-        "every page to the kernel. Not in BookKeeper.", 0, 1 << 40)
+        "cached (with the memtable's, the newest 128 MiB by default) and steady writing reuses "
+        "pages instead of growing the cache (a new page cost 15x a reused one per byte copied "
+        "on the VM measured, docs/PERFORMANCE.md). 0 leaves every page to the kernel. Not in "
+        "BookKeeper.", 0, 1 << 40)
     page_limit: int = _key(
         8192, "index pages (8 KiB each) cached in memory across all ledgers (pageLimit).",
         16, 1 << 30)
