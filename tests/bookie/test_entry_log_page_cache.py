@@ -74,3 +74,43 @@ def test_with_no_budget_the_kernel_keeps_every_page(tmp_path):
     resident, stats = _write(str(tmp_path / "all"), 0)
     assert resident >= stats["entry_log_bytes_written"] * 0.9
     assert stats["entry_log_bytes_dropped_from_cache"] == 0
+
+
+CHILD = r"""
+import os, sys
+import embedlog
+path, cfg = sys.argv[1], eval(sys.argv[2])
+with_ids = [os.urandom(1000) + i.to_bytes(24, "big") for i in range(24_000)]
+log = embedlog.open(path, **cfg)
+w = log.create_ledger()
+for i in range(0, len(with_ids), 500):
+    w.append_many(with_ids[i:i + 500])
+log.bookie.checkpoint()               # most of the log is on disk, its pages dropped
+w.append_many([b"after the checkpoint"] * 10)
+print(w.ledger_id.qualified_name, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_log_whose_pages_were_dropped_is_sealed_and_read_after_sigkill(tmp_path):
+    """The start-up seal of a log a SIGKILL left unsealed walks it from disk (its pages were
+    dropped) and finds every entry; the adds after the checkpoint come back from the journal."""
+    import subprocess
+    import sys
+    path = str(tmp_path / "killed")
+    cfg = dict(skip_list_size_limit=1 * MiB, entry_log_page_cache_bytes=2 * MiB,
+               entry_log_size_limit=64 * MiB)           # one log, left unsealed
+    p = subprocess.run([sys.executable, "-c", CHILD, path, repr(cfg)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == -9, p.stderr[-2000:]
+    name = p.stdout.strip()
+    logs = glob.glob(os.path.join(path, "**", "*.log"), recursive=True)
+    # 25 MB of entries, of which the budget and a few pages are left in the cache
+    assert len(logs) == 1 and resident_bytes(logs[0], 48 * MiB) <= 4 * MiB
+    with embedlog.open(path, **cfg) as log:
+        assert log.bookie.compaction_report["sealed"] == [1]
+        r = log.open_ledger(embedlog.LedgerId.parse(name))
+        got = r.read_batch(0, 24_009)
+        assert len(got) == 24_010
+        assert [int.from_bytes(bytes(e)[1000:], "big") for e in got[:24_000]] == list(range(24_000))
+        assert [bytes(e) for e in got[24_000:]] == [b"after the checkpoint"] * 10
