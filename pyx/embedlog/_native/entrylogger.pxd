@@ -20,3 +20,4 @@ cdef class EntryLogger:
     cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL
     cdef _account(self, uint64_t scope, uint64_t lid, Py_ssize_t nbytes)
     cdef _written(self, MappedLog m, Py_ssize_t start, Py_ssize_t end)
+    cdef _drop(self, uint64_t log_id, long long start, long long n)

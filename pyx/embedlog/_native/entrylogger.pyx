@@ -276,7 +276,7 @@ cdef class EntryLogger:
             self._cached_bytes -= n
             self._drop(head[0], s, n)
 
-    def _drop(self, uint64_t log_id, long long start, long long n):
+    cdef _drop(self, uint64_t log_id, long long start, long long n):
         # a descriptor of its own: waiting on writeback through the log's own would take a
         # writeback error from the checkpoint's fdatasync, which must report it (errseq)
         cdef int fd, r
