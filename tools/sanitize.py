@@ -35,7 +35,8 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/net/test_entry_id_bounds.py", "tests/net/test_preauth_limits.py",
          "tests/net/test_bkwire.py", "tests/net/test_bkserve.py",
          "tests/client/test_striped_volume.py", "tests/client/test_addpath.py",
-         "tests/client/test_inflight.py"]
+         "tests/client/test_inflight.py", "tests/net/test_add_body.py",
+         "tests/bookie/test_entry_log_page_cache.py"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))
 
