@@ -45,6 +45,7 @@ class _Bookie:
         self.proxy: FaultProxy | None = None
         self.bookie_id: str | None = None
         self.read_only = False
+        self.env: dict = {}              # more environment for its process (restart_bookie)
         self.log_path = os.path.join(directory, "bookie.log")
         # its exit is known to the owner: asked for, or already reported as a crash
         self.exit_known = False
@@ -189,7 +190,7 @@ class LocalCluster:
         for k, v in self.bookie_config.items():
             cmd += ["--set", f"{k}={v}"]
         cmd += self.serve_options
-        env = dict(os.environ)
+        env = dict(os.environ, **b.env)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         log = open(b.log_path, "ab")
@@ -239,12 +240,16 @@ class LocalCluster:
                 b.process.kill()
                 b.process.wait()
 
-    def restart_bookie(self, i: int) -> None:
-        """Stop (if running) and start again on the same directories."""
+    def restart_bookie(self, i: int, env: dict | None = None) -> None:
+        """Stop (if running) and start again on the same directories. ``env``: more
+        environment for this process only (EMBEDLOG_FAILPOINTS, say), kept until the next
+        restart. Setting os.environ instead reached every process started meanwhile, such
+        as another cluster's bookies started in the background (tests/interop/prestart.py)."""
         b = self._b(i)
         self.stop_bookie(i)
         if b.proxy is not None:
             b.proxy.heal()
+        b.env = dict(env or {})
         self._start(b)
 
     def suspend_bookie(self, i: int) -> None:

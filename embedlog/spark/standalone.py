@@ -98,8 +98,10 @@ class StandaloneCluster:
                 st = self.status()
                 if st.get("status") == "ALIVE" and st.get("aliveworkers", 0) >= n:
                     return
-            except OSError:
-                pass                           # the master's web UI is not up yet
+            except (OSError, ValueError):
+                # the master's web UI is not up yet, or not wholly: under load it once
+                # answered /json/ with its HTML page while starting (a CI rehearsal)
+                pass
             time.sleep(0.2)
         raise EmbedlogError(f"the Spark master did not see {n} workers in {READY_TIMEOUT_S} s; "
                             f"see {self.base_dir}")
