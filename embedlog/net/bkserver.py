@@ -163,6 +163,7 @@ class BookKeeperSession:
             conn.frame_started = (conn.frame_started or self.loop.time()) if self.buf else None
             if self.writer.transport.get_write_buffer_size() > self.max_frame_bytes:
                 await self.writer.drain()     # a client that does not read its answers
+            server.sync_before_read(self.reader)
             try:
                 data = await self.reader.read(READ_CHUNK)
             except ConnectionError:

@@ -39,6 +39,10 @@ class FrameReader(asyncio.StreamReader):
         if self._filled == len(frame):
             self._wakeup_waiter()
 
+    def has_data(self) -> bool:
+        """Bytes are buffered: the next read may not wait for the socket."""
+        return bool(self._buffer)
+
     async def read_frame(self, n: int):
         """readexactly(n) (same errors, same flow control), as a bytearray: the buffer
         itself when it holds exactly the frame, or with the smaller of the frame and what

@@ -157,6 +157,7 @@ class BookieServer:
         self.completions = Completions(loop)
         self.complete, self.send = self.completions.complete, self.completions.send
         self._due: list = []              # (seq, reply) of this loop step's adds (_sync_due)
+        self._due_handle = None           # the call_soon that syncs them
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
                       "rejected_requests": 0, "idle_closed": 0}
@@ -227,6 +228,7 @@ class BookieServer:
                 try:
                     # a frame's clock starts at its first byte: a trickled frame is cut off
                     # (the sweeper), an idle connection between frames is not
+                    self.sync_before_read(reader)
                     first = await reader.readexactly(1)
                     conn.frame_started = self._loop.time()
                     head = first + await reader.readexactly(3)
@@ -472,7 +474,19 @@ class BookieServer:
         of this loop step, so the adds read together (any protocol) share a sync."""
         self._due.append((seq, reply))
         if len(self._due) == 1:
-            asyncio.get_running_loop().call_soon(self._sync_due)
+            self._due_handle = asyncio.get_running_loop().call_soon(self._sync_due)
+
+    def sync_before_read(self, reader) -> None:
+        """A connection is about to wait for its socket (``reader`` holds nothing more): when
+        no other callback of this loop step is left to run (no other connection's frames
+        still to come in it), its adds are synced now rather than by the call_soon of
+        when_durable, one loop step (an epoll_wait and a handle) later. Those read together
+        still share the sync: it waits for the last of them."""
+        if self._due and not reader.has_data():
+            ready = getattr(self._loop, "_ready", None)      # asyncio's loop: what is left to run
+            if ready is not None and len(ready) == 1 and ready[0] is self._due_handle:
+                self._due_handle.cancel()
+                self._sync_due()
 
     def _sync_due(self) -> None:
         """The durable waits of one loop step's adds: synced here, on the loop, when the

@@ -136,3 +136,35 @@ def test_with_a_group_in_flight_the_journal_thread_answers(tmp_path):
         bookie.journal._syncing = False                      # (a failed assertion's close)
         loop.close()
         bookie.close()
+
+
+def test_a_lone_add_is_synced_before_its_connection_waits_again(tmp_path):
+    """sync_before_read: the add of a connection that then waits for its socket, with
+    nothing else left in the loop step, is synced and answered before the loop polls again;
+    the call_soon that would have done it a step later is cancelled."""
+    bookie, loop, server = _server(tmp_path)
+    try:
+        _serve_all(server, loop, [_add(7, 0)])                # the journal's first group
+        groups = bookie.journal.stats["groups"]
+
+        async def main():
+            reader = FrameReader(limit=READ_BUFFER_BYTES, loop=loop)
+            w = Writer()
+            answered = loop.create_future()
+            w.write = lambda data: (w.out.extend(data), answered.done() or answered.set_result(None))
+            task = loop.create_task(server._serve(reader, w))
+            await asyncio.sleep(0)                            # it waits for its first frame
+            reader.feed_data(_add(400, 0))
+            await answered          # (main waits outside the loop's ready queue meanwhile)
+            answered_in_step = bytes(w.out)
+            handle = server._due_handle
+            reader.feed_eof()
+            await asyncio.wait_for(task, 10)
+            return answered_in_step, handle
+        out, handle = loop.run_until_complete(main())
+        assert [a.status for a in _answers(out)] == [P.EOK]
+        assert handle is not None and handle.cancelled()
+        assert bookie.journal.stats["groups"] == groups + 1
+    finally:
+        loop.close()
+        bookie.close()
