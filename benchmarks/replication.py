@@ -14,7 +14,9 @@ no fault proxies), with 100 B and 1 KiB entries:
   there before 2026-11-27: that figure also carries the bookie's background flush, and a
   faster window leaves more of it);
 beside the embedded log (in-process transport: no socket, no second process) doing
-the same appends, so the network's and the protocol's share is visible. Then striped
+the same appends, so the network's and the protocol's share is visible, and beside the
+lone add's floor: the in-process add plus a bare loopback round trip of the same bytes
+through the same threads and asyncio, with no journal and no protocol (round_trip_floor). Then striped
 ensembles (E > Qw: each bookie gets every E-th run of ids, with gaps), 3/2/2 on three
 bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-entries adds
 (1,000,000 by default: a ledger longer than any one memtable, issue 25) rather than over
@@ -29,8 +31,12 @@ ensemble: with Qw copies, per copy is that over Qw), in µs per add.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
+import concurrent.futures
 import os
+import subprocess
+import threading
 import shutil
 import sys
 import tempfile
@@ -103,6 +109,78 @@ def latency(handle, size: int, seconds: float) -> tuple:
     return np.percentile(a, 50), np.percentile(a, 95), np.percentile(a, 99)
 
 
+# the floor's server: a second process, an asyncio stream server on loopback TCP that
+# answers each message of ``size`` bytes with 32 bytes (no journal, no protocol); it ends
+# with its one connection
+_ECHO = """
+import asyncio, sys
+size = int(sys.argv[1])
+async def main():
+    done = asyncio.Event()
+    async def serve(reader, writer):
+        try:
+            while True:
+                await reader.readexactly(size)
+                writer.write(bytes(32))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            done.set()
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await done.wait()
+asyncio.run(main())
+"""
+
+
+def round_trip_floor(size: int, seconds: float) -> tuple:
+    """p50/p95/p99 (µs) of the lone add's architecture without its work: a caller thread
+    hands ``size`` bytes to an asyncio loop thread (call_soon_threadsafe), which writes them
+    to the other process over loopback TCP and completes a concurrent Future with the
+    answer. A served lone add is this round trip plus the journal's write and sync (the
+    in-process add) plus the protocol's own work on both sides."""
+    server = subprocess.Popen([sys.executable, "-c", _ECHO, str(size)], stdout=subprocess.PIPE,
+                              text=True)
+    loop = asyncio.new_event_loop()
+    waiting: collections.deque = collections.deque()
+
+    class Answers(asyncio.Protocol):
+        def data_received(self, data):
+            for _ in range(len(data) // 32):
+                waiting.popleft().set_result(None)
+    try:
+        port = int(server.stdout.readline())
+        transport, _ = loop.run_until_complete(loop.create_connection(Answers, "127.0.0.1", port))
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        data = os.urandom(size)
+
+        def send(fut):
+            waiting.append(fut)
+            transport.write(data)
+        lat = []
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            s = time.perf_counter()
+            fut = concurrent.futures.Future()
+            loop.call_soon_threadsafe(send, fut)
+            fut.result()
+            lat.append(time.perf_counter() - s)
+        loop.call_soon_threadsafe(transport.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+    finally:
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:     # it never saw the connection end
+            server.kill()
+            server.wait()
+        loop.close()
+    a = np.array(lat) * 1e6
+    return np.percentile(a, 50), np.percentile(a, 95), np.percentile(a, 99)
+
+
 def tail(directory: str, n: int = 15) -> str:
     with open(os.path.join(directory, "bookie.log"), errors="replace") as f:
         return "".join(f.readlines()[-n:])
@@ -126,6 +204,7 @@ def main():
                 tput, ccpu, _ = measured((), lambda: throughput(w, size, args.seconds, args.window))
                 after = latency(w, size, args.seconds / 2)[0]
             rows.append(("embedded (in-process)", "1/1/1", size, tput, ccpu, None, *lat, after))
+        floor = {size: round_trip_floor(size, args.seconds / 2) for size in (100, 1024)}
         for nb, quorum in ((1, (1, 1, 1)), (3, (3, 3, 2))):
             with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"c{nb}"), proxies=False,
                               autorecovery=False) as lc, client_of(lc) as c:
@@ -176,6 +255,17 @@ def main():
             bookies = "-" if bcpu is None else f"{bcpu:.1f}"
             print(f"| {name} | {q} | {size} B | {tput:,.0f} | {tput * size / 1e6:,.1f} | "
                   f"{ccpu:.1f} / {bookies} | {p50:,.0f} / {p95:,.0f} / {p99:,.0f} | {after:,.0f} |")
+        print("\nThe lone add against its floor (p50, µs): in-process add + a bare loopback round "
+              "trip (`round_trip_floor`: threads and asyncio as the client's, no journal, no protocol).\n")
+        print("| entry | in-process | round trip | floor | served 1/1/1 | served / in-process "
+              "| floor / in-process | served / floor |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for size in (100, 1024):
+            local = next(r[6] for r in rows if r[0].startswith("embedded") and r[2] == size)
+            served = next(r[6] for r in rows if r[0].startswith("1 bookie") and r[2] == size)
+            trip = floor[size][0]
+            print(f"| {size} B | {local:,.0f} | {trip:,.0f} | {local + trip:,.0f} | {served:,.0f} | "
+                  f"{served / local:.2f}x | {(local + trip) / local:.2f}x | {served / (local + trip):.2f}x |")
         if args.recovery_entries:
             n, last, s = recovery
             print(f"\nrecovery of a ledger of {n:,} entries (E=3, Qw=3, Qa=2, writer abandoned): "
