@@ -486,7 +486,12 @@ class BookieServer:
             ready = getattr(self._loop, "_ready", None)      # asyncio's loop: what is left to run
             if ready is not None and len(ready) == 1 and ready[0] is self._due_handle:
                 self._due_handle.cancel()
-                self._sync_due()
+                try:
+                    self._sync_due()
+                except Exception:
+                    # as the loop would have had it: logged, and this connection (the adds
+                    # may be another's) goes on
+                    log.exception("answering a loop step's adds failed")
 
     def _sync_due(self) -> None:
         """The durable waits of one loop step's adds: synced here, on the loop, when the

@@ -155,7 +155,7 @@ def test_a_lone_add_is_synced_before_its_connection_waits_again(tmp_path):
             task = loop.create_task(server._serve(reader, w))
             await asyncio.sleep(0)                            # it waits for its first frame
             reader.feed_data(_add(400, 0))
-            await answered          # (main waits outside the loop's ready queue meanwhile)
+            await asyncio.wait_for(answered, 30)   # (outside the loop's ready queue meanwhile)
             answered_in_step = bytes(w.out)
             handle = server._due_handle
             reader.feed_eof()
@@ -165,6 +165,46 @@ def test_a_lone_add_is_synced_before_its_connection_waits_again(tmp_path):
         assert [a.status for a in _answers(out)] == [P.EOK]
         assert handle is not None and handle.cancelled()
         assert bookie.journal.stats["groups"] == groups + 1
+    finally:
+        loop.close()
+        bookie.close()
+
+
+def test_a_failing_answer_does_not_end_the_connection_that_synced_it(tmp_path, monkeypatch, caplog):
+    """sync_before_read runs the answers of the step's adds inside one connection's task; an
+    answer that raises is logged, as the loop would have logged it, and that connection
+    still serves its next frame."""
+    bookie, loop, server = _server(tmp_path)
+    try:
+        _serve_all(server, loop, [_add(7, 0)])
+        real = server._durable_reply
+        failed = loop.create_future()
+
+        def first_fails(writer, data, after):
+            if not failed.done():
+                failed.set_result(data)
+                raise RuntimeError("an answer's callback failed")
+            real(writer, data, after)
+        monkeypatch.setattr(server, "_durable_reply", first_fails)
+
+        async def main():
+            reader = FrameReader(limit=READ_BUFFER_BYTES, loop=loop)
+            w = Writer()
+            answered = loop.create_future()
+            w.write = lambda data: (w.out.extend(data), answered.done() or answered.set_result(None))
+            task = loop.create_task(server._serve(reader, w))
+            await asyncio.sleep(0)
+            reader.feed_data(_add(500, 0))             # its answer fails
+            await asyncio.wait_for(failed, 30)   # (outside the loop's ready queue meanwhile)
+            reader.feed_data(_add(500, 1))             # the connection still serves
+            await asyncio.wait_for(answered, 30)
+            reader.feed_eof()
+            await asyncio.wait_for(task, 10)
+            return bytes(w.out)
+        with caplog.at_level("ERROR", logger="embedlog.server"):
+            out = loop.run_until_complete(main())
+        assert [(a.status, a.request_id) for a in _answers(out)] == [(P.EOK, 2)]   # entry 1's
+        assert "answering a loop step's adds failed" in caplog.text
     finally:
         loop.close()
         bookie.close()
