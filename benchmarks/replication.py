@@ -17,8 +17,8 @@ beside the embedded log (in-process transport: no socket, no second process) doi
 the same appends, so the network's and the protocol's share is visible, and beside the
 lone add's floor: the in-process add plus a bare loopback round trip of the same bytes
 through the same threads and asyncio, with no journal and no protocol (round_trip_floor).
-Then striped ensembles (E > Qw: each bookie gets every E-th run of ids, with gaps), 3/2/2 on three
-bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-entries adds
+Then striped ensembles (E > Qw: each bookie gets every E-th run of ids, with gaps), 3/2/2
+on three bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-entries adds
 (1,000,000 by default: a ledger longer than any one memtable, issue 25) rather than over
 --seconds, and every bookie process must still be running after it. Then the
 time to recover (fence, read forward, close) a ledger of --recovery-entries entries
