@@ -35,6 +35,14 @@ def pytest_sessionstart(session):
 
 
 @pytest.fixture
+def any_disk_is_quick(monkeypatch):
+    """Journal.sync_if_idle syncs on its caller's thread only while fdatasync took under
+    SYNC_HERE_MAX_S lately; a loaded machine's can take longer. For tests of that path."""
+    from embedlog.bookie import journal
+    monkeypatch.setattr(journal, "SYNC_HERE_MAX_S", 60.0)
+
+
+@pytest.fixture
 def small_config():
     """One small configuration for storage tests: small memtable and logs, quick checkpoints."""
     return dict(skip_list_size_limit=1 << 20, entry_log_size_limit=4 << 20,

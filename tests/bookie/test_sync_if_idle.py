@@ -10,18 +10,10 @@ import pytest
 
 import embedlog
 from embedlog import failpoints, fileio
-from embedlog.bookie import journal as journal_module
 from embedlog.errors import EmbedlogError
 from crashutil import abandon
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0)
-
-
-@pytest.fixture
-def any_disk_is_quick(monkeypatch):
-    """The loop syncs only while fdatasync took under SYNC_HERE_MAX_S lately: a loaded
-    machine's fdatasync can take longer, and these tests are about what comes after."""
-    monkeypatch.setattr(journal_module, "SYNC_HERE_MAX_S", 60.0)
 
 
 def _frame(log, w, payload: bytes = b"x") -> int:

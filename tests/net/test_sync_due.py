@@ -9,7 +9,6 @@ import threading
 import pytest
 
 from embedlog import fileio
-from embedlog.bookie import journal as journal_module
 from embedlog._native import format as F
 from embedlog.bookie.bookie import Bookie
 from embedlog.config import BookieConfig
@@ -20,11 +19,7 @@ from embedlog.net.server import READ_BUFFER_BYTES, BookieServer
 KEY = F.master_key(b"sync-due")
 
 
-@pytest.fixture(autouse=True)
-def any_disk_is_quick(monkeypatch):
-    """The loop syncs only while fdatasync took under SYNC_HERE_MAX_S lately: a loaded
-    machine's fdatasync can take longer, and these tests are about the loop's side."""
-    monkeypatch.setattr(journal_module, "SYNC_HERE_MAX_S", 60.0)
+pytestmark = pytest.mark.usefixtures("any_disk_is_quick")      # (conftest.py)
 
 
 class Writer:
@@ -87,6 +82,16 @@ def _serve_all(server, loop, streams: list[bytes]) -> list[Writer]:
         await asyncio.wait_for(asyncio.gather(*tasks), 30)
         return writers
     return loop.run_until_complete(main())
+
+
+def _connection(server, loop):
+    """A connection ``server`` serves: its reader, its Writer, the future of its first answer
+    (awaiting it keeps a test out of the loop's ready queue) and its task."""
+    reader = FrameReader(limit=READ_BUFFER_BYTES, loop=loop)
+    w = Writer()
+    answered = loop.create_future()
+    w.write = lambda data: (w.out.extend(data), answered.done() or answered.set_result(None))
+    return reader, w, answered, loop.create_task(server._serve(reader, w))
 
 
 def _server(tmp_path):
@@ -158,11 +163,7 @@ def test_a_lone_add_is_synced_before_its_connection_waits_again(tmp_path):
         groups = bookie.journal.stats["groups"]
 
         async def main():
-            reader = FrameReader(limit=READ_BUFFER_BYTES, loop=loop)
-            w = Writer()
-            answered = loop.create_future()
-            w.write = lambda data: (w.out.extend(data), answered.done() or answered.set_result(None))
-            task = loop.create_task(server._serve(reader, w))
+            reader, w, answered, task = _connection(server, loop)
             await asyncio.sleep(0)                            # it waits for its first frame
             reader.feed_data(_add(400, 0))
             await asyncio.wait_for(answered, 30)   # (outside the loop's ready queue meanwhile)
@@ -198,11 +199,7 @@ def test_a_failing_answer_does_not_end_the_connection_that_synced_it(tmp_path, m
         monkeypatch.setattr(server, "_durable_reply", first_fails)
 
         async def main():
-            reader = FrameReader(limit=READ_BUFFER_BYTES, loop=loop)
-            w = Writer()
-            answered = loop.create_future()
-            w.write = lambda data: (w.out.extend(data), answered.done() or answered.set_result(None))
-            task = loop.create_task(server._serve(reader, w))
+            reader, w, answered, task = _connection(server, loop)
             await asyncio.sleep(0)
             reader.feed_data(_add(500, 0))             # its answer fails
             await asyncio.wait_for(failed, 30)   # (outside the loop's ready queue meanwhile)
