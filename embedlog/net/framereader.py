@@ -21,8 +21,19 @@ class FrameReader(asyncio.StreamReader):
 
     _frame: bytearray | None = None   # the frame a waiting read_frame is filled with
     _filled = 0                       # bytes of it received
+    # set while the connection's task waits between frames: ``take_frames(data)`` answers
+    # the whole frames at the front of a read at once and returns the bytes it took
+    # (BookieServer._take_frames); what it leaves is buffered for the task as usual
+    take_frames = None
 
     def feed_data(self, data) -> None:
+        if self.take_frames is not None and data and not self._buffer and \
+                self._waiter is not None and not self._waiter.done():
+            taken = self.take_frames(data)
+            if taken == len(data):
+                return
+            if taken:
+                data = memoryview(data)[taken:]
         frame = self._frame
         if frame is None or not data:
             super().feed_data(data)
