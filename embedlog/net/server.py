@@ -353,8 +353,13 @@ class BookieServer:
                     or not self._has_room(conn, n)
                     or transport.get_write_buffer_size() > self.max_frame_bytes):
                 break
+            message = view[at + 4:at + 4 + n]
+            if n + 4 < end:
+                # one of several frames in the read: a copy, as the task's read makes, so
+                # a view does not keep the whole read (and what follows the frame) alive
+                message = bytes(message)
             try:
-                req = P.parse_request(view[at + 4:at + 4 + n])
+                req = P.parse_request(message)
             except EmbedlogError:
                 break
             at += 4 + n
