@@ -136,3 +136,32 @@ def test_before_auth_no_frame_is_taken(tmp_path):
     finally:
         loop.close()
         bookie.close()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_split_of_a_stream_and_any_limits_answer_every_add_once(tmp_path, seed):
+    """A connection's stream of adds cut into reads at random (a byte, a header, frames and
+    pieces of frames), fed with random loop steps between, under random in-flight limits:
+    each add is answered once with EOK, and nothing stays counted in flight. (Answers may
+    come out of order: a group the journal's thread syncs answers through its completions,
+    after a later group synced on the loop.)"""
+    rnd = __import__("random").Random(seed)
+    count = rnd.randint(1, 60)
+    stream = b"".join(add_frame(600, eid) for eid in range(1, count + 1))
+
+    async def test(server, reader, w, task):
+        server.max_requests_per_conn = rnd.choice([1, 2, 3, 1000])
+        server.max_requests = rnd.choice([1, 2, 1000])
+        server.max_bytes = rnd.choice([200, 5000, 1 << 30])
+        pos = 0
+        while pos < len(stream):
+            k = rnd.choice([1, 3, 4, 5, 60, 100, 150, 300, 1000, 5000])
+            reader.feed_data(stream[pos:pos + k])
+            pos += k
+            for _ in range(rnd.choice([0, 0, 1, 2, 5])):
+                await asyncio.sleep(0)
+        await _until(lambda: len(answers(w.out)) == count + 1)
+        got = sorted((a.request_id, a.status) for a in answers(w.out))
+        assert got == [(rid, P.EOK) for rid in range(1, count + 2)]
+        assert server.in_flight_requests == server.in_flight_bytes == server.reading_bytes == 0
+    _run(tmp_path, test)
