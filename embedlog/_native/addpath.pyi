@@ -20,7 +20,7 @@ class PendingAdd:
     entry_id: int
     data: bytes
     length: int
-    acked: set[str]
+    acked: set[str] | None      # None until the first acknowledgement
     future: concurrent.futures.Future[Any]
     def __init__(self, entry_id: int, data: bytes, length: int,
                  future: concurrent.futures.Future[Any]) -> None: ...

@@ -335,7 +335,7 @@ class WriteHandle:
         else:
             for op in ops:
                 for b in self._write_set(op.entry_id):
-                    if (only is None or b in only) and b not in op.acked:
+                    if (only is None or b in only) and (op.acked is None or b not in op.acked):
                         per_bookie.setdefault(b, []).append(op)
         limit = self._ctx.config.max_frame_payload_bytes
         most = self._ctx.config.max_entries_per_frame
@@ -568,7 +568,8 @@ class WriteHandle:
                 gone = set(failed)
                 pending = list(self._pending.values())
                 for op in pending:
-                    op.acked -= gone
+                    if op.acked:
+                        op.acked -= gone
                 # every entry from the fragment's first on goes to the replacements
                 self._send_ops(pending, only=set(fresh))
             if any(b in self._ensemble for b in self._failed):

@@ -71,7 +71,7 @@ def test_a_batch_encodes_as_entry_by_entry_with_consecutive_ids_and_lengths(scop
     running = 1000
     for op, data, (_d, fut) in zip(ops, datas, batch):
         running += len(data)
-        assert op.length == running and op.future is fut and op.acked == set()
+        assert op.length == running and op.future is fut and op.acked is None
         assert op.data == encode_entry(scope, 42, op.entry_id, 9, running, digest, data, mk)
         assert decode_entry(op.data, scope, 42, op.entry_id, digest, mk) == data
         assert parse_entry_header(op.data)[4:6] == (9, running)
@@ -91,14 +91,15 @@ def test_an_entry_that_cannot_be_encoded_fails_alone_and_takes_no_id():
 def python_ack(ops, bookie, pending, quorums):
     for op in ops:
         if pending.get(op.entry_id) is op and bookie in quorums[op.entry_id % len(quorums)]:
-            op.acked.add(bookie)
+            op.acked = (op.acked or set()) | {bookie}
 
 
 def python_run(pending, qa, quorums):
     done = []
     for eid, op in pending.items():
         ws = quorums[eid % len(quorums)]
-        if len(op.acked) < qa or (not op.acked.issubset(ws) and sum(b in ws for b in op.acked) < qa):
+        acked = op.acked or set()
+        if len(acked) < qa or (not acked.issubset(ws) and sum(b in ws for b in acked) < qa):
             break
         done.append(op)
     return done

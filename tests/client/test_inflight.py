@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
+import weakref
 
 import pytest
 
+from embedlog._native.addpath import PendingAdd
 from embedlog.client.inflight import AddFuture, InFlight
 from embedlog.errors import IllegalOpError, LedgerClosedError
 
@@ -50,6 +53,40 @@ def test_a_raising_callback_does_not_stop_the_others(caplog):
     f.add_done_callback(lambda g: seen.append(g.result()))
     f.set_result(3)
     assert seen == [3]
+
+
+def test_an_add_in_flight_gives_the_collector_one_object():
+    """An add's future holds no list until a callback or a waiter needs one, and its
+    PendingAdd is not tracked: what an add in flight leaves to be promoted is the future
+    alone (each promoted object brings the next full collection nearer)."""
+    f = AddFuture()
+    assert not any(type(r) is list for r in gc.get_referents(f))
+    op = PendingAdd(0, b"x", 1, f)
+    assert gc.is_tracked(f) and not gc.is_tracked(op)
+    before = len(gc.get_objects())
+    ops = [PendingAdd(i, b"x", 1, AddFuture()) for i in range(1000)]
+    assert len(gc.get_objects()) - before <= 1000 + 10      # the futures, the list
+    del ops
+
+
+def test_a_future_in_a_cycle_of_its_callbacks_is_still_collected():
+    """asyncio.wrap_future's callbacks refer back to the future: the future stays tracked,
+    so such a cycle (held by an untracked PendingAdd while the add was in flight) is freed
+    once the add is done with."""
+    loop = asyncio.new_event_loop()
+    try:
+        f = AddFuture()
+        op = PendingAdd(0, b"x", 1, f)
+        wrapped = asyncio.wrap_future(f, loop=loop)
+        f.add_done_callback(lambda g, me=f: me)      # and a cycle of its own
+        f.set_result(1)
+        loop.run_until_complete(wrapped)
+        gone = weakref.ref(f)
+        del f, op, wrapped
+        gc.collect()
+        assert gone() is None
+    finally:
+        loop.close()
 
 
 def test_result_with_a_timeout_times_out_then_completes():
