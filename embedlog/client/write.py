@@ -337,16 +337,26 @@ class WriteHandle:
                 for b in self._write_set(op.entry_id):
                     if (only is None or b in only) and (op.acked is None or b not in op.acked):
                         per_bookie.setdefault(b, []).append(op)
+        cuts: dict = {}     # E == Qw: every bookie has the same list, cut into frames once
+        for b, bops in per_bookie.items():
+            frames = cuts.get(id(bops))
+            if frames is None:
+                frames = cuts[id(bops)] = self._frames(bops)
+            for fops, build in frames:
+                self._send_frame(b, fops, build)
+
+    def _frames(self, ops: list) -> list:
+        """``ops`` cut into ADD frames under the bookie's limits: (ops, builder) for each."""
         limit = self._ctx.config.max_frame_payload_bytes
         most = self._ctx.config.max_entries_per_frame
-        for b, bops in per_bookie.items():
-            start, size = 0, 0
-            for i, op in enumerate(bops):          # frames stay under the bookie's limit
-                size += len(op.data) + 4
-                if (size > limit or i - start >= most) and i > start:
-                    self._send_frame(b, bops[start:i])
-                    start, size = i, len(op.data) + 4
-            self._send_frame(b, bops[start:])
+        frames, start, size = [], 0, 0
+        for i, op in enumerate(ops):
+            size += len(op.data) + 4
+            if (size > limit or i - start >= most) and i > start:
+                frames.append(ops[start:i])
+                start, size = i, len(op.data) + 4
+        frames.append(ops[start:])
+        return [(fops, self._add_frame(fops)) for fops in frames]
 
     def _add_frame(self, ops: list):
         """``request_id -> ADD frame`` of ``ops`` (the frame is built when sent)."""
@@ -355,10 +365,11 @@ class WriteHandle:
         return lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
                                          entries, flags, self._term)
 
-    def _send_frame(self, bookie: str, ops: list) -> None:
-        """One ADD frame: written now where the context can (an open connection), its answer
-        counted in the read callback; otherwise, or once it fails, by a _send task."""
-        if not self._ctx.send(bookie, self._add_frame(ops), self._ctx.config.add_timeout_s,
+    def _send_frame(self, bookie: str, ops: list, build) -> None:
+        """One ADD frame (``build``: its builder, shared by the bookies it goes to): written
+        now where the context can (an open connection), its answer counted in the read
+        callback; otherwise, or once it fails, by a _send task."""
+        if not self._ctx.send(bookie, build, self._ctx.config.add_timeout_s,
                               lambda resp, error: self._answered(bookie, ops, error)):
             self._ctx.loop.create_task(self._send(bookie, ops))
 

@@ -1,6 +1,7 @@
 """The replication protocol on real bookie processes (seed 004), one test per rule."""
 import concurrent.futures
 import os
+import random
 import socket
 import struct
 import threading
@@ -59,6 +60,40 @@ def test_write_sets_are_striped_as_the_seed_says(cluster):
         wait_until(lambda: all(holds(c, b, w.ledger_id, eid) for b in want), what=f"entry {eid}")
         for b in set(ens) - want:
             assert not holds(c, b, w.ledger_id, eid), (eid, b)
+
+
+def test_frames_are_cut_once_under_the_limits_and_every_bookie_gets_them(cluster):
+    """E == Qw: the adds are cut into frames once, and every bookie gets those frames, each
+    under max_entries_per_frame and max_frame_payload_bytes (an entry over the byte limit
+    goes alone), and stores every entry."""
+    c = cluster.client(max_entries_per_frame=7, max_frame_payload_bytes=4000)
+    w = c.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=3)
+    sent: dict = {}
+    send = c._ctx.send
+
+    def recording(bookie, build, timeout_s, on_answer):
+        frame = build(0)
+        sizes = [len(e) for e in P.parse_add_body(P.parse_request(frame[4:]).body)]
+        sent.setdefault(bookie, []).append(sizes)
+        return send(bookie, build, timeout_s, on_answer)
+
+    c._ctx.send = recording
+    rng = random.Random(7)
+    payloads = [rng.randbytes(rng.choice([0, 10, 900, 1500, 5000])) for _ in range(150)]
+    futs = w.append_many_async(payloads)
+    assert [f.result(30) for f in futs] == list(range(150))
+    ens = w.metadata.fragments[0][1]
+    assert set(sent) == set(ens)
+    frames = sent[ens[0]]
+    assert all(sent[b] == frames for b in ens)
+    assert sum(map(len, frames)) == 150
+    for sizes in frames:
+        assert len(sizes) <= 7
+        assert len(sizes) == 1 or sum(n + 4 for n in sizes) <= 4000
+    for b in ens:
+        for eid in (0, 77, 149):
+            assert holds(c, b, w.ledger_id, eid)
+    w.close()
 
 
 def test_acks_come_in_entry_order(cluster):
