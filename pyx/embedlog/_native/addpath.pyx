@@ -11,7 +11,6 @@ the total to fit the frame's u32 length) and every copy is bounded by that size.
 body is cut only where its sizes say, each checked against the body's end (64-bit sums).
 """
 
-cimport cython
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
@@ -177,14 +176,14 @@ cdef class InFlight:
                 self.room.notify(n)
 
 
-@cython.no_gc
 cdef class PendingAdd:
     """One add not yet acknowledged: its id, encoded entry, the ledger's length with it,
-    the bookies that acknowledged it (by id: None until the first) and its future.
+    the bookies that acknowledged it (by id: None until the first, see AddFuture on what
+    each tracked object of an add costs) and its future.
 
-    Not tracked by the collector (one object less per add to promote, see AddFuture): it
-    holds bytes, a set of bookie ids and a future, none of which can lead back to it (no
-    one outside the write handle sees a PendingAdd), so it is never part of a cycle."""
+    It stays tracked by the collector: its future's done-callbacks may lead back to the
+    write handle that holds it (a callback that adds again), and a client closed with adds
+    in flight leaves that cycle for the collector to free."""
     cdef public int64_t entry_id
     cdef public object data
     cdef public int64_t length
