@@ -51,7 +51,7 @@ class AddFuture(concurrent.futures.Future):
     # Neither list is made per future (``_waiters``, ``_done_callbacks``: None until
     # needed): an add lives past a young collection or two, so what it holds that the
     # collector tracks gets promoted, and promotions set off the full collections that were
-    # 15-19% of a replicating client's CPU (issue 32).
+    # 15-20% of a replicating client's CPU (issue 32).
     def __init__(self, on_done=None):    # the base __init__ would make the condition
         self._made = None
         self._state = RUNNING
