@@ -58,6 +58,32 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (from /proc)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:   # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 
@@ -81,8 +107,10 @@ class _Child:
             log.close()
 
     def _wait_ready(self, probe) -> None:
-        """Until ``probe()`` answers; PortTaken if the server exited because a port was
-        in use."""
+        """Until ``probe()`` answers from this server; PortTaken if the server exited
+        because a port was in use, or if what answers on its port is another process
+        (one that bound it first: this server would exit, and a test stopping or
+        killing this server by its PID would not touch the one it talks to)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -91,7 +119,10 @@ class _Child:
                     raise PortTaken(tail)
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: {tail}")
             if probe():
-                return
+                if listens_on(self.proc.pid, self.port):
+                    return
+                self._end()          # started again on new ports, in the same directory
+                raise PortTaken(f"{self.name}: port {self.port} answers from another process")
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{self.name} not ready within {READY_TIMEOUT_S}s: {self.log_tail()}")
@@ -108,6 +139,11 @@ class _Child:
         return self.proc.pid
 
     def stop(self) -> None:
+        self._end()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _end(self) -> None:
+        """The process ends (SIGTERM, then SIGKILL); its directory stays."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
             try:
@@ -115,7 +151,6 @@ class _Child:
             except subprocess.TimeoutExpired:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self

@@ -276,6 +276,9 @@ def test_a_zookeeper_error_or_a_lost_session_is_never_absence(zk, tmp_path):
         wait_until(reconnected, 20, "a new session")
         os.kill(zk.pid, signal.SIGSTOP)
         try:
+            # the premise: the server this store talks to is the one stopped (a cycle that
+            # read a live server could rightly confirm the deletion)
+            assert not zk._ruok(), f"{zk.hosts} still answers with {zk.pid} stopped"
             report = cycle(log)
         finally:
             os.kill(zk.pid, signal.SIGCONT)

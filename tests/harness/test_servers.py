@@ -1,0 +1,42 @@
+"""The real servers' fixtures (embedlog/harness/servers.py): a server is ready only when it is
+the process answering on its port."""
+from __future__ import annotations
+
+import os
+import socket
+
+from embedlog.harness import servers
+from servers import ServerMissing, skip_unless_ci
+
+
+def test_listens_on_names_the_process_holding_a_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert servers.listens_on(os.getpid(), port)
+        assert not servers.listens_on(os.getpid() + 10_000_000, port)     # no such process
+    assert not servers.listens_on(os.getpid(), port)                       # closed
+
+
+def test_a_zookeeper_whose_port_another_zookeeper_answers_starts_again_elsewhere(monkeypatch):
+    """The port free_ports() gave is bound by another ZooKeeper first: its `ruok` answers,
+    but the new server is not the one listening (it exits), so it is started again on a new
+    port, and stopping it by its PID stops the server its clients talk to."""
+    try:
+        first = servers.ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    try:
+        ports = iter([first.port])
+        real = servers.free_port
+        monkeypatch.setattr(servers, "free_port", lambda: next(ports, None) or real())
+        second = servers.ZooKeeperServer()
+        try:
+            assert second.port != first.port and second.proc.poll() is None
+            assert servers.listens_on(second.pid, second.port)
+            assert second._ruok()
+        finally:
+            second.stop()
+    finally:
+        first.stop()
