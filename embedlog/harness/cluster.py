@@ -253,7 +253,8 @@ class LocalCluster:
         self._start(b)
 
     def suspend_bookie(self, i: int) -> None:
-        os.kill(self._running(i).pid, signal.SIGSTOP)
+        """SIGSTOP bookie ``i``; returns once all its threads are stopped."""
+        servers.suspend(self._running(i).pid)
 
     def resume_bookie(self, i: int) -> None:
         os.kill(self._running(i).pid, signal.SIGCONT)

@@ -84,6 +84,36 @@ def listens_on(pid: int, port: int) -> bool:
     return False
 
 
+def suspend(pid: int, timeout_s: float = 30.0) -> None:
+    """SIGSTOP ``pid`` and return once every thread of it is stopped. The kernel starts the
+    stop when the one thread it picked for the signal next runs, and the other threads go
+    on meanwhile: on a loaded machine a SIGSTOPped ZooKeeper answered a sync and five reads
+    after kill() returned."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while not _stopped(pid):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} not stopped {timeout_s}s after SIGSTOP")
+        time.sleep(0.005)
+
+
+def _stopped(pid: int) -> bool:
+    """Every thread of ``pid`` stopped (or gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 

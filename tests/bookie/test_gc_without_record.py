@@ -29,7 +29,7 @@ from embedlog.meta.api import LedgerMetadata
 from embedlog.meta.bookkeeper import idgen
 
 from cliutil import wait_until
-from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
+from servers import ServerMissing, ZooKeeperServer, skip_unless_ci, suspend
 
 WAIT_MS = 1000
 CONFIG = dict(gc_wait_time_ms=0, flush_interval_ms=100, journal_max_size_mb=1,
@@ -274,7 +274,7 @@ def test_a_zookeeper_error_or_a_lost_session_is_never_absence(zk, tmp_path):
             except MetadataError:
                 return False
         wait_until(reconnected, 20, "a new session")
-        os.kill(zk.pid, signal.SIGSTOP)
+        suspend(zk.pid)           # returns once every thread is stopped
         try:
             # the premise: the server this store talks to is the one stopped (a cycle that
             # read a live server could rightly confirm the deletion)

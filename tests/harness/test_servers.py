@@ -3,6 +3,7 @@ the process answering on its port."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 
 from embedlog.harness import servers
@@ -40,3 +41,22 @@ def test_a_zookeeper_whose_port_another_zookeeper_answers_starts_again_elsewhere
             second.stop()
     finally:
         first.stop()
+
+
+def test_suspend_returns_once_the_server_no_longer_answers():
+    """SIGSTOP takes effect when the thread the kernel picked for it next runs; suspend()
+    waits for every thread, so nothing is served after it returns."""
+    try:
+        zk = servers.ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    try:
+        for _ in range(3):
+            servers.suspend(zk.pid)
+            try:
+                assert servers._stopped(zk.pid) and not zk._ruok()
+            finally:
+                os.kill(zk.pid, signal.SIGCONT)
+            assert zk._ruok()
+    finally:
+        zk.stop()
