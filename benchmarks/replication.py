@@ -72,13 +72,14 @@ def cpu_seconds(pids) -> float:
 def measured(pids, run):
     """``run()``'s adds/s, with the client's CPU µs per add (and its collector's part of
     it) and the bookies' CPU µs per add."""
-    in_gc, started = [0.0], [0.0]
+    in_gc = started = 0.0
 
     def clock(phase, _info):
+        nonlocal in_gc, started
         if phase == "start":
-            started[0] = time.perf_counter()
+            started = time.perf_counter()
         else:
-            in_gc[0] += time.perf_counter() - started[0]
+            in_gc += time.perf_counter() - started
 
     gc.callbacks.append(clock)
     try:
@@ -87,7 +88,7 @@ def measured(pids, run):
         c1, b1 = time.process_time(), cpu_seconds(pids)
     finally:
         gc.callbacks.remove(clock)
-    return (rate, ((c1 - c0) * 1e6 / sent, in_gc[0] * 1e6 / sent),
+    return (rate, ((c1 - c0) * 1e6 / sent, in_gc * 1e6 / sent),
             ((b1 - b0) * 1e6 / sent) if pids else 0.0)
 
 
