@@ -310,6 +310,11 @@ class ClientContext:
                 await asyncio.wait_for(flushes, SHUTDOWN_FLUSH_S)
             except asyncio.TimeoutError:
                 pass
+            # an add still unacknowledged fails, as BookKeeper's ClientClosedException:
+            # its connection goes next, so it would otherwise never complete
+            closed = ClientClosedError("the client was closed with this add in flight")
+            for w in writers:
+                w.abandon(closed)
             for c in self._conns.values():
                 c.close()
             # what is still in flight (an abandoned writer's sends) ends here, quietly

@@ -62,3 +62,31 @@ def test_a_closed_client_leaves_no_task_and_closes_its_loop(tmp_path):
         assert ctx.loop.is_closed() and not asyncio.all_tasks(ctx.loop)
         for i in range(3):
             cluster.proxy(i).heal()
+
+
+
+def test_an_add_in_flight_at_close_fails_with_client_closed(tmp_path):
+    """BookKeeper fails an add still in flight at the client's close with
+    ClientClosedException; before, its future was left never completing."""
+    import pytest
+
+    from embedlog.errors import ClientClosedError
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
+        client = cluster.client()
+        w = client.create_ledger(3, 3, 3)
+        w.append_many([b"x"] * 10)
+        for i in range(3):
+            cluster.proxy(i).delay(30)
+        late = [w.append_async(b"late %d" % i) for i in range(5)]
+        client.close()
+        for f in late:
+            with pytest.raises(ClientClosedError):
+                f.result(timeout=10)
+        for i in range(3):
+            cluster.proxy(i).heal()
+        # the 10 acknowledged entries are the ledger's, whatever became of the late ones
+        with cluster.client() as reader:
+            r = reader.open_ledger(w.ledger_id)
+            assert r.last_add_confirmed in range(9, 15)
+            assert [e.data for e in r.read(0, 9)] == [b"x"] * 10
