@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from embedlog._native.addpath import frame_buffer
+
 
 class FrameReader(asyncio.StreamReader):
     """The embedlog server's StreamReader: ``read_frame`` hands a frame's message over with
@@ -91,7 +93,7 @@ class FrameReader(asyncio.StreamReader):
 
     async def _fill_frame(self, n: int) -> bytearray:
         buf = self._buffer
-        frame = bytearray(n)
+        frame = frame_buffer(n)       # every byte is written before it is handed over
         have = len(buf)
         frame[:have] = buf
         buf.clear()

@@ -198,3 +198,12 @@ def test_eof_or_an_error_while_a_frame_is_being_filled():
         assert r2._frame is None
 
     asyncio.run(main())
+
+
+def test_a_frame_buffer_is_its_size_and_refuses_a_negative_one():
+    """read_frame's bytearray is not zero-filled (addpath.frame_buffer): what a read has not
+    filled is never handed over (the EOF case above gives only the bytes received)."""
+    from embedlog._native.addpath import frame_buffer
+    assert len(frame_buffer(0)) == 0 and len(frame_buffer(1 << 20)) == 1 << 20
+    with pytest.raises(ValueError):
+        frame_buffer(-1)

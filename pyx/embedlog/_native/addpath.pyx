@@ -15,6 +15,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
 from cpython.list cimport PyList_Append
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
 
 from embedlog._native.format cimport el_get32, el_put32, el_put64, encode_into, encoded_size
 import concurrent.futures
@@ -386,3 +387,12 @@ def split_add_body(body):
     if not out:
         raise IllegalOpError("add request without entries")
     return out
+
+
+def frame_buffer(Py_ssize_t n):
+    """A bytearray of ``n`` bytes left as malloc gave them, for a frame the socket's reads
+    fill whole before anyone reads it (FrameReader): bytearray(n) zero-fills first, 2% of a
+    replicated bookie's CPU with 1 KiB adds."""
+    if n < 0:
+        raise ValueError(f"a frame of {n} bytes")
+    return PyByteArray_FromStringAndSize(NULL, n)
