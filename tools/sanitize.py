@@ -36,7 +36,7 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/net/test_bkwire.py", "tests/net/test_bkserve.py",
          "tests/client/test_striped_volume.py", "tests/client/test_addpath.py",
          "tests/client/test_inflight.py", "tests/net/test_add_body.py",
-         "tests/bookie/test_entry_log_page_cache.py"]
+         "tests/bookie/test_entry_log_page_cache.py", "tests/shared/test_flush_boundaries.py"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))
 
