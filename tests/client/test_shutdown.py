@@ -90,3 +90,31 @@ def test_an_add_in_flight_at_close_fails_with_client_closed(tmp_path):
             r = reader.open_ledger(w.ledger_id)
             assert r.last_add_confirmed in range(9, 15)
             assert [e.data for e in r.read(0, 9)] == [b"x"] * 10
+
+
+def test_an_awaited_add_at_close_fails_with_client_closed(tmp_path):
+    """The same through embedlog.aio: a task awaiting append() when another closes the
+    client gets ClientClosedError instead of waiting for ever."""
+    import asyncio
+
+    import pytest
+
+    from embedlog import aio
+    from embedlog.errors import ClientClosedError
+    from embedlog.harness import LocalCluster
+    with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
+        async def main():
+            client = aio.Client(cluster.metadata_uri)
+            w = await client.create_ledger(3, 3, 3)
+            assert await w.append(b"first") == 0
+            for i in range(3):
+                cluster.proxy(i).delay(30)
+            late = asyncio.ensure_future(w.append(b"late"))
+            await asyncio.sleep(0)
+            await client.close()
+            with pytest.raises(ClientClosedError):
+                await asyncio.wait_for(late, 10)
+
+        asyncio.run(main())
+        for i in range(3):
+            cluster.proxy(i).heal()
