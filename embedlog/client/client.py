@@ -160,6 +160,9 @@ class Client:
         return dict(zip(bookie_ids, await asyncio.gather(*(one(b) for b in bookie_ids))))
 
     def close(self) -> None:
+        """Stop the client: open writers send their last LAC (best effort, briefly), then an
+        add still unacknowledged fails with ClientClosedError, as BookKeeper's does with
+        ClientClosedException; the ledgers stay open for a reader's recovery."""
         if self._closed:
             return
         self._closed = True
