@@ -391,8 +391,8 @@ def split_add_body(body):
 
 def frame_buffer(Py_ssize_t n):
     """A bytearray of ``n`` bytes left as malloc gave them, for a frame the socket's reads
-    fill whole before anyone reads it (FrameReader): bytearray(n) zero-fills first, 2% of a
-    replicated bookie's CPU with 1 KiB adds."""
+    fill whole before anyone reads it (FrameReader): bytearray(n) zero-fills first, 17 ns
+    per KiB here (2% of a replicated bookie's samples in one profile)."""
     if n < 0:
         raise ValueError(f"a frame of {n} bytes")
     return PyByteArray_FromStringAndSize(NULL, n)
