@@ -4,11 +4,17 @@ program closes its client or leaves it to the interpreter's exit, and even while
 messages are still on their way (delayed by the fault proxies)."""
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from cliutil import ROOT, cli_env
+from embedlog import aio
+from embedlog.errors import ClientClosedError
+from embedlog.harness import LocalCluster
 
 CHILD = textwrap.dedent("""
     import sys, time
@@ -48,43 +54,44 @@ def test_no_shutdown_warnings(tmp_path):
         assert noise not in r.stderr, r.stderr[-3000:]
 
 
+
+def delay_answers(cluster, seconds: float) -> None:
+    """Every bookie's answers held ``seconds`` by its fault proxy (heal_answers ends it)."""
+    for i in range(3):
+        cluster.proxy(i).delay(seconds)
+
+
+def heal_answers(cluster) -> None:
+    for i in range(3):
+        cluster.proxy(i).heal()
+
+
 def test_a_closed_client_leaves_no_task_and_closes_its_loop(tmp_path):
-    from embedlog.harness import LocalCluster
     with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
         client = cluster.client()
         w = client.create_ledger(3, 3, 3)
         w.append_many([b"x"] * 10)
-        for i in range(3):
-            cluster.proxy(i).delay(3)
+        delay_answers(cluster, 3)
         ctx = client._ctx
         client.close()
-        import asyncio
         assert ctx.loop.is_closed() and not asyncio.all_tasks(ctx.loop)
-        for i in range(3):
-            cluster.proxy(i).heal()
-
+        heal_answers(cluster)
 
 
 def test_an_add_in_flight_at_close_fails_with_client_closed(tmp_path):
     """BookKeeper fails an add still in flight at the client's close with
     ClientClosedException; before, its future was left never completing."""
-    import pytest
-
-    from embedlog.errors import ClientClosedError
-    from embedlog.harness import LocalCluster
     with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
         client = cluster.client()
         w = client.create_ledger(3, 3, 3)
         w.append_many([b"x"] * 10)
-        for i in range(3):
-            cluster.proxy(i).delay(30)
+        delay_answers(cluster, 30)
         late = [w.append_async(b"late %d" % i) for i in range(5)]
         client.close()
         for f in late:
             with pytest.raises(ClientClosedError):
                 f.result(timeout=10)
-        for i in range(3):
-            cluster.proxy(i).heal()
+        heal_answers(cluster)
         # the 10 acknowledged entries are the ledger's, whatever became of the late ones
         with cluster.client() as reader:
             r = reader.open_ledger(w.ledger_id)
@@ -95,20 +102,12 @@ def test_an_add_in_flight_at_close_fails_with_client_closed(tmp_path):
 def test_an_awaited_add_at_close_fails_with_client_closed(tmp_path):
     """The same through embedlog.aio: a task awaiting append() when another closes the
     client gets ClientClosedError instead of waiting for ever."""
-    import asyncio
-
-    import pytest
-
-    from embedlog import aio
-    from embedlog.errors import ClientClosedError
-    from embedlog.harness import LocalCluster
     with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), autorecovery=False) as cluster:
         async def main():
             client = aio.Client(cluster.metadata_uri)
             w = await client.create_ledger(3, 3, 3)
             assert await w.append(b"first") == 0
-            for i in range(3):
-                cluster.proxy(i).delay(30)
+            delay_answers(cluster, 30)
             late = asyncio.ensure_future(w.append(b"late"))
             await asyncio.sleep(0)
             await client.close()
@@ -116,5 +115,4 @@ def test_an_awaited_add_at_close_fails_with_client_closed(tmp_path):
                 await asyncio.wait_for(late, 10)
 
         asyncio.run(main())
-        for i in range(3):
-            cluster.proxy(i).heal()
+        heal_answers(cluster)
