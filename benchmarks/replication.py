@@ -22,7 +22,9 @@ on three bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-ent
 (1,000,000 by default: a ledger longer than any one memtable, issue 25) rather than over
 --seconds, and every bookie process must still be running after it. Then the
 time to recover (fence, read forward, close) a ledger of --recovery-entries entries
-whose writer was abandoned.
+whose writer was abandoned. Last, for each ensemble size, the disk's floor (disk_floor.py,
+same directory): the adds/s the bookies' journal and entry-log writes alone carry on the
+disk they share, beside each 1 KiB served row.
 
 CPU per add over the throughput run: the client's (this process, every thread; in brackets
 the part its cyclic garbage collector took, timed by gc.callbacks) and the bookies' (utime +
@@ -48,6 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
+import disk_floor  # noqa: E402  (benchmarks/, this script's directory)
 import embedlog  # noqa: E402
 from embedlog import Client  # noqa: E402
 from embedlog.harness import LocalCluster  # noqa: E402
@@ -210,9 +213,12 @@ def main():
     ap.add_argument("--recovery-entries", type=int, default=1_000_000)
     ap.add_argument("--striped-entries", type=int, default=1_000_000,
                     help="adds of 1 KiB per striped row (3/2/2, 5/3/2); 0 leaves those rows out")
+    ap.add_argument("--dir", default="/tmp",
+                    help="where the logs' and bookies' directories go (on a tmpfs such as /dev/shm "
+                         "fdatasync returns at once, so group commits are small)")
     args = ap.parse_args()
     rows = []
-    base = tempfile.mkdtemp(prefix="embedlog-repl-bench-", dir="/tmp")
+    base = tempfile.mkdtemp(prefix="embedlog-repl-bench-", dir=args.dir)
     try:
         for size in (100, 1024):
             with embedlog.open(os.path.join(base, f"embedded-{size}")) as log:
@@ -263,8 +269,11 @@ def main():
                                  f"bookie {dead[0]}'s log:\n{tail(lc.bookie_dir(dead[0]))}")
                 rows.append((f"{nb} bookie processes, {args.striped_entries:,} entries (TCP loopback)",
                              "/".join(map(str, quorum)), 1024, tput, ccpu, bcpu, *lat, after))
+        # the disk alone, for each ensemble size above: the same directory, after the rows
+        disk = {nb: disk_floor.measure(base, nb, args.seconds)
+                for nb in sorted({int(r[1].split("/")[0]) for r in rows if r[5] is not None})}
         print(f"# embedlog replication benchmark ({time.strftime('%Y-%m-%d')}, nproc={os.cpu_count()}, "
-              f"load {os.getloadavg()[0]:.2f})\n")
+              f"load {os.getloadavg()[0]:.2f}, under {args.dir})\n")
         print("| setup | E/Qw/Qa | entry | adds/s (window %d) | MB/s | CPU µs/add client (GC) / bookies "
               "| lone add p50 / p95 / p99 (µs) | lone add p50 after the window (µs) |" % args.window)
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -283,6 +292,22 @@ def main():
             trip = floor[size][0]
             print(f"| {size} B | {local:,.0f} | {trip:,.0f} | {local + trip:,.0f} | {served:,.0f} | "
                   f"{served / local:.2f}x | {(local + trip) / local:.2f}x | {served / (local + trip):.2f}x |")
+        print("\nThe 1 KiB rows against the disk's floor (`disk_floor.py`, run after them: each bookie's "
+              "journal group-committed in 1 MiB groups and its entry log flushed behind it, no "
+              "protocol, no client). Floor / the 1/1/1 row is the most a row's ratio to the 1/1/1 row "
+              "can be on this disk, at no CPU cost.\n")
+        print("| E/Qw/Qa | adds/s | bookies writing at once | their slowest journal (records/s, "
+              "fdatasync p50 ms) | floor (adds/s) | row / floor | floor / the 1/1/1 row |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        single = next(r[3] for r in rows if r[1] == "1/1/1" and r[2] == 1024 and r[5] is not None)
+        for name, q, size, tput, *_ in rows:
+            if size != 1024 or name.startswith("embedded"):
+                continue
+            e, qw = map(int, q.split("/")[:2])
+            m = disk[e]
+            floor_rate = disk_floor.row_floor(m, e, qw)
+            print(f"| {q} | {tput:,.0f} | {e} | {m['records_s']:,.0f} ({m['sync_p50_ms']:.2f}) | "
+                  f"{floor_rate:,.0f} | {tput / floor_rate:.2f} | {floor_rate / single:.2f} |")
         if args.recovery_entries:
             n, last, s = recovery
             print(f"\nrecovery of a ledger of {n:,} entries (E=3, Qw=3, Qa=2, writer abandoned): "
