@@ -5,10 +5,10 @@ Python on the add path and no client, on the disk the row's bookies share.
     python benchmarks/disk_floor.py [--dir /tmp] [--seconds 5] [--group-kib 1024]
 
 One process per bookie, all started together. Each does what its bookie's contract writes
-for 1 KiB adds (a journal record is 1,040 bytes):
+for 1 KiB adds (a journal record is 1,069 bytes):
 - its journal: ``--group-kib`` of records written, then fdatasync, over and over (group
-  commit; the bookies' groups under benchmarks/replication.py's window are 1.1 MiB, from
-  their embedlog_journal_group_bytes metric);
+  commit; the bookies' groups under benchmarks/replication.py's window are 1.07-1.11 MB
+  in its 1/1/1 and 3/3/2 rows, from their embedlog_journal_group_bytes metric);
 - its entry log, from a second thread: the same bytes, 64 MiB at a time once the journal
   has taken 64 MiB (a memtable flush), written 4 MiB per pwrite with writeback started
   after each (sync_file_range, as entrylogger.pyx does) and an fdatasync at the end (the
@@ -26,7 +26,7 @@ import os
 import threading
 import time
 
-RECORD = 1040                 # a 1 KiB entry's journal record (header, ids, digest)
+RECORD = 1069                 # a 1 KiB entry's journal record: a log's bytes_written / records
 FLUSH = 64 << 20              # the memtable's size (skipListSizeLimit)
 CHUNK = 4 << 20               # the flush's write size (the entry logger's stage)
 JOURNAL_SPAN = 1 << 30        # the journal file is rewritten in place past this
