@@ -45,64 +45,70 @@ def _bookie(directory: str, index: int, group: int, seconds: float, go, results)
 
 
 def _write(directory: str, index: int, group: int, seconds: float, go) -> tuple:
+    """(records/s, fdatasync seconds) of one bookie; its two files are removed after."""
     jpath = os.path.join(directory, f"journal-{index}")
     epath = os.path.join(directory, f"entrylog-{index}")
     jfd = os.open(jpath, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
-    efd = os.open(epath, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     try:
-        os.posix_fallocate(jfd, 0, JOURNAL_SPAN)     # preallocated, as the journal's files are
-        os.fsync(jfd)
-        records = os.urandom(group)
-        chunk = os.urandom(CHUNK)
-        due = threading.Semaphore(0)                 # one release per 64 MiB journalled
-        stop = threading.Event()
-
-        failed = []
-
-        def flusher():
-            offset = 0
-            try:
-                while True:
-                    due.acquire()
-                    if stop.is_set():
-                        return
-                    for _ in range(FLUSH // CHUNK):
-                        os.pwrite(efd, chunk, offset)
-                        if _libc.sync_file_range(efd, offset, CHUNK, SYNC_FILE_RANGE_WRITE):
-                            raise OSError(ctypes.get_errno(), "sync_file_range")
-                        offset += CHUNK
-                    os.fdatasync(efd)
-            except OSError as exc:        # a floor without its entry log would flatter
-                failed.append(exc)
-        thread = threading.Thread(target=flusher)
-        thread.start()
-        go.wait()
-        written = joff = unflushed = 0
-        syncs = []
-        start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            os.pwrite(jfd, records, joff)
-            joff = (joff + group) % JOURNAL_SPAN
-            t = time.perf_counter()
-            os.fdatasync(jfd)
-            syncs.append(time.perf_counter() - t)
-            written += group
-            unflushed += group
-            if unflushed >= FLUSH:
-                unflushed -= FLUSH
-                due.release()
-        elapsed = time.perf_counter() - start
-        stop.set()
-        due.release()
-        thread.join()
-        if failed:
-            raise failed[0]
-        return written / RECORD / elapsed, syncs
+        efd = os.open(epath, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            return _run(jfd, efd, group, seconds, go)
+        finally:
+            os.close(efd)
+            os.unlink(epath)
     finally:
         os.close(jfd)
-        os.close(efd)
         os.unlink(jpath)
-        os.unlink(epath)
+
+
+def _run(jfd: int, efd: int, group: int, seconds: float, go) -> tuple:
+    os.posix_fallocate(jfd, 0, JOURNAL_SPAN)     # preallocated, as the journal's files are
+    os.fsync(jfd)
+    records = os.urandom(group)
+    chunk = os.urandom(CHUNK)
+    due = threading.Semaphore(0)                 # one release per 64 MiB journalled
+    stop = threading.Event()
+    failed = []
+
+    def flusher():
+        offset = 0
+        try:
+            while True:
+                due.acquire()
+                if stop.is_set():
+                    return
+                for _ in range(FLUSH // CHUNK):
+                    os.pwrite(efd, chunk, offset)
+                    if _libc.sync_file_range(efd, offset, CHUNK, SYNC_FILE_RANGE_WRITE):
+                        raise OSError(ctypes.get_errno(), "sync_file_range")
+                    offset += CHUNK
+                os.fdatasync(efd)
+        except OSError as exc:        # a floor without its entry log would flatter
+            failed.append(exc)
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    go.wait()
+    written = joff = unflushed = 0
+    syncs = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        os.pwrite(jfd, records, joff)
+        joff = (joff + group) % JOURNAL_SPAN
+        t = time.perf_counter()
+        os.fdatasync(jfd)
+        syncs.append(time.perf_counter() - t)
+        written += group
+        unflushed += group
+        if unflushed >= FLUSH:
+            unflushed -= FLUSH
+            due.release()
+    elapsed = time.perf_counter() - start
+    stop.set()
+    due.release()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return written / RECORD / elapsed, syncs
 
 
 def measure(directory: str, bookies: int, seconds: float = 5.0, group: int = 1 << 20) -> dict:

@@ -5,8 +5,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks"))
+# appended, not put first: benchmarks/ must not shadow a module of the tests' own
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "benchmarks"))
 import disk_floor  # noqa: E402
 
 
