@@ -214,8 +214,8 @@ def main():
     ap.add_argument("--striped-entries", type=int, default=1_000_000,
                     help="adds of 1 KiB per striped row (3/2/2, 5/3/2); 0 leaves those rows out")
     ap.add_argument("--dir", default="/tmp",
-                    help="where the logs' and bookies' directories go (on a tmpfs such as /dev/shm "
-                         "fdatasync returns at once, so group commits are small)")
+                    help="where the logs' and bookies' directories go (a tmpfs such as /dev/shm "
+                         "takes the disk out of the rows: fdatasync returns at once)")
     args = ap.parse_args()
     rows = []
     base = tempfile.mkdtemp(prefix="embedlog-repl-bench-", dir=args.dir)
