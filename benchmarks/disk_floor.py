@@ -23,12 +23,17 @@ import argparse
 import ctypes
 import multiprocessing as mp
 import os
+import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from embedlog.config import BookieConfig  # noqa: E402
+from flush import STAGE as CHUNK  # noqa: E402  (the flush's write size, benchmarks/flush.py)
+
 RECORD = 1069                 # a 1 KiB entry's journal record: a log's bytes_written / records
-FLUSH = 64 << 20              # the memtable's size (skipListSizeLimit)
-CHUNK = 4 << 20               # the flush's write size (the entry logger's stage)
+FLUSH = BookieConfig().skip_list_size_limit     # a memtable's bytes (skipListSizeLimit)
 JOURNAL_SPAN = 1 << 30        # the journal file is rewritten in place past this
 SYNC_FILE_RANGE_WRITE = 2
 

@@ -300,8 +300,8 @@ def main():
               "fdatasync p50 ms) | floor (adds/s) | row / floor | floor / the 1/1/1 row |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         single = next(r[3] for r in rows if r[1] == "1/1/1" and r[2] == 1024 and r[5] is not None)
-        for name, q, size, tput, *_ in rows:
-            if size != 1024 or name.startswith("embedded"):
+        for _, q, size, tput, _, bcpu, *_ in rows:
+            if size != 1024 or bcpu is None:     # served rows only: they have bookies' CPU
                 continue
             e, qw = map(int, q.split("/")[:2])
             m = disk[e]
