@@ -287,9 +287,6 @@ class WriteHandle:
         # its E write quorums, looked up per entry on every send and acknowledgement
         self._quorums = write_quorums(self._md, self._bookies)
 
-    def _write_set(self, entry_id: int) -> list:
-        return self._quorums[entry_id % len(self._quorums)]
-
     def _submit(self, batch) -> None:
         """Frame and send (data, future) pairs handed in, in order."""
         refused = self._error if self._error is not None else (
@@ -328,15 +325,11 @@ class WriteHandle:
     def _send_ops(self, ops: list, only: set | None = None) -> None:
         if self._closed or not ops:
             return
-        per_bookie: dict = {}
         if only is None and len(self._quorums[0]) == len(self._bookies) and not ops[0].acked:
             # E == Qw and adds not sent before (all of a batch alike): all go to every bookie
             per_bookie = dict.fromkeys(self._bookies, ops)
         else:
-            for op in ops:
-                for b in self._write_set(op.entry_id):
-                    if (only is None or b in only) and (op.acked is None or b not in op.acked):
-                        per_bookie.setdefault(b, []).append(op)
+            per_bookie = addpath.by_bookie(ops, self._quorums, only)
         cuts: dict = {}     # E == Qw: every bookie has the same list, cut into frames once
         for b, bops in per_bookie.items():
             frames = cuts.get(id(bops))
@@ -347,15 +340,9 @@ class WriteHandle:
 
     def _frames(self, ops: list) -> list:
         """``ops`` cut into ADD frames under the bookie's limits: (ops, builder) for each."""
-        limit = self._ctx.config.max_frame_payload_bytes
-        most = self._ctx.config.max_entries_per_frame
-        frames, start, size = [], 0, 0
-        for i, op in enumerate(ops):
-            size += len(op.data) + 4
-            if (size > limit or i - start >= most) and i > start:
-                frames.append(ops[start:i])
-                start, size = i, len(op.data) + 4
-        frames.append(ops[start:])
+        cuts = addpath.frame_cuts(ops, self._ctx.config.max_frame_payload_bytes,
+                                  self._ctx.config.max_entries_per_frame)
+        frames = [ops[a:b] for a, b in zip([0] + cuts, cuts)] if len(cuts) > 1 else [ops]
         return [(fops, self._add_frame(fops)) for fops in frames]
 
     def _add_frame(self, ops: list):

@@ -134,6 +134,39 @@ def test_acknowledgements_and_the_acknowledged_run_follow_the_write_sets(ens, qw
         assert got == want and list(kp) == list(pp)
 
 
+@pytest.mark.parametrize("ens,qw", [(1, 1), (3, 3), (3, 2), (5, 3), (5, 1)])
+def test_ops_go_to_their_write_sets_and_into_frames_as_the_python_rule_says(ens, qw):
+    """by_bookie against the loop it replaced (some ops acknowledged by a bookie already,
+    with and without ``only``), and frame_cuts against the cut by count and bytes, entries
+    over the byte limit included."""
+    rng = random.Random(ens * 10 + qw)
+    bookies = [f"b{i}" for i in range(ens)]
+    quorums = [stripe(bookies, qw, s) for s in range(ens)]
+    ops = [PendingAdd(e, b"x" * rng.choice([0, 10, 100, 1200]), e, AddFuture())
+           for e in range(rng.randrange(300, 400), 700)]
+    for op in rng.sample(ops, 80):
+        op.acked = set(rng.sample(bookies, rng.randrange(1, ens + 1)))
+    for only in (None, set(rng.sample(bookies, max(1, ens - 1))), {"elsewhere"}):
+        want: dict = {}
+        for op in ops:
+            for b in quorums[op.entry_id % ens]:
+                if (only is None or b in only) and (op.acked is None or b not in op.acked):
+                    want.setdefault(b, []).append(op)
+        got = addpath.by_bookie(ops, quorums, only)
+        assert {b: [op.entry_id for op in v] for b, v in got.items()} == \
+            {b: [op.entry_id for op in v] for b, v in want.items()}
+    assert addpath.by_bookie(ops, [], None) == {}
+    for limit, most in ((1000, 7), (4000, 1000), (10, 3), (1 << 20, 1)):
+        want_cuts, start, size = [], 0, 0
+        for i, op in enumerate(ops):
+            size += len(op.data) + 4
+            if (size > limit or i - start >= most) and i > start:
+                want_cuts.append(i)
+                start, size = i, len(op.data) + 4
+        assert addpath.frame_cuts(ops, limit, most) == want_cuts + [len(ops)]
+    assert addpath.frame_cuts([], 10, 3) == [0]
+
+
 def test_a_run_completes_in_order_with_waiters_and_callbacks_among_it():
     ops = [PendingAdd(e, b"", e, AddFuture()) for e in range(1000)]
     calls = []

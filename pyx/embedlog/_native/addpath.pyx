@@ -288,6 +288,45 @@ def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key
     return out
 
 
+def by_bookie(list ops, list quorums, only):
+    """``ops`` as each bookie of their write sets (``quorums``, the E write quorums of the
+    ensemble) is to get them, in order: {bookie: [ops]}, leaving out a bookie that already
+    acknowledged an op and, unless ``only`` is None, bookies not in ``only``."""
+    cdef dict per = {}
+    cdef Py_ssize_t nq = len(quorums)
+    cdef PendingAdd op
+    cdef object got
+    if nq == 0:
+        return per
+    for o in ops:
+        op = <PendingAdd>o
+        for b in <list>quorums[op.entry_id % nq]:
+            if (only is not None and b not in only) or (op.acked is not None and b in op.acked):
+                continue
+            got = per.get(b)
+            if got is None:
+                per[b] = [op]
+            else:
+                PyList_Append(got, op)
+    return per
+
+
+def frame_cuts(list ops, Py_ssize_t limit, Py_ssize_t most):
+    """Where ``ops`` are cut into ADD frames of at most ``most`` entries and ``limit`` bytes
+    of entries (4 more for each entry's size), one entry being a frame whatever its size:
+    the index after each frame, the last being len(ops)."""
+    cdef list cuts = []
+    cdef Py_ssize_t i, n = len(ops), start = 0, size = 0, k
+    for i in range(n):
+        k = len((<PendingAdd>ops[i]).data) + 4
+        size += k
+        if (size > limit or i - start >= most) and i > start:
+            PyList_Append(cuts, i)
+            start, size = i, k
+    PyList_Append(cuts, n)
+    return cuts
+
+
 def ack(list ops, bookie, pending, list quorums):
     """Count ``bookie``'s acknowledgement of ``ops``: only for an add still pending as that
     op (not failed and re-added) whose write set, in ``quorums`` (the E write quorums of the
