@@ -167,6 +167,28 @@ def test_ops_go_to_their_write_sets_and_into_frames_as_the_python_rule_says(ens,
     assert addpath.frame_cuts([], 10, 3) == [0]
 
 
+def test_write_sets_of_any_id_and_ops_of_another_type_are_safe():
+    """The kernels index the write quorums without bounds checks: an id below zero takes
+    Python's modulo (C's would index before the list), and an op that is not a PendingAdd
+    is a TypeError, not a bad read."""
+    bookies = ["b0", "b1", "b2"]
+    quorums = [stripe(bookies, 2, s) for s in range(3)]
+    ops = [PendingAdd(e, b"x", 0, AddFuture()) for e in (-7, -1, 2**63 - 1, -2**63)]
+    got = addpath.by_bookie(ops, quorums, None)
+    for b, v in got.items():
+        assert all(b in quorums[op.entry_id % 3] for op in v)
+    assert sum(len(v) for v in got.values()) == 2 * len(ops)
+    pending = collections.OrderedDict((op.entry_id, op) for op in ops)
+    addpath.ack(ops, "b0", pending, quorums)
+    assert [op.acked for op in ops] == [{"b0"} if "b0" in quorums[op.entry_id % 3] else None
+                                        for op in ops]
+    for bad in ([object()], [b"x"]):
+        with pytest.raises(TypeError):
+            addpath.by_bookie(bad, quorums, None)
+        with pytest.raises(TypeError):
+            addpath.frame_cuts(bad, 10, 3)
+
+
 def test_a_run_completes_in_order_with_waiters_and_callbacks_among_it():
     ops = [PendingAdd(e, b"", e, AddFuture()) for e in range(1000)]
     calls = []

@@ -288,6 +288,14 @@ def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key
     return out
 
 
+cdef inline list _write_set(list quorums, Py_ssize_t nq, int64_t entry_id):
+    """The write set of ``entry_id`` (nq == len(quorums) > 0), any id in range: indexing
+    goes unchecked here (boundscheck and wraparound are off), and C's % of a negative id
+    is negative."""
+    cdef int64_t k = entry_id % nq
+    return <list?>quorums[k + nq if k < 0 else k]
+
+
 def by_bookie(list ops, list quorums, only):
     """``ops`` as each bookie of their write sets (``quorums``, the E write quorums of the
     ensemble) is to get them, in order: {bookie: [ops]}, leaving out a bookie that already
@@ -299,8 +307,8 @@ def by_bookie(list ops, list quorums, only):
     if nq == 0:
         return per
     for o in ops:
-        op = <PendingAdd>o
-        for b in <list>quorums[op.entry_id % nq]:
+        op = <PendingAdd?>o
+        for b in _write_set(quorums, nq, op.entry_id):
             if (only is not None and b not in only) or (op.acked is not None and b in op.acked):
                 continue
             got = per.get(b)
@@ -318,7 +326,7 @@ def frame_cuts(list ops, Py_ssize_t limit, Py_ssize_t most):
     cdef list cuts = []
     cdef Py_ssize_t i, n = len(ops), start = 0, size = 0, k
     for i in range(n):
-        k = len((<PendingAdd>ops[i]).data) + 4
+        k = len((<PendingAdd?>ops[i]).data) + 4
         size += k
         if (size > limit or i - start >= most) and i > start:
             PyList_Append(cuts, i)
@@ -340,7 +348,7 @@ def ack(list ops, bookie, pending, list quorums):
         op = <PendingAdd>o
         if get(op.entry_id) is not op:
             continue
-        if bookie in <list>quorums[op.entry_id % nq]:
+        if bookie in _write_set(quorums, nq, op.entry_id):
             if op.acked is None:
                 op.acked = {bookie}
             else:
@@ -361,7 +369,7 @@ def acknowledged_run(pending, int qa, list quorums):
         op = <PendingAdd>o
         if op.acked is None or len(op.acked) < qa:
             break
-        ws = <list>quorums[op.entry_id % nq]
+        ws = _write_set(quorums, nq, op.entry_id)
         count = 0
         for b in op.acked:        # acks count only from the write set (it may have changed)
             if b in ws:
