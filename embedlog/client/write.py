@@ -229,7 +229,19 @@ class WriteHandle:
     def _take_inbox(self) -> None:
         self._inbox_scheduled = False
         inbox = self._inbox
-        self._submit([inbox.popleft() for _ in range(len(inbox))])
+        batch = [inbox.popleft() for _ in range(len(inbox))]
+        try:
+            self._submit(batch)
+        except Exception as exc:      # a bug, or no memory: no add may wait for ever on it
+            log.exception("ledger %r: adds could not be sent", self.ledger_id)
+            error = EmbedlogError(f"ledger {self.ledger_id}: adds could not be sent: {exc!r}")
+            error.__cause__ = exc
+            taken = {id(op.future) for op in self._pending.values()}
+            lost = [fut for _data, fut in batch if id(fut) not in taken and not fut.done()]
+            self._slots.give(len(lost))       # pending ones are given back as they fail
+            for fut in lost:
+                fut.set_exception(error)
+            self._unrecoverable(error)
 
     def append(self, data: Payload) -> int:
         return self.append_async(data).result()

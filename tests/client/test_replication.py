@@ -12,7 +12,7 @@ import pytest
 from cliutil import wait_until
 from embedlog import LedgerId
 from embedlog.client.schedule import write_set
-from embedlog.errors import (LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
+from embedlog.errors import (EmbedlogError, LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
                              UnauthorizedAccessError)
 from embedlog.harness import LocalCluster
 from embedlog.meta import open_metadata_store
@@ -371,3 +371,31 @@ def test_cluster_on_each_metadata_store(tmp_path, metadata):
         lc.kill_bookie(lc.index_of(w.metadata.fragments[0][1][0]))
         r = c.open_ledger(w.ledger_id)              # recovery with a bookie gone
         assert r.last_add_confirmed == 19 and r.read_batch(0, 19)[19] == b"m19"
+
+
+def test_an_add_the_client_cannot_send_fails_and_never_waits_for_ever(tmp_path, monkeypatch):
+    """An error while the client frames a batch (a bug, no memory: here encode_adds raising
+    MemoryError) fails that batch's adds and every later one with EmbedlogError and closes
+    the ledger at its LAC, as any unrecoverable add error does; those adds used to wait for
+    ever, the loop having logged the error and gone on."""
+    from embedlog._native import addpath
+
+    def no_memory(*_args):
+        raise MemoryError("injected")
+
+    with LocalCluster(bookies=1, base_dir=str(tmp_path / "c"), proxies=False) as lc, \
+            lc.client() as c:
+        w = c.create_ledger(1, 1, 1)
+        assert w.append(b"first") == 0
+        monkeypatch.setattr(addpath, "encode_adds", no_memory)
+        futs = [w.append_async(b"x") for _ in range(50)]
+        for f in futs:
+            with pytest.raises(EmbedlogError, match="could not be sent") as got:
+                f.result(timeout=60)
+            assert isinstance(got.value.__cause__, MemoryError)
+        with pytest.raises(EmbedlogError):
+            w.append(b"later")
+        monkeypatch.undo()
+        wait_until(lambda: c.ledger_metadata(w.ledger_id).state == LedgerState.CLOSED,
+                   timeout_s=60, what="the ledger closed at its LAC")
+        assert c.open_ledger(w.ledger_id).last_add_confirmed == 0
