@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The client's add path, one C pass per batch: encoding a batch of adds into pending
-adds, building the ADD frame, counting a bookie's acknowledgements, finding the run of
+adds, splitting them among their write sets' bookies and cutting them into frames,
+building the ADD frame, counting a bookie's acknowledgements, finding the run of
 adds a write quorum has acknowledged and completing its futures; and the future of an add
 and the bound on adds in flight (embedlog.client.inflight re-exports them). In Python
 these were the client's per-add bytecode (issue 32: most of a replicated add's client CPU).
