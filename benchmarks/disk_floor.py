@@ -71,7 +71,7 @@ def _run(jfd: int, efd: int, group: int, seconds: float, go) -> tuple:
     os.fsync(jfd)
     records = os.urandom(group)
     chunk = os.urandom(CHUNK)
-    due = threading.Semaphore(0)                 # one release per 64 MiB journalled
+    due = threading.Semaphore(0)                 # one release per FLUSH bytes journalled
     stop = threading.Event()
     failed = []
 
