@@ -41,4 +41,5 @@ def acknowledged_run(pending: collections.OrderedDict[int, PendingAdd], qa: int,
 def set_results(done: list[PendingAdd]) -> None: ...
 def split_add_body(body: _Buffer) -> list[memoryview]: ...
 def frame_buffer(n: int) -> bytearray:
-    """A bytearray of n bytes, not zero-filled: every byte is written before it is read."""
+    """A bytearray of n bytes, not zero-filled: every byte is written before it is read.
+    Frames of 64 KiB to 8 MiB may be a bytearray handed out before that nobody holds now."""

@@ -82,8 +82,9 @@ class FrameReader(asyncio.StreamReader):
             del buf[n:]               # a major downsize reallocates (CPython: under half)
             data = buf
         else:
+            data = frame_buffer(n)     # a spare one, its pages already in, where it can
             with memoryview(buf) as m:
-                data = bytearray(m[:n])
+                data[:] = m[:n]
             if rest:
                 del buf[:n]
             else:

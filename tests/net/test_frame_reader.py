@@ -207,3 +207,58 @@ def test_a_frame_buffer_is_its_size_and_refuses_a_negative_one():
     assert len(frame_buffer(0)) == 0 and len(frame_buffer(1 << 20)) == 1 << 20
     with pytest.raises(ValueError):
         frame_buffer(-1)
+
+
+def test_a_spare_frame_is_handed_out_again_only_once_nobody_holds_it():
+    """frame_buffer keeps the large frames it handed out (their pages already faulted in)
+    and hands one out again only when no frame, memoryview or entry view holds it."""
+    from embedlog._native.addpath import frame_buffer, split_add_body
+    n = 3 << 20                        # no spare of another test's size takes it
+    first = frame_buffer(n)
+    first[:] = b"a" * n
+    kept = id(first)
+    view = memoryview(first)[100:200]
+    del first
+    second = frame_buffer(n)
+    assert id(second) != kept and view.obj is not second
+    second[:] = b"b" * n
+    assert view == b"a" * 100          # the held frame was not written over
+    view.release()
+    del view
+    third = frame_buffer(n - 1000)     # nobody holds the first one now: it comes back
+    assert id(third) == kept and len(third) == n - 1000 and third[1000:2000] == b"a" * 1000
+    # an entry view of split_add_body holds its frame as well
+    body = (1).to_bytes(4, "big") + (70_000).to_bytes(4, "big") + b"x" * 70_000
+    frame = frame_buffer(len(body))
+    frame[:] = body
+    entries = split_add_body(memoryview(frame))
+    held = id(frame)
+    del frame
+    assert all(id(frame_buffer(len(body))) != held for _ in range(8))
+    assert bytes(entries[0]) == b"x" * 70_000
+    assert len(frame_buffer(0)) == 0 and len(frame_buffer(9 << 20)) == 9 << 20
+
+
+def test_large_frames_read_while_earlier_ones_are_held_keep_their_bytes():
+    """Frames of 64 KiB and more come from frame_buffer's spares: one a server still holds
+    (its request in the journal's queue) is never filled with a later frame's bytes."""
+    sizes = [70_000, 300_000, 1 << 20, 200_000, 70_000, 500_000] * 3
+    datas = [os.urandom(1) * n for n in sizes]
+
+    async def main():
+        r, _t = _reader(limit=1 << 16)
+        held = []
+        for i, (n, data) in enumerate(zip(sizes, datas)):
+            task = asyncio.get_running_loop().create_task(r.read_frame(n))
+            await asyncio.sleep(0)
+            for k in range(0, n, 60_000):            # spread over reads: _fill_frame
+                r.feed_data(data[k:k + 60_000])
+            got = await task
+            assert got == data
+            if i % 2:
+                held.append((memoryview(got)[n // 2:], data[n // 2:]))
+            del got
+        for view, data in held:
+            assert view == data
+
+    asyncio.run(main())
