@@ -459,8 +459,10 @@ cdef list _spares = []
 
 cdef inline bint _reusable(PyByteArrayObject *b, Py_ssize_t n) noexcept:
     # only the list holds it: no frame, request, entry view or memoryview export is alive
-    # (a view holds a reference to its bytearray); its allocation takes n bytes without a
-    # realloc (PyByteArray_Resize's "minor downsize": n + 1 <= alloc and n >= alloc / 2)
+    # (a view holds a reference to its bytearray), and under the GIL nobody but
+    # frame_buffer can take a new one (the list is this module's own); and its allocation
+    # takes n bytes without a realloc (PyByteArray_Resize's "minor downsize": n + 1 <= alloc
+    # and n >= alloc / 2)
     return (Py_REFCNT(<object>b) == 1 and b.ob_exports == 0 and b.ob_start == b.ob_bytes
             and n + 1 <= b.ob_alloc and n >= b.ob_alloc // 2)
 
