@@ -243,7 +243,7 @@ def test_large_frames_read_while_earlier_ones_are_held_keep_their_bytes():
     """Frames of 64 KiB and more come from frame_buffer's spares: one a server still holds
     (its request in the journal's queue) is never filled with a later frame's bytes."""
     sizes = [70_000, 300_000, 1 << 20, 200_000, 70_000, 500_000] * 3
-    datas = [os.urandom(1) * n for n in sizes]
+    datas = [os.urandom(n) for n in sizes]
 
     async def main():
         r, _t = _reader(limit=1 << 16)
