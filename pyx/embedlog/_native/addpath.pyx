@@ -473,7 +473,7 @@ def frame_buffer(Py_ssize_t n):
     per KiB here (2% of a replicated bookie's samples in one profile). Frames of SPARE_MIN
     to SPARE_MAX bytes reuse a bytearray handed out earlier that nobody holds any more (its
     pages already faulted in); at most SPARE_FRAMES are kept."""
-    cdef Py_ssize_t i, k = len(_spares)
+    cdef Py_ssize_t i, k = len(_spares), free = -1
     cdef PyByteArrayObject *b
     cdef object out
     if n < 0:
@@ -486,13 +486,11 @@ def frame_buffer(Py_ssize_t n):
             out = <object>b
             PyByteArray_Resize(out, n)        # cannot fail: no realloc, no export
             return out
+        if free < 0 and Py_REFCNT(<object>b) == 1:
+            free = i                  # free, but the wrong size: it makes way if the list is full
     out = PyByteArray_FromStringAndSize(NULL, n)
     if k < SPARE_FRAMES:
         PyList_Append(_spares, out)
-    else:
-        for i in range(k):            # a free spare of the wrong size makes way for it
-            b = <PyByteArrayObject *>PyList_GET_ITEM(_spares, i)
-            if Py_REFCNT(<object>b) == 1:
-                _spares[i] = out
-                break
+    elif free >= 0:
+        _spares[free] = out
     return out
