@@ -23,6 +23,7 @@ import argparse
 import ctypes
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
 import time
@@ -36,13 +37,19 @@ RECORD = 1069                 # a 1 KiB entry's journal record: a log's bytes_wr
 FLUSH = BookieConfig().skip_list_size_limit     # a memtable's bytes (skipListSizeLimit)
 JOURNAL_SPAN = 1 << 30        # the journal file is rewritten in place past this
 SYNC_FILE_RANGE_WRITE = 2
+PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.sync_file_range.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong,
                                   ctypes.c_uint)
 
 
-def _bookie(directory: str, index: int, group: int, seconds: float, go, results) -> None:
+def _bookie(directory: str, index: int, group: int, seconds: float, go, results,
+            parent: int) -> None:
+    # a benchmark killed mid-floor must not leave its bookies writing, or waiting, for ever
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:        # it died before the line above
+        os._exit(1)
     try:
         results.put(_write(directory, index, group, seconds, go))
     except BaseException as exc:      # told to the parent, which waits for every bookie
@@ -123,7 +130,8 @@ def measure(directory: str, bookies: int, seconds: float = 5.0, group: int = 1 <
     os.sync()
     ctx = mp.get_context("spawn")
     go, results = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_bookie, args=(directory, i, group, seconds, go, results))
+    procs = [ctx.Process(target=_bookie,
+                         args=(directory, i, group, seconds, go, results, os.getpid()))
              for i in range(bookies)]
     for p in procs:
         p.start()

@@ -24,3 +24,47 @@ def test_three_bookies_are_measured_and_their_files_removed(tmp_path):
 def test_a_bookie_that_cannot_write_fails_the_floor(tmp_path):
     with pytest.raises(RuntimeError, match="disk-floor bookie failed"):
         disk_floor.measure(str(tmp_path / "missing"), 2, seconds=0.1)
+
+
+def test_a_benchmark_killed_mid_floor_leaves_no_bookie_behind(tmp_path):
+    """SIGKILL (or timeout's SIGTERM) on the benchmark while its floor runs: the floor's
+    bookie processes die with it. They used to stay, blocked for ever, holding the pipe
+    of a `benchmark | grep` open, and the pipeline with it."""
+    import signal
+    import subprocess
+
+    from cliutil import wait_until
+    script = ("import sys; sys.path.append(sys.argv[1]); import disk_floor; "
+              "disk_floor.measure(sys.argv[2], 2, seconds=600, group=64 << 10)")
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+    child = subprocess.Popen([sys.executable, "-c", script, bench, str(tmp_path)])
+    pids: list = []
+    try:
+        def bookies():
+            with open(f"/proc/{child.pid}/task/{child.pid}/children") as f:
+                return [int(p) for p in f.read().split()]
+        # both bookies writing their journals (the resource tracker is a child too)
+        wait_until(lambda: sum(n.startswith("journal-") for n in os.listdir(tmp_path)) == 2,
+                   timeout_s=60, what="both floor bookies writing")
+        pids[:] = bookies()
+        assert len(pids) >= 2, pids
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+
+        def gone(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().split(") ")[1][0] == "Z"     # a zombie until reaped
+            except FileNotFoundError:
+                return True
+        wait_until(lambda: all(gone(p) for p in pids), timeout_s=30,
+                   what="the floor's bookies gone with the benchmark")
+    finally:
+        child.kill()
+        for pid in pids:              # what a failure here would leave writing for 600 s
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for name in os.listdir(tmp_path):     # 1 GiB journals a kill leaves: not kept
+            os.unlink(tmp_path / name)
