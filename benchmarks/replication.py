@@ -242,6 +242,8 @@ def main():
                 tput, ccpu, _ = measured((), lambda: throughput(w, size, args.seconds, args.window))
                 after = latency(w, size, args.seconds / 2)[0]
             rows.append(("embedded (in-process)", "1/1/1", size, tput, ccpu, None, *lat, after))
+            # each setup's files go once its rows are done: under a tmpfs they are memory
+            shutil.rmtree(os.path.join(base, f"embedded-{size}"), ignore_errors=True)
         floor = {size: round_trip_floor(size, args.seconds / 2) for size in (100, 1024)}
         for nb, quorum in ((1, (1, 1, 1)), (3, (3, 3, 2))):
             with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"c{nb}"), proxies=False,
@@ -267,6 +269,7 @@ def main():
                         r = c2.open_ledger(w.ledger_id)       # fence + recover + close
                         rec_s = time.perf_counter() - t0
                     recovery = (args.recovery_entries, r.last_add_confirmed, rec_s)
+            shutil.rmtree(os.path.join(base, f"c{nb}"), ignore_errors=True)
         for nb, quorum in ((3, (3, 2, 2)), (5, (5, 3, 2))) if args.striped_entries else ():
             with LocalCluster(bookies=nb, base_dir=os.path.join(base, f"s{nb}"), proxies=False,
                               autorecovery=False) as lc, client_of(lc) as c:
@@ -286,6 +289,7 @@ def main():
                                  f"bookie {dead[0]}'s log:\n{tail(lc.bookie_dir(dead[0]))}")
                 rows.append((f"{nb} bookie processes, {args.striped_entries:,} entries (TCP loopback)",
                              "/".join(map(str, quorum)), 1024, tput, ccpu, bcpu, *lat, after))
+            shutil.rmtree(os.path.join(base, f"s{nb}"), ignore_errors=True)
         # the disk alone, for each ensemble size above: the same directory, after the rows
         disk = {nb: disk_floor.measure(base, nb, args.seconds)
                 for nb in sorted({int(r[1].split("/")[0]) for r in rows if r[5] is not None})}
