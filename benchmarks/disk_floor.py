@@ -23,7 +23,6 @@ import argparse
 import ctypes
 import multiprocessing as mp
 import os
-import signal
 import sys
 import threading
 import time
@@ -31,13 +30,13 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from embedlog.config import BookieConfig  # noqa: E402
+from embedlog.harness.servers import die_with_parent  # noqa: E402
 from flush import STAGE as CHUNK  # noqa: E402  (the flush's write size, benchmarks/flush.py)
 
 RECORD = 1069                 # a 1 KiB entry's journal record: a log's bytes_written / records
 FLUSH = BookieConfig().skip_list_size_limit     # a memtable's bytes (skipListSizeLimit)
 JOURNAL_SPAN = 1 << 30        # the journal file is rewritten in place past this
 SYNC_FILE_RANGE_WRITE = 2
-PR_SET_PDEATHSIG = 1
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.sync_file_range.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong,
@@ -47,7 +46,7 @@ _libc.sync_file_range.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_long
 def _bookie(directory: str, index: int, group: int, seconds: float, go, results,
             parent: int) -> None:
     # a benchmark killed mid-floor must not leave its bookies writing, or waiting, for ever
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent()
     if os.getppid() != parent:        # it died before the line above
         os._exit(1)
     try:

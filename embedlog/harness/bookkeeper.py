@@ -80,8 +80,8 @@ from embedlog.harness import jars, jvmcds
 from embedlog.harness.bkdriver import (DRIVER_SOURCE, BookKeeperToolError, DriverResult,
                                        driver_args, driver_classpath)
 from embedlog.harness.shell_output import field, parse_boxed_entries, parse_hexdump_entries
-from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer, free_port,
-                                      free_ports, port_taken)
+from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer,
+                                      die_with_parent, free_port, free_ports, port_taken)
 
 READY_TIMEOUT_S = 60.0          # a bookie on a loaded 2-core machine (load 8) is slow to start
 STOP_TIMEOUT_S = 10.0
@@ -153,17 +153,10 @@ _TOOL_LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
 _DRIVER_SETUP = threading.Lock()
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL it when the spawning thread dies, so a SIGKILLed
-    test run leaves no JVMs behind (atexit covers ordinary exits)."""
-    import ctypes  # lazy: only in the forked child
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _preexec():
-    # PDEATHSIG follows the spawning *thread*: only the main thread lives as long as we do
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+    # a SIGKILLed test run leaves no JVMs behind (atexit covers ordinary exits); PDEATHSIG
+    # follows the spawning *thread*: only the main thread lives as long as we do
+    return die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
 # -- the cluster --------------------------------------------------------------------------

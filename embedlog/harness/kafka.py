@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import atexit
 import base64
-import ctypes
 import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,7 +42,8 @@ import uuid
 from embedlog import forking
 from embedlog.errors import IllegalOpError
 from embedlog.harness import jars, jvmcds
-from embedlog.harness.servers import PortTaken, ServerMissing, free_ports, port_taken
+from embedlog.harness.servers import (PortTaken, ServerMissing, die_with_parent, free_ports,
+                                      port_taken)
 
 KAFKA_PEER = "kafka-4.4.0"
 SPARK_KAFKA_PEER = "spark-sql-kafka-4.2.0"
@@ -101,12 +100,6 @@ def _cluster_id() -> str:
 
 def _nothing() -> None:
     pass
-
-
-def _die_with_parent() -> None:
-    # runs in the child between fork and exec: SIGKILL when the parent (thread) dies
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
 
 
 class _Broker:
@@ -236,7 +229,7 @@ class KafkaCluster:
                  f"-Dlog4j2.configurationFile=file:{self._log4j}",
                  "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                  "-c", b.config_path], stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)))
+                stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)))
         for b, out, exited, p in procs:
             rc = p.wait(timeout=START_TIMEOUT_S)
             exited()
@@ -253,7 +246,7 @@ class KafkaCluster:
             b.process = subprocess.Popen([*self._jvm(), *cds, "kafka.Kafka", b.config_path],
                                          stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, cwd=b.directory,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=die_with_parent)
         finally:
             log.close()
 

@@ -54,6 +54,15 @@ def start_retrying(launch, what: str, before_retry=None):
     raise RuntimeError(f"{what}: ports taken on {PORT_ATTEMPTS} attempts: {taken}")
 
 
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that started it dies (PR_SET_PDEATHSIG): a child
+    of a killed test run or benchmark must not stay behind. As a ``preexec_fn`` it runs
+    between fork and exec; a multiprocessing child calls it first thing."""
+    import ctypes  # lazy: only in children
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def free_port() -> int:
     return free_ports(1)[0]
 
