@@ -202,9 +202,12 @@ def round_trip_floor(size: int, seconds: float) -> tuple:
             loop.call_soon_threadsafe(send, fut)
             fut.result()
             lat.append(time.perf_counter() - s)
-        loop.call_soon_threadsafe(transport.close)
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
+        # the transport's socket closes a step after close(): without that step the server
+        # never saw its connection end, and every floor waited 10 s for it below
+        transport.close()
+        loop.run_until_complete(asyncio.sleep(0))
     finally:
         try:
             server.wait(10)
