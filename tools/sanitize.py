@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORK = os.path.join(ROOT, "build", "asan")
@@ -83,8 +84,14 @@ def run(pytest_args: list[str]) -> int:
         "PYTHONPATH": TREE + os.pathsep + os.path.join(TREE, "tests"),
         "EMBEDLOG_SANITIZED": "1",
     })
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS, *pytest_args]
-    code = subprocess.run(cmd, cwd=TREE, env=env).returncode
+    # a base temp of its own: `make test` runs this beside the suite's own pytest
+    basetemp = tempfile.mkdtemp(prefix="embedlog-asan-")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={basetemp}",
+           *TESTS, *pytest_args]
+    try:
+        code = subprocess.run(cmd, cwd=TREE, env=env).returncode
+    finally:
+        shutil.rmtree(basetemp, ignore_errors=True)
     reports = sorted(glob.glob(os.path.join(REPORTS, "*")))
     for path in reports:
         print(f"\n== sanitizer report {path}", file=sys.stderr)
