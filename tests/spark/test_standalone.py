@@ -33,8 +33,8 @@ def test_pipeline_killed_and_restarted_on_a_standalone_cluster(standalone, tmp_p
     assert status["aliveworkers"] == 2
     env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
     run = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "tools", "spark_pipeline.py"), "demo", "--events", "3000",
-         "--max-per-trigger", "1000", "--kill-after", "1", "--master", standalone.master_url,
+        [sys.executable, os.path.join(ROOT, "tools", "spark_pipeline.py"), "demo", "--events", "6000",
+         "--max-per-trigger", "1000", "--kill-after", "2", "--master", standalone.master_url,
          "--workdir", str(tmp_path / "work"), "--timeout-s", "400"],
         env=env, capture_output=True, text=True, timeout=600)
     out = run.stdout
