@@ -27,35 +27,15 @@ import concurrent.futures
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import numpy as np  # noqa: E402
-
 import embedlog  # noqa: E402
 from embedlog.harness import LocalCluster  # noqa: E402
-from replication import _ECHO, client_of, latency, round_trip_floor  # noqa: E402  (this directory)
-
-
-def _p50(one, seconds: float) -> float:
-    lat = []
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        s = time.perf_counter()
-        one()
-        lat.append(time.perf_counter() - s)
-    return float(np.percentile(np.array(lat) * 1e6, 50))
-
-
-def _echo_server(size: int):
-    server = subprocess.Popen([sys.executable, "-c", _ECHO, str(size)], stdout=subprocess.PIPE,
-                              text=True)
-    return server, int(server.stdout.readline())
+from replication import client_of, echo_server, latency, round_trip_floor, timed  # noqa: E402  (this directory)
 
 
 def _connect(port: int) -> socket.socket:
@@ -67,56 +47,48 @@ def _connect(port: int) -> socket.socket:
 def caller_writes(size: int, seconds: float) -> float:
     """p50 of the round trip where the caller writes its bytes itself and the loop thread
     reads the 32-byte answers and completes the callers' Futures."""
-    server, port = _echo_server(size)
-    sock = _connect(port)
     loop = asyncio.new_event_loop()
     waiting: collections.deque = collections.deque()
     lock = threading.Lock()
     got = bytearray()
+    with echo_server(size) as port, _connect(port) as sock:    # the server ends with it
 
-    def readable():
-        got.extend(sock.recv(65536))
-        while len(got) >= 32:
-            del got[:32]
-            waiting.popleft().set_result(None)
-    loop.add_reader(sock.fileno(), readable)
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    data = os.urandom(size)
+        def readable():
+            got.extend(sock.recv(65536))
+            while len(got) >= 32:
+                del got[:32]
+                waiting.popleft().set_result(None)
+        loop.add_reader(sock.fileno(), readable)
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        data = os.urandom(size)
 
-    def one():
-        fut = concurrent.futures.Future()
-        with lock:
-            waiting.append(fut)
-            sock.sendall(data)
-        fut.result()
-    try:
-        return _p50(one, seconds)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.remove_reader(sock.fileno())
-        loop.close()
-        sock.close()          # the server ends with its connection
-        server.wait(10)
+        def one():
+            fut = concurrent.futures.Future()
+            with lock:
+                waiting.append(fut)
+                sock.sendall(data)
+            fut.result()
+        try:
+            return timed(one, seconds)[0]
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.remove_reader(sock.fileno())
+            loop.close()
 
 
 def no_loop(size: int, seconds: float) -> float:
     """p50 of the round trip where the caller writes and reads itself, blocking."""
-    server, port = _echo_server(size)
-    sock = _connect(port)
     data = os.urandom(size)
+    with echo_server(size) as port, _connect(port) as sock:    # the server ends with it
 
-    def one():
-        sock.sendall(data)
-        n = 0
-        while n < 32:
-            n += len(sock.recv(32 - n))
-    try:
-        return _p50(one, seconds)
-    finally:
-        sock.close()
-        server.wait(10)
+        def one():
+            sock.sendall(data)
+            n = 0
+            while n < 32:
+                n += len(sock.recv(32 - n))
+        return timed(one, seconds)[0]
 
 
 def main():

@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import gc
 import os
 import shutil
@@ -132,16 +133,20 @@ def throughput(handle, size: int, seconds: float, window: int, count: int | None
     return sent / (time.perf_counter() - t0), sent
 
 
-def latency(handle, size: int, seconds: float) -> tuple:
-    data = os.urandom(size)
+def timed(one, seconds: float, *args) -> tuple:
+    """p50/p95/p99 (µs) of ``one(*args)`` called one after another for ``seconds``."""
     lat = []
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         s = time.perf_counter()
-        handle.append(data)
+        one(*args)
         lat.append(time.perf_counter() - s)
     a = np.array(lat) * 1e6
     return np.percentile(a, 50), np.percentile(a, 95), np.percentile(a, 99)
+
+
+def latency(handle, size: int, seconds: float) -> tuple:
+    return timed(handle.append, seconds, os.urandom(size))
 
 
 # the floor's server: a second process, an asyncio stream server on loopback TCP that
@@ -169,14 +174,28 @@ asyncio.run(main())
 """
 
 
+@contextlib.contextmanager
+def echo_server(size: int):
+    """The floor's server (_ECHO) started; yields its port. On the way out it waits for the
+    server to end with its connection (close that first), and kills it after 10 s."""
+    server = subprocess.Popen([sys.executable, "-c", _ECHO, str(size)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        yield int(server.stdout.readline())
+    finally:
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:     # it never saw the connection end
+            server.kill()
+            server.wait()
+
+
 def round_trip_floor(size: int, seconds: float) -> tuple:
     """p50/p95/p99 (µs) of the lone add's architecture without its work: a caller thread
     hands ``size`` bytes to an asyncio loop thread (call_soon_threadsafe), which writes them
     to the other process over loopback TCP and completes a concurrent Future with the
     answer. A served lone add is this round trip plus the journal's write and sync (the
     in-process add) plus the protocol's own work on both sides."""
-    server = subprocess.Popen([sys.executable, "-c", _ECHO, str(size)], stdout=subprocess.PIPE,
-                              text=True)
     loop = asyncio.new_event_loop()
     waiting: collections.deque = collections.deque()
 
@@ -185,38 +204,30 @@ def round_trip_floor(size: int, seconds: float) -> tuple:
             for _ in range(len(data) // 32):
                 waiting.popleft().set_result(None)
     try:
-        port = int(server.stdout.readline())
-        transport, _ = loop.run_until_complete(loop.create_connection(Answers, "127.0.0.1", port))
-        thread = threading.Thread(target=loop.run_forever, daemon=True)
-        thread.start()
-        data = os.urandom(size)
+        with echo_server(size) as port:
+            transport, _ = loop.run_until_complete(loop.create_connection(Answers, "127.0.0.1", port))
+            thread = threading.Thread(target=loop.run_forever, daemon=True)
+            thread.start()
+            data = os.urandom(size)
 
-        def send(fut):
-            waiting.append(fut)
-            transport.write(data)
-        lat = []
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            s = time.perf_counter()
-            fut = concurrent.futures.Future()
-            loop.call_soon_threadsafe(send, fut)
-            fut.result()
-            lat.append(time.perf_counter() - s)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        # the transport's socket closes a step after close(): without that step the server
-        # never saw its connection end, and every floor waited 10 s for it below
-        transport.close()
-        loop.run_until_complete(asyncio.sleep(0))
+            def send(fut):
+                waiting.append(fut)
+                transport.write(data)
+
+            def one():
+                fut = concurrent.futures.Future()
+                loop.call_soon_threadsafe(send, fut)
+                fut.result()
+            lat = timed(one, seconds)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            # the transport's socket closes a step after close(): without that step the server
+            # never saw its connection end, and echo_server waited 10 s for it
+            transport.close()
+            loop.run_until_complete(asyncio.sleep(0))
     finally:
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:     # it never saw the connection end
-            server.kill()
-            server.wait()
         loop.close()
-    a = np.array(lat) * 1e6
-    return np.percentile(a, 50), np.percentile(a, 95), np.percentile(a, 99)
+    return lat
 
 
 def tail(directory: str, n: int = 15) -> str:
