@@ -425,13 +425,15 @@ def readledger(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledge
             break
     out = {**_name(key), "path": idx.path, "fenced": bool(idx.fenced), "term": idx.term,
            "explicit_lac": idx.explicit_lac,
-           "master_key": idx.master_key.hex() if idx.master_key is not None else None,
+           # the key is what the wire needs to write, and a weak password is found from it
+           # by trying a dictionary: whether there is one, never its bytes (issue 52)
+           "has_master_key": idx.master_key is not None,
            "last_entry_id": idx.last_entry_id(), "entries": entries}
 
     def human(o):
         yield f"ledger {_short(key)} ({o['qualified_name']}), index {o['path']}"
         yield f"  fenced {o['fenced']}, term {o['term']}, explicit LAC {o['explicit_lac']}, " \
-              f"last entry {o['last_entry_id']}, master key {o['master_key'] or '-'}"
+              f"last entry {o['last_entry_id']}, master key {'set' if o['has_master_key'] else '-'}"
         yield from _table([[r["entry_id"], r["log_id"], r["offset"]] for r in o["entries"]],
                           ["entry", "entry log", "offset"])
     _emit(as_json, out, human)

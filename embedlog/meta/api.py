@@ -50,14 +50,15 @@ class LedgerMetadata:
 
     ``fragments`` maps the first entry id of each fragment to its ensemble
     (bookie ids), in entry order. ``last_entry_id`` is -1 until the ledger is
-    CLOSED with entries. ``term`` is the fencing term of unbounded ledgers.
+    CLOSED with entries. ``term`` is the fencing term of unbounded ledgers. ``password`` is
+    stored and checked but never shown: the repr leaves it out (issue 52), as views.py does.
     """
     ledger_id: LedgerId
     ensemble_size: int
     write_quorum: int
     ack_quorum: int
     digest_type: DigestType = DigestType.CRC32C
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)
     state: LedgerState = LedgerState.OPEN
     last_entry_id: int = -1
     length: int = 0
