@@ -28,7 +28,7 @@ from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
                              LogDirectoryError, NoSuchEntryError, NoSuchLedgerError,
                              ReadOnlyBookieError, UnauthorizedAccessError)
-from embedlog.fileio import private_dir
+from embedlog.fileio import file_in_the_way, private_dir
 from embedlog import forking
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
@@ -52,6 +52,10 @@ def _log_dir(path, read_only: bool) -> str:
     where = os.path.abspath(raw)
     if os.path.exists(where) and not os.path.isdir(where):
         raise LogDirectoryError(f"{where} is a file, not a log directory")
+    blocker = file_in_the_way(where)
+    if blocker is not None:
+        raise LogDirectoryError(f"{where} cannot be a log directory: {blocker} is a file, "
+                                f"not a directory")
     try:
         names = set(os.listdir(where)) if os.path.isdir(where) else set()
     except OSError as exc:
@@ -106,6 +110,9 @@ class EmbeddedLog:
             raise LogDirectoryError(
                 f"{self.path}: {exc.strerror} ({exc.filename or self.path}); a log another user "
                 "writes can be read with read_only=True") from None
+        except NotADirectoryError as exc:          # a journal or ledger directory below a file
+            raise LogDirectoryError(f"{self.path}: {exc.filename} is a file, not a directory "
+                                    f"(the log's directories are made there)") from None
         self._closed = False
         self._forked = None              # in a forked child: what the parent owns (forking.Gone)
         self._handles: set = set()

@@ -164,9 +164,9 @@ class ForkedProcessError(IllegalOpError):
 
 
 class LogDirectoryError(ConfigError):
-    """A path embedlog.open cannot use: empty, a file, a non-empty directory that is not a
-    log, one this user cannot write, or (read_only=True) one that holds no log; the message
-    says which."""
+    """A path embedlog.open cannot use: empty, a file, below a file, a non-empty directory
+    that is not a log, one this user cannot write, or (read_only=True) one that holds no log;
+    the message says which."""
     code = -1010
 
 

@@ -53,15 +53,30 @@ def fsync_dirs(path: str, stop: str) -> None:
         path = os.path.dirname(path)
 
 
+def file_in_the_way(path: str) -> str | None:
+    """The nearest existing ancestor of ``path`` (or ``path`` itself) if it is not a
+    directory (a regular file, say: no directory can be made there), else None."""
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    while parent != path and not os.path.lexists(path):
+        path, parent = parent, os.path.dirname(parent)
+    return None if os.path.isdir(path) or not os.path.lexists(path) else path
+
+
 def private_dir(path: str, tighten: bool = False) -> None:
     """Create ``path`` (and missing parents) readable by this user only: a bookie's files
     hold master keys (index headers) and passwords (meta.db), all the wire needs to write.
     ``tighten`` also narrows an existing directory (the bookie's own subdirectories; a
-    directory an operator named, such as a shared journal disk's mount point, is left)."""
+    directory an operator named, such as a shared journal disk's mount point, is left).
+    A file where a directory must be is a NotADirectoryError naming that file."""
     parent = os.path.dirname(path)
     if not os.path.isdir(path) and parent != path and not os.path.isdir(parent):
         private_dir(parent)            # os.makedirs would give parents the default mode
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except FileExistsError:
+        # not a directory (makedirs says "File exists", naming neither what nor why)
+        raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of a directory", path) from None
     if tighten and os.stat(path).st_mode & 0o077:
         os.chmod(path, 0o700)
 

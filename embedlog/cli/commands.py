@@ -23,6 +23,7 @@ from embedlog.cli.serve import serve
 from embedlog.cli.shell import shell
 from embedlog.cli.stream import stream
 from embedlog.errors import ConfigError
+from embedlog.fileio import file_in_the_way
 from embedlog.harness import LocalCluster
 
 
@@ -143,6 +144,9 @@ def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
     config = {"http_server_enabled": True, "http_server_port": 0} if http else None
     made = base_dir is None
     base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="embedlog-cluster-"))
+    if not made and file_in_the_way(base_dir) is not None:
+        # refused before anything is made, and no "its data is in" a path that cannot be
+        raise ConfigError(f"--dir {base_dir}: {file_in_the_way(base_dir)} is a file, not a directory")
     try:
         with LocalCluster(bookies=bookies, metadata=metadata, base_dir=base_dir,
                           bookie_config=config) as lc:

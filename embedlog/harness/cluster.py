@@ -25,7 +25,8 @@ import tempfile
 import time
 
 from embedlog import forking
-from embedlog.errors import BookieCrashedError, EmbedlogError, IllegalOpError
+from embedlog.errors import BookieCrashedError, ConfigError, EmbedlogError, IllegalOpError
+from embedlog.fileio import file_in_the_way
 from embedlog.client import Client
 from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
@@ -67,6 +68,10 @@ class LocalCluster:
                                  f"store that exists, got {metadata!r}")
         self._own_dir = base_dir is None
         self.base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="embedlog-cluster-"))
+        blocker = file_in_the_way(self.base_dir)
+        if blocker is not None:
+            raise ConfigError(f"LocalCluster cannot keep its data in {self.base_dir}: {blocker} "
+                              f"is a file, not a directory")
         os.makedirs(self.base_dir, exist_ok=True)
         self.metadata_kind = metadata
         self.proxies = proxies

@@ -10,7 +10,10 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 import embedlog
+from embedlog.harness import LocalCluster
 from cliutil import ROOT, cli, cli_env, start, wait_until
 
 
@@ -37,6 +40,27 @@ def test_bookie_serve_impossible_dir_is_a_start_error(tmp_path):
     r = cli("bookie", "serve", "--dir", blocker / "bookie", "--listen", "127.0.0.1:0")
     assert r.returncode == 2 and str(blocker) in r.stderr, r.stderr
     no_traceback(r)
+
+
+def test_directories_below_a_file_are_start_errors_naming_the_file(tmp_path):
+    """Issue 52, item 2: a journal or ledger directory below a regular file, and `cluster up
+    --dir` or LocalCluster below one (a bare NotADirectoryError with its traceback): one line
+    naming the file in the way, exit 2, and no claim that data was kept there."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    for key in ("journal_directory", "ledger_directories"):
+        r = cli("bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0",
+                "--set", f"{key}={blocker / 'sub'}")
+        assert r.returncode == 2 and f"a file is in the way of a directory ({blocker})" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        no_traceback(r)
+    r = cli("cluster", "up", "--bookies", 1, "--dir", blocker / "sub" / "c")
+    assert r.returncode == 2 and f"{blocker} is a file" in r.stderr, r.stderr
+    assert "its data is in" not in r.stderr
+    no_traceback(r)
+    with pytest.raises(embedlog.errors.ConfigError, match=f"{blocker} is a file"):
+        LocalCluster(bookies=1, base_dir=str(blocker / "sub"))
+    assert blocker.read_text() == "not a directory"
 
 
 def test_bookie_serve_creates_a_missing_dir(tmp_path):

@@ -366,6 +366,26 @@ def test_open_refuses_a_path_that_cannot_be_a_log(tmp_path):
         embedlog.open(tmp_path / "nothing", read_only=True)
 
 
+def test_a_path_below_a_file_is_a_log_directory_error(tmp_path):
+    """Issue 52, item 2: a path below a regular file raised a bare FileExistsError (or
+    NotADirectoryError); it is a LogDirectoryError naming the path and the file in the way,
+    for the log's directory and for a journal or ledger directory given with it."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    for below in (a_file / "sub", a_file / "sub" / "deeper"):
+        for read_only in (False, True):
+            with pytest.raises(embedlog.errors.LogDirectoryError) as info:
+                embedlog.open(below, read_only=read_only)
+            assert str(below) in str(info.value) and f"{a_file} is a file" in str(info.value)
+    for where in (dict(journal_dir=str(a_file / "journal")),
+                  dict(ledger_directories=str(a_file / "ledgers"))):
+        with pytest.raises(embedlog.errors.LogDirectoryError, match=f"{a_file} is a file"):
+            embedlog.open(tmp_path / "log", **where)
+        with embedlog.open(tmp_path / "log") as log:       # nothing held: it opens after
+            assert log.list_ledgers() == []
+    assert a_file.read_text() == "mine"
+
+
 def test_a_directory_this_user_cannot_write_is_an_embedlog_error(tmp_path, monkeypatch):
     def denied(uri, **kw):
         raise PermissionError(13, "Permission denied", str(tmp_path / "log" / "meta.db"))
