@@ -366,12 +366,22 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
 
     def _register(self, bookie_id: str, read_only: bool, data: bytes) -> None:
         key, other = self._reg_key(bookie_id, read_only), self._reg_key(bookie_id, not read_only)
-        deadline = time.monotonic() + self._lease_ttl_s + self._timeout_s
+        began = time.monotonic()
+        deadline = began + self._lease_ttl_s + self._timeout_s
+        waited_for = None                   # (key, lease id) of the registration we wait on
         while True:
             lease = self._current_lease()
             _, meta = self._get(key)
             _, ometa = self._get(other)
-            if all(m is None or m.lease_id == lease.id for m in (meta, ometa)):
+            foreign = next(((k, m) for k, m in ((key, meta), (other, ometa))
+                            if m is not None and m.lease_id != lease.id), None)
+            if foreign is not None and waited_for is None:
+                # a restart after a SIGKILL: the old lease holds the key until etcd expires it
+                waited_for = (foreign[0], foreign[1].lease_id)
+                log.warning("bookie %s: registration %s is held by etcd lease %x (a previous "
+                            "run's, not yet expired?); waiting up to %.1f s for it to go",
+                            bookie_id, waited_for[0], waited_for[1], deadline - began)
+            if foreign is None:
                 compare = [tx.Mod(key) == meta.mod_revision] if meta else [tx.Version(key) == 0]
                 success = [tx.Put(key, data, lease)]
                 if ometa is not None:
@@ -379,9 +389,14 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
                     success.append(tx.Delete(other))
                 ok, _ = self._txn(f"register {bookie_id}", compare, success)
                 if ok:
+                    if waited_for is not None:
+                        log.warning("bookie %s: registered after %.1f s waiting for %s of lease %x",
+                                    bookie_id, time.monotonic() - began, *waited_for)
                     return
             if time.monotonic() > deadline:
-                raise MetadataError(f"bookie {bookie_id} is registered under another live etcd lease")
+                where = f" ({waited_for[0]}, lease {waited_for[1]:x})" if waited_for else ""
+                raise MetadataError(f"bookie {bookie_id} is registered under another live etcd "
+                                    f"lease{where}")
             self._stop.wait(0.1)            # bounded by the deadline above
 
     def unregister_bookie(self, bookie_id: str, read_only: bool) -> None:

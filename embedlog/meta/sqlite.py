@@ -416,7 +416,9 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         check_bookie_id(bookie_id)
         read_only = bool(read_only)
         data = encode_bookie_info(info)
-        deadline = time.monotonic() + self._expiry_s + self._heartbeat_interval_s
+        began = time.monotonic()
+        deadline = began + self._expiry_s + self._heartbeat_interval_s
+        waited_for = None                   # the other owner whose row we wait on
         while True:
             with self._write(f"register bookie {bookie_id}") as c:
                 now = time.time()
@@ -429,10 +431,19 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                     c.execute("INSERT INTO bookies VALUES (?, ?, ?, ?, ?)",
                               (bookie_id, int(read_only), data, self._owner, now + self._expiry_s))
                     break
+            if waited_for is None:
+                waited_for = others[0]
+                log.warning("bookie %s: its registration in %s is held by %s (a process on "
+                            "another host, or one that stopped refreshing it?); waiting up to "
+                            "%.1f s for it to expire", bookie_id, self.uri, waited_for,
+                            deadline - began)
             if time.monotonic() > deadline:
                 raise MetadataError(f"bookie {bookie_id} is registered by another live "
                                     f"process ({others[0]})")
             self._stop.wait(min(0.1, self._heartbeat_interval_s))
+        if waited_for is not None:
+            log.warning("bookie %s: registered after %.1f s waiting for %s", bookie_id,
+                        time.monotonic() - began, waited_for)
         with self._reg_lock:
             self._registered.pop((bookie_id, not read_only), None)
             self._registered[(bookie_id, read_only)] = data

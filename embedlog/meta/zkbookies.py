@@ -57,10 +57,22 @@ class ZkRegistrations(RegistrationManager, RegistrationClient):
 
     def _register(self, bookie_id: str, read_only: bool, data: bytes) -> None:
         path, other = self._reg_path(bookie_id, read_only), self._reg_path(bookie_id, not read_only)
-        deadline = time.monotonic() + self._session_timeout_s + self._timeout_s
+        began = time.monotonic()
+        deadline = began + self._session_timeout_s + self._timeout_s
+        waited_for = None                   # (path, session) of the znode we wait on
         while True:
             stat, mine = self._owned(path)
             ostat, omine = self._owned(other)
+            foreign = ((path, stat) if stat is not None and not mine else
+                       (other, ostat) if ostat is not None and not omine else None)
+            if foreign is not None and waited_for is None:
+                # a restart after a SIGKILL: the old session's znode stays until ZooKeeper
+                # expires that session; say so now, not only when the wait fails
+                waited_for = (foreign[0], foreign[1].ephemeralOwner)
+                log.warning("bookie %s: registration znode %s is held by ZooKeeper session "
+                            "0x%x (a previous run's, not yet expired?); waiting up to %.1f s "
+                            "for it to go", bookie_id, waited_for[0], waited_for[1],
+                            deadline - began)
             if (stat is None or mine) and (ostat is None or omine):
                 txn = self._zk.transaction()
                 if stat is None:
@@ -71,12 +83,17 @@ class ZkRegistrations(RegistrationManager, RegistrationClient):
                     txn.delete(other, version=ostat.version)
                 try:
                     self._commit(txn, f"register {bookie_id}")
+                    if waited_for is not None:
+                        log.warning("bookie %s: registered after %.1f s waiting for %s of "
+                                    "session 0x%x", bookie_id, time.monotonic() - began,
+                                    *waited_for)
                     return
                 except (NodeExistsError, NoNodeError, KzBadVersion):
                     pass                    # raced with another registrant: look again
             if time.monotonic() > deadline:
+                where = f" ({waited_for[0]}, session 0x{waited_for[1]:x})" if waited_for else ""
                 raise MetadataError(f"bookie {bookie_id} is registered by another live "
-                                    f"ZooKeeper session")
+                                    f"ZooKeeper session{where}")
             time.sleep(0.1)                 # bounded by the deadline above
 
     def unregister_bookie(self, bookie_id: str, read_only: bool) -> None:

@@ -7,8 +7,10 @@ between real processes where the property is about processes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
+import re
 import signal
 import sqlite3
 import subprocess
@@ -407,6 +409,54 @@ def test_registration_disappears_after_sigkill(backend):
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "zk+hierarchical", "etcd"], indirect=True)
+def test_a_wait_for_an_old_registration_is_logged_when_it_begins(backend, caplog):
+    """Issue 52, item 3: a bookie restarted after a SIGKILL waited silently (about 10 s on
+    ZooKeeper's defaults) for its old registration to expire. It says what it waits for
+    (the znode, key or row and whose session, lease or process) and for how long at most,
+    when the wait begins, and again when it is over."""
+    caplog.set_level(logging.INFO, logger="embedlog")
+    bookie_id = "127.0.0.1:9998"
+    proc = subprocess.Popen([sys.executable, WORKERS, "hold", backend.uri,
+                             json.dumps(backend.options), bookie_id],
+                            stdout=subprocess.PIPE, env=child_env())
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == b"registered", line
+        if backend.family == "sqlite":
+            # a SIGKILLed owner on this host is known dead at once (no wait): one that
+            # stopped refreshing its row is waited for
+            proc.send_signal(signal.SIGSTOP)
+        else:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        store = backend.open()
+        began = time.time()
+        store.register_bookie(bookie_id, False)
+        done = time.time()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert [b.bookie_id for b in store.get_writable_bookies()] == [bookie_id]
+    waits = [r for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert len(waits) == 1, [r.getMessage() for r in caplog.records]
+    rec, msg = waits[0], waits[0].getMessage()
+    assert rec.name.startswith("embedlog") and rec.levelno >= logging.INFO
+    assert rec.created - began < 1.0, "logged when the wait began, not after it"
+    bound = float(re.search(r"waiting up to ([0-9.]+) s", msg).group(1))
+    assert done - began <= bound + 1.0 and done - began > 0.5       # it did wait, within it
+    assert bookie_id in msg
+    if backend.family == "zk":
+        root = "/" + backend.uri.split("://", 1)[1].split("/", 1)[1]
+        assert f"znode {root}/available/{bookie_id}" in msg and re.search(r"session 0x[0-9a-f]+", msg), msg
+    elif backend.family == "etcd":
+        assert f"available/readwrite/{bookie_id}" in msg and re.search(r"lease [0-9a-f]+", msg), msg
+    else:
+        assert str(proc.pid) in msg, msg
+    assert any("registered after" in r.getMessage() for r in caplog.records)
 
 
 def test_watch_fires_on_changes(backend):
