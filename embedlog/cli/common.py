@@ -281,6 +281,19 @@ def resolve_ledger_id(ledger_id, scope_id, qualified_name):
         raise click.BadParameter(str(exc), param_hint="LEDGER_ID") from None
 
 
+def ledger_label(store, ref) -> str:
+    """How a command's text names a ledger (``ref``: a LedgerId or a views.ledger_ref dict):
+    on a root in BookKeeper's format, BookKeeper's plain decimal id (its ledgers are all in
+    scope 0, and its operators and tools know them by that id); elsewhere the qualified name."""
+    if isinstance(ref, dict):
+        scope, lid, qname = ref["ledger_scope_id"], ref["ledger_id"], ref["ledger_qualified_name"]
+    else:
+        scope, lid, qname = ref.scope_id, ref.ledger_id, ref.qualified_name
+    if scope == 0 and getattr(store, "metadata_format", None) == "bookkeeper":
+        return str(lid)
+    return qname
+
+
 # -- Ctrl-C -----------------------------------------------------------------------------------
 
 class StopOnInterrupt:

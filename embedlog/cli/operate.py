@@ -28,8 +28,8 @@ import click
 
 from embedlog.bookie.cookies import Cookie
 from embedlog.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EmbedlogGroup, confirm_delete, emit,
-                                 fail, json_option, metadata_option, open_client, require_metadata,
-                                 table)
+                                 fail, json_option, ledger_label, metadata_option, open_client,
+                                 require_metadata, table)
 from embedlog.client.autorecovery import AutoRecovery, current_auditor, ledgers_on
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.errors import EmbedlogError, IllegalOpError, MetadataError, UnauthorizedAccessError
@@ -179,6 +179,7 @@ def bookie_missing(bookie_id, metadata_uri, delete, ledgers, auth_token_file, as
     them, and with --delete removes them (through the bookie's admin HTTP API)."""
     with open_client(metadata_uri) as client:
         reg, address = _admin_of(client, bookie_id, as_json)
+        store = client.metadata
     path = "/api/v1/bookie/missing_ledgers"
     if not delete:
         out = admin_request(address, "GET", path)
@@ -186,7 +187,7 @@ def bookie_missing(bookie_id, metadata_uri, delete, ledgers, auth_token_file, as
             emit(True, out)
             return
         table(["ledger", "missing since"],
-              [[m["ledger_qualified_name"], time.strftime("%Y-%m-%d %H:%M:%S",
+              [[ledger_label(store, m), time.strftime("%Y-%m-%d %H:%M:%S",
                                                           time.localtime(m["first_seen_ms"] / 1000))]
                for m in out["missing"]], f"{out['count']} ledgers missing from the metadata store")
         return
@@ -260,7 +261,7 @@ def rereplicate(store, bookie_id: str, progress=None) -> dict:
         ctx.close()
 
 
-def _report(bookie_id: str, result: dict, as_json: bool, extra: dict | None = None) -> None:
+def _report(store, bookie_id: str, result: dict, as_json: bool, extra: dict | None = None) -> None:
     out = {"bookie_id": bookie_id, **result, **(extra or {})}
     if as_json:
         emit(True, out)
@@ -268,7 +269,7 @@ def _report(bookie_id: str, result: dict, as_json: bool, extra: dict | None = No
         click.echo(f"bookie {bookie_id}: {len(result['replicated'])} ledgers re-replicated, "
                    f"{len(result['left'])} left")
         for r in result["left"]:
-            click.echo(f"  ledger {r['ledger_qualified_name']}: {r['reason']}", err=True)
+            click.echo(f"  ledger {ledger_label(store, r)}: {r['reason']}", err=True)
 
 
 @click.command("recover")
@@ -281,7 +282,7 @@ def bookie_recover(bookie_id, metadata_uri, as_json):
     with open_client(metadata_uri) as client:
         _refuse_if_registered(client, bookie_id, "recovering its data elsewhere", as_json)
         result = rereplicate(client.metadata, bookie_id)
-    _report(bookie_id, result, as_json)
+    _report(client.metadata, bookie_id, result, as_json)
     if result["left"]:
         raise SystemExit(1)
 
@@ -306,7 +307,7 @@ def bookie_decommission(bookie_id, metadata_uri, yes, as_json):
             if v is not None:
                 cookies.remove_cookie(bookie_id, v.version)
                 removed = True
-    _report(bookie_id, result, as_json, {"cookie_removed": removed,
+    _report(client.metadata, bookie_id, result, as_json, {"cookie_removed": removed,
                                          "decommissioned": not result["left"]})
     if result["left"]:
         raise SystemExit(1)
@@ -336,12 +337,13 @@ def autorecovery_status(metadata_uri, as_json):
     """Who is the auditor, and which ledgers are marked under-replicated (missing bookies)."""
     with open_client(metadata_uri) as client:
         out = autorecovery_state(client.metadata)
+        store = client.metadata
     if as_json:
         emit(True, out)
         return
     click.echo(f"auditor: {out['auditor'] or '(none elected: no bookie runs --autorecovery)'}")
     table(["under-replicated ledger", "missing bookies"],
-          [[r["ledger_qualified_name"], ", ".join(r["missing_bookies"])] for r in out["underreplicated"]],
+          [[ledger_label(store, r), ", ".join(r["missing_bookies"])] for r in out["underreplicated"]],
           f"{len(out['underreplicated'])} under-replicated ledgers")
 
 
@@ -368,7 +370,7 @@ def autorecovery_audit(metadata_uri, as_json):
     emit(as_json, {"marked": rows}, f"audit: {len(rows)} ledgers marked under-replicated")
     if not as_json:
         for r in rows:
-            click.echo(f"  {r['ledger_qualified_name']}: missing {', '.join(r['missing_bookies'])}")
+            click.echo(f"  {ledger_label(client.metadata, r)}: missing {', '.join(r['missing_bookies'])}")
 
 
 # -- metadata format / cookies -------------------------------------------------------------------

@@ -283,3 +283,41 @@ def test_missing_ledgers_are_reported_and_deleted_only_when_confirmed(cluster, c
     assert cli_json("bookie", "missing", bid, "--delete", "--ledger", lid.qualified_name, *md) == \
         {"deleted": 1}
     assert cli_json("bookie", "missing", bid, *md)["count"] == 0
+
+
+def test_recover_and_decommission_name_bookkeeper_ledgers_by_their_plain_ids(tmp_path):
+    """Issue 52, item 4: on a root in BookKeeper's format every ledger is BookKeeper's, in
+    scope 0, and its operators know it by BookKeeper's decimal id: `bookie recover` and
+    `bookie decommission` named the ledgers they left by the 32-hex-digit qualified name."""
+    from embedlog.meta import open_metadata_store
+    from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
+    try:
+        zk = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    try:
+        uri = f"zk+hierarchical://{zk.hosts}/bkroot?metadata_format=bookkeeper"
+        with open_metadata_store(uri) as store:
+            assert store.metadata_format == "bookkeeper"
+        with LocalCluster(bookies=3, metadata=uri, base_dir=str(tmp_path / "cluster"),
+                          autorecovery=False) as lc, lc.client() as client:
+            for _ in range(3):                     # ids past 0, whose hex and decimal differ
+                client.create_ledger(2, 2, 2).close()
+            w = client.create_ledger(3, 3, 2)      # OPEN, the victim in its last fragment
+            w.append_many([b"open"] * 3)
+            victim = lc.bookie_id(0)
+            lid = w.ledger_id
+            assert lid.scope_id == 0 and lid.ledger_id > 0
+            lc.stop_bookie(0)
+            _wait_unregistered(client, victim)
+            md = ("--metadata", uri)
+            for command, *yes in (("recover",), ("decommission", "--yes")):
+                r = cli("bookie", command, victim, *md, *yes)
+                assert r.returncode == 1, r.stderr              # the OPEN ledger is left
+                assert f"ledger {lid.ledger_id}: OPEN" in r.stderr, r.stderr
+                assert lid.qualified_name not in r.stdout + r.stderr, r.stderr
+                out = json.loads(cli("bookie", command, victim, *md, *yes, "--json").stdout)
+                assert [x["ledger_id"] for x in out["left"]] == [lid.ledger_id]
+            w.close()
+    finally:
+        zk.stop()
