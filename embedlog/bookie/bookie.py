@@ -458,14 +458,15 @@ class Bookie:
             return self.descriptors.index(key).fenced
 
     def set_explicit_lac(self, ledger_id, lac: int, master_key: bytes,
-                         body: bytes | None = None) -> int:
+                         body: bytes | None = None, term: int = 0) -> int:
         """Raise the explicit LAC (journalled); the seq to wait for. ``body``: a BookKeeper
         client's WRITE_LAC body, kept in the index header (``sync_ledger_header`` makes it
-        durable) for ``explicit_lac_body``."""
+        durable) for ``explicit_lac_body``. ``term`` is checked as an add's is."""
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            self.descriptors.check_key(key, master_key, True)
+            idx = self.descriptors.check_key(key, master_key, True)
+            self.descriptors.check_term(idx, key, term)
             if self.descriptors.raise_explicit_lac(key, lac, body):
                 return self.journal.add_record(jformat.EXPLICIT_LAC, _IDS_I64.pack(*key, lac))
             return self.journal.appended_seq

@@ -706,7 +706,7 @@ class BookieServer:
 
     def _write_lac(self, req, writer) -> None:
         lac = P.parse_i64_body(req.body)
-        seq = self.bookie.set_explicit_lac(_lid(req), lac, req.master_key)
+        seq = self.bookie.set_explicit_lac(_lid(req), lac, req.master_key, term=req.term)
         ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger)
         self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
 
