@@ -14,10 +14,12 @@
 //
 //   create --ensemble E --write-quorum W --ack-quorum A [--digest D] [--password P]
 //          [--count N] [--size B] [--stdin] [--outstanding K] [--no-close]
-//          [--custom-metadata K=V,K=V]
+//          [--custom-metadata K=V,K=V] [--ledger-id L]
 //       creates a ledger (with the custom metadata, values UTF-8) and appends N entries
 //       "entry-<id>" (padded with '.' to B bytes if B is larger), or with --stdin one entry
-//       per input line (hex; an empty line is an empty entry) until end of input.
+//       per input line (hex; an empty line is an empty entry) until end of input. With
+//       --ledger-id L it is created with that id (createLedgerAdv: makeAdv().withLedgerId)
+//       and written with explicit entry ids 0, 1, ...
 //   read LID [--password P] [--digest D] [--recover] [--from F] [--to T] [--batch N]
 //        [--explicit-lac]
 //       opens with recovery (fences and closes) or without, reads F..T (default all up to
@@ -69,6 +71,7 @@ import org.apache.bookkeeper.client.api.LedgerEntry;
 import org.apache.bookkeeper.client.api.LedgerMetadata;
 import org.apache.bookkeeper.client.api.OpenBuilder;
 import org.apache.bookkeeper.client.api.ReadHandle;
+import org.apache.bookkeeper.client.api.WriteAdvHandle;
 import org.apache.bookkeeper.client.api.WriteHandle;
 import org.apache.bookkeeper.conf.ClientConfiguration;
 
@@ -250,6 +253,19 @@ public class BkDriver {
             .execute().get();
     }
 
+    /** createLedgerAdv with the id --ledger-id names (an id used before comes back). */
+    WriteAdvHandle createLedgerAdv(BookKeeper bk) throws Exception {
+        return bk.newCreateLedgerOp()
+            .withEnsembleSize((int) require("--ensemble"))
+            .withWriteQuorumSize((int) require("--write-quorum"))
+            .withAckQuorumSize((int) require("--ack-quorum"))
+            .withDigestType(digest("CRC32C"))
+            .withPassword(password())
+            .withCustomMetadata(customMetadata())
+            .makeAdv().withLedgerId(require("--ledger-id"))
+            .execute().get();
+    }
+
     /** --custom-metadata K=V,K=V as the ledger's custom metadata (values UTF-8). */
     Map<String, byte[]> customMetadata() {
         Map<String, byte[]> md = new HashMap<>();
@@ -315,7 +331,9 @@ public class BkDriver {
         int size = (int) num("--size", 0);
         int outstanding = (int) Math.max(1, num("--outstanding", 1));
         BookKeeper bk = connect(false);
-        WriteHandle wh = createLedger(bk);
+        WriteAdvHandle adv = opts.containsKey("--ledger-id") ? createLedgerAdv(bk) : null;
+        WriteHandle plain = adv == null ? createLedger(bk) : null;
+        org.apache.bookkeeper.client.api.Handle wh = adv != null ? adv : plain;
         emit("ledger " + wh.getId());
         printEnsembles(wh.getLedgerMetadata());
         Semaphore window = new Semaphore(outstanding);
@@ -337,7 +355,8 @@ public class BkDriver {
             if (failure.get() != null) {
                 break;
             }
-            wh.appendAsync(data).whenComplete((eid, err) -> {
+            CompletableFuture<Long> add = adv != null ? adv.writeAsync(i, data) : plain.appendAsync(data);
+            add.whenComplete((eid, err) -> {
                 if (err != null) {
                     failure.compareAndSet(null, err);
                 } else {
@@ -355,7 +374,7 @@ public class BkDriver {
             wh.close();
         }
         printEnsembles(wh.getLedgerMetadata());
-        emit("lac " + wh.getLastAddConfirmed());
+        emit("lac " + (adv != null ? adv.getLastAddConfirmed() : plain.getLastAddConfirmed()));
         emit("closed " + close);
         emit("end");
         return 0;
