@@ -236,16 +236,24 @@ class Bookie:
 
     # -- what the metadata store says of a ledger (checked once, then cached) ----------
 
-    def needs_ledger_facts(self, ledger_id) -> bool:
+    def needs_ledger_facts(self, ledger_id, kind: str = "create") -> bool:
         """True when a request for this ledger must wait for ``fetch_ledger_facts`` first
-        (the server runs that off its event loop): the bookie has a metadata store and has
-        not looked this ledger up since it started."""
-        return self.descriptors.needs_facts(self._key(ledger_id))
+        (the server runs that off its event loop): LedgerDescriptors.needs_facts, ``kind``
+        "create" (an add, WRITE_LAC, a trim), "fence" (a fencing or term-carrying read) or
+        "read"."""
+        return self.descriptors.needs_facts(self._key(ledger_id), kind)
 
     def fetch_ledger_facts(self, ledger_id):
-        """Read the ledger's metadata once (blocking): see LedgerDescriptors.fetch_facts."""
+        """Read the ledger's metadata (blocking): see LedgerDescriptors.fetch_facts. None
+        for a ledger this bookie deleted whose metadata is gone (the request is then
+        refused as one for a deleted ledger)."""
         key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
-        return self.descriptors.fetch_facts(key)
+        try:
+            return self.descriptors.fetch_facts(key)
+        except NoSuchLedgerError:
+            if key in self.deleted:
+                return None
+            raise
 
     # -- read-only mode ------------------------------------------------------------------
 
@@ -404,7 +412,7 @@ class Bookie:
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            idx = self.descriptors.check_key(key, master_key, True)
+            idx = self.descriptors.check_key(key, master_key, True, fencing=True)
             self.descriptors.check_term(idx, key, term)
             return self.journal.appended_seq
 
@@ -447,7 +455,7 @@ class Bookie:
         key = self._key(ledger_id)
         with self.cv:
             self._ensure_open()
-            self.descriptors.check_key(key, master_key, True)
+            self.descriptors.check_key(key, master_key, True, fencing=True)
             if not self.descriptors.fence(key):
                 return self.journal.appended_seq
             return self.journal.add_record(jformat.FENCE, _IDS.pack(*key))
@@ -594,9 +602,7 @@ class Bookie:
     def _wire_reader(self, key) -> LedgerReader:
         """A reader of entries as stored, at any id held (the wire checks no digest and
         recovery reads past the LAC): reader.pyx's one lookup, with its retries."""
-        idx = self.ledgers.get(key)
-        if idx is None:
-            raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
+        idx = self.descriptors.index(key)
         st = self.storage
         return LedgerReader(st.mt_a, st.mt_b, st.entry_logger, idx, key[0], key[1], 0, None,
                             MAX_ENTRY_ID)
@@ -617,9 +623,7 @@ class Bookie:
         if the bookie does not hold it."""
         key = self._key(ledger_id)
         with self.cv:
-            idx = self.ledgers.get(key)
-            if idx is None:
-                raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
+            idx = self.descriptors.index(key)
             st = self.storage
             return LedgerReader(st.mt_a, st.mt_b, st.entry_logger, idx, key[0], key[1],
                                 digest, mac_key, lac)
@@ -654,6 +658,12 @@ class Bookie:
             out["ledgers"] = len(self.ledgers)
             out["damaged_ledgers"] = {LedgerId(*k).qualified_name: dict(v)
                                       for k, v in st.damaged.items()}
+            # ids the metadata store now gives another ledger than the one held (kept)
+            foreign = self.descriptors.foreign()
+            out["foreign_ledgers"] = len(foreign)
+            out["foreign_ledger_ids"] = [
+                {"ledger_id": LedgerId(*k).qualified_name, "held_ctime_ms": held,
+                 "listed_ctime_ms": listed} for k, (held, listed) in sorted(foreign.items())[:100]]
             out["last_log_mark"] = self.mark.persisted
             out["checkpoint_failures"] = self.checkpointer.failures
             out["checkpoint_last_error"] = self.checkpointer.last_error

@@ -10,6 +10,20 @@ Per ledger, keyed (scope, ledger id):
   failed journal group took back (an embedded writer acknowledges nothing from there on);
 - its ``LedgerFacts``, read from the metadata store once and cached.
 
+A ledger id can come back: its ledger deleted and a new one created under the same id (an
+explicit id, BookKeeper's createLedgerAdv, a metadata store restored from an older backup).
+The index header keeps the incarnation of the data held (the metadata's ctime when it was
+first adopted), and a ledger whose metadata names another incarnation is *foreign* here:
+every request for it is answered as by a bookie that does not hold it (reads, LAC reads,
+fences: NoSuchLedgerError; adds, explicit LACs, terms, trims: LedgerExistsError, which a
+writer answers by replacing this bookie). The old data is kept (a restored store may be the
+reason the ids came back) and reported; ``foreign()`` lists it. So facts must not outlive
+the ledger they describe: stores that can (ZooKeeper) arm a watch with each read, which
+drops the facts when the ledger's metadata changes or goes, and every watch dies with its
+session (``epoch``); a fence, rare and the start of every recovery, trusts facts at most
+``FACTS_RECHECK_S`` old wherever no watch guards them. After a dropped fact, the next
+request of any kind for a held ledger reads the metadata again first.
+
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
 a client asks for are journalled by the bookie; replay makes the same changes through the
@@ -18,8 +32,10 @@ same methods (bookie/replay.py).
 from __future__ import annotations
 
 import collections
+import logging
 import struct
 import threading
+import time
 
 from embedlog._native import journal_format as jformat, journal_kernels as jkernels
 from embedlog._native.format import LedgerId, master_key as derive_key
@@ -28,11 +44,14 @@ from embedlog.errors import (CorruptedDataError, IllegalOpError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 
+log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
 _IDS_U64 = struct.Struct(">QQQ")
 _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
+FACTS_RECHECK_S = 1.0        # a fence trusts unwatched facts at most this old
+CREATE, FENCE, READ = "create", "fence", "read"    # what a request does, for needs_facts
 
 
 def _lac_body_says(body, key, lac: int) -> bool:
@@ -43,12 +62,15 @@ def _lac_body_says(body, key, lac: int) -> bool:
 
 class LedgerFacts:
     """What the metadata store says of a ledger that the bookie checks requests against;
-    ``ctime_ms`` tells one incarnation of a ledger id from another."""
-    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms")
+    ``ctime_ms`` tells one incarnation of a ledger id from another. ``fetched_s`` (monotonic)
+    and ``watched`` (a store watch drops these facts when the metadata changes, ``epoch``
+    the store session it lives in) say how far they may be trusted."""
+    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms", "fetched_s", "watched", "epoch")
 
-    def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1):
+    def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1,
+                 fetched_s: float = 0.0, watched: bool = False, epoch=None):
         self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
-        self.ctime_ms = ctime_ms
+        self.ctime_ms, self.fetched_s, self.watched, self.epoch = ctime_ms, fetched_s, watched, epoch
 
 
 class LedgerDescriptors:
@@ -72,6 +94,11 @@ class LedgerDescriptors:
         self._lost_adds: dict = {}                   # key -> lowest entry a failed group took back
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
         self._facts_lock = threading.Lock()
+        self._suspect: set = set()                   # keys whose facts a watch dropped
+        self._absent: dict = {}                      # deleted key -> when its metadata was gone
+        self._foreign: dict = {}                     # key -> (held incarnation, listed one)
+        lm = getattr(metadata, "ledger_manager", None)
+        self._watches = bool(getattr(lm, "watches_ledgers", False))
 
     # -- the ledgers held -----------------------------------------------------------------
 
@@ -81,11 +108,44 @@ class LedgerDescriptors:
         self._last_entry[key] = idx.last_entry_id()
 
     def index(self, key):
-        """The ledger's index; NoSuchLedgerError if this bookie does not hold it."""
+        """The ledger's index; NoSuchLedgerError if this bookie does not hold it, or holds
+        another incarnation of its id than the metadata store lists."""
         idx = self.ledgers.get(key)
         if idx is None:
             raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
+        if self._other_incarnation(key, idx):
+            raise NoSuchLedgerError(self._foreign_message(key, idx))
         return idx
+
+    def _other_incarnation(self, key, idx) -> bool:
+        """The cached facts name another incarnation than the data held (no I/O)."""
+        facts = self._facts.get(key)
+        if facts is None or facts.ctime_ms < 0 or idx.incarnation < 0 or \
+                idx.incarnation == facts.ctime_ms:
+            if self._foreign:            # the store lists the held ledger again
+                self._foreign.pop(key, None)
+            return False
+        if key not in self._foreign:
+            self._foreign[key] = (idx.incarnation, facts.ctime_ms)
+            log.error("bookie %s holds an earlier ledger %r (created at %d ms) than the one "
+                      "the metadata store lists under its id (created at %d ms): it answers "
+                      "for the new ledger as a bookie that does not hold it, and keeps the "
+                      "old data until an operator confirms its deletion "
+                      "(`embedlog bookie missing --delete`)", self.bookie_id, LedgerId(*key),
+                      idx.incarnation, facts.ctime_ms)
+        return True
+
+    def _foreign_message(self, key, idx) -> str:
+        return (f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)} "
+                f"(created at {idx.incarnation} ms) than the one the metadata store lists "
+                f"(created at {self._facts[key].ctime_ms} ms; the old one deleted and its id "
+                "used again, or the store restored from an older backup): it holds nothing of "
+                "the new one and takes no adds for it")
+
+    def foreign(self) -> dict:
+        """Ledgers held here whose id the metadata store now gives another ledger:
+        key -> (incarnation held, incarnation listed), both ctimes in ms."""
+        return dict(self._foreign)
 
     def known(self, key):
         """The ledger's index, created (in memory) if new."""
@@ -119,13 +179,26 @@ class LedgerDescriptors:
 
     # -- the checks a request meets ----------------------------------------------------------
 
-    def check_key(self, key, master_key: bytes, create: bool):
-        """The ledger's index after checking the master key (adopted on first use, journalled)."""
+    def check_key(self, key, master_key: bytes, create: bool, fencing: bool = False):
+        """The ledger's index after checking the master key (adopted on first use, journalled).
+        A ledger id whose metadata names another incarnation than this bookie held or
+        deleted is refused: NoSuchLedgerError for a fence (``fencing``), as a bookie that
+        never saw it answers, LedgerExistsError for the rest (a writer replaces the bookie)."""
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
                 raise NoSuchLedgerError(f"bookie has no ledger {LedgerId(*key)}")
-            if key in self.deleted:
+            gone_ms = self.deleted.deleted_at(key)
+            if gone_ms is not None:
+                facts = self._deleted_ledger_facts(key)
+                if facts is not None and facts.ctime_ms > gone_ms:
+                    # a new ledger under the id of one deleted here: not this bookie's to hold
+                    # while it remembers the deletion; a writer replaces it
+                    error = NoSuchLedgerError if fencing else LedgerExistsError
+                    raise error(f"ledger {LedgerId(*key)} was deleted from bookie "
+                                f"{self.bookie_id} at {gone_ms} ms; the metadata store lists "
+                                f"a newer ledger of that id (created at {facts.ctime_ms} ms), "
+                                "which this bookie does not take")
                 # a writer that missed the recovery and deletion of its ledger: never bring
                 # the ledger back (its entry would be acknowledged, then collected)
                 raise LedgerFencedError(f"ledger {LedgerId(*key)} was deleted from bookie "
@@ -140,9 +213,9 @@ class LedgerDescriptors:
                 idx.incarnation = facts.ctime_ms
             self.journal.add_record(jformat.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
             return idx
+        self._check_incarnation(key, idx, fencing)
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
-        self._check_incarnation(key, idx)
         return idx
 
     def refuse_damaged(self, key) -> None:
@@ -155,23 +228,19 @@ class LedgerDescriptors:
                 f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
                 "entry logs for reading and recovery, and this bookie takes no more writes to it")
 
-    def _check_incarnation(self, key, idx) -> None:
+    def _check_incarnation(self, key, idx, fencing: bool = False) -> None:
         """The data this bookie holds for a ledger id belongs to the ledger the metadata store
-        lists under it now. After the store went back in time (an older backup restored, a
-        damaged WAL) the same id names a new ledger: its adds and recovery must never land
-        in, or read from, the old one's data."""
+        lists under it now. After the id came back (module doc) a new ledger's adds and
+        recovery must never land in, or read from, the old one's data."""
         facts = self.facts(key)
         if facts is None or facts.ctime_ms < 0:
             return
         if idx.incarnation < 0:        # an index from before incarnations, or replayed
             idx.incarnation = facts.ctime_ms
             idx.header_dirty = True
-        elif idx.incarnation != facts.ctime_ms:
-            raise LedgerExistsError(
-                f"bookie {self.bookie_id} holds data of an earlier ledger {LedgerId(*key)} "
-                f"(created at {idx.incarnation} ms) than the one the metadata store lists "
-                f"(created at {facts.ctime_ms} ms): did the metadata go back in time? This "
-                "bookie takes no adds or recovery for it")
+        elif self._other_incarnation(key, idx):
+            raise (NoSuchLedgerError if fencing else LedgerExistsError)(
+                self._foreign_message(key, idx))
 
     def check_term(self, idx, key, term: int) -> None:
         """Unbounded ledgers: a lower term is refused, a higher one adopted (journalled).
@@ -250,6 +319,9 @@ class LedgerDescriptors:
         self._last_entry.pop(key, None)
         self._lacs.pop(key, None)
         self._lost_adds.pop(key, None)
+        self._foreign.pop(key, None)
+        self._suspect.discard(key)
+        self._facts.pop(key, None)
         if self._keep_files:
             self.storage.forget_ledger(key)
             return
@@ -278,24 +350,89 @@ class LedgerDescriptors:
 
     # -- what the metadata store says of a ledger (checked once, then cached) --------------
 
-    def needs_facts(self, key) -> bool:
-        """True when a request for this ledger must wait for ``fetch_facts`` first: there is
-        a metadata store and this ledger was not looked up since the bookie started."""
-        # a deleted ledger is refused as such (LedgerFencedError), without a lookup
-        return self.metadata is not None and key not in self._facts and key not in self.deleted
+    def _deleted_ledger_facts(self, key) -> LedgerFacts | None:
+        """The facts of a ledger id this bookie deleted, or None while its metadata is gone
+        (known from a read at most FACTS_RECHECK_S old, so a zombie writer's adds cost one
+        metadata read a second at most)."""
+        if self.metadata is None:
+            return None
+        facts = self._facts.get(key)
+        if facts is not None or self._absent_known(key):
+            return facts
+        try:
+            return self.fetch_facts(key)
+        except NoSuchLedgerError:
+            return None
+
+    def _absent_known(self, key) -> bool:
+        seen = self._absent.get(key)
+        if seen is None:
+            return False
+        if time.monotonic() - seen <= FACTS_RECHECK_S:
+            return True
+        self._absent.pop(key, None)
+        return False
+
+    def needs_facts(self, key, kind: str = CREATE) -> bool:
+        """True when a request for this ledger must wait for ``fetch_facts`` first (the
+        server runs it off its event loop). ``kind``: CREATE (an add, WRITE_LAC, a trim:
+        anything that may create the ledger here), FENCE (a fencing or term-carrying read)
+        or READ. The facts are read again when missing or untrustworthy: never looked up
+        since start (CREATE and FENCE), dropped by a watch or their session gone (any kind,
+        for a ledger held here), older than FACTS_RECHECK_S and unwatched (FENCE)."""
+        if self.metadata is None:
+            return False
+        facts = self._facts.get(key)
+        held = key in self.ledgers
+        if facts is None:
+            if kind != READ and self._absent_known(key):
+                return False                 # deleted here, and its metadata still gone
+            return kind != READ or (held and key in self._suspect)
+        if facts.watched and facts.epoch != self._epoch():
+            return kind != READ or held      # the session, and its watches, are gone
+        return (kind == FENCE and held and not facts.watched
+                and time.monotonic() - facts.fetched_s > FACTS_RECHECK_S)
+
+    def _epoch(self):
+        return self.metadata.ledger_manager.watch_epoch() if self._watches else None
 
     def fetch_facts(self, key) -> LedgerFacts:
-        """Read the ledger's metadata once (blocking): the master key its password gives,
-        its digest type and whether it is unbounded. NoSuchLedgerError if it has none."""
-        md = self.metadata.ledger_manager.read_ledger_metadata(LedgerId(*key)).value
+        """Read the ledger's metadata (blocking): the master key its password gives, its
+        digest type, whether it is unbounded, its incarnation. With a store that watches,
+        the read arms a watch that drops these facts on the metadata's next change.
+        NoSuchLedgerError if it has none."""
+        lm = self.metadata.ledger_manager
+        lid = LedgerId(*key)
+        fetched = time.monotonic()
+        try:
+            if self._watches:
+                epoch = lm.watch_epoch()
+                md = lm.read_ledger_metadata(lid, watch=lambda: self._drop_facts(key)).value
+            else:
+                epoch = None
+                md = lm.read_ledger_metadata(lid).value
+        except NoSuchLedgerError:
+            if key in self.deleted:
+                with self._facts_lock:
+                    self._absent[key] = fetched
+            raise
         facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded,
-                            int(md.ctime_ms))
+                            int(md.ctime_ms), fetched, self._watches, epoch)
         with self._facts_lock:            # not the bookie's lock: callers may hold that one
             self._facts[key] = facts
             self._facts.move_to_end(key)
+            self._suspect.discard(key)
+            self._absent.pop(key, None)
             while len(self._facts) > FACTS_MAX:
                 self._facts.popitem(last=False)
         return facts
+
+    def _drop_facts(self, key) -> None:
+        """A watch fired (the store's thread): the ledger's metadata changed or went."""
+        with self._facts_lock:
+            self._facts.pop(key, None)
+            if key in self.ledgers:
+                self._suspect.add(key)
 
     def facts(self, key) -> LedgerFacts | None:
         """The cached facts of a ledger (fetched now if missing); None without a store."""

@@ -75,15 +75,19 @@ class DeletedLedgers:
             while len(self._deleted) > self.max_count:
                 self._deleted.popitem(last=False)
 
+    def deleted_at(self, key) -> int | None:
+        """When (ms) this bookie deleted the ledger, if it remembers it within retention."""
+        with self._lock:
+            ms = self._deleted.get(key)
+        return ms if ms is not None and time.time() * 1000 - ms < self.retention_ms else None
+
     def keys(self) -> list:
         """The ledgers remembered as deleted (within their retention or not)."""
         with self._lock:
             return list(self._deleted)
 
     def __contains__(self, key) -> bool:
-        with self._lock:
-            ms = self._deleted.get(key)
-        return ms is not None and time.time() * 1000 - ms < self.retention_ms
+        return self.deleted_at(key) is not None
 
     def __len__(self) -> int:
         return len(self._deleted)

@@ -165,6 +165,18 @@ class LedgerManager(ABC):
         """Create if absent; LedgerExistsError if the id is taken, or was deleted and its
         deletion record is still kept (bookies still refuse it: a deleted id is not reused)."""
 
+    # Stores that can tell a reader when a ledger's metadata changes set this and take
+    # ``read_ledger_metadata(ledger_id, watch=callback)``: ``callback()`` is called once, on
+    # the store's own thread, at the next change or deletion of that ledger's metadata.
+    # A watch lives as long as the store's session: ``watch_epoch()`` names the session,
+    # and a reader treats facts read in another epoch as unwatched. A bookie drops what it
+    # cached of a ledger when its watch fires (bookie/descriptors.py).
+    watches_ledgers = False
+
+    def watch_epoch(self) -> Any:
+        """The session the store's watches live in (None where there are none)."""
+        return None
+
     @abstractmethod
     def read_ledger_metadata(self, ledger_id: LedgerId) -> Versioned:
         """NoSuchLedgerError if absent."""

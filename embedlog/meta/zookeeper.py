@@ -323,10 +323,19 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                     continue
         return gone
 
-    def read_ledger_metadata(self, ledger_id) -> Versioned:
+    watches_ledgers = True
+
+    def watch_epoch(self) -> int | None:
+        """This client's session id (kept across reconnections; a new one after expiry)."""
+        client_id = self._zk.client_id
+        return None if client_id is None else client_id[0]
+
+    def read_ledger_metadata(self, ledger_id, watch=None) -> Versioned:
+        """``watch``: called once (kazoo's thread) when the znode next changes or goes."""
         lid = coerce_ledger_id(ledger_id)
         try:
-            data, stat = self._get(self.ledger_path(lid))
+            data, stat = self._get(self.ledger_path(lid),
+                                   None if watch is None else (lambda _event: watch()))
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {lid}") from None
         metadata = self._tree.decode_ledger(lid, data, stat.ctime)

@@ -326,12 +326,9 @@ class BookKeeperSession:
             self._with_facts(req.ledger_id, req, reply, self._add_v3)
         elif op == W.READ_ENTRY:
             fence = bool((req.flag or 0) == W.FENCE_LEDGER)
-            if fence:
-                self._with_facts(req.ledger_id, req, reply, self._read_v3)
-            else:
-                self._read_v3(req, reply)
+            self._with_facts(req.ledger_id, req, reply, self._read_v3, "fence" if fence else "read")
         elif op == W.READ_LAC:
-            self._read_lac_v3(req, reply)
+            self._with_facts(req.ledger_id, req, reply, self._read_lac_v3, "read")
         elif op == W.WRITE_LAC:
             self._with_facts(req.ledger_id, req, reply, self._write_lac_v3)
         elif op == W.FORCE_LEDGER:
@@ -368,14 +365,15 @@ class BookKeeperSession:
         else:
             reply.send(_status_only(req, status))
 
-    def _with_facts(self, lid, req, reply, then) -> None:
+    def _with_facts(self, lid, req, reply, then, kind: str = "create") -> None:
         """A request that may create the ledger here waits for one metadata read first
-        (the key its password gives, its digest), off the event loop."""
+        (the key its password gives, its digest, its incarnation), off the event loop; so
+        does any other (``kind``: Bookie.needs_ledger_facts) whose facts went stale."""
         if lid is None or lid < 0:
             self._fail(req, reply, NoSuchLedgerError(f"ledger id {lid}"))
             return
         try:
-            needs = self.bookie.needs_ledger_facts(LedgerId(0, lid))
+            needs = self.bookie.needs_ledger_facts(LedgerId(0, lid), kind)
         except EmbedlogError as exc:
             self._fail(req, reply, exc)
             return
@@ -619,10 +617,8 @@ class BookKeeperSession:
         if op == S.ADDENTRY:
             self._with_facts(lid, req, reply, self._add_v2)
         elif op == S.READENTRY or op == S.BATCH_READ_ENTRY:
-            if flags & S.FLAG_DO_FENCING and key is not None:
-                self._with_facts(lid, req, reply, self._read_v2)
-            else:
-                self._read_v2(req, reply)
+            fence = flags & S.FLAG_DO_FENCING and key is not None
+            self._with_facts(lid, req, reply, self._read_v2, "fence" if fence else "read")
         else:                                            # AUTH: authentication is off here
             reply.send(S.v2_auth_response(version, AUTH_DISABLED_PLUGIN))
 

@@ -565,23 +565,29 @@ class BookieServer:
 
     def dispatch(self, req, writer) -> None:
         """Answer one parsed request; the reply is written to ``writer`` (or a stand-in)."""
+        kind = self._facts_kind(req)
         try:
-            needs_facts = self._may_create(req) and self.bookie.needs_ledger_facts(_lid(req))
+            needs_facts = kind is not None and self.bookie.needs_ledger_facts(_lid(req), kind)
         except EmbedlogError as exc:       # an id no ledger has (scope 0, >= 2^63): a status
             self._fail(writer, req, exc)
             return
         if needs_facts:
             # a request that may create the ledger or carries a term waits for one metadata
-            # read (the ledger's key, digest, boundedness), off the event loop
+            # read (the ledger's key, digest, boundedness, incarnation), off the event loop;
+            # so does any request for a held ledger whose metadata changed since it was read
             fut = self._loop.run_in_executor(None, self.bookie.fetch_ledger_facts, _lid(req))
             fut.add_done_callback(lambda f: self._after_facts(f, req, writer))
             return
         self._handle(req, writer)
 
     @staticmethod
-    def _may_create(req) -> bool:
-        return (req.op in (P.ADD, P.WRITE_LAC, P.TRIM)
-                or (req.op in (P.READ, P.READ_LAC) and req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ)))
+    def _facts_kind(req) -> str | None:
+        """What a request does to a ledger, for Bookie.needs_ledger_facts (None: nothing)."""
+        if req.op in (P.ADD, P.WRITE_LAC, P.TRIM):
+            return "create"
+        if req.op in (P.READ, P.READ_LAC):
+            return "fence" if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ) else "read"
+        return None
 
     def _after_facts(self, fut, req, writer) -> None:
         exc = fut.exception()
