@@ -148,8 +148,21 @@ class AutoRecovery:
             for _first, ens in md.fragments:
                 for b in ens:
                     if b in alive:
-                        self._missing_since.pop(b, None)
-                    elif now - self._missing_since.setdefault(b, now) >= self.grace_s:
+                        since = self._missing_since.pop(b, None)
+                        if since is not None and self.grace_s > 0:
+                            log.info("bookie %s is registered again, %.1f s after it was found "
+                                     "missing", b, now - since)
+                    elif b not in self._missing_since:
+                        self._missing_since[b] = now
+                        if self.grace_s > 0:
+                            # the grace period begins: say so now, not only once it has passed
+                            log.warning("bookie %s (in the ensemble of ledger %s) is not "
+                                        "registered: its ledgers are marked under-replicated if "
+                                        "it is still gone in %.1f s (lost_bookie_grace_s)",
+                                        b, lid, self.grace_s)
+                        else:
+                            lost.add(b)
+                    elif now - self._missing_since[b] >= self.grace_s:
                         lost.add(b)
             if lost:
                 self.ctx.metadata.underreplication.mark_ledger_underreplicated(lid, sorted(lost))

@@ -411,3 +411,37 @@ def test_an_add_the_client_cannot_send_fails_and_never_waits_for_ever(tmp_path, 
         wait_until(lambda: c.ledger_metadata(w.ledger_id).state == LedgerState.CLOSED,
                    timeout_s=60, what="the ledger closed at its LAC")
         assert c.open_ledger(w.ledger_id).last_add_confirmed == 0
+
+
+def test_the_auditor_says_when_a_lost_bookies_grace_period_begins(tmp_path, caplog):
+    """Issue 52, beyond its list: a bookie gone from the registrations was re-replicated
+    lost_bookie_grace_s later (10 s from `bookie serve`, BookKeeper's lostBookieRecoveryDelay
+    is often hours) with nothing logged meanwhile. The auditor says which bookie, a ledger it
+    was found in, and when its ledgers will be marked, once, when the wait begins; and when
+    it comes back. An operator's audit (no grace) marks at once and says nothing of a wait."""
+    import logging
+    from embedlog.client.autorecovery import AutoRecovery
+    from embedlog.client.context import ClientConfig, ClientContext
+    from embedlog.meta.api import LedgerMetadata
+    caplog.set_level(logging.INFO, logger="embedlog")
+    gone = "127.0.0.1:3999"
+    store = open_metadata_store(f"sqlite://{tmp_path}/meta.db")
+    store.ledger_manager.create_ledger_metadata(
+        LedgerMetadata(LedgerId(0, 7), 1, 1, 1, fragments=((0, (gone,)),)))
+    ctx = ClientContext(store, ClientConfig())
+    try:
+        auditor = AutoRecovery(ctx, "auditor", lost_bookie_grace_s=3600.0)
+        assert auditor.audit() == [] and auditor.audit() == []
+        said = [r for r in caplog.records if gone in r.getMessage()]
+        assert len(said) == 1 and said[0].levelno == logging.WARNING, [r.getMessage() for r in said]
+        assert "ledger 7" in said[0].getMessage() and "3600.0 s" in said[0].getMessage()
+        store.register_bookie(gone, False)
+        auditor.audit()
+        assert "registered again" in caplog.records[-1].getMessage()
+        store.unregister_bookie(gone, False)
+        caplog.clear()
+        assert AutoRecovery(ctx, "cli", lost_bookie_grace_s=0.0).audit() == [LedgerId(0, 7)]
+        assert not [r for r in caplog.records if "lost_bookie_grace_s" in r.getMessage()]
+    finally:
+        ctx.close()
+        store.close()
