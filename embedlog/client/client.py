@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
@@ -12,7 +13,7 @@ from embedlog.client.read import ReadHandle
 from embedlog.client.recovery import recover
 from embedlog.client.stream import delete_stream, list_streams, open_stream
 from embedlog.client.write import WriteHandle
-from embedlog.errors import EmbedlogError, IllegalOpError, UnauthorizedAccessError
+from embedlog.errors import ConfigError, EmbedlogError, IllegalOpError, UnauthorizedAccessError
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 from embedlog.net.protocol import bookie_info_request
@@ -34,6 +35,10 @@ class Client:
         metadata format` made): a MetadataError naming it otherwise, as the `embedlog`
         commands say, so a mistyped URI never makes a new, empty store.
         ``create_metadata=True`` creates the store if it is missing (an explicit act)."""
+        known = {f.name for f in dataclasses.fields(ClientConfig)}
+        unknown = sorted(set(config) - known)
+        if unknown:           # ClientConfig(**config) would raise a bare TypeError
+            raise ConfigError(f"unknown client option {unknown[0]!r}; known: {', '.join(sorted(known))}")
         self.metadata_uri = metadata_uri
         self.metadata = open_metadata_store(metadata_uri, create=create_metadata)
         try:
