@@ -382,7 +382,10 @@ class Bookie:
                     break
                 if not recovery:
                     d.refuse_damaged(key)
-                idx = d.check_key(key, master_key, True)
+                # a writer's add of an entry id the bookie holds may come from a new ledger
+                # of a reused id (LedgerDescriptors.check_key)
+                first = None if recovery else parse_entry_header(entries[pos - 1])[3]
+                idx = d.check_key(key, master_key, True, first_entry=first)
                 if idx.fenced and not recovery:
                     raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
                 d.check_term(idx, key, term)

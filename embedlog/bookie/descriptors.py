@@ -20,9 +20,11 @@ writer answers by replacing this bookie). The old data is kept (a restored store
 reason the ids came back) and reported; ``foreign()`` lists it. So facts must not outlive
 the ledger they describe: stores that can (ZooKeeper) arm a watch with each read, which
 drops the facts when the ledger's metadata changes or goes, and every watch dies with its
-session (``epoch``); a fence, rare and the start of every recovery, trusts facts at most
-``FACTS_RECHECK_S`` old wherever no watch guards them. After a dropped fact, the next
-request of any kind for a held ledger reads the metadata again first.
+session (``epoch``). Where no watch guards them (SQLite, etcd), a fence or a read trusts
+facts at most ``FACTS_RECHECK_S`` old, and a writer's add of an
+entry id the bookie already holds or to a fenced ledger (rare too: a new ledger's writer
+starts again at entry 0) reads them again. After a dropped fact, the next request of any kind for a held ledger
+reads the metadata again first.
 
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
@@ -179,11 +181,16 @@ class LedgerDescriptors:
 
     # -- the checks a request meets ----------------------------------------------------------
 
-    def check_key(self, key, master_key: bytes, create: bool, fencing: bool = False):
+    def check_key(self, key, master_key: bytes, create: bool, fencing: bool = False,
+                  first_entry: int | None = None):
         """The ledger's index after checking the master key (adopted on first use, journalled).
         A ledger id whose metadata names another incarnation than this bookie held or
         deleted is refused: NoSuchLedgerError for a fence (``fencing``), as a bookie that
-        never saw it answers, LedgerExistsError for the rest (a writer replaces the bookie)."""
+        never saw it answers, LedgerExistsError for the rest (a writer replaces the bookie).
+        ``first_entry``: a writer's add from that entry id on; one the bookie already holds
+        (a new ledger's writer starts again where the old one wrote), or one to a fenced
+        ledger (the old one was recovered before it was deleted), re-reads facts that no
+        watch guards before trusting them: both are rare for a ledger's own writer."""
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
@@ -213,6 +220,9 @@ class LedgerDescriptors:
                 idx.incarnation = facts.ctime_ms
             self.journal.add_record(jformat.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
             return idx
+        if first_entry is not None and (first_entry <= self._last_entry.get(key, -1)
+                                        or idx.fenced):
+            self._reread_unwatched(key)
         self._check_incarnation(key, idx, fencing)
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
@@ -227,6 +237,11 @@ class LedgerDescriptors:
                 f"ledger {LedgerId(*key)} on bookie {self.bookie_id}: its index file "
                 f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
                 "entry logs for reading and recovery, and this bookie takes no more writes to it")
+
+    def _reread_unwatched(self, key) -> None:
+        facts = self._facts.get(key)
+        if facts is not None and not facts.watched:
+            self.fetch_facts(key)
 
     def _check_incarnation(self, key, idx, fencing: bool = False) -> None:
         """The data this bookie holds for a ledger id belongs to the ledger the metadata store
@@ -379,7 +394,8 @@ class LedgerDescriptors:
         anything that may create the ledger here), FENCE (a fencing or term-carrying read)
         or READ. The facts are read again when missing or untrustworthy: never looked up
         since start (CREATE and FENCE), dropped by a watch or their session gone (any kind,
-        for a ledger held here), older than FACTS_RECHECK_S and unwatched (FENCE)."""
+        for a ledger held here), older than FACTS_RECHECK_S and unwatched (FENCE and READ,
+        for a ledger held here: one metadata read a second at most, per ledger read)."""
         if self.metadata is None:
             return False
         facts = self._facts.get(key)
@@ -390,7 +406,7 @@ class LedgerDescriptors:
             return kind != READ or (held and key in self._suspect)
         if facts.watched and facts.epoch != self._epoch():
             return kind != READ or held      # the session, and its watches, are gone
-        return (kind == FENCE and held and not facts.watched
+        return (kind != CREATE and held and not facts.watched
                 and time.monotonic() - facts.fetched_s > FACTS_RECHECK_S)
 
     def _epoch(self):

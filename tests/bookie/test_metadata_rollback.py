@@ -86,3 +86,25 @@ def test_an_add_for_another_incarnation_of_a_ledger_id_is_refused(tmp_path):
         b.fetch_ledger_facts(lid)
         assert b.last_recoverable_entry(lid) == 1
         assert b.read_payloads(lid, 0, 1, nf.digest_code("crc32c"), None) == [b"a", b"b"]
+
+
+def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp_path):
+    """SQLite has no watch to drop what a bookie cached of a ledger: the id deleted and
+    given to a new ledger while the bookie runs, the new writer's add of entry 0 (which the
+    bookie already holds) makes it read the metadata again, and it is refused; a fence
+    reads facts over a second old again (LedgerDescriptors.FACTS_RECHECK_S)."""
+    with embedlog.open(str(tmp_path / "log")) as log:
+        w = log.create_ledger()
+        w.append_many([b"a", b"b"])
+        w.close()
+        lid, b = w.ledger_id, log.bookie
+        lm = log.metadata.ledger_manager
+        v = lm.read_ledger_metadata(lid)
+        assert not lm.watches_ledgers
+        lm.write_ledger_metadata(v.value.with_(ctime_ms=v.value.ctime_ms + 1), v.version)
+        key = nf.master_key(b"")
+        entry = nf.encode_entry(0, lid.ledger_id, 0, -1, 1, nf.digest_code("crc32c"), b"x")
+        with pytest.raises(LedgerExistsError, match="earlier ledger"):
+            b.add_entries([entry], key)
+        with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
+            b.read_entry(lid, 0)
