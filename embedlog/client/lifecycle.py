@@ -6,7 +6,8 @@ Versioned`` (blocking calls: the client passes its fault-injectable seam, the em
 log its store), so the rules live here once:
 
 - a writer closes by CAS at its LAC; on a conflict it rereads and retries while the
-  ledger is OPEN; CLOSED at the same entry is success, CLOSED elsewhere LedgerClosedError,
+  ledger is OPEN and still the same ledger (its ctime: a ledger deleted and its id used
+  again is another one, LedgerFencedError); CLOSED at the same entry is success, CLOSED elsewhere LedgerClosedError,
   IN_RECOVERY LedgerFencedError (another client is recovering it);
 - a recovery first turns OPEN into IN_RECOVERY (a CLOSED ledger is the answer as it is);
 - a recovery closes with its last entry and its own ensemble changes in one CAS; CLOSED
@@ -20,6 +21,16 @@ from embedlog.errors import (BadVersionError, LedgerClosedError, LedgerFencedErr
 from embedlog.meta.api import LedgerState
 
 CAS_RETRIES = 64
+
+
+def check_incarnation(mine, current) -> None:
+    """LedgerFencedError when ``current`` (the store's metadata now) is of another ledger
+    than ``mine`` under the same id: ours was deleted and its id given to a new one, whose
+    metadata a writer of ours must never change (its ctime tells them apart)."""
+    if current.ctime_ms != mine.ctime_ms:
+        raise LedgerFencedError(f"ledger {mine.ledger_id} was deleted and its id given to "
+                                f"another ledger (created at {current.ctime_ms} ms, ours at "
+                                f"{mine.ctime_ms} ms)")
 
 
 def close_ledger(versioned, last: int, length: int, write, read, before_write=None):
@@ -41,6 +52,7 @@ def close_ledger(versioned, last: int, length: int, write, read, before_write=No
                                            length=length), version)
         except BadVersionError:
             v = read(lid)
+            check_incarnation(md, v.value)
             md, version = v.value, v.version
     raise BadVersionError(f"could not close ledger {lid}: its metadata kept changing")
 
@@ -70,6 +82,9 @@ def close_recovered(base, local, version, last: int, length: int, write, read):
                                                length=length), version).value
         except BadVersionError:
             v = read(lid)
+        if v.value.ctime_ms != base.ctime_ms:
+            raise LedgerRecoveryError(f"ledger {lid} was deleted and its id given to another "
+                                      "ledger while it was recovered")
         if v.value.state == LedgerState.CLOSED:
             return v.value            # closed by a concurrent recovery: its last entry is the answer
         target = merge_local_fragments(base, local, v.value)

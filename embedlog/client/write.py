@@ -43,7 +43,7 @@ from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.client.inflight import AddFuture, InFlight
-from embedlog.client.lifecycle import close_ledger
+from embedlog.client.lifecycle import check_incarnation, close_ledger
 from embedlog.client.schedule import write_quorums
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import WriteLac
@@ -610,6 +610,7 @@ class WriteHandle:
         """Our fragment lost a CAS: carry on only if we may still write (seed 004)."""
         v = await self._ctx.read_metadata(self.ledger_id)
         md = v.value
+        check_incarnation(self._md, md)
         if md.unbounded and md.term != self._term:
             raise InvalidTermError(f"stream ledger {self.ledger_id} moved to term {md.term}; "
                                    f"this writer had term {self._term}")

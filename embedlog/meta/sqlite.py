@@ -315,12 +315,18 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
     def write_ledger_metadata(self, metadata: LedgerMetadata, version: Any) -> Versioned:
         lid = metadata.ledger_id
         with self._write(f"write ledger {lid}") as c:
-            row = c.execute("SELECT version FROM ledgers WHERE name=?",
+            row = c.execute("SELECT version, data FROM ledgers WHERE name=?",
                             (lid.qualified_name,)).fetchone()
             if row is None:
                 raise NoSuchLedgerError(f"no ledger {lid}")
             if row[0] != version:
                 raise BadVersionError(f"ledger {lid}: version {version!r} is stale (now {row[0]})")
+            # versions count from 0 again for a new ledger under a deleted one's id: the
+            # stored one must be the same ledger (its ctime), or a stale writer of the
+            # deleted one would change the new one's metadata
+            if LedgerMetadata.from_bytes(bytes(row[1])).ctime_ms != metadata.ctime_ms:
+                raise BadVersionError(f"ledger {lid}: the stored metadata is of another ledger "
+                                      "of that id (deleted and created again)")
             c.execute("UPDATE ledgers SET data=?, version=? WHERE name=?",
                       (metadata.to_bytes(), row[0] + 1, lid.qualified_name))
         return Versioned(metadata, row[0] + 1)

@@ -347,6 +347,13 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         lid = metadata.ledger_id
         if not isinstance(version, int):
             raise BadVersionError(f"ledger {lid}: version {version!r} is not a znode version")
+        # znode versions count from 0 again for a ledger created under a deleted one's id:
+        # a write at a version of the deleted ledger must not land on the new one (its ctime
+        # tells them apart; a writer changes a ledger's metadata a few times in its life)
+        current = self.read_ledger_metadata(lid)
+        if current.version == version and current.value.ctime_ms != metadata.ctime_ms:
+            raise BadVersionError(f"ledger {lid}: the stored metadata is of another ledger of "
+                                  "that id (deleted and created again)")
         try:
             stat = self._set(self.ledger_path(lid), self._tree.encode_ledger(metadata), version)
         except NoNodeError:

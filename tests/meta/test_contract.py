@@ -152,6 +152,30 @@ def test_deletion_leaves_a_record_and_the_id_is_not_reused(backend):
     assert store.read_ledger_metadata(43).value.ledger_id == LedgerId(0, 43)
 
 
+def test_a_write_of_a_deleted_ledger_never_lands_on_the_new_one_of_its_id(backend):
+    """A writer of a ledger deleted (and its record purged) whose id a new ledger took:
+    the new one's version may equal the one the writer holds (versions count again), and
+    its write is still refused (BadVersionError), with the ZooKeeper watch a bookie arms
+    fired on the way."""
+    store = backend.open()
+    old = store.create_ledger_metadata(md(45, ctime_ms=1000))
+    old = store.write_ledger_metadata(old.value.with_(length=1), old.version)
+    store.remove_ledger_metadata(45)
+    store.purge_deletions(int(time.time() * 1000) + 60_000)
+    fired = threading.Event()
+    new = store.create_ledger_metadata(md(45, ctime_ms=2000))
+    if store.watches_ledgers:
+        store.read_ledger_metadata(45, watch=fired.set)
+    new = store.write_ledger_metadata(new.value.with_(length=2), new.version)
+    if backend.family != "etcd":          # etcd's mod revisions never repeat
+        assert new.version == old.version
+    with pytest.raises(BadVersionError):
+        store.write_ledger_metadata(old.value.with_(length=3), old.version)
+    assert store.read_ledger_metadata(45).value.length == 2
+    if store.watches_ledgers:
+        assert fired.wait(10)
+
+
 def test_second_store_sees_first_stores_writes(backend):
     a, b = backend.open(), backend.open()
     assert a.instance_id == b.instance_id and len(a.instance_id) == 36
