@@ -24,7 +24,10 @@ properties, BOOKKEEPER.md section 6):
 - a stream keeps every acknowledged position with its bytes; a writer whose term was taken
   over is never acknowledged at or after the position the take-over started from;
 - fragments start at strictly increasing entries, each with E distinct bookies, and none
-  starts past a closed ledger's last entry + 1.
+  starts past a closed ledger's last entry + 1;
+- a ledger created under the id of one recovered and deleted before ("reuse": the id
+  given explicitly once its deletion record is purged) holds only its own entries, while
+  the bookies may still hold the old one's (the entry-order invariant above).
 """
 from __future__ import annotations
 
@@ -35,11 +38,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from embedlog.bookie.descriptors import FACTS_RECHECK_S
 from embedlog.errors import EmbedlogError
 
 CLIENTS = 3
 KINDS = ("append", "append_async", "close", "recover", "read", "create", "rule", "release",
          "gate", "bookie", "take_over", "stream_append", "stream_read", "join", "delete")
+# and "reuse": a deleted ledger's id given to a new ledger (after half the deletes)
 WEIGHTS = (22, 10, 5, 7, 7, 3, 14, 6, 6, 6, 4, 7, 2, 5, 2)
 BOOKIE_CONFIG = {"gc_wait_time_ms": 500}     # deleted ledgers leave the bookies during a run
 ENSEMBLES = ((3, 3, 2), (3, 2, 2), (3, 3, 3), (4, 3, 2), (2, 2, 1))
@@ -65,6 +70,9 @@ def make_schedule(seed: int, steps: int = 40, bookies: int = 5, long_every: int 
     If ``long_every`` divides the seed, ledgers are striped and a quarter of the appends
     are bulk ones (``long_every=0``: none is)."""
     rnd = random.Random(seed)
+    # a deleted ledger's id is used again (a "reuse" step after half the deletes) from a
+    # stream of its own, so the other steps of a seed stay what they were
+    reuse_rnd = random.Random(seed * 7919 + 17)
     long = bool(long_every) and seed % long_every == 0
     striped = [e for e in STRIPED if e[0] <= bookies]
     out: list = []
@@ -107,6 +115,13 @@ def make_schedule(seed: int, steps: int = 40, bookies: int = 5, long_every: int 
             out.append(Step(kind, args))
             if lg in live:
                 live.remove(lg)
+            if kind == "delete" and reuse_rnd.random() < 0.5:
+                name = f"L{len(ledgers)}"
+                ledgers.append(name)
+                live.append(name)
+                planned[name] = 0
+                out.append(Step("reuse", dict(ledger=name, of=lg, client=reuse_rnd.randrange(CLIENTS),
+                                              ensemble=reuse_rnd.choice(striped if long else ENSEMBLES))))
         elif kind == "read":
             out.append(Step("read", dict(ledger=any_lg, client=rnd.randrange(CLIENTS))))
         elif kind == "create":
@@ -180,6 +195,7 @@ class LedgerState_:
     acked: dict = field(default_factory=dict)        # entry id -> payload
     observed: dict = field(default_factory=dict)     # entry id -> bytes a reader saw
     deleted_at: int | None = None                    # recovered end, once recovered and deleted
+    deleted_mono: float = 0.0                        # when (time.monotonic())
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -375,7 +391,37 @@ class Run:
         r = self.clients[client].open_ledger(st.lid)
         self._observe(st, r, r.last_add_confirmed)
         self.clients[client].delete_ledger(st.lid)
+        st.deleted_mono = time.monotonic()
         st.deleted_at = r.last_add_confirmed
+
+    def _reuse(self, ledger, of, client, ensemble):
+        """A new ledger under the id of ``of`` once that one is recovered and deleted: its
+        deletion record purged (its retention passed) and the id given explicitly. The
+        bookies that held ``of`` must never serve its entries as the new ledger's."""
+        old = self.ledgers.get(of)
+        if old is None or old.lid is None:
+            return
+        deadline = time.monotonic() + self.STEP_WAIT_S
+        while old.deleted_at is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if old.deleted_at is None:
+            return
+        # a bookie on a store without watches (SQLite, etcd) trusts what it read of a ledger
+        # for up to FACTS_RECHECK_S on plain reads; no id comes back that soon there (its
+        # deletion record is kept for deleted_ledger_retention_ms), so neither does it here
+        time.sleep(max(0.0, old.deleted_mono + FACTS_RECHECK_S - time.monotonic()))
+        st = LedgerState_(ledger, client)
+        self.ledgers[ledger] = st
+        lid, old.lid = old.lid, None     # later steps naming the old one find no ledger; its
+        self._fg(self._do_reuse, st, lid, client, ensemble)   # writer goes on, a zombie
+
+    def _do_reuse(self, st, lid, client, ensemble):
+        c = self.clients[client]
+        c.metadata.ledger_manager.purge_deletions(int(time.time() * 1000) + 1)
+        with st.lock:
+            st.handle = c.create_ledger(*ensemble, ledger_id=lid)
+            st.lid = st.handle.ledger_id
+        self.counts["reused_ids"] = self.counts.get("reused_ids", 0) + 1
 
     def _read(self, ledger, client):
         st = self.ledgers.get(ledger)
