@@ -10,7 +10,7 @@ On a BookKeeper root (BookieShell's initnewcluster) with embedlog bookies:
    ``create_ledger(ledger_id=X)`` or Java's ``createLedgerAdv``), its writer adds and is
    SIGKILLed (before any add was acknowledged, or after some were, with a spare bookie
    started for its ensemble change; a spare is started before the recovery in any case);
-5. X is recovered, by BookKeeper's Java client or by embedlog's.
+5. X is recovered, by BookKeeper's Java client (v3, or v2 as Pulsar's) or by embedlog's.
 
 B0 must answer every request for the new X as a bookie that does not hold it (its adds
 with an error a client replaces a bookie for, its fencing and recovery reads with "no such
@@ -186,7 +186,7 @@ def _new_writer(s: Setup, x: int, how: str, acked: bool) -> list[int]:
 
 @pytest.mark.parametrize("writer,acked,recoverer", [
     ("embedlog", False, "java"),
-    ("java", True, "java"),
+    ("java", True, "java-v2"),
     ("embedlog", True, "embedlog"),
     ("java", False, "embedlog"),
 ])
@@ -205,8 +205,9 @@ def test_a_ledger_id_used_again_never_recovers_the_old_ledgers_entries(setup, wr
         s.start_bookie()
         s.settle()
     new = [b"new-%d" % i for i in range(20)]
-    if recoverer == "java":
-        got = s.bk.java_client("read", x, recover=True, password=PASSWORD)
+    if recoverer.startswith("java"):
+        got = s.bk.java_client("read", x, recover=True, password=PASSWORD,
+                               v2=recoverer == "java-v2")
         lac, entries = got.lac, [p for _, p in got.entries]
     else:
         r = s.client.open_ledger(x, password=PASSWORD)
