@@ -40,8 +40,8 @@ from embedlog.bookie.replay import prefetch, replay_bookie
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
-                             IllegalOpError, LedgerFencedError, NoSuchLedgerError,
-                             ReadOnlyBookieError)
+                             IllegalOpError, LedgerFencedError, MetadataError, NoSuchLedgerError,
+                             ReadOnlyBookieError, TimeoutError)
 
 log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
@@ -243,10 +243,11 @@ class Bookie:
         "read"."""
         return self.descriptors.needs_facts(self._key(ledger_id), kind)
 
-    def fetch_ledger_facts(self, ledger_id):
+    def fetch_ledger_facts(self, ledger_id, kind: str = "create"):
         """Read the ledger's metadata (blocking): see LedgerDescriptors.fetch_facts. None
         for a ledger this bookie deleted whose metadata is gone (the request is then
-        refused as one for a deleted ledger)."""
+        refused as one for a deleted ledger), and for a read ("read" ``kind``) while the
+        store cannot answer: reads go on through a metadata outage, on what was read before."""
         key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
         try:
             return self.descriptors.fetch_facts(key)
@@ -254,6 +255,12 @@ class Bookie:
             if key in self.deleted:
                 return None
             raise
+        except (MetadataError, TimeoutError) as exc:
+            if kind != "read":
+                raise
+            log.debug("bookie %s: ledger %r: metadata unreadable (%s); read on what was read "
+                      "before", self.bookie_id, LedgerId(*key), exc)
+            return None
 
     # -- read-only mode ------------------------------------------------------------------
 

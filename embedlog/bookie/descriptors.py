@@ -19,8 +19,8 @@ fences: NoSuchLedgerError; adds, explicit LACs, terms, trims: LedgerExistsError,
 writer answers by replacing this bookie). The old data is kept (a restored store may be the
 reason the ids came back) and reported; ``foreign()`` lists it. So facts must not outlive
 the ledger they describe: stores that can (ZooKeeper) arm a watch with each read, which
-drops the facts when the ledger's metadata changes or goes, and every watch dies with its
-session (``epoch``). Where no watch guards them (SQLite, etcd), a fence or a read trusts
+drops the facts when the ledger's metadata changes or goes; a dropped connection takes the
+watches (the facts stay, unwatched), and so does a lost session (``epoch``). Where no watch guards them (SQLite, etcd), a fence or a read trusts
 facts at most ``FACTS_RECHECK_S`` old, and a writer's add of an
 entry id the bookie already holds or to a fenced ledger (rare too: a new ledger's writer
 starts again at entry 0) reads them again. After a dropped fact, the next request of any kind for a held ledger
@@ -423,7 +423,7 @@ class LedgerDescriptors:
         try:
             if self._watches:
                 epoch = lm.watch_epoch()
-                md = lm.read_ledger_metadata(lid, watch=lambda: self._drop_facts(key)).value
+                md = lm.read_ledger_metadata(lid, watch=lambda changed: self._watched(key, changed)).value
             else:
                 epoch = None
                 md = lm.read_ledger_metadata(lid).value
@@ -443,9 +443,16 @@ class LedgerDescriptors:
                 self._facts.popitem(last=False)
         return facts
 
-    def _drop_facts(self, key) -> None:
-        """A watch fired (the store's thread): the ledger's metadata changed or went."""
+    def _watched(self, key, changed: bool) -> None:
+        """A watch fired (the store's thread): the ledger's metadata changed or went (the
+        facts go), or the connection dropped and took the watch (the facts stay, unwatched:
+        the rules for stores without watches apply until they are read again)."""
         with self._facts_lock:
+            if not changed:
+                facts = self._facts.get(key)
+                if facts is not None:
+                    facts.watched = False
+                return
             self._facts.pop(key, None)
             if key in self.ledgers:
                 self._suspect.add(key)

@@ -166,10 +166,11 @@ class LedgerManager(ABC):
         deletion record is still kept (bookies still refuse it: a deleted id is not reused)."""
 
     # Stores that can tell a reader when a ledger's metadata changes set this and take
-    # ``read_ledger_metadata(ledger_id, watch=callback)``: ``callback()`` is called once, on
-    # the store's own thread, at the next change or deletion of that ledger's metadata.
-    # A watch lives as long as the store's session: ``watch_epoch()`` names the session,
-    # and a reader treats facts read in another epoch as unwatched. A bookie drops what it
+    # ``read_ledger_metadata(ledger_id, watch=callback)``: ``callback(True)`` is called once,
+    # on the store's own thread, at the next change or deletion of that ledger's metadata,
+    # or ``callback(False)`` if the connection drops first (the watch is gone). A watch lives
+    # at most as long as the store's session: ``watch_epoch()`` names the session, and a
+    # reader treats facts read in another epoch as unwatched. A bookie drops what it
     # cached of a ledger when its watch fires (bookie/descriptors.py).
     watches_ledgers = False
 

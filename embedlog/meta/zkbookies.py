@@ -113,6 +113,33 @@ class ZkRegistrations(RegistrationManager, RegistrationClient):
             self._session_lost = False
             threading.Thread(target=self._reregister, daemon=True,
                              name="embedlog-zk-reregister").start()
+        if state == KazooState.SUSPENDED and not self._closed:
+            self._suspended_at = time.monotonic()
+            threading.Thread(target=self._revive_if_refused, daemon=True,
+                             name="embedlog-zk-revive").start()
+
+    def _revive_if_refused(self) -> None:
+        """A session cut off for longer than its timeout is gone on any server, yet kazoo
+        keeps offering it: a server restored from an older backup refuses every client that
+        saw a later transaction (its zxid) without ever saying the session expired, so the
+        bookie would stay unregistered and mute. Past the timeout, say so and start a new
+        session (registrations follow, as after any lost session)."""
+        since = getattr(self, "_suspended_at", None)
+        deadline = since + 1.5 * self._session_timeout_s
+        while not self._closed and self._zk.state != KazooState.CONNECTED:
+            if time.monotonic() >= deadline:
+                if getattr(self, "_suspended_at", None) != since:
+                    return                       # a later suspension has its own watchdog
+                log.error("ZooKeeper at %s has not taken this session back for %.0f s, longer "
+                          "than its %.0f s timeout (a server restored from an older backup "
+                          "refuses clients that saw later transactions): starting a new session",
+                          self.hosts, time.monotonic() - since, self._session_timeout_s)
+                try:
+                    self._zk.restart()
+                except Exception as exc:
+                    log.error("ZooKeeper at %s: a new session could not start: %s", self.hosts, exc)
+                return
+            time.sleep(0.2)              # a watchdog's poll, bounded by the deadline above
 
     def _reregister(self) -> None:
         with self._reg_lock:

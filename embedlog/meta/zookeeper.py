@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import EventType
 from kazoo.exceptions import (BadVersionError as KzBadVersion, ConnectionClosedError,
                               ConnectionLoss, KazooException, NoNodeError, NodeExistsError,
                               NotEmptyError, OperationTimeoutError, SessionExpiredError)
@@ -331,11 +332,13 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         return None if client_id is None else client_id[0]
 
     def read_ledger_metadata(self, ledger_id, watch=None) -> Versioned:
-        """``watch``: called once (kazoo's thread) when the znode next changes or goes."""
+        """``watch``: called once (kazoo's thread): ``watch(True)`` when the znode next
+        changes or goes, ``watch(False)`` when the connection drops first (kazoo forgets its
+        watches then: what was read is no longer watched)."""
         lid = coerce_ledger_id(ledger_id)
         try:
-            data, stat = self._get(self.ledger_path(lid),
-                                   None if watch is None else (lambda _event: watch()))
+            data, stat = self._get(self.ledger_path(lid), None if watch is None else (
+                lambda event: watch(event.type != EventType.NONE)))
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {lid}") from None
         metadata = self._tree.decode_ledger(lid, data, stat.ctime)

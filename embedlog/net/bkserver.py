@@ -380,7 +380,7 @@ class BookKeeperSession:
         if not needs:
             then(req, reply)
             return
-        fut = self.loop.run_in_executor(None, self.bookie.fetch_ledger_facts, LedgerId(0, lid))
+        fut = self.loop.run_in_executor(None, self.bookie.fetch_ledger_facts, LedgerId(0, lid), kind)
 
         def done(f):
             exc = f.exception()

@@ -575,7 +575,7 @@ class BookieServer:
             # a request that may create the ledger or carries a term waits for one metadata
             # read (the ledger's key, digest, boundedness, incarnation), off the event loop;
             # so does any request for a held ledger whose metadata changed since it was read
-            fut = self._loop.run_in_executor(None, self.bookie.fetch_ledger_facts, _lid(req))
+            fut = self._loop.run_in_executor(None, self.bookie.fetch_ledger_facts, _lid(req), kind)
             fut.add_done_callback(lambda f: self._after_facts(f, req, writer))
             return
         self._handle(req, writer)
