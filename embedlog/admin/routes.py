@@ -30,6 +30,8 @@ is a 400 (a misspelt ``ledger_scope_id`` must not silently mean scope 0)::
     GET    /api/v1/status/history                        this bookie's add/read rates, last 5 min
     GET    /api/v1/bookie/missing_ledgers                ledgers held here that the store lacks
     DELETE /api/v1/bookie/missing_ledgers[?ledger]       delete them (an operator's confirmation)
+    GET    /api/v1/bookie/deletion_halt                  whether GC deletes nothing (the store went back)
+    DELETE /api/v1/bookie/deletion_halt                  resume deletion (an operator's confirmation)
     GET    /metrics                                      Prometheus text format
     GET    /status                                       the status page (HTML); / redirects there
 """
@@ -181,6 +183,7 @@ class BookieRoutes:
             "/api/v1/bookie/state/readonly": (("GET", "PUT"), self.readonly, ()),
             "/api/v1/bookie/gc": (("GET", "PUT"), self.gc, ("force_major", "force_minor")),
             "/api/v1/bookie/missing_ledgers": (("GET", "DELETE"), self.missing_ledgers, LEDGER_PARAMS),
+            "/api/v1/bookie/deletion_halt": (("GET", "DELETE"), self.deletion_halt, ()),
             "/api/v1/config/server_config": (("GET",), self.server_config, ()),
             "/api/v1/ledger/list": (("GET",), self.ledger_list,
                                     ("ledger_scope_id", "print_metadata", "limit")),
@@ -279,6 +282,15 @@ class BookieRoutes:
             return _json({"deleted": gc.delete_missing(None if one is None else [one])})
         rows = [{**ledger_ref(lid), "first_seen_ms": ms} for lid, ms in gc.missing_ledgers()]
         return _json({"count": len(rows), "missing": rows})
+
+    def deletion_halt(self, p):
+        """GET: whether ledger deletion is halted here because the metadata store looks older
+        than what the bookie has seen (bookie/rollback.py), and why; DELETE: resume it."""
+        gc = self.bookie.gc
+        if p.method == "DELETE":
+            return _json({"resumed": list(gc.resume_deletion().values())})
+        return _json({"halted": gc.halt.halted, "reasons": list(gc.halt.reasons.values()),
+                      "highest_mark": gc.halt.highest_mark})
 
     def bookie_info(self) -> dict:
         s = self.bookie.statistics()

@@ -24,6 +24,9 @@ GarbageCollectorThread:
    | wrong ZooKeeper root)                             | metric, `bookie missing`, the     |
    |                                                   | shell and the admin API)          |
    | a candidate whose deletion record the store keeps | deleted, journalled (DELETE_LEDGER)|
+   | any sign the store went back (an older backup     | the cycle deletes nothing, and    |
+   | restored): bookie/rollback.py                     | no later one until an operator    |
+   |                                                   | resumes                           |
 
    Deletion is positive (docs/METADATA.md): a ledger's data goes only when the metadata
    store says that ledger was deleted (``LedgerManager.ledger_deleted_at``), or when an
@@ -56,6 +59,7 @@ from embedlog import failpoints
 from embedlog.bookie.absence import AbsentLedgers
 from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
 from embedlog.bookie.journal import fsync_dir
+from embedlog.bookie.rollback import DeletionHalt
 from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError, TimeoutError
 
 log = logging.getLogger("embedlog.bookie.gc")
@@ -111,6 +115,8 @@ class GarbageCollector:
         self.last_scan: dict = {}
         self.missing: dict = {}            # (scope, lid) -> ms first seen missing, never deleted
         self.absence = self._absence_rule(metadata)
+        self.halt = DeletionHalt(bookie.ledger_currents[0])
+        self.stats["deletion_halted"] = int(self.halt.halted)
         self._last_purge = float("-inf")    # the first GC pass purges, whatever the uptime
         self.compaction_enabled = True     # an operator's (or a benchmark's) switch
         now = time.monotonic()
@@ -132,6 +138,7 @@ class GarbageCollector:
     # -- the thread ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._look_at_start()
         if self.config.gc_wait_time_ms <= 0:
             return
         self._thread = threading.Thread(target=self._loop, name="embedlog-gc", daemon=True)
@@ -211,10 +218,21 @@ class GarbageCollector:
             self.stats["aborted_scans"] += 1
             log.warning("garbage collection of ledgers skipped this cycle: %s", exc)
             return report
+        try:
+            halted = self._deletion_halted(missing)
+        except _Abort as exc:
+            report["aborted"] = str(exc)
+            self.stats["aborted_scans"] += 1
+            log.warning("garbage collection of ledgers skipped this cycle: %s", exc)
+            return report
         if gone:
             missing = [k for k in missing if k not in set(gone)]
         self._note_missing(missing)
         report["missing"] = len(missing)
+        if halted:
+            report["deleted"] = 0
+            report["halted"] = [r["reason"] for r in self.halt.reasons.values()]
+            return report
         report["deleted"] = self._delete(snapshot, candidates)
         if self.absence is not None:
             n = self._delete(snapshot, gone)
@@ -222,6 +240,43 @@ class GarbageCollector:
             report["deleted_without_record"] = n
             self.stats["ledgers_deleted_without_record"] += n
         return report
+
+    def _deletion_halted(self, missing: list) -> bool:
+        """Whether the store looks older than what this bookie has seen (bookie/rollback.py):
+        then this cycle, and every one until an operator resumes, deletes nothing."""
+        mark_of = getattr(self.metadata.ledger_manager, "ledger_id_high_water_mark", None)
+        mark = None
+        if mark_of is not None:
+            try:
+                mark = mark_of()
+            except (MetadataError, TimeoutError) as exc:
+                raise _Abort(f"metadata store error while reading the id generator's mark: "
+                             f"{exc}") from exc
+        halted = self.halt.check(mark, missing, self.bookie.descriptors.foreign())
+        self.stats["deletion_halted"] = int(halted)
+        return halted
+
+    def _look_at_start(self) -> None:
+        """The id generator's mark read once at start, before any cycle: a store restored
+        while this bookie was down hands the lost ledgers' ids out again as soon as clients
+        create ledgers, and the mark catches up with what it was."""
+        if self.metadata is None:
+            return
+        try:
+            with self._cycle_lock:
+                self._deletion_halted([])
+        except _Abort as exc:
+            log.warning("the metadata store's id generator could not be read at start (%s); "
+                        "the first GC cycle looks again", exc)
+
+    def resume_deletion(self) -> dict:
+        """An operator's confirmation that the metadata store is right: deletion goes on,
+        with the id generator's mark now as the base. Returns the reasons lifted."""
+        with self._cycle_lock:
+            mark_of = getattr(self.metadata.ledger_manager, "ledger_id_high_water_mark", None)
+            lifted = self.halt.resume(mark_of() if mark_of is not None else None)
+            self.stats["deletion_halted"] = 0
+            return lifted
 
     def _without_record(self, session, missing: list) -> list:
         """The missing ledgers whose deletion the absence of their znode confirms."""

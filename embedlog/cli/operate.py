@@ -199,6 +199,33 @@ def bookie_missing(bookie_id, metadata_uri, delete, ledgers, auth_token_file, as
     emit(as_json, {"deleted": deleted}, f"deleted {deleted} missing ledgers")
 
 
+@click.command("deletion-halt")
+@click.argument("bookie_id")
+@metadata_option
+@click.option("--resume", is_flag=True,
+              help="Resume deletion: the operator's confirmation that the metadata store is right.")
+@click.option("--auth-token-file", type=click.Path(dir_okay=False), default=None,
+              help="The bookie's token, for --resume (as for `bookie readonly`).")
+@json_option
+def bookie_deletion_halt(bookie_id, metadata_uri, resume, auth_token_file, as_json):
+    """Whether a running bookie has halted ledger deletion because the metadata store looks
+    older than what it has seen (a restored backup: its id generator went back, ledgers it
+    has not handed out yet are missing, ids came back over held ledgers), and why; with
+    --resume, deletion goes on."""
+    with open_client(metadata_uri) as client:
+        reg, address = _admin_of(client, bookie_id, as_json)
+    path = "/api/v1/bookie/deletion_halt"
+    if not resume:
+        out = admin_request(address, "GET", path)
+        lines = [f"- {r['reason']} (since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r['since_ms'] / 1000))})"
+                 for r in out["reasons"]]
+        emit(as_json, out, "ledger deletion halted:\n" + "\n".join(lines) if out["halted"]
+             else "ledger deletion is not halted")
+        return
+    out = admin_request(address, "DELETE", path, token_file=_token_file(reg, auth_token_file))
+    emit(as_json, out, f"ledger deletion resumed ({len(out['resumed'])} reason(s) lifted)")
+
+
 @click.command("readonly")
 @click.argument("mode", type=click.Choice(["on", "off"]))
 @click.argument("bookie_id")
@@ -455,7 +482,8 @@ def cookie_delete(bookie_id, metadata_uri, yes, as_json):
 
 
 def add_to(main: click.Group, bookie: click.Group) -> None:
-    for cmd in (bookie_list, bookie_readonly, bookie_missing, bookie_recover, bookie_decommission):
+    for cmd in (bookie_list, bookie_readonly, bookie_missing, bookie_deletion_halt, bookie_recover,
+                bookie_decommission):
         bookie.add_command(cmd)
     for group in (autorecovery, metadata, cookie):
         main.add_command(group)

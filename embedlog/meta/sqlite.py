@@ -402,6 +402,12 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
             c.execute("INSERT OR REPLACE INTO idgen VALUES (?, ?)", (scope, candidate + 1))
         return LedgerId(scope_id, candidate)
 
+    def ledger_id_high_water_mark(self) -> int:
+        """Every scope-0 id the generator has handed out is below this (its next id)."""
+        rows = self._query("read the ledger id generator", "SELECT next_id FROM idgen WHERE scope=?",
+                           (_scope_hex(0),))
+        return int(rows[0][0]) if rows else 0
+
     def reserve_ledger_ids(self, scope_id: int, through: int) -> None:
         """Never generate ids up to ``through`` in this scope (a bookie holds their data)."""
         check_scope(scope_id)
