@@ -46,7 +46,8 @@ class BookieConfig:
     journal_reuse_files: bool = _key(
         True, "a journal file trimmed after a checkpoint is kept (eight, or as many as one trim "
         "frees up to sixteen) and reused for a later journal: renamed, given a new header and overwritten, so no zeros are written to "
-        "preallocate it (journalReuseFiles). Its previous records stay behind the new tail, "
+        "preallocate it (journalReuseFiles). Kept only while the journal's file system stays below "
+        "disk_usage_warn_threshold with room for a whole journal besides; deleted first when it runs short. Its previous records stay behind the new tail, "
         "unreadable as current ones (salted checksums); replay takes a bad last record in such a "
         "file as a torn write, as RocksDB does with recycled logs.")
     journal_pre_alloc_size_mb: int = _key(

@@ -148,8 +148,9 @@ class Bookie:
         self._reserve_held_ids()
         self.storage.on_flushed = self.checkpointer.request
         self.checkpointer.start()
-        self.disks.listeners.append(lambda full: self.set_read_only("disk", full))
+        self.disks.listeners.append(self._disks_changed)
         self.storage.on_flush_error = self.disks.check
+        self.disks.give_back = self.journal.give_back_spares
         self.disks.start()
         self.gc.start()
 
@@ -228,6 +229,14 @@ class Bookie:
         self.storage.restore_unindexed(wanted)
         for key in self.storage.rebuilt:
             self.descriptors.seen(key, self.ledgers[key].last_entry_id())
+
+    def _disks_changed(self, full: bool) -> None:
+        """The disk monitor's word (any thread; the journal's failure listener holds cv)."""
+        self.set_read_only("disk", full)
+        if not full:
+            # the checkpoint reason would otherwise wait for the flusher's next retry and
+            # the next interval's checkpoint (seconds) after the disk reason is gone
+            self.checkpointer.room_back()
 
     def _journal_failed(self, exc, lost) -> None:
         """A group the disk refused (cv held): its entries are taken back (descriptors)."""

@@ -22,12 +22,14 @@ import threading
 import time
 
 from embedlog import failpoints
+from embedlog.bookie.ledger_storage import FlushFailedError
 
 log = logging.getLogger("embedlog.bookie")
 
 # consecutive failed checkpoints after which the bookie goes read-only (reason "checkpoint"):
 # the journal cannot be trimmed meanwhile, so it only grows
 READ_ONLY_AFTER_FAILURES = 3
+REPEAT_LOG_S = 30.0
 
 
 class Checkpointer:
@@ -37,6 +39,7 @@ class Checkpointer:
         self._stop = threading.Event()
         self._wake = threading.Event()       # a memtable was flushed: checkpoint now
         self._flush_wanted = False           # a full checkpoint was requested (after replay)
+        self._room_back = False              # the disks turned writable: retry at once
         self.replay_checkpointed = threading.Event()   # that one has succeeded (tests wait on it)
         self._thread: threading.Thread | None = None
         # the thread's checkpoints and those called directly (close, after replay) take turns:
@@ -44,6 +47,7 @@ class Checkpointer:
         self._one_at_a_time = threading.Lock()
         self.failures = 0                    # consecutive failed checkpoints of the thread
         self.last_error: str | None = None
+        self._logged_at = 0.0
 
     def checkpoint(self, flush_active: bool = True) -> tuple[int, int]:
         """Make durable what the entry logs hold and move the mark past it. With
@@ -59,8 +63,9 @@ class Checkpointer:
                 b.storage.make_room(b.journal.note_appended())
             b.storage.wait_flushed()
             seq = b.storage.flushed_seq
-            b.journal.wait_durable_locked(seq)
-            mark = b.journal.position_of(seq)
+            covered = b.journal.covered_by_checkpoint(seq)
+            b.journal.wait_durable_locked(covered)
+            mark = b.journal.position_of(covered)
         b.storage.sync()
         b.deleted.persist()          # deletes before the mark are replayed no more
         failpoints.hit("checkpoint.before_lastmark")
@@ -84,6 +89,13 @@ class Checkpointer:
             self._flush_wanted = True
         self._wake.set()
 
+    def room_back(self) -> None:
+        """Room came back on the disks (any thread, any lock held): the thread retries a
+        failed memtable flush now and, if checkpoints have been failing, checkpoints, rather
+        than a second and an interval later (until one succeeds the bookie stays read-only)."""
+        self._room_back = True
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -100,6 +112,12 @@ class Checkpointer:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if self._room_back:
+                self._room_back = False
+                with b.cv:
+                    b.storage.retry_flush()
+                if self.failures:
+                    self._flush_wanted = True
             wanted, self._flush_wanted = self._flush_wanted, False
             full = wanted or (periodic and time.monotonic() >= next_full)
             if not (periodic or full):
@@ -127,7 +145,9 @@ class Checkpointer:
                 # a full disk or a failed flush: try again next interval (the journal
                 # keeps everything until a checkpoint succeeds)
                 self._failed(exc)
-                b.disks.check(exc)
+                # a failed memtable flush was measured by the flusher when it failed; taken
+                # as new here, after room came back, it would mark the disks full again
+                b.disks.check(None if isinstance(exc, FlushFailedError) else exc)
             else:
                 if self.failures:
                     log.warning("bookie %s: checkpoint succeeded after %d failures",
@@ -141,10 +161,17 @@ class Checkpointer:
         takes adds while its journal only grows, and each restart replays more of it."""
         b = self.bookie
         self.failures += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
+        error = f"{type(exc).__name__}: {exc}"
         b.stats["checkpoint_errors"] = b.stats.get("checkpoint_errors", 0) + 1
-        log.error("bookie %s: checkpoint failed (%d in a row): %s", b.bookie_id, self.failures,
-                  self.last_error, exc_info=self.failures == 1)
+        # a full disk fails every interval's checkpoint alike: say so again only when the
+        # error changes or every REPEAT_LOG_S, not several ERROR lines a second
+        now = time.monotonic()
+        if (self.failures <= READ_ONLY_AFTER_FAILURES or error != self.last_error
+                or now - self._logged_at >= REPEAT_LOG_S):
+            self._logged_at = now
+            log.error("bookie %s: checkpoint failed (%d in a row): %s", b.bookie_id,
+                      self.failures, error, exc_info=self.failures == 1)
+        self.last_error = error
         if self.failures == READ_ONLY_AFTER_FAILURES:
             log.error("bookie %s: read-only until a checkpoint succeeds", b.bookie_id)
             b.set_read_only("checkpoint", True)

@@ -21,6 +21,10 @@ every ``disk_check_interval_ms``:
 
 The last row is the hysteresis that matters on a small disk: usage alone flapped (the
 bookie's own trimming freed a little, it turned writable, the next add failed again).
+While full, the checker looks every FULL_CHECK_S, so the state ends soon after the space
+comes back. Before a directory on the journal's file system counts as short of room, what
+the bookie keeps only to go faster is given back (``give_back``: the journal's files kept
+for reuse).
 
 Read-only mode is announced to ``listeners`` (callables taking ``full: bool``); the
 bookie holds it as its "disk" reason for read-only mode (Bookie.set_read_only), beside an
@@ -36,6 +40,7 @@ from embedlog.errors import ConfigError
 from embedlog.fileio import no_space
 
 log = logging.getLogger("embedlog.bookie.disks")
+FULL_CHECK_S = 0.2
 
 
 def disk_usage(path: str) -> tuple[float, int]:
@@ -82,6 +87,9 @@ class DiskMonitor:
         # an entry log's allocation chunk (entrylog.pyx ALLOC_CHUNK)
         self.room_bytes = (config.journal_pre_alloc_size_mb << 20) + (8 << 20)
         self.listeners: list = []
+        # () -> bytes freed: what the bookie keeps only to go faster (the journal's files
+        # kept for reuse), given back before a disk it shares with the journal counts as short
+        self.give_back = None
         self.checks = 0
         self._turn = 0
         self.stats = {"checks": 0, "read_only_flips": 0, "writable_flips": 0, "check_errors": 0}
@@ -89,6 +97,7 @@ class DiskMonitor:
         self._notify_lock = threading.Lock()      # listeners hear each change once, in order
         self._delivered = False
         self._stop = threading.Event()
+        self._wake = threading.Event()            # stop, or turned full: check more often
         self._thread: threading.Thread | None = None
 
     # -- measuring ----------------------------------------------------------------------
@@ -107,15 +116,13 @@ class DiskMonitor:
         directories without room for ``room_bytes`` full at once, whatever their usage."""
         cfg = self.config
         with self._cv:
-            measured = {}
-            for d in self.ledger_dirs + [self.journal_dir]:
-                try:
-                    measured[d] = self._measure(d)
-                except OSError:
-                    self.stats["check_errors"] += 1
-                    log.exception("cannot measure the disk of %s", d)
-                    measured[d] = (1.0, 0)          # a directory we cannot stat takes nothing new
-            if no_space(exc):
+            measured = self._measure_all()
+            gave_back = False
+            if self.give_back is not None and self._pressed(measured, exc):
+                gave_back = self.give_back() > 0
+                if gave_back:
+                    measured = self._measure_all()
+            if no_space(exc) and not (gave_back and not self._pressed(measured, None)):
                 short = [d for d, (_u, free) in measured.items() if free < self.room_bytes]
                 for d in short or list(measured):
                     if d not in self.no_space_at:
@@ -145,6 +152,8 @@ class DiskMonitor:
             if full != self.full:
                 self.full = full
                 self.stats["read_only_flips" if full else "writable_flips"] += 1
+                if full:
+                    self._wake.set()          # the checker's wait was the long one
             self.checks += 1
             self.stats["checks"] = self.checks
             self._cv.notify_all()
@@ -157,6 +166,36 @@ class DiskMonitor:
                 for listener in list(self.listeners):
                     listener(full)
         return self.full
+
+    def _measure_all(self) -> dict:
+        measured = {}
+        for d in self.ledger_dirs + [self.journal_dir]:
+            try:
+                measured[d] = self._measure(d)
+            except OSError:
+                self.stats["check_errors"] += 1
+                log.exception("cannot measure the disk of %s", d)
+                measured[d] = (1.0, 0)          # a directory we cannot stat takes nothing new
+        return measured
+
+    def _pressed(self, measured: dict, exc) -> bool:
+        """Whether a directory on the journal's file system is short of room: a write
+        there was refused, or it is at disk_usage_warn_threshold, or has less than
+        room_bytes usable."""
+        try:
+            dev = os.stat(self.journal_dir).st_dev
+        except OSError:
+            return False
+        for d, (usage, usable) in measured.items():
+            try:
+                if os.stat(d).st_dev != dev:
+                    continue
+            except OSError:
+                continue
+            if (no_space(exc) or d in self.no_space_at or usable < self.room_bytes
+                    or usage >= self.config.disk_usage_warn_threshold):
+                return True
+        return False
 
     def pressure(self) -> str:
         """'full', 'warn' or 'ok': the worst of the ledger directories (last measured)."""
@@ -205,7 +244,13 @@ class DiskMonitor:
         self._thread.start()
 
     def _loop(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+        # while full, a statvfs every FULL_CHECK_S: the bookie is writable again within a
+        # second of the space coming back, not an interval (10 s by default) later
+        while True:
+            self._wake.wait(min(interval_s, FULL_CHECK_S) if self.full else interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.check()
             except Exception:                       # keep checking: a listener failed
@@ -219,6 +264,7 @@ class DiskMonitor:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None

@@ -119,6 +119,9 @@ class Journal:
         self._max_memory = config.journal_max_memory_size_mb * 1024 * 1024
         self._prealloc = config.journal_pre_alloc_size_mb * 1024 * 1024
         self._threads: list[threading.Thread] = []
+        # files kept for reuse: a roll reusing one, a trim keeping one and the disks giving
+        # them back take turns (a file given back under a roll that opened it failed the roll)
+        self._spares_lock = threading.Lock()
 
     # -- files ------------------------------------------------------------------
 
@@ -213,6 +216,10 @@ class Journal:
         (a salt its previous life's records do not check with) is synced under its old name,
         then it is renamed, so a crash leaves either a kept file or a whole new journal.
         Returns (fd, header, its size, salt)."""
+        with self._spares_lock:
+            return self._reuse_spare(new_id, prev, path)
+
+    def _reuse_spare(self, new_id: int, prev: int, path: str):
         for old_id in journal_ids(self.directory, FREE):
             free = os.path.join(self.directory, "%x%s" % (old_id, FREE))
             try:
@@ -547,6 +554,20 @@ class Journal:
                 continue
             self.cv.wait(left if wait_s is None else wait_s if left is None else min(wait_s, left))
 
+    def covered_by_checkpoint(self, seq: int) -> int:
+        """The seq a checkpoint of memtables holding records up to ``seq`` waits for and
+        marks (cv held): ``seq`` itself, or, inside a group a full disk failed, that group's
+        start. The failed group's entries were taken back out of the memtable and its bytes
+        cut off the file, so nothing of it needs to be durable; waiting for it instead
+        failed every checkpoint until a later add moved the memtable's seq, and a bookie
+        read-only for that very reason takes no add."""
+        for lo, hi, _exc in reversed(self._failed):
+            if lo < seq <= hi:
+                return lo
+            if hi < seq:
+                break
+        return seq
+
     def _failed_at(self, seq: int) -> bool:
         return bool(self._failed) and any(lo < seq <= hi for lo, hi, _exc in tuple(self._failed))
 
@@ -696,14 +717,18 @@ class Journal:
         journal_reuse_files, whole ones (of journal_max_size_mb) are kept for reuse instead:
         at most MAX_FREE, or as many as this trim frees up to MAX_FREE_BURST (the journal held
         those files already; the next stretch between checkpoints may need them again)."""
+        with self._spares_lock:
+            return self._trim(mark_file_id)
+
+    def _trim(self, mark_file_id: int) -> list[int]:
         old = [i for i in journal_ids(self.directory) if i < mark_file_id]
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
         kept = journal_ids(self.directory, FREE)
-        reuse = self.config.journal_reuse_files
+        reuse = self.config.journal_reuse_files and self._room_for_spares()
         free = len(kept) if reuse else 0
         most = max(MAX_FREE, min(len(victims), MAX_FREE_BURST)) if reuse else 0
-        if not reuse:
+        if not self.config.journal_reuse_files:
             for i in kept:                  # kept while reuse was on: nothing reads them now
                 os.unlink(os.path.join(self.directory, "%x%s" % (i, FREE)))
         for i in victims:
@@ -719,3 +744,39 @@ class Journal:
         if victims or (kept and not self.config.journal_reuse_files):
             fsync_dir(self.directory)
         return victims
+
+    def _room_for_spares(self) -> bool:
+        """Whether trimmed journals may be kept for reuse: they only spare the zeros of a
+        new file, so they never take what the journal needs. Its file system must stay
+        below disk_usage_warn_threshold with room for a whole journal and its zeros
+        besides; a small journal file system filled by eight kept files stayed read-only."""
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return False
+        total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        return (total > 0 and 1.0 - usable / total < self.config.disk_usage_warn_threshold
+                and usable >= self._max_bytes + self._prealloc)
+
+    def give_back_spares(self) -> int:
+        """Delete the journal files kept for reuse: the first thing given back when the
+        journal's file system runs short of room (the disk monitor calls this). Returns the
+        bytes freed."""
+        freed = n = 0
+        with self._spares_lock:
+            for i in journal_ids(self.directory, FREE):
+                path = os.path.join(self.directory, "%x%s" % (i, FREE))
+                try:
+                    size = os.stat(path).st_blocks * 512
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue
+                freed += size
+                n += 1
+            if n:
+                fsync_dir(self.directory)
+        if n:
+            self.stats["spares_given_back"] = self.stats.get("spares_given_back", 0) + n
+            log.warning("journal %s: short of room, %d journal files kept for reuse deleted "
+                        "(%.1f MiB given back)", self.directory, n, freed / (1 << 20))
+        return freed

@@ -33,6 +33,11 @@ from embedlog.errors import CorruptedDataError, EmbedlogError, NoSuchEntryError,
 log = logging.getLogger("embedlog.bookie")
 
 
+class FlushFailedError(EmbedlogError):
+    """A waiter finds the last memtable flush failed. The flusher measured the disks when
+    it failed (on_flush_error); the failure may be older than space freed since."""
+
+
 class SortedLedgerStorage:
     def __init__(self, current_dir, config, cv: threading.Condition, lock, choose_current=None,
                  rebuild_damaged: bool = True):
@@ -103,7 +108,8 @@ class SortedLedgerStorage:
                 with self.cv:
                     if self._stopping:
                         return          # closing: the journal holds what this could not write
-                    self._flush_cv.wait(1.0)
+                    if self.flush_error is exc:     # retry_flush may have woken it already
+                        self._flush_cv.wait(1.0)
                 continue
             with self.cv:
                 self.flush_error = None
@@ -175,10 +181,17 @@ class SortedLedgerStorage:
                 raise EmbedlogError("the bookie is closing: the memtable is not flushed again")
             self.cv.wait()
 
+    def retry_flush(self) -> None:
+        """Retry a failed memtable flush now (cv held), not at the flusher's next second:
+        room came back. Its waiters wait for the retry's outcome instead of the old error."""
+        if self.flush_error is not None:
+            self.flush_error = None
+            self._flush_cv.notify()
+
     def _raise_flush_error(self) -> None:
         if self.flush_error is not None:
-            raise EmbedlogError(f"the memtable cannot be flushed to the entry logs: "
-                                f"{self.flush_error}") from self.flush_error
+            raise FlushFailedError(f"the memtable cannot be flushed to the entry logs: "
+                                   f"{self.flush_error}") from self.flush_error
 
     def known(self, key):
         """The ledger's index, created (in memory) if new."""

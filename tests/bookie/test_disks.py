@@ -503,3 +503,150 @@ log.close()
                        env={**os.environ, "PYTHONPATH": ROOT})
     assert r.returncode == 0, (r.returncode, r.stderr[-6000:])
     assert r.stdout.split() == ["True", "True"], r.stdout
+
+
+# -- the full disk's state ends when the space does (issue 55 item 1) ---------------------------
+
+
+def _reasons_watch(bookie):
+    """(condition, reasons now): every read-only change the bookie announces, kept."""
+    import threading
+    cv = threading.Condition()
+    now = {"reasons": frozenset(bookie.read_only_reasons)}
+
+    def on_change(_read_only, reasons):
+        with cv:
+            now["reasons"] = reasons
+            cv.notify_all()
+    bookie.read_only_listeners.append(on_change)
+    return cv, now
+
+
+def test_a_freed_journal_disk_is_writable_within_a_second(small_fs, caplog):
+    """ENOSPC on the journal's disk, then the space comes back. Every checkpoint failed on
+    the failed group's sequence number (the memtable's last seq, which no add could move
+    since the bookie was read-only for that very failure): 'read-only until a checkpoint
+    succeeds' never ended. Now the bookie is writable again soon after the space returns
+    with the default disk_check_interval_ms (10 s), and a crash after that loses nothing
+    acknowledged."""
+    import logging
+    from embedlog.errors import EmbedlogError
+    from crashutil import abandon
+    cfg = dict(journal_max_size_mb=4, journal_pre_alloc_size_mb=1, flush_interval_ms=100,
+               gc_wait_time_ms=0)
+    path, ballast = small_fs / "log", small_fs / "ballast"
+    log = embedlog.open(path, **cfg)
+    try:
+        cv, now = _reasons_watch(log.bookie)
+        w = log.create_ledger()
+        acked = [w.append(payload(0, i)) for i in range(20)]
+        _fill(ballast)
+        with pytest.raises(EmbedlogError):
+            for i in range(20, 5000):
+                acked.append(w.append(big_payload("w", i)))
+        with cv:                                            # failing checkpoints turn it read-only
+            assert cv.wait_for(lambda: "checkpoint" in now["reasons"], 30), now
+        os.unlink(ballast)
+        t0 = time.monotonic()
+        with cv:
+            assert cv.wait_for(lambda: not now["reasons"], 10), \
+                f"still read-only ({set(now['reasons'])}) 10 s after the space came back"
+        took = time.monotonic() - t0
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR
+                  and "checkpoint failed" in r.getMessage()]
+        assert len(errors) < 10, f"{len(errors)} ERROR lines for one full disk"
+        w2 = log.create_ledger()
+        assert w2.append(b"writable again") == 0
+    except BaseException:
+        log.close()            # its threads must not outlive the file system unmounted next
+        raise
+    abandon(log)                                        # a crash: replay from the mark moved
+    with embedlog.open(path, **cfg) as log:
+        r = log.open_ledger(w.ledger_id)
+        assert r.last_add_confirmed == acked[-1]
+        assert r.read_batch(0, acked[-1]) == [payload(0, i) if i < 20 else big_payload("w", i)
+                                              for i in acked]
+        assert log.open_ledger(w2.ledger_id).read_entry(0) == b"writable again"
+    print(f"writable {took:.2f} s after the space came back")
+    assert took < 5, took          # 0.1-0.2 s on a quiet machine; headroom for a loaded one
+
+
+def _served_journal_on(small_fs, tmp_path, **config):
+    """A LocalCluster of one bookie whose journal is on ``small_fs`` (its ledgers and the
+    metadata store are not)."""
+    from embedlog.harness import LocalCluster
+    cfg = dict(journal_directory=str(small_fs / "journal"), journal_max_size_mb=4,
+               journal_pre_alloc_size_mb=1, gc_wait_time_ms=0, **config)
+    return LocalCluster(bookies=1, base_dir=str(tmp_path / "c"), proxies=False,
+                        autorecovery=False, bookie_config=cfg)
+
+
+def _registered(cluster, writable: bool) -> bool:
+    from embedlog.meta import open_metadata_store
+    with open_metadata_store(cluster.metadata_uri) as store:
+        rc = store.registration_client
+        regs = rc.get_writable_bookies() if writable else rc.get_readonly_bookies()
+        return cluster.bookie_id(0) in [r.bookie_id for r in regs]
+
+
+def test_a_served_bookie_is_writable_soon_after_its_journal_disk_is_freed(small_fs, tmp_path):
+    """Served, the same: the journal's disk fills, adds fail, checkpoints fail (read-only
+    until one succeeds); once the space is back the bookie re-registers writable and takes
+    adds, without a restart."""
+    from cliutil import wait_until
+    from embedlog.errors import EmbedlogError
+    with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100) as cluster:
+        client = cluster.client()
+        w = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
+        w.append(b"before")
+        _fill(small_fs / "ballast")
+        with pytest.raises(EmbedlogError):
+            for i in range(5000):
+                w.append(big_payload("s", i))
+        # every checkpoint failed on the failed group from here on, the bookie read-only
+        # for that once three had (100 ms apart), whatever space came back
+        wait_until(lambda: _registered(cluster, False), 30, "registered read-only")
+        os.unlink(small_fs / "ballast")
+        t0 = time.monotonic()
+        wait_until(lambda: _registered(cluster, True), 10, "registered writable again",
+                   interval_s=0.02)
+        took = time.monotonic() - t0
+        w2 = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
+        assert w2.append(b"writable again") == 0
+        w2.close()
+        print(f"served: registered writable {took:.2f} s after the space came back")
+        assert took < 5, took
+
+
+def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_fs, tmp_path):
+    """Served, on a 64 MiB journal file system with 4 MiB journals: the journal files kept
+    for reuse (up to sixteen) filled it, the journal hit ENOSPC and the bookie went
+    read-only, and stayed so across a restart. They are kept now only while the file system
+    has room besides them, and given back first when it runs short: a restart on a file
+    system something else filled meanwhile is writable at once."""
+    from cliutil import wait_until
+    from embedlog.bookie.journal import FREE
+    journal = small_fs / "journal"
+    with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100) as cluster:
+        client = cluster.client()
+        w = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
+        entry = bytes(32 << 10)
+        for _ in range(40):                                     # 80 MiB through the journal
+            futs = w.append_many_async([entry] * 64)
+            futs[-1].result(60)
+        assert w.append(b"last") == 40 * 64
+        w.close()
+        assert _registered(cluster, True) and not _registered(cluster, False)
+        st = os.statvfs(journal)
+        assert 1 - st.f_bavail / st.f_blocks < 0.95
+        spares = [n for n in os.listdir(journal) if n.endswith(FREE)]
+        assert len(spares) >= 3, sorted(os.listdir(journal))    # reuse still works
+        cluster.stop_bookie(0)
+        _fill(small_fs / "ballast", leave_bytes=1 << 20)         # filled while it was down
+        cluster.restart_bookie(0)
+        wait_until(lambda: _registered(cluster, True), 10, "writable after the restart",
+                   interval_s=0.02)
+        assert "journal files kept for reuse deleted" in open(os.path.join(cluster.bookie_dir(0), "bookie.log")).read()
+        w2 = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
+        assert w2.append(b"room for the journal") == 0
+        w2.close()
