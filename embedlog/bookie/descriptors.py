@@ -17,14 +17,17 @@ first adopted), and a ledger whose metadata names another incarnation is *foreig
 every request for it is answered as by a bookie that does not hold it (reads, LAC reads,
 fences: NoSuchLedgerError; adds, explicit LACs, terms, trims: LedgerExistsError, which a
 writer answers by replacing this bookie). The old data is kept (a restored store may be the
-reason the ids came back) and reported; ``foreign()`` lists it. So facts must not outlive
-the ledger they describe: stores that can (ZooKeeper) arm a watch with each read, which
-drops the facts when the ledger's metadata changes or goes; a dropped connection takes the
-watches (the facts stay, unwatched), and so does a lost session (``epoch``). Where no watch guards them (SQLite, etcd), a fence or a read trusts
-facts at most ``FACTS_RECHECK_S`` old, and a writer's add of an
-entry id the bookie already holds or to a fenced ledger (rare too: a new ledger's writer
-starts again at entry 0) reads them again. After a dropped fact, the next request of any kind for a held ledger
-reads the metadata again first.
+reason the ids came back) and reported; ``foreign()`` lists it, and garbage collection
+halts deletion while any is held (bookie/rollback.py).
+
+So facts must not outlive the ledger they describe. Stores that can (ZooKeeper) arm a watch
+with each read, which drops the facts when the ledger's metadata changes or goes; a dropped
+connection takes the watches (the facts stay, unwatched), and so does a lost session
+(``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), a fence or a read
+trusts facts at most ``FACTS_RECHECK_S`` old, and a writer's add of an entry id the bookie
+already holds or to a fenced ledger (rare for a ledger's own writer; what a new ledger's
+writer does first) reads them again. After a watch dropped them, the next request of any
+kind for a held ledger reads the metadata again first.
 
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
@@ -52,7 +55,7 @@ _IDS_U64 = struct.Struct(">QQQ")
 _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
-FACTS_RECHECK_S = 1.0        # a fence trusts unwatched facts at most this old
+FACTS_RECHECK_S = 1.0        # a fence or a read trusts unwatched facts at most this old
 CREATE, FENCE, READ = "create", "fence", "read"    # what a request does, for needs_facts
 
 
@@ -131,10 +134,10 @@ class LedgerDescriptors:
             self._foreign[key] = (idx.incarnation, facts.ctime_ms)
             log.error("bookie %s holds an earlier ledger %r (created at %d ms) than the one "
                       "the metadata store lists under its id (created at %d ms): it answers "
-                      "for the new ledger as a bookie that does not hold it, and keeps the "
-                      "old data until an operator confirms its deletion "
-                      "(`embedlog bookie missing --delete`)", self.bookie_id, LedgerId(*key),
-                      idx.incarnation, facts.ctime_ms)
+                      "for the new ledger as a bookie that does not hold it and keeps the old "
+                      "data; ledger deletion halts on this bookie until an operator resumes it "
+                      "(`embedlog bookie deletion-halt BOOKIE_ID`)", self.bookie_id,
+                      LedgerId(*key), idx.incarnation, facts.ctime_ms)
         return True
 
     def _foreign_message(self, key, idx) -> str:
