@@ -18,6 +18,7 @@ import gc
 import logging
 import os
 import signal
+import threading
 import sys
 
 from embedlog.admin.http import AdminServer
@@ -116,6 +117,10 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
         autorecovery = dict(autorecovery, client_config=client_config)
     directory = make_directory(directory)
     keep_large_blocks_mapped()
+    if threading.current_thread() is threading.main_thread():
+        # until the loop takes SIGTERM over, a start (a long replay, a wait for an old
+        # registration) stops as on Ctrl-C, closing what it opened, instead of dying at once
+        signal.signal(signal.SIGTERM, _stop_while_starting)
     # the store first: the bookie's cookie names it, and its GC lists ledgers in it
     meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
     try:
@@ -135,6 +140,20 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
     finally:
         bookie.close()
         meta.close()
+
+
+def _stop_while_starting(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _quiet_cancelled(loop, context) -> None:
+    """The loop's exception handler. At shutdown asyncio cancels the connections' tasks, and
+    Python 3.11's streams then ask each cancelled task for its exception from a callback:
+    CancelledError, logged with a traceback for every open connection. Only that is
+    dropped."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
 
 
 async def _stop_when_orphaned(parent_pid: int, stop: asyncio.Event) -> None:
@@ -183,6 +202,7 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
             info["admin_token_file"] = admin.token_file
             print(f"admin token (for changing requests) in {admin.token_file}", flush=True)
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_quiet_cancelled)
     registered = {"read_only": bookie.read_only}
     meta.registration_manager.register_bookie(bookie.bookie_id, registered["read_only"], dict(info))
 
@@ -204,8 +224,15 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
 
     bookie.read_only_listeners.append(on_state)
     stop = asyncio.Event()
+    stopped_by = []
+
+    def on_signal(sig) -> None:
+        if not stopped_by:
+            stopped_by.append(sig)
+            log.info("bookie %s: %s, stopping", bookie.bookie_id, sig.name)
+        stop.set()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
     # SIGUSR1 / SIGUSR2: the operator's read-only mode (the harness's set_read_only)
     loop.add_signal_handler(signal.SIGUSR1, bookie.set_read_only, "operator", True)
     loop.add_signal_handler(signal.SIGUSR2, bookie.set_read_only, "operator", False)
@@ -247,4 +274,5 @@ async def _run(bookie, meta, host, port, advertised, ready_file, autorecovery,
         finally:
             await server.stop()
             metrics.written.close()
-    print(f"bookie {bookie.bookie_id} stopped", file=sys.stderr, flush=True)
+    print(f"bookie {bookie.bookie_id} stopped" + (f" ({stopped_by[0].name})" if stopped_by else ""),
+          file=sys.stderr, flush=True)
