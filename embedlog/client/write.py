@@ -38,7 +38,7 @@ from embedlog._native import addpath
 from embedlog._native.addpath import PendingAdd
 from embedlog._native.format import mac_key, master_key
 from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError, IllegalOpError,
-                             InvalidTermError,
+                             InvalidTermError, LedgerExistsError,
                              LedgerClosedError, LedgerFencedError, NoSuchLedgerError,
                              NotEnoughBookiesError, TooManyRequestsError, UnauthorizedAccessError)
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
@@ -95,6 +95,7 @@ class WriteHandle:
         self._length = 0
         self._pending: collections.OrderedDict[int, PendingAdd] = collections.OrderedDict()
         self._failed: set = set()
+        self._refused: set = set()       # bookies holding another ledger of this id: never again
         self._changing = False             # an ensemble change is under way: acks wait
         self._error: BaseException | None = None
         self._closed = False               # set first by close(): nothing is sent after it
@@ -401,7 +402,10 @@ class WriteHandle:
                 if bookie in self._ensemble:      # a replaced bookie's answer says nothing now
                     self._unrecoverable(exc)
                 return
-            except EmbedlogError:
+            except EmbedlogError as exc:
+                if isinstance(exc, LedgerExistsError):
+                    # the bookie holds another ledger of this id: it refuses this one for good
+                    self._refused.add(bookie)
                 self._bookie_failed(bookie)
                 return
         # an acknowledgement counts only from a bookie still in the entry's write set:
@@ -551,7 +555,8 @@ class WriteHandle:
                     return
                 try:
                     fresh = await self._ctx.offload(
-                        self._ctx.choose_bookies, len(failed), set(self._ensemble) | self._failed)
+                        self._ctx.choose_bookies, len(failed),
+                        set(self._ensemble) | self._failed | self._refused)
                 except NotEnoughBookiesError as exc:
                     raise NotEnoughBookiesError(
                         f"ledger {self.ledger_id}: cannot replace unreachable bookie"
