@@ -49,7 +49,8 @@ class BookieConfig:
         "preallocate it (journalReuseFiles). Kept only while the journal's file system stays below "
         "disk_usage_warn_threshold with room for a whole journal besides; deleted first when it runs short. Its previous records stay behind the new tail, "
         "unreadable as current ones (salted checksums); replay takes a bad last record in such a "
-        "file as a torn write, as RocksDB does with recycled logs.")
+        "file as a torn write only if it is the newest journal, as RocksDB does with recycled logs "
+        "(docs/FORMATS.md, \"A bad last record\").")
     journal_pre_alloc_size_mb: int = _key(
         16, "MiB of zeros written ahead of the journal tail, so the common fdatasync only "
         "flushes data (journalPreAllocSizeMB).", 1, 1024)

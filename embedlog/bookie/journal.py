@@ -133,6 +133,7 @@ class Journal:
         # the first group lands right after the header (later ones: _lead says where; it
         # alone may move an empty buffer, under the lock, as appenders fill it under it)
         self.buffer.set_lead(jformat.HEADER_SIZE)
+        self._sync_newest()
         try:
             self._open_file()
         except OSError as exc:
@@ -145,6 +146,24 @@ class Journal:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
+
+    def _sync_newest(self) -> None:
+        """Sync the last run's newest journal before a later one is begun (with
+        journal_sync_data=False its tail may still be only in the page cache): replay takes
+        a bad last record in a journal that a later one follows as damage, never as a torn
+        write, since every roll syncs the old journal first too."""
+        existing = journal_ids(self.directory)
+        if not existing:
+            return
+        path = os.path.join(self.directory, "%x.txn" % existing[-1])
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fileio.sync(fd, path, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
 
     def _open_file(self) -> None:
         existing = journal_ids(self.directory)

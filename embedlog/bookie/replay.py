@@ -263,9 +263,10 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
     over it and reports what it skipped. ``apply_entries(mm, records, i, path)``, if
     given, applies the run of entry records from records[i] and returns the index after it.
 
-    A bad last record is a torn tail only if part of it never reached the disk
-    (``tail_damage``); one cut by the end of the file or complete but failing its checksum
-    is damage. So is a newest file shorter than the size its header says its preallocated
+    A bad last record is a torn tail only in the newest journal, and only if part of it
+    never reached the disk (``tail_damage``); one cut by the end of the file or complete but
+    failing its checksum is damage, and so is any in a journal a later one follows (that
+    one was begun after this file's last sync). So is a newest file shorter than the size its header says its preallocated
     zeros gave it (jformat.file_min_size): it was cut.
     Damage raises JournalCorruptedError naming file and offset unless ``skip_corrupt``
     (the operator accepts the loss: it is logged and reported in ``damaged_tails``).
@@ -352,8 +353,18 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 if live:
                     status = "live"            # the writer's tail: not read, not cut
                 elif status == "torn":
-                    damage = tail_damage(mm, end, data_end, max_record_size,
-                                         hole_after=data_end < size, recycled=recycled_from != 0)
+                    later = next((i for i in ids if i > file_id), None)
+                    if later is not None:
+                        # a roll syncs a journal before it makes the next one, and so does
+                        # a start (Journal._sync_newest): this record was durable and
+                        # acknowledged, and is damage, recycled file or not
+                        damage = (f"the last record, at offset {end}, fails its checksum, and "
+                                  f"journal {later:x}.txn was begun after this file was synced, "
+                                  "so it is not a torn write: an acknowledged record was damaged")
+                    else:
+                        damage = tail_damage(mm, end, data_end, max_record_size,
+                                             hole_after=data_end < size,
+                                             recycled=recycled_from != 0)
                 elif status == "clean" and file_id == ids[-1] and size < floor:
                     damage = (f"the file is {size} bytes, short of the {floor} its "
                               f"preallocation gave it: it was cut, and records after offset "

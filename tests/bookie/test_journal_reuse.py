@@ -195,3 +195,50 @@ def test_a_trim_keeps_as_many_journals_as_it_frees_up_to_the_burst_bound(tmp_pat
     assert len(journal_ids(jdir, FREE)) == kept
     assert journal_ids(jdir) == []                       # the rest deleted
     assert MAX_FREE < MAX_FREE_BURST
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_a_damaged_last_record_of_a_journal_a_later_one_follows_is_refused(tmp_path, reuse):
+    """A bad last record was cut as a torn write (a WARNING, one acknowledged entry gone)
+    when it looked torn: always in a reused file (stale bytes where a torn write missed),
+    in a new one when a sector of it read as zeros. But a roll syncs a journal before it
+    begins the next, so the last record of a journal a later one follows was durable and
+    acknowledged: the open is refused, as for damage in a new file, unless the operator
+    accepts the loss (journal_skip_corrupt_records)."""
+    from embedlog.errors import JournalCorruptedError
+    cfg = dict(REUSE, journal_reuse_files=reuse, flush_interval_ms=0,
+               skip_list_size_limit=64 << 20)
+    path = tmp_path / "d"
+    jdir = os.path.join(path, "journal")
+    data = os.urandom(1000)
+    log = embedlog.open(path, **cfg)
+    w = log.create_ledger()
+    if reuse:                                   # journals to reuse: three, trimmed and kept
+        for _ in range(30):
+            w.append_many([data] * 100)
+        log.bookie.checkpoint()
+        assert journal_ids(jdir, FREE)
+    mark = log.bookie.mark.persisted
+    for _ in range(30):                         # three journals replay will read
+        last = w.append_many([data] * 100)
+    abandon(log)
+    replayed = [i for i in journal_ids(jdir) if i >= mark[0]]
+    assert len(replayed) >= 3, replayed
+    victim = os.path.join(jdir, "%x.txn" % replayed[-2])     # a later journal follows it
+    with open(victim, "r+b") as f:
+        image = f.read()
+        recycled_from, _salt = jformat.file_salt(image[:jformat.HEADER_SIZE])
+        assert bool(recycled_from) == reuse
+        records, _end, status, _ = jscan.scan_file(image)
+        assert status == "clean"
+        _off, _t, body, n = records[-1]
+        sector = -(-body // 512) * 512
+        assert sector + 512 <= body + n
+        f.seek(sector)
+        f.write(bytes(512))                     # a sector lost: it reads as a torn write did
+    with pytest.raises(JournalCorruptedError, match="acknowledged record was damaged"):
+        embedlog.open(path, **cfg)
+    with embedlog.open(path, **dict(cfg, journal_skip_corrupt_records=True)) as log:
+        report = log.bookie.replay_report
+        assert [p for p, _o, _why in report["damaged_tails"]] == [victim]
+        assert log.bookie.read_last_entry_id(w.ledger_id) == last
