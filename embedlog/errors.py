@@ -103,7 +103,9 @@ class LedgerClosedError(EmbedlogError):
 
 
 class LedgerExistsError(EmbedlogError):
-    code, wire_code = -20, 100        # LedgerExist
+    # LedgerExist; on embedlog's wire ELEDGEREXISTS (a bookie holding another ledger of the
+    # id: a writer never picks it again), BookKeeper's EBADREQ on BookKeeper's
+    code, wire_code = -20, 109
 
 
 class LedgerRecoveryError(EmbedlogError):
@@ -179,7 +181,7 @@ _BY_CODE[-999] = EmbedlogError
 _BY_WIRE = {1: NoSuchLedgerError, 2: NoSuchEntryError, 100: IllegalOpError,
             101: EmbedlogError, 102: UnauthorizedAccessError, 103: BadVersionError,
             104: LedgerFencedError, 105: ReadOnlyBookieError,
-            106: TooManyRequestsError, 108: InvalidTermError}
+            106: TooManyRequestsError, 108: InvalidTermError, 109: LedgerExistsError}
 
 
 def from_code(code: int, message: str = "") -> EmbedlogError:

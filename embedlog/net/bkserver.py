@@ -56,6 +56,7 @@ READ_CHUNK = 64 * 1024          # bytes read from the socket at a time
 MAX_FRAME_BYTES = S.MAX_FRAME_BYTES    # BookKeeper's nettyMaxFrameSizeBytes
 AUTH_DISABLED_PLUGIN = b"AuthDisabledPlugin"    # what a bookie without auth names itself
 EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO = 0, 1, 2, 100, 101
+BK_CODES_END = 108             # BookKeeper's v2 codes end at EUNKNOWNLEDGERSTATE, 107
 MAX_BATCH_ENTRIES = 1024        # a v2 batch read answers at most this many entries
 
 
@@ -69,7 +70,9 @@ def first_byte_protocol(byte: int) -> str:
 
 
 def _code(exc: BaseException) -> int:
-    return exc.wire_code if isinstance(exc, EmbedlogError) else EIO
+    code = exc.wire_code if isinstance(exc, EmbedlogError) else EIO
+    # embedlog's own codes (a term, a ledger id used again) are BookKeeper's EBADREQ
+    return code if code < BK_CODES_END else EBADREQ
 
 
 def _v3(code: int) -> int:

@@ -40,7 +40,7 @@ ADD, and READ / READ_LAC with RECOVERY_READ (0x20), carry the client's term, whi
 bookie adopts if higher and refuses with EINVALIDTERM if lower; TRUNCATE (0x8) on ADD
 marks a stream's no-op entry after which the bookie forgets every higher entry. Statuses are BookKeeper's v2 codes (EOK=0,
 ENOLEDGER=1, ENOENTRY=2, EBADREQ=100, EIO=101, EUA=102, EBADVERSION=103, EFENCED=104,
-EREADONLY=105, ETOOMANYREQUESTS=106) plus EINVALIDTERM=108.
+EREADONLY=105, ETOOMANYREQUESTS=106) plus EINVALIDTERM=108 and ELEDGEREXISTS=109.
 """
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ RESPONSE_BIT = 0x80
 EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS = (
     0, 1, 2, 100, 101, 102, 103, 104, 105, 106)
 EINVALIDTERM = 108
+ELEDGEREXISTS = 109          # the bookie holds another ledger of this id (LedgerExistsError)
 DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 4096      # BookKeeper's 5 MiB, plus headers
 MAX_READ_ENTRIES = 1024                                # entries one READ asks for at most
 

@@ -1,7 +1,7 @@
 """A ledger id the metadata store gives to a new ledger while a bookie process still holds
 the old one, over embedlog's wire: every request for it is answered as by a bookie that
 does not hold it (plain and long-poll READ, READ_LAC, fencing READ_LAC: ENOLEDGER; ADD and
-WRITE_LAC: EBADREQ, which a writer answers by replacing the bookie), and the old entries
+WRITE_LAC: ELEDGEREXISTS, which a writer answers by replacing the bookie), and the old entries
 stay. SQLite has no watch: the bookie reads the facts of a held ledger again when they are
 over a second old (bookie/descriptors.py), so the test waits for that, on the answer."""
 import pytest
@@ -63,8 +63,8 @@ def test_a_held_ledger_of_another_incarnation_is_answered_as_absent(setup):
     fence = ask(P.read_lac_request(5, 0, lid.ledger_id, flags=P.FLAG_FENCE, master_key=KEY))
     assert fence.status == P.ENOLEDGER, fence
     entry = nf.encode_entry(0, lid.ledger_id, 0, -1, 5, CRC32C, b"new-0")
-    assert ask(P.add_request(6, 0, lid.ledger_id, KEY, [entry])).status == P.EBADREQ
-    assert ask(P.write_lac_request(7, 0, lid.ledger_id, KEY, 0)).status == P.EBADREQ
+    assert ask(P.add_request(6, 0, lid.ledger_id, KEY, [entry])).status == P.ELEDGEREXISTS
+    assert ask(P.write_lac_request(7, 0, lid.ledger_id, KEY, 0)).status == P.ELEDGEREXISTS
     # the store lists the old ledger again: its entries were kept, unchanged
     relist(lm, orig)
     wait_until(lambda: ask(P.read_lac_request(8, 0, lid.ledger_id)).status == P.EOK, 30,
