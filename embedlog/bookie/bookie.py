@@ -48,11 +48,28 @@ _IDS = struct.Struct(">QQ")
 _IDS_I64 = struct.Struct(">QQq")
 
 
-def _check_entry_id(eid: int) -> None:
-    """Entry ids a bookie takes: 0 .. MAX_ENTRY_ID (what its index addresses)."""
+# The highest entry id a bounded ledger (every ledger but a stream's) takes. An index file
+# puts entry e's location at byte 1024 + 8 e whatever the ledger holds below it, so one add
+# at 2^40 - 1 (MAX_ENTRY_ID, what the index addresses) made an 8 TiB sparse file, from
+# anyone who reaches the bookie with a default ledger's empty password. Up to 2^32 - 1 a
+# file is at most 32 GiB, what a dense ledger that long needs anyway, beside at least
+# 256 GiB of entries: a ledger that long rolls over. A stream's positions are its one
+# ledger's entry ids and must grow for its whole life; its adds carry a term (a bounded
+# ledger refuses one), and those keep the index's whole range.
+MAX_BOUNDED_ENTRY_ID = (1 << 32) - 1
+
+
+def _check_entry_id(eid: int, top: int = MAX_BOUNDED_ENTRY_ID) -> None:
+    """Entry ids a bookie takes: 0 .. ``top`` (MAX_BOUNDED_ENTRY_ID for a bounded ledger,
+    MAX_ENTRY_ID, what its index addresses, for a stream's)."""
     if eid < 0:
         raise IllegalOpError(f"entry ids are not negative, got {eid}")
-    if eid > MAX_ENTRY_ID:
+    if eid > top:
+        if top == MAX_BOUNDED_ENTRY_ID:
+            raise IllegalOpError(
+                f"entry id {eid} is over {top}, the highest a bookie takes for a bounded "
+                f"ledger (2^32 - 1: its index file holds 8 bytes for every id below an "
+                f"entry's; a stream's ids go up to {MAX_ENTRY_ID}): roll over to a new ledger")
         raise IllegalOpError(f"entry id {eid} is over {MAX_ENTRY_ID}, the highest a bookie's "
                              f"index addresses (2^40 - 1): roll over to a new ledger")
 
@@ -400,7 +417,10 @@ class Bookie:
                     d.refuse_damaged(key)
                 # a writer's add of an entry id the bookie holds may come from a new ledger
                 # of a reused id (LedgerDescriptors.check_key)
-                first = None if recovery else parse_entry_header(entries[pos - 1])[3]
+                eid = parse_entry_header(entries[pos - 1])[3]
+                if not term:
+                    _check_entry_id(eid)       # before check_key journals a new ledger's key
+                first = None if recovery else eid
                 idx = d.check_key(key, master_key, True, first_entry=first)
                 if idx.fenced and not recovery:
                     raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
@@ -408,6 +428,9 @@ class Bookie:
                 checked[key] = idx
             if truncate and len(checked) != 1:
                 raise IllegalOpError("a truncating add carries entries of one ledger")
+            if not term:
+                for top, _lac in runs.values():
+                    _check_entry_id(top)      # nothing of the batch is framed yet
             self.journal.make_room()
             done = 0
             while done < len(entries):
