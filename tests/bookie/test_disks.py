@@ -627,20 +627,25 @@ def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_f
     from cliutil import wait_until
     from embedlog.bookie.journal import FREE
     journal = small_fs / "journal"
-    with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100) as cluster:
+    with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100,
+                            journal_max_backups=0) as cluster:
         client = cluster.client()
         w = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
         entry = bytes(32 << 10)
         for _ in range(40):                                     # 80 MiB through the journal
             futs = w.append_many_async([entry] * 64)
             futs[-1].result(60)
+            st = os.statvfs(journal)
+            assert 1 - st.f_bavail / st.f_blocks < 0.95         # never full
         assert w.append(b"last") == 40 * 64
         w.close()
         assert _registered(cluster, True) and not _registered(cluster, False)
-        st = os.statvfs(journal)
-        assert 1 - st.f_bavail / st.f_blocks < 0.95
+        # the checkpoints after the last roll trim what the mark passed; kept for reuse while
+        # there is room besides (a loaded machine's lagging mark may have left less)
+        wait_until(lambda: len([n for n in os.listdir(journal) if n.endswith(".txn")]) <= 2,
+                   30, "journals trimmed")
         spares = [n for n in os.listdir(journal) if n.endswith(FREE)]
-        assert len(spares) >= 3, sorted(os.listdir(journal))    # reuse still works
+        assert spares, sorted(os.listdir(journal))              # reuse still works
         cluster.stop_bookie(0)
         _fill(small_fs / "ballast", leave_bytes=1 << 20)         # filled while it was down
         cluster.restart_bookie(0)
