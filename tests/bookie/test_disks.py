@@ -575,8 +575,8 @@ def _served_journal_on(small_fs, tmp_path, **config):
     """A LocalCluster of one bookie whose journal is on ``small_fs`` (its ledgers and the
     metadata store are not)."""
     from embedlog.harness import LocalCluster
-    cfg = dict(journal_directory=str(small_fs / "journal"), journal_max_size_mb=4,
-               journal_pre_alloc_size_mb=1, gc_wait_time_ms=0, **config)
+    cfg = {**dict(journal_directory=str(small_fs / "journal"), journal_max_size_mb=4,
+                  journal_pre_alloc_size_mb=1, gc_wait_time_ms=0), **config}
     return LocalCluster(bookies=1, base_dir=str(tmp_path / "c"), proxies=False,
                         autorecovery=False, bookie_config=cfg)
 
@@ -627,7 +627,9 @@ def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_f
     from cliutil import wait_until
     from embedlog.bookie.journal import FREE
     journal = small_fs / "journal"
-    with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100,
+    # 1 MiB journals: the restart's own trim frees one (at most 2 MiB with its zeros), not
+    # the 5% of the file system that would make it writable without the spares
+    with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100, journal_max_size_mb=1,
                             journal_max_backups=0) as cluster:
         client = cluster.client()
         w = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
@@ -645,9 +647,9 @@ def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_f
         wait_until(lambda: len([n for n in os.listdir(journal) if n.endswith(".txn")]) <= 2,
                    30, "journals trimmed")
         spares = [n for n in os.listdir(journal) if n.endswith(FREE)]
-        assert spares, sorted(os.listdir(journal))              # reuse still works
+        assert len(spares) >= 3, sorted(os.listdir(journal))    # reuse still works
         cluster.stop_bookie(0)
-        _fill(small_fs / "ballast", leave_bytes=1 << 20)         # filled while it was down
+        _fill(small_fs / "ballast")                             # filled while it was down
         cluster.restart_bookie(0)
         wait_until(lambda: _registered(cluster, True), 10, "writable after the restart",
                    interval_s=0.02)
