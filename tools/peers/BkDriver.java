@@ -64,6 +64,7 @@ import java.util.concurrent.atomic.AtomicReference;
 
 import org.apache.bookkeeper.client.api.BKException;
 import org.apache.bookkeeper.client.api.BookKeeper;
+import org.apache.bookkeeper.client.api.CreateBuilder;
 import org.apache.bookkeeper.client.api.DigestType;
 import org.apache.bookkeeper.client.api.LastConfirmedAndEntry;
 import org.apache.bookkeeper.client.api.LedgerEntries;
@@ -242,28 +243,24 @@ public class BkDriver {
         });
     }
 
-    WriteHandle createLedger(BookKeeper bk) throws Exception {
+    /** The create builder from --ensemble, --write-quorum, --ack-quorum and the rest. */
+    CreateBuilder createBuilder(BookKeeper bk) {
         return bk.newCreateLedgerOp()
             .withEnsembleSize((int) require("--ensemble"))
             .withWriteQuorumSize((int) require("--write-quorum"))
             .withAckQuorumSize((int) require("--ack-quorum"))
             .withDigestType(digest("CRC32C"))
             .withPassword(password())
-            .withCustomMetadata(customMetadata())
-            .execute().get();
+            .withCustomMetadata(customMetadata());
+    }
+
+    WriteHandle createLedger(BookKeeper bk) throws Exception {
+        return createBuilder(bk).execute().get();
     }
 
     /** createLedgerAdv with the id --ledger-id names (an id used before comes back). */
     WriteAdvHandle createLedgerAdv(BookKeeper bk) throws Exception {
-        return bk.newCreateLedgerOp()
-            .withEnsembleSize((int) require("--ensemble"))
-            .withWriteQuorumSize((int) require("--write-quorum"))
-            .withAckQuorumSize((int) require("--ack-quorum"))
-            .withDigestType(digest("CRC32C"))
-            .withPassword(password())
-            .withCustomMetadata(customMetadata())
-            .makeAdv().withLedgerId(require("--ledger-id"))
-            .execute().get();
+        return createBuilder(bk).makeAdv().withLedgerId(require("--ledger-id")).execute().get();
     }
 
     /** --custom-metadata K=V,K=V as the ledger's custom metadata (values UTF-8). */
