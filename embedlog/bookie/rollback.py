@@ -47,6 +47,7 @@ class DeletionHalt:
         self.path = os.path.join(directory, FILE)
         self.highest_mark = -1               # the generator's high-water mark read before
         self.reasons: dict = {}              # kind -> {"reason", "since_ms"}
+        self._unsaved = False                # a write of the state failed: write it again
         try:
             with open(self.path, "rb") as f:
                 state = json.loads(f.read())
@@ -100,7 +101,7 @@ class DeletionHalt:
         if mark is not None and mark > self.highest_mark and not found.get("id-generator"):
             self.highest_mark = mark
             changed = True
-        if changed:
+        if changed or self._unsaved:
             self._persist()
         return self.halted
 
@@ -117,5 +118,13 @@ class DeletionHalt:
         return lifted
 
     def _persist(self) -> None:
-        atomic_write(self.path, json.dumps({"highest_mark": self.highest_mark,
-                                            "reasons": self.reasons}).encode())
+        """Best effort: a full disk must not stop a bookie from starting or collecting (the
+        state holds in memory and is written again at the next look)."""
+        try:
+            atomic_write(self.path, json.dumps({"highest_mark": self.highest_mark,
+                                                "reasons": self.reasons}).encode())
+            self._unsaved = False
+        except OSError as exc:
+            self._unsaved = True
+            log.warning("%s could not be written (%s); kept in memory, written at the next "
+                        "look", self.path, exc)
