@@ -690,7 +690,8 @@ class BookieServer:
         if not waiting:
             return
         try:
-            lac, _ = self.bookie.last_add_confirmed(key)
+            # a LedgerId: the bookie refuses the (scope, id) key (IllegalOpError, below)
+            lac, _ = self.bookie.last_add_confirmed(LedgerId(*key))
         except EmbedlogError:
             return
         for prev, fut in list(waiting):

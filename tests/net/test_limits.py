@@ -102,6 +102,28 @@ def test_bookie_wide_limit_spans_connections(cluster, ledger):
     assert results[1]["statuses"] == {P.EOK: 10, P.ETOOMANYREQUESTS: 10}
 
 
+def test_a_long_poll_is_answered_as_soon_as_the_lac_passes_it(cluster):
+    """A long poll of 30 s is answered with the entry once the writer's LAC passes the
+    reader's (here the writer's explicit LAC, 0.1 s after its add), not at its timeout."""
+    client = cluster.client()
+    w = client.create_ledger(1, 1, 1, password=PASSWORD)
+    w.append(b"zero")
+    lid = w.ledger_id
+    conn = RawConnection(_address(cluster))
+    try:
+        conn.send(P.read_request(1, lid.scope_id, lid.ledger_id, 1, flags=P.FLAG_LONG_POLL,
+                                 previous_lac=0, timeout_ms=30_000))
+        t0 = time.monotonic()
+        w.append(b"one")
+        resp = conn.recv_response(timeout_s=10)
+        assert resp.status == P.EOK and time.monotonic() - t0 < 10
+        lac, got = P.parse_read_body(resp.body)
+        assert lac == 1 and [e for e, _ in got] == [1]
+    finally:
+        conn.close()
+        w.close()
+
+
 def test_slow_reader_gets_back_pressure_with_bounded_memory(cluster, ledger):
     client, w = ledger
     lid = w.ledger_id
