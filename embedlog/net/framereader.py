@@ -13,16 +13,25 @@ class FrameReader(asyncio.StreamReader):
     slice of its buffer, then bytes of that). Everything else is StreamReader's, so a
     connection handed to BookKeeperSession reads as before.
 
-    A frame not yet whole when ``read_frame`` asks for it is read straight into its own
-    bytearray (``feed_data`` copies each read's bytes there once). Growing the buffer a
-    read at a time instead reallocated and copied it over and over (a third of a bookie
-    loop's samples with 1 KiB adds in frames of 100 KiB and more), and a frame over twice
-    the limit paused and resumed the transport each time (two epoll_ctl calls). The frame's
-    bytes are already counted against the server's in-flight limits, so they do not count
-    against this reader's."""
+    A frame not yet whole when ``read_frame`` asks for it is gathered as the socket's reads
+    come (each read's bytes kept as they are, no copy) and copied once into the frame's own
+    bytearray when its last byte is here. Growing one buffer a read at a time instead
+    reallocated and copied it over and over (a third of a bookie loop's samples with 1 KiB
+    adds in frames of 100 KiB and more), and a frame over twice the limit paused and
+    resumed the transport each time (two epoll_ctl calls). Nothing of the frame's declared
+    length is allocated before its bytes come: a length prefix alone holds no memory.
 
-    _frame: bytearray | None = None   # the frame a waiting read_frame is filled with
+    While a frame is gathered, ``charge(k)`` (the server's) counts each read's k bytes
+    against its limits as they arrive; when it answers False the transport is paused (the
+    rest of the frame stays in the socket) until ``room()`` returns. The bytes of a frame
+    count there, not against this reader's limit."""
+
+    _parts: list | None = None        # the reads of the frame a waiting read_frame gathers
+    _want = 0                         # its length
     _filled = 0                       # bytes of it received
+    _held = False                     # the transport paused until room() returns
+    charge = None                     # charge(k) -> bool: k more bytes of the frame arrived
+    room = None                       # async room(): returns once more may be read
     # set while the connection's task waits between frames: ``take_frames(data)`` answers
     # the whole frames at the front of a read at once and returns the bytes it took
     # (BookieServer._take_frames); what it leaves is buffered for the task as usual
@@ -36,31 +45,49 @@ class FrameReader(asyncio.StreamReader):
                 return
             if taken:
                 data = memoryview(data)[taken:]
-        frame = self._frame
-        if frame is None or not data:
+        parts = self._parts
+        if parts is None or not data:
             super().feed_data(data)
             return
         at, n = self._filled, len(data)
-        k = min(n, len(frame) - at)
+        k = min(n, self._want - at)
         if k == n:
-            frame[at:at + k] = data
+            parts.append(data)
         else:
-            with memoryview(data) as m:
-                frame[at:at + k] = m[:k]
-                super().feed_data(m[k:])   # what follows the frame: buffered as usual
+            m = memoryview(data)
+            parts.append(m[:k])
+            super().feed_data(m[k:])      # what follows the frame: buffered as usual
         self._filled = at + k
-        if self._filled == len(frame):
+        ok = self.charge is None or self.charge(k)
+        if self._filled == self._want:
             self._wakeup_waiter()
+        elif not ok:
+            self._hold()
+
+    def _hold(self) -> None:
+        if not self._held and self._transport is not None:
+            self._held = True
+            self._transport.pause_reading()
+            self._wakeup_waiter()         # read_frame waits for room() instead
+
+    def frame_left(self) -> int:
+        """Bytes of the frame read_frame gathers still to come (0 between frames)."""
+        return self._want - self._filled if self._parts is not None else 0
 
     def has_data(self) -> bool:
         """Bytes are buffered: the next read may not wait for the socket."""
         return bool(self._buffer)
 
-    async def read_frame(self, n: int):
+    async def read_frame(self, n: int, head=None):
         """readexactly(n) (same errors, same flow control), as a bytearray: the buffer
         itself when it holds exactly the frame, or with the smaller of the frame and what
         follows it copied out, or, when the frame is not whole yet, a bytearray of its own
-        that the reads fill."""
+        that its reads are copied into once it is. With ``head`` (bytes of the frame read
+        and charged before), the frame is ``head`` and the next n - len(head) bytes."""
+        if head:
+            if self._exception is not None:
+                raise self._exception
+            return await self._fill_frame(n, head)
         if n <= 0 or self._exception is not None:
             return await self.readexactly(n)
         buf = self._buffer
@@ -92,19 +119,43 @@ class FrameReader(asyncio.StreamReader):
         self._maybe_resume_transport()
         return data
 
-    async def _fill_frame(self, n: int) -> bytearray:
+    async def _fill_frame(self, n: int, head=None) -> bytearray:
         buf = self._buffer
-        frame = frame_buffer(n)       # every byte is written before it is handed over
-        have = len(buf)
-        frame[:have] = buf
-        buf.clear()
-        self._frame, self._filled = frame, have
+        parts = [head] if head else []
+        done = len(head) if head else 0
+        have = min(len(buf), n - done)
+        if have == len(buf):
+            if have:
+                parts.append(buf)     # the buffer itself: the reader takes a new one
+                self._buffer = bytearray()
+        else:                         # a head and more than the rest of the frame buffered
+            parts.append(bytes(buf[:have]))
+            del buf[:have]
+        self._parts, self._want, self._filled = parts, n, done + have
         try:
             self._maybe_resume_transport()
+            if have and self.charge is not None and not self.charge(have) and self._filled < n:
+                self._hold()
             while self._filled < n:
+                if self._exception is not None:
+                    raise self._exception
                 if self._eof:
-                    raise asyncio.IncompleteReadError(bytes(frame[:self._filled]), n)
+                    raise asyncio.IncompleteReadError(b"".join(parts), n)
+                if self._held:
+                    await self.room()
+                    self._held = False
+                    if not self._eof and self._exception is None:
+                        self._transport.resume_reading()
+                    continue
                 await self._wait_for_data("readexactly")
         finally:
-            self._frame = None
+            self._parts = None
+            if self._held:            # failed while held: the connection is going
+                self._held = False
+        frame = frame_buffer(n)       # every byte is written before it is handed over
+        at = 0
+        for part in parts:
+            k = len(part)
+            frame[at:at + k] = part
+            at += k
         return frame

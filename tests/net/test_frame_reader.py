@@ -153,27 +153,81 @@ def test_a_frame_never_keeps_much_more_memory_than_its_bytes():
     asyncio.run(main())
 
 
-def test_a_frame_still_arriving_is_read_into_its_own_bytearray_without_pausing():
-    """The frame's reads land in the bytearray read_frame returns (no buffer grown a read at
-    a time); the transport is not paused for the frame's bytes, only for what follows it."""
+def test_a_frame_still_arriving_is_gathered_without_pausing_and_copied_once():
+    """The frame's reads are kept as they come (no buffer grown a read at a time, nothing of
+    its declared length allocated before its bytes) and copied into the bytearray read_frame
+    returns once it is whole; the transport is not paused for the frame's bytes, only for
+    what follows it."""
     async def main():
         r, t = _reader(limit=16)
         data = os.urandom(10_000)
         r.feed_data(data[:5])                       # part of it was buffered before
         task = asyncio.get_running_loop().create_task(r.read_frame(10_000))
         await asyncio.sleep(0)
-        assert r._frame is not None and len(r._buffer) == 0
+        assert r._parts is not None and len(r._buffer) == 0
         for pos in range(5, 9_990, 997):
             r.feed_data(data[pos:min(pos + 997, 9_990)])
             assert not t.paused                     # 10 KB in, limit 16: not paused
             await asyncio.sleep(0)
             assert not task.done()
+        assert sum(len(p) for p in r._parts) == 9_990
         r.feed_data(data[9_990:] + b"next" * 10)    # the end, and 40 bytes of the next frame
         got = await task
-        assert got == data and r._frame is None
+        assert got == data and isinstance(got, bytearray) and r._parts is None
         assert t.paused and bytes(r._buffer) == b"next" * 10
         assert await r.read_frame(40) == b"next" * 10
         assert not t.paused and t.pauses == t.resumes == 1
+
+    asyncio.run(main())
+
+
+def test_a_frame_is_charged_as_it_arrives_and_held_until_there_is_room():
+    """charge(k) sees each read's bytes of a frame (the buffered ones first); when it says
+    no, the transport is paused and read_frame waits for room() before reading on."""
+    async def main():
+        r, t = _reader(limit=16)
+        charged, room = [], asyncio.Event()
+        budget = [25]
+
+        def charge(k):
+            charged.append(k)
+            return sum(charged) < budget[0]
+
+        async def wait_room():
+            await room.wait()
+        r.charge, r.room = charge, wait_room
+        data = os.urandom(100)
+        r.feed_data(data[:10])
+        task = asyncio.get_running_loop().create_task(r.read_frame(100))
+        await asyncio.sleep(0)
+        assert charged == [10] and not t.paused
+        r.feed_data(data[10:30])                   # 30 charged: no room, the reads stop
+        assert charged == [10, 20] and t.paused
+        await asyncio.sleep(0)
+        assert not task.done() and t.paused
+        budget[0] = 1000
+        room.set()                                 # room again: read on
+        await asyncio.sleep(0)
+        assert not t.paused
+        r.feed_data(data[30:] + b"tail")
+        assert await task == data and charged == [10, 20, 70]
+        assert bytes(r._buffer) == b"tail"
+
+    asyncio.run(main())
+
+
+def test_a_length_prefix_alone_allocates_nothing_of_the_frame():
+    async def main():
+        r, _t = _reader(limit=16)
+        r.charge = lambda k: True
+        task = asyncio.get_running_loop().create_task(r.read_frame(1 << 30))   # 1 GiB declared
+        await asyncio.sleep(0)
+        assert r._parts == [] and r._want == 1 << 30
+        r.feed_data(b"x" * 10)
+        r.feed_eof()
+        with pytest.raises(asyncio.IncompleteReadError) as e:
+            await task
+        assert e.value.partial == b"x" * 10
 
     asyncio.run(main())
 
@@ -195,7 +249,7 @@ def test_eof_or_an_error_while_a_frame_is_being_filled():
         r2.set_exception(ConnectionResetError("gone"))
         with pytest.raises(ConnectionResetError):
             await task
-        assert r2._frame is None
+        assert r2._parts is None
 
     asyncio.run(main())
 
