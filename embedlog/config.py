@@ -200,7 +200,7 @@ class BookieConfig:
         "and closed.", 1, 1 << 20)
     max_in_flight_requests_per_connection: int = _key(
         1000, "requests of one connection read but not yet answered (adds waiting for the "
-        "journal, long polls); at the limit the bookie stops reading that connection "
+        "journal, fencing reads); at the limit the bookie stops reading that connection "
         "(back-pressure) for up to max_throttle_time_ms, then answers ETOOMANYREQUESTS.",
         1, 1 << 24)
     max_in_flight_bytes_per_connection: int = _key(
@@ -212,6 +212,14 @@ class BookieConfig:
     max_in_flight_bytes: int = _key(
         256 * 1024 * 1024, "bytes of request frames not yet answered across all "
         "connections.", 1 << 16, 1 << 40)
+    max_long_polls: int = _key(
+        2000, "long polls (reads waiting for the LAC to pass the reader's) waiting at once "
+        "across all connections; one more is answered at once with the LAC and no entry, as "
+        "at its timeout. A waiting long poll holds none of the in-flight limits, so it never "
+        "holds back an add (BookKeeper counts reads apart from adds).", 0, 1 << 24)
+    max_long_polls_per_connection: int = _key(
+        1000, "long polls of one connection waiting at once; one more is answered at once "
+        "with the LAC and no entry.", 0, 1 << 24)
     max_throttle_time_ms: int = _key(
         10_000, "ms a connection is held back at an in-flight limit before its requests are "
         "refused with ETOOMANYREQUESTS (dbStorage_maxThrottleTimeMs).", 0, 3_600_000)

@@ -51,7 +51,7 @@ REACH_INS = {
         "ClientContext's in-process bookies (an embedded log's streams): a public name belongs "
         "with the next change of client/context.py",
     **{("embedlog/net/bkserver.py", attr): _BKSERVER for attr in [
-        "_loop", "_throttled", "_pollers", "_has_room", "_wake_pollers", "_room_freed"]},
+        "_loop", "_throttled", "_has_room", "_wake_pollers", "_room_freed"]},
 }
 
 

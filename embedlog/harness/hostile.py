@@ -81,23 +81,25 @@ class RawConnection:
 
 
 def flood(address: str, frames: list, timeout_s: float = 30.0) -> dict:
-    """Send every frame at once, then read every answer: statuses counted, and how long the
-    first refusal and the last answer took."""
+    """Send every frame at once, then read every answer: statuses counted, how long the
+    first refusal and the last answer took, and when each answer came (in order)."""
     conn = RawConnection(address, timeout_s=timeout_s)
     try:
         t0 = time.monotonic()
         conn.send(b"".join(frames))
         statuses: collections.Counter = collections.Counter()
         first_refusal = None
+        answered_s = []
         for _ in frames:
             resp = conn.recv_response(timeout_s)
             if resp is None:
                 break
+            answered_s.append(time.monotonic() - t0)
             statuses[resp.status] += 1
             if resp.status == P.ETOOMANYREQUESTS and first_refusal is None:
                 first_refusal = time.monotonic() - t0
         return {"statuses": dict(statuses), "first_refusal_s": first_refusal,
-                "seconds": time.monotonic() - t0}
+                "seconds": time.monotonic() - t0, "answered_s": answered_s}
     finally:
         conn.close()
 

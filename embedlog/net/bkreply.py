@@ -15,8 +15,16 @@ class Reply:
         if self.answered:
             return
         self.answered = True
-        self.server.release_many(self.conn, 1, self.nbytes)
+        if self.nbytes is not None:
+            self.server.release_many(self.conn, 1, self.nbytes)
         self.server.send(self.conn.writer, *parts)
+
+    def park(self) -> None:
+        """The request waits without its share of the in-flight limits (a long poll): given
+        back now, not again at the answer."""
+        if not self.answered and self.nbytes is not None:
+            self.server.release_many(self.conn, 1, self.nbytes)
+            self.nbytes = None
 
 
 class FaultyReply(Reply):
@@ -36,6 +44,7 @@ class FaultyReply(Reply):
             return
         if self.fault[0] == "drop":
             self.answered = True
-            self.server.release_many(self.conn, 1, self.nbytes)
+            if self.nbytes is not None:
+                self.server.release_many(self.conn, 1, self.nbytes)
             return
         Reply.send(self, *parts)

@@ -527,21 +527,8 @@ class BookKeeperSession:
             return
         server = self.server
         timeout_ms = min(int(req.timeout_ms), server.max_long_poll_ms)
-        fut = self.loop.create_future()
-        waiters = server._pollers.setdefault((0, lid), [])
-        waiters.append((previous, fut))
-
-        def finish(_f):
-            handle.cancel()
-            left = server._pollers.get((0, lid), [])
-            if (previous, fut) in left:
-                left.remove((previous, fut))
-            if not left:
-                server._pollers.pop((0, lid), None)
-            answer()
-
-        handle = self.loop.call_later(timeout_ms / 1000.0, lambda: fut.done() or fut.set_result(None))
-        fut.add_done_callback(finish)
+        if not server.park_poll(self.conn, reply, (0, lid), previous, timeout_ms, answer):
+            answer()               # past the long-poll bounds: at once, as at a timeout
 
     def _read_lac_v3(self, req, reply) -> None:
         lid = req.ledger_id

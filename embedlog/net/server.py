@@ -12,7 +12,9 @@ connections go on.
 Resource limits (docs/SECURITY.md): each request read holds a share of the connection's
 and the bookie's in-flight limits until it is answered; at a limit the connection is not
 read (back-pressure) for up to max_throttle_time_ms, then its requests get
-ETOOMANYREQUESTS. Connections past max_connections are refused, idle ones get GOAWAY.
+ETOOMANYREQUESTS. A long poll waiting for the LAC holds no share of the in-flight limits
+but one of the long-poll bounds. Connections past max_connections are refused, idle ones
+get GOAWAY.
 """
 from __future__ import annotations
 
@@ -43,18 +45,20 @@ READ_BUFFER_BYTES = 64 * 1024   # what a connection's reader holds ahead of the 
 SKIP_CHUNK = 64 * 1024      # a refused frame is read and dropped this much at a time
 UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request before a
                             # newer one may take its slot at the connection limits
+POLL_WAKE_BATCH = 256       # long polls answered in one loop step; the rest in the next ones
 
 
 class _Connection:
     """One client connection: what it has in flight, when it last sent a frame."""
     __slots__ = ("writer", "requests", "bytes", "opened", "last_active", "authenticated",
                  "auth_failures", "goaway_at", "closed", "refusing", "frame_started", "address",
-                 "proven", "kind")
+                 "proven", "kind", "polls")
 
     def __init__(self, writer, now: float, authenticated: bool, address=None):
         self.writer = writer
         self.address = address
         self.frame_started = None  # loop time the frame being read began (None: between frames)
+        self.polls: dict = {}      # its long polls waiting for the LAC (_Poll -> None)
         self.requests = self.bytes = self.auth_failures = 0
         self.opened = self.last_active = now
         self.authenticated = authenticated
@@ -91,6 +95,13 @@ class _Exchange:
     def is_closing(self) -> bool:
         return self.answered
 
+    def park(self) -> None:
+        """The request waits without its share of the in-flight limits (a long poll): given
+        back now, not again at the answer."""
+        if not self.answered and self.nbytes is not None:
+            self.server._release(self.conn, self.nbytes)
+            self.nbytes = None
+
     def write(self, data) -> None:
         self._answer(data, data)
 
@@ -101,7 +112,8 @@ class _Exchange:
 
     def _answer(self, out, head) -> None:
         self.answered = True
-        self.server._release(self.conn, self.nbytes)
+        if self.nbytes is not None:
+            self.server._release(self.conn, self.nbytes)
         if out is head:                # an add's answer: one part
             self.server.send(self.conn.writer, out)
         else:
@@ -141,17 +153,20 @@ class BookieServer:
         self.max_bytes = cfg.max_in_flight_bytes
         self.max_throttle_s = cfg.max_throttle_time_ms / 1000.0
         self.idle_timeout_s = cfg.connection_idle_timeout_ms / 1000.0
+        self.max_long_polls = cfg.max_long_polls
+        self.max_long_polls_per_conn = cfg.max_long_polls_per_connection
         self.in_flight_requests = 0           # read, not yet answered, all connections
         self.in_flight_bytes = 0
         # bytes of frames admitted and still arriving: they count against max_in_flight_bytes
         # with those in flight, so partial frames cannot hold more than it bookie-wide
         self.reading_bytes = 0
+        self.long_polls = 0                   # long polls waiting for the LAC, all connections
         self._throttled = 0                   # connections waiting for room
         self._room_freed: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = loop
-        self._pollers: dict = {}          # (scope, lid) -> list of (previous_lac, future)
+        self._pollers: dict = {}          # (scope, lid) -> {_Poll: None}, waiting for the LAC
         self._conns: dict = {}            # writer -> _Connection
         # the journal thread's completions, one wake-up per group commit (net/completions.py)
         self.completions = Completions(loop)
@@ -160,7 +175,7 @@ class BookieServer:
         self._due_handle = None           # the call_soon that syncs them
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
-                      "rejected_requests": 0, "idle_closed": 0}
+                      "rejected_requests": 0, "idle_closed": 0, "long_polls_over_bound": 0}
 
     async def start(self) -> None:
         self._loop = self.completions.loop = asyncio.get_running_loop()
@@ -455,6 +470,10 @@ class BookieServer:
         conn.closed = True
         self.in_flight_requests -= conn.requests
         self.in_flight_bytes -= conn.bytes
+        if conn.polls:
+            # answered as at their timeout, now: their slots of the long-poll bounds go with
+            # the connection (the answers go nowhere)
+            self._end_polls(list(conn.polls))
         if self._throttled:
             self._room_freed.set()
 
@@ -475,10 +494,11 @@ class BookieServer:
                         conn.writer.close()
                 elif conn.goaway_at is not None:
                     waited = now - conn.goaway_at
-                    if waited > GOAWAY_GRACE_S and (conn.requests == 0 or waited > 10 * GOAWAY_GRACE_S):
+                    if waited > GOAWAY_GRACE_S and (conn.requests == 0 and not conn.polls
+                                                    or waited > 10 * GOAWAY_GRACE_S):
                         conn.writer.close()
-                elif (self.idle_timeout_s and conn.requests == 0 and conn.kind == "embedlog"
-                      and now - conn.last_active > self.idle_timeout_s):
+                elif (self.idle_timeout_s and conn.requests == 0 and not conn.polls
+                      and conn.kind == "embedlog" and now - conn.last_active > self.idle_timeout_s):
                     self.stats["idle_closed"] += 1
                     conn.goaway_at = now
                     conn.writer.write(P.goaway())
@@ -649,7 +669,7 @@ class BookieServer:
             lac, _last = self.bookie.last_add_confirmed(_lid(req))
             if lac <= previous_lac:
                 self._long_poll(req, writer, first, count, previous_lac,
-                                min(timeout_ms, self.max_long_poll_ms))
+                                min(timeout_ms, self.max_long_poll_ms), lac)
                 return
         self._read_now(req, writer, first, count)
 
@@ -663,27 +683,59 @@ class BookieServer:
                                                      req.ledger, lac, k, framed))
 
     def _long_poll(self, req, writer, first: int, count: int, previous_lac: int,
-                   timeout_ms: int) -> None:
-        fut = self._loop.create_future()
-        key = (req.scope, req.ledger)
-        self._pollers.setdefault(key, []).append((previous_lac, fut))
-
-        def finish(_f=None):
-            waiting = self._pollers.get(key, [])
-            if (previous_lac, fut) in waiting:
-                waiting.remove((previous_lac, fut))
+                   timeout_ms: int, lac: int) -> None:
+        def answer(lac=None):
             try:
-                lac, _last = self.bookie.last_add_confirmed(_lid(req))
+                if lac is None:
+                    lac, _last = self.bookie.last_add_confirmed(_lid(req))
                 if lac > previous_lac:
                     self._read_now(req, writer, first, count)
-                else:   # timed out: answer with the LAC and no entry
+                else:   # timed out (or past the long-poll bounds): the LAC and no entry
                     self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK,
                                                    req.scope, req.ledger, P.read_response_body(lac, [])))
             except Exception as exc:
                 self._fail(writer, req, exc)
 
-        handle = self._loop.call_later(timeout_ms / 1000.0, lambda: fut.done() or fut.set_result(None))
-        fut.add_done_callback(lambda f: (handle.cancel(), finish()))
+        if not self.park_poll(getattr(writer, "conn", None), writer, (req.scope, req.ledger),
+                              previous_lac, timeout_ms, answer):
+            answer(lac)
+
+    def park_poll(self, conn, reply, key, previous_lac: int, timeout_ms: int, answer) -> bool:
+        """Park a long poll of ledger ``key`` (scope, id) until its LAC passes
+        ``previous_lac`` or ``timeout_ms`` pass; ``answer()`` answers it then. While parked it
+        holds none of the in-flight limits (``reply.park()``: adds are never held back by
+        long polls, as BookKeeper counts reads apart from adds) but one of max_long_polls and
+        of its connection's max_long_polls_per_connection. False, nothing parked, past
+        either bound: the caller answers at once, as at a timeout."""
+        if self.long_polls >= self.max_long_polls or (
+                conn is not None and len(conn.polls) >= self.max_long_polls_per_conn):
+            self.stats["long_polls_over_bound"] += 1
+            return False
+        park = getattr(reply, "park", None)
+        if park is not None:
+            park()
+        poll = _Poll(key, previous_lac, conn, answer)
+        self._pollers.setdefault(key, {})[poll] = None
+        if conn is not None:
+            conn.polls[poll] = None
+        self.long_polls += 1
+        poll.timer = self._loop.call_later(timeout_ms / 1000.0, self._end_poll, poll)
+        return True
+
+    def _end_poll(self, poll) -> None:
+        waiting = self._pollers.get(poll.key)
+        if waiting is None or waiting.pop(poll, False) is False:
+            return                                  # ended already
+        if not waiting:
+            del self._pollers[poll.key]
+        poll.timer.cancel()
+        self.long_polls -= 1
+        if poll.conn is not None:
+            poll.conn.polls.pop(poll, None)
+        try:
+            poll.answer()
+        except Exception:
+            log.exception("answering a long poll failed")
 
     def _wake_pollers(self, key) -> None:
         waiting = self._pollers.get(key)
@@ -694,9 +746,16 @@ class BookieServer:
             lac, _ = self.bookie.last_add_confirmed(LedgerId(*key))
         except EmbedlogError:
             return
-        for prev, fut in list(waiting):
-            if lac > prev and not fut.done():
-                fut.set_result(None)
+        due = [poll for poll in waiting if lac > poll.previous]
+        self._end_polls(due)
+
+    def _end_polls(self, due) -> None:
+        # a few hundred per loop step: the rest after the reads and answers waiting meanwhile,
+        # so thousands of polls of one ledger never stall the adds of one loop step
+        for poll in due[:POLL_WAKE_BATCH]:
+            self._end_poll(poll)
+        if len(due) > POLL_WAKE_BATCH:
+            self._loop.call_soon(self._end_polls, due[POLL_WAKE_BATCH:])
 
     def _read_lac(self, req, writer) -> None:
         if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
@@ -735,7 +794,7 @@ class BookieServer:
                 "checkpoints": st.get("checkpoints", 0),
                 "checkpoint_failures": self.bookie.checkpointer.failures,
                 "server": {**self.stats, "in_flight_requests": self.in_flight_requests,
-                           "in_flight_bytes": self.in_flight_bytes},
+                           "in_flight_bytes": self.in_flight_bytes, "long_polls": self.long_polls},
                 **self.info}
         for observer in self.observers:
             info.update(observer.bookie_info())
@@ -754,6 +813,15 @@ class BookieServer:
 
     _handlers = {P.AUTH: _auth, P.ADD: _add, P.READ: _read, P.READ_LAC: _read_lac, P.WRITE_LAC: _write_lac,
                  P.BOOKIE_INFO: _bookie_info, P.TRIM: _trim}
+
+
+class _Poll:
+    """A long poll waiting for the LAC of ledger ``key`` to pass ``previous``."""
+    __slots__ = ("key", "previous", "conn", "answer", "timer")
+
+    def __init__(self, key, previous: int, conn, answer):
+        self.key, self.previous, self.conn, self.answer = key, previous, conn, answer
+        self.timer = None
 
 
 def _lid(req):

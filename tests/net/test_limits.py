@@ -1,5 +1,6 @@
 """Resource limits (docs/SECURITY.md): on a real bookie process, a flood of requests is held
-back, then refused with ETOOMANYREQUESTS; a reader that never reads gets back-pressure with
+back, then refused with ETOOMANYREQUESTS; long polls past their bounds are answered at once
+and waiting ones hold none of those limits; a reader that never reads gets back-pressure with
 bounded memory; connections past max_connections are refused; idle ones are sent away
 (GOAWAY) and the client reconnects unharmed. In process, the journal queue pushes back on a
 writer faster than the disk."""
@@ -12,13 +13,20 @@ import pytest
 import embedlog
 from cliutil import wait_until
 from embedlog import failpoints
+from embedlog._native import format as nf
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection, flood, rss_bytes, slow_reader
 from embedlog.net import protocol as P
 
 LIMITS = {"max_in_flight_requests_per_connection": 20, "max_in_flight_requests": 30,
-          "max_throttle_time_ms": 300, "max_connections": 8, "connection_idle_timeout_ms": 400}
+          "max_throttle_time_ms": 300, "max_connections": 8, "connection_idle_timeout_ms": 400,
+          "max_long_polls_per_connection": 20, "max_long_polls": 30}
+# adds stay in flight for a while: each waits for its group's timer (no flush when the
+# journal's queue empties), so a flood of them holds the in-flight limits
+SLOW_GROUPS = {**LIMITS, "journal_flush_when_queue_empty": False, "journal_max_group_wait_ms": 1500,
+               "max_connections": 64, "connection_idle_timeout_ms": 600_000}
 PASSWORD = b"pw"
+KEY = nf.master_key(PASSWORD)
 MiB = 1024 * 1024
 
 
@@ -28,6 +36,16 @@ def cluster(tmp_path_factory):
     with LocalCluster(bookies=1, base_dir=str(base), proxies=False, autorecovery=False,
                       bookie_config=LIMITS) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    """A bookie whose adds wait 1.5 s for their group, and a ledger of its to add to."""
+    base = tmp_path_factory.mktemp("slow")
+    with LocalCluster(bookies=1, base_dir=str(base), proxies=False, autorecovery=False,
+                      bookie_config=SLOW_GROUPS) as c:
+        client = c.client()
+        yield c, client, client.create_ledger(1, 1, 1, password=PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +84,29 @@ def _still_served(client, w):
     other.close()
 
 
-def test_flood_is_held_back_then_refused(cluster, ledger):
-    client, w = ledger
+def _adds(w, n, first_eid=0):
+    """Raw ADD frames of ``n`` entries of ``w``'s ledger, one a frame."""
+    lid = w.ledger_id
+    return [P.add_request(first_eid + i + 1, lid.scope_id, lid.ledger_id, KEY,
+                          [nf.encode_entry(lid.scope_id, lid.ledger_id, first_eid + i, -1, i + 1,
+                                           "crc32c", b"x")]) for i in range(n)]
+
+
+def test_flood_is_held_back_then_refused(slow):
+    cluster, client, w = slow
     before = _server_stats(client, cluster.bookie_id(0))
     results = {}
-    t = threading.Thread(target=lambda: results.update(flood(_address(cluster), _long_polls(w, 100))))
+    t = threading.Thread(target=lambda: results.update(
+        flood(_address(cluster), _adds(w, 100, 0))))
     t.start()
-    time.sleep(0.5)
-    assert t.is_alive()                       # its 20 long polls hold their slots ...
-    _still_served(client, w)                  # ... and the bookie serves others meanwhile
+    # its 20 adds hold their slots (waiting for their group) ...
+    wait_until(lambda: _server_stats(client, cluster.bookie_id(0))["in_flight_requests"] >= 21,
+               what="20 adds in flight")
+    other = client.create_ledger(1, 1, 1, password=PASSWORD)
+    assert other.append(b"meanwhile") == 0       # ... and the bookie serves others meanwhile
     t.join(30)
-    # 20 admitted (answered when their poll times out), 80 held back for the throttle time,
-    # then refused at once
+    # 20 admitted (answered when their group is written), 80 held back for the throttle
+    # time, then refused at once
     assert results["statuses"] == {P.EOK: 20, P.ETOOMANYREQUESTS: 80}
     assert 0.25 <= results["first_refusal_s"] < 2.5
     after = _server_stats(client, cluster.bookie_id(0))
@@ -85,21 +114,45 @@ def test_flood_is_held_back_then_refused(cluster, ledger):
     assert after["throttled"] > before["throttled"]
 
 
-def test_bookie_wide_limit_spans_connections(cluster, ledger):
-    client, w = ledger
+def test_bookie_wide_limit_spans_connections(slow):
+    cluster, client, w = slow
     address = _address(cluster)
     results = [{}, {}]
     threads = [threading.Thread(target=lambda i=i: results[i].update(
-        flood(address, _long_polls(w, 20)))) for i in range(2)]
+        flood(address, _adds(w, 20, 1000 * (i + 1))))) for i in range(2)]
     threads[0].start()
     # the first connection takes 20 of the bookie's 30 (21 counts this stats request itself)
     wait_until(lambda: _server_stats(client, cluster.bookie_id(0))["in_flight_requests"] >= 21,
-               what="20 long polls in flight")
+               what="20 adds in flight")
     threads[1].start()
     for t in threads:
         t.join(30)
     assert results[0]["statuses"] == {P.EOK: 20}
     assert results[1]["statuses"] == {P.EOK: 10, P.ETOOMANYREQUESTS: 10}
+
+
+def test_long_polls_past_their_bounds_are_answered_at_once(cluster, ledger):
+    """Long polls waiting for the LAC hold none of the in-flight limits (20 requests a
+    connection, 30 the bookie): max_long_polls_per_connection (20) of a connection wait and
+    the rest are answered at once with the LAC and no entry, as at a timeout; a second
+    connection gets the bookie-wide bound's rest (10); meanwhile another client writes."""
+    client, w = ledger
+    address = _address(cluster)
+    results = [{}, {}]
+    t0 = threading.Thread(target=lambda: results[0].update(flood(address, _long_polls(w, 100))))
+    t0.start()
+    wait_until(lambda: _server_stats(client, cluster.bookie_id(0))["long_polls"] == 20,
+               what="20 long polls waiting")
+    _still_served(client, w)
+    t1 = threading.Thread(target=lambda: results[1].update(flood(address, _long_polls(w, 20))))
+    t1.start()
+    for t in (t0, t1):
+        t.join(30)
+    # all EOK: 80 and 10 at once, the waiting ones at their 3 s timeout
+    assert results[0]["statuses"] == {P.EOK: 100} and results[1]["statuses"] == {P.EOK: 20}
+    assert results[0]["seconds"] >= 2.5
+    stats = _server_stats(client, cluster.bookie_id(0))
+    assert stats["long_polls_over_bound"] >= 90 and stats["long_polls"] == 0
 
 
 def test_a_long_poll_is_answered_as_soon_as_the_lac_passes_it(cluster):
