@@ -211,7 +211,8 @@ class BookieConfig:
         "and maxReadsInProgressLimit in one).", 1, 1 << 24)
     max_in_flight_bytes: int = _key(
         256 * 1024 * 1024, "bytes of request frames not yet answered across all "
-        "connections.", 1 << 16, 1 << 40)
+        "connections, and of frames still arriving as their bytes come (those together at "
+        "most half of it, one remote address at most an eighth or a frame).", 1 << 16, 1 << 40)
     max_long_polls: int = _key(
         2000, "long polls (reads waiting for the LAC to pass the reader's) waiting at once "
         "across all connections; one more is answered at once with the LAC and no entry, as "

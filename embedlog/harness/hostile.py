@@ -1,10 +1,12 @@
 """Hostile clients for the harness: a reader that never reads its answers and a flood of
 requests, to show a bookie's back-pressure and bounded memory (docs/SECURITY.md;
-tests/net/test_limits.py and benchmarks/backpressure.py use them)."""
+tests/net/test_limits.py and benchmarks/backpressure.py use them); and a steady
+well-behaved writer whose errors and latency show what an attack costs others."""
 from __future__ import annotations
 
 import collections
 import socket
+import threading
 import time
 
 from embedlog.errors import CorruptedDataError
@@ -141,3 +143,64 @@ def slow_reader(address: str, build, seconds: float, reply_bytes: int, sample=No
         return figures()
     finally:
         conn.close()
+
+
+class SteadyWriter:
+    """A well-behaved client's writer beside an attack: one append at a time (each durable
+    before the next) in a thread, each one's latency and error kept. ``new_ledger()`` gives
+    the write handle, again after an error (as an application would go on)."""
+
+    def __init__(self, new_ledger, payload: bytes = b"x" * 100):
+        self.new_ledger, self.payload = new_ledger, payload
+        self.samples: list = []           # (seconds, error or None), in order
+        self._t0 = None                   # when the append under way began
+        self._stop = False
+        self._thread = None
+
+    def start(self) -> "SteadyWriter":
+        self._thread = threading.Thread(target=self._run, daemon=True, name="steady-writer")
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        w = None
+        while not self._stop:
+            t0 = self._t0 = time.monotonic()
+            try:
+                if w is None:
+                    w = self.new_ledger()
+                w.append(self.payload)
+                self.samples.append((time.monotonic() - t0, None))
+            except Exception as exc:      # counted: the figure the tests assert on
+                self.samples.append((time.monotonic() - t0, exc))
+                w = None
+                time.sleep(0.05)
+            finally:
+                self._t0 = None
+
+    def mark(self) -> int:
+        return len(self.samples)
+
+    def figures(self, since: int = 0) -> dict:
+        """adds, errors, the first error, and p50 / p99 / max in ms of the appends since
+        ``since`` (a mark()); an append still under way counts with the time it has taken
+        so far (one stuck for the whole attack is its worst)."""
+        got = self.samples[since:]
+        times = sorted(s for s, _ in got)
+        t0 = self._t0
+        if t0 is not None:
+            times.append(time.monotonic() - t0)
+            times.sort()
+        errors = [e for _, e in got if e is not None]
+
+        def pct(q):
+            return round(1000 * times[min(len(times) - 1, int(q * len(times)))], 1) if times else None
+        return {"adds": len(got), "errors": len(errors),
+                "first_error": repr(errors[0]) if errors else None,
+                "p50_ms": pct(0.5), "p99_ms": pct(0.99),
+                "max_ms": round(1000 * times[-1], 1) if times else None}
+
+    def stop(self) -> None:
+        self._stop = True
+        if self._thread is not None:
+            self._thread.join(60)

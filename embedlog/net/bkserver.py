@@ -18,8 +18,9 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 - Back-pressure only: at an in-flight limit the connection is not read until there is
   room, however long (a Java client changes its ensemble on any add error but fenced and
   unauthorized, so ETOOMANYREQUESTS would cost a bookie its place in every ensemble).
-  A frame still arriving counts its whole length against the bookie-wide byte limit
-  (server.reading_bytes, as embedlog's frames do) from its length prefix until decoded.
+  The bytes of a frame still arriving count against the bookie-wide limits as they arrive
+  (server.reading_bytes and its shares, as embedlog's frames do) until it is decoded: a
+  length prefix alone holds nothing.
 - No GOAWAY (BookKeeper's clients cannot read it) and no idle close: BookKeeper's bookie
   closes no idle connection (no idle handler in BookieNettyServer; TCP keepalive only).
   A frame that stops arriving half way is still cut off after frame_read_timeout_ms.
@@ -39,6 +40,7 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 
@@ -99,7 +101,6 @@ class BookKeeperSession:
         self.buf = bytearray(first)
         self.v2 = protocol == "v2"
         self.max_frame_bytes = min(server.max_frame_bytes, MAX_FRAME_BYTES)
-        self.reserved = 0     # bytes of the frame being read, counted in server.reading_bytes
 
     # -- the connection ------------------------------------------------------------------
 
@@ -107,14 +108,7 @@ class BookKeeperSession:
         try:
             await self._run()
         finally:
-            self._unreserve()
-
-    def _unreserve(self) -> None:
-        if self.reserved:
-            self.server.reading_bytes -= self.reserved
-            self.reserved = 0
-            if self.server._throttled:
-                self.server._room_freed.set()
+            self.server.set_arriving(self.conn, 0)
 
     async def _run(self) -> None:
         server, conn = self.server, self.conn
@@ -130,7 +124,8 @@ class BookKeeperSession:
                     reqs, pos, err = [], 0, exc
                 if pos:
                     del self.buf[:pos]
-                    self._unreserve()         # the frame read is decoded: in flight now
+                    server.frame_whole(conn)
+                    conn.frame_started = None     # the next frame's deadline is its own
                 if reqs:
                     stats["requests"] += len(reqs)
                     conn.proven = True
@@ -141,35 +136,50 @@ class BookKeeperSession:
                     log.warning("BookKeeper %s connection from %s: %s; closing it",
                                 "v2" if self.v2 else "v3", conn.address, err)
                     return
-            # a frame being read counts its whole length against the bookie-wide byte
-            # limit (server.reading_bytes, as embedlog's frames do) from its length prefix
-            # until it is decoded; at a limit it waits for room before more of it is read
-            need = _frame_bytes(self.buf, self.max_frame_bytes) if len(self.buf) >= 4 else 0
-            if self.reserved and not need:
-                self._unreserve()
-            # back-pressure, never a refusal: while a limit holds the socket is not read
-            while not self.reserved and not server._has_room(conn, need):
-                # waiting holds no reservation, so it is not a slow frame (frame_started)
+            # what is here of frames not yet whole counts against the bookie-wide limits
+            # (server.reading_bytes, as embedlog's frames do) as it arrives, until decoded
+            server.set_arriving(conn, len(self.buf))
+            rest = 4 + int.from_bytes(self.buf[:4], "big") - len(self.buf) if len(self.buf) >= 4 else 0
+            conn.frame_left = rest
+            if self.buf:
+                # back-pressure, never a refusal: while there is no room for more of the
+                # frame, the socket is not read (the frame's deadline still runs)
+                if not server.arrival_room(conn):
+                    await server.wait_arrival_room(conn, self.reader)
+                    if conn.closed:
+                        return
+            else:
+                # between frames: while a request limit holds, the socket is not read
+                while not server._has_room(conn, 0):
+                    # waiting holds no frame, so it is not a slow frame (frame_started)
+                    conn.frame_started = None
+                    stats["throttled"] += 1
+                    server._throttled += 1
+                    conn.held_back = True
+                    try:
+                        server._room_freed.clear()
+                        await server._room_freed.wait()
+                    finally:
+                        conn.held_back = False
+                        server._throttled -= 1
+                    if conn.closed:
+                        return
+            if self.buf:
+                if conn.frame_started is None:
+                    conn.frame_started = conn.progress_at = self.loop.time()
+            else:
                 conn.frame_started = None
-                stats["throttled"] += 1
-                server._throttled += 1
-                try:
-                    server._room_freed.clear()
-                    await server._room_freed.wait()
-                finally:
-                    server._throttled -= 1
-                if conn.closed:
-                    return
-            if need and not self.reserved:
-                self.reserved = need
-                server.reading_bytes += need
-            conn.frame_started = (conn.frame_started or self.loop.time()) if self.buf else None
             if self.writer.transport.get_write_buffer_size() > self.max_frame_bytes:
                 await self.writer.drain()     # a client that does not read its answers
             server.sync_before_read(self.reader)
             try:
+                if rest > READ_CHUNK:
+                    # a large frame: the rest is gathered as it comes (charged by the
+                    # reader) and copied once, with what is here of it, into its own buffer
+                    self.buf = await self.reader.read_frame(len(self.buf) + rest, head=self.buf)
+                    continue
                 data = await self.reader.read(READ_CHUNK)
-            except ConnectionError:
+            except (asyncio.IncompleteReadError, ConnectionError):
                 return
             if not data:
                 return
@@ -652,12 +662,6 @@ class BookKeeperSession:
             self._fail(req, reply, exc)
             return
         reply.send(S.v2_batch_response(version, EOK, lid, eid, request_id, framed, k))
-
-
-def _frame_bytes(buf, max_frame_bytes: int) -> int:
-    """The whole length of the frame ``buf`` begins with (v2 and v3 frames both start with a
-    4-byte big-endian length), capped as the decoder refuses anything longer."""
-    return min(int.from_bytes(buf[:4], "big"), max_frame_bytes) + 4
 
 
 def _send_then(reply, data, after) -> None:

@@ -12,18 +12,23 @@ connections go on.
 Resource limits (docs/SECURITY.md): each request read holds a share of the connection's
 and the bookie's in-flight limits until it is answered; at a limit the connection is not
 read (back-pressure) for up to max_throttle_time_ms, then its requests get
-ETOOMANYREQUESTS. A long poll waiting for the LAC holds no share of the in-flight limits
-but one of the long-poll bounds. Connections past max_connections are refused, idle ones
-get GOAWAY.
+ETOOMANYREQUESTS. A frame still arriving holds the bytes that arrived of it, not the length
+it declares, and frames still arriving may together hold half of max_in_flight_bytes (one
+address a share of that); a long poll waiting for the LAC holds no share of the in-flight
+limits but one of the long-poll bounds. Connections past max_connections are refused, idle
+ones get GOAWAY.
 """
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hmac
 import json
 import logging
 import os
 import shutil
+import struct
+import termios
 import time
 
 from embedlog._native.format import LedgerId, parse_entry_header
@@ -45,6 +50,9 @@ READ_BUFFER_BYTES = 64 * 1024   # what a connection's reader holds ahead of the 
 SKIP_CHUNK = 64 * 1024      # a refused frame is read and dropped this much at a time
 UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request before a
                             # newer one may take its slot at the connection limits
+IDLE_FRAME_S = 1.0          # a partial frame that got no byte for this long gives its bytes
+                            # (and its connection) back when another frame needs the room
+ROOM_RECHECK_S = 0.1        # a frame waiting for room looks again for idle frames this often
 POLL_WAKE_BATCH = 256       # long polls answered in one loop step; the rest in the next ones
 
 
@@ -52,12 +60,16 @@ class _Connection:
     """One client connection: what it has in flight, when it last sent a frame."""
     __slots__ = ("writer", "requests", "bytes", "opened", "last_active", "authenticated",
                  "auth_failures", "goaway_at", "closed", "refusing", "frame_started", "address",
-                 "proven", "kind", "polls")
+                 "proven", "kind", "arriving", "progress_at", "held_back", "polls", "frame_left")
 
     def __init__(self, writer, now: float, authenticated: bool, address=None):
         self.writer = writer
         self.address = address
         self.frame_started = None  # loop time the frame being read began (None: between frames)
+        self.progress_at = now     # loop time a byte of the frame being read last came
+        self.arriving = 0          # bytes of frames not yet whole held (BookieServer.reading_bytes)
+        self.frame_left = 0        # bytes of the frame being read still to come
+        self.held_back = False     # waiting for room in the bookie's limits (not read meanwhile)
         self.polls: dict = {}      # its long polls waiting for the LAC (_Poll -> None)
         self.requests = self.bytes = self.auth_failures = 0
         self.opened = self.last_active = now
@@ -157,9 +169,19 @@ class BookieServer:
         self.max_long_polls_per_conn = cfg.max_long_polls_per_connection
         self.in_flight_requests = 0           # read, not yet answered, all connections
         self.in_flight_bytes = 0
-        # bytes of frames admitted and still arriving: they count against max_in_flight_bytes
-        # with those in flight, so partial frames cannot hold more than it bookie-wide
+        # bytes of frames not yet whole, counted as they arrive (a length prefix alone holds
+        # nothing): they count against max_in_flight_bytes with those in flight, so partial
+        # frames cannot hold more than it bookie-wide; together they may hold half of it,
+        # so whole frames always find the other half, and one address a share of that half
         self.reading_bytes = 0
+        self.arriving_share = max(1, self.max_bytes // 2)
+        self.address_share = min(self.arriving_share, max(self.max_bytes // 8, self.max_frame_bytes))
+        self._arriving: set = set()          # connections holding bytes of a partial frame
+        self._arriving_by_address: dict = {}  # remote address -> bytes of its partial frames
+        # the one frame that may read on past the shares while others wait for room: it
+        # finishes (or gives way when it stops arriving), so partial frames never all wait
+        self._lead = None
+        self._room_made_at = 0.0              # when _make_arrival_room last looked
         self.long_polls = 0                   # long polls waiting for the LAC, all connections
         self._throttled = 0                   # connections waiting for room
         self._room_freed: asyncio.Event | None = None
@@ -175,7 +197,8 @@ class BookieServer:
         self._due_handle = None           # the call_soon that syncs them
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
-                      "rejected_requests": 0, "idle_closed": 0, "long_polls_over_bound": 0}
+                      "rejected_requests": 0, "idle_closed": 0, "arrival_waits": 0,
+                      "idle_frames_closed": 0, "long_polls_over_bound": 0}
 
     async def start(self) -> None:
         self._loop = self.completions.loop = asyncio.get_running_loop()
@@ -242,6 +265,10 @@ class BookieServer:
         def take_frames(data) -> int:
             return self._take_frames(conn, reader, data)
 
+        # a frame not whole at once is charged as its bytes come (FrameReader.charge)
+        reader.charge = lambda k: self._arrived(conn, k, reader.frame_left())
+        reader.room = lambda: self.wait_arrival_room(conn, reader)
+
         try:
             while True:
                 try:
@@ -254,7 +281,7 @@ class BookieServer:
                         first = await reader.readexactly(1)
                     finally:
                         reader.take_frames = None
-                    conn.frame_started = self._loop.time()
+                    conn.frame_started = conn.progress_at = self._loop.time()
                     head = first + await reader.readexactly(3)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
@@ -294,16 +321,13 @@ class BookieServer:
                     conn.refusing = not admitted
                 try:
                     if admitted:
-                        self.reading_bytes += n
                         try:
                             if peek:
-                                message = peek + await reader.readexactly(n - len(peek))
+                                message = peek + await reader.read_frame(n - len(peek))
                             else:
                                 message = await reader.read_frame(n)
                         finally:
-                            self.reading_bytes -= n
-                            if self._throttled:
-                                self._room_freed.set()   # BookKeeper sessions wait on it
+                            self.set_arriving(conn, 0)
                     else:
                         # refused: its header is all the answer needs; the rest is read
                         # and dropped a little at a time, never held whole
@@ -414,10 +438,132 @@ class BookieServer:
         victim.writer.close()
         return True
 
+    # -- frames still arriving -----------------------------------------------------------
+
+    def _arrived(self, conn, k: int, left: int) -> bool:
+        """``k`` more bytes of the frame ``conn`` reads arrived (FrameReader.charge), ``left``
+        still to come: counted now. False when it may take no more until there is room
+        (arrival_room)."""
+        if conn.closed:
+            return False
+        conn.frame_left = left
+        self.set_arriving(conn, conn.arriving + k)
+        return self.arrival_room(conn)
+
+    def set_arriving(self, conn, k: int) -> None:
+        """``conn`` holds ``k`` bytes of frames not yet whole (0: none, its frame is whole or
+        gone)."""
+        if conn.closed:
+            k = 0                     # its bytes were given back when it was dropped
+        delta = k - conn.arriving
+        if not delta:
+            return
+        conn.arriving = k
+        self.reading_bytes += delta
+        by = self._arriving_by_address
+        left = by.get(conn.address, 0) + delta
+        if left > 0:
+            by[conn.address] = left
+        else:
+            by.pop(conn.address, None)
+        if delta > 0:
+            conn.progress_at = self._loop.time()
+            self._arriving.add(conn)
+            return
+        if not k:
+            self._arriving.discard(conn)
+            if self._lead is conn:
+                self._lead = None
+        if self._throttled:
+            self._room_freed.set()
+
+    def frame_whole(self, conn) -> None:
+        """A frame of ``conn`` is whole (what follows it may still be arriving): if it led,
+        the lead goes to the next frame that waits."""
+        if self._lead is conn:
+            self._lead = None
+
+    def arrival_room(self, conn) -> bool:
+        """May ``conn`` take more of the frame it is reading? Within max_in_flight_bytes
+        (bytes in flight and arriving), and, but for the lead, within the half of it frames
+        still arriving may hold and its address's share of that half."""
+        if self.in_flight_bytes and self.in_flight_bytes + self.reading_bytes >= self.max_bytes:
+            return False
+        if conn is self._lead:
+            return True
+        return (self.reading_bytes < self.arriving_share
+                and self._arriving_by_address.get(conn.address, 0) < self.address_share)
+
+    async def wait_arrival_room(self, conn, reader) -> None:
+        """Wait, not reading ``conn``, until it may take more of the frame it is reading, or
+        it is gone (the frame's deadline still runs: the sweeper may close it)."""
+        self.stats["arrival_waits"] += 1
+        conn.held_back = True
+        self._throttled += 1
+        try:
+            while not self.arrival_room(conn):
+                if conn.closed or conn.writer.is_closing() or reader.exception() is not None:
+                    return
+                self._make_arrival_room()
+                if self.arrival_room(conn):
+                    return
+                self._room_freed.clear()
+                try:
+                    await asyncio.wait_for(self._room_freed.wait(), ROOM_RECHECK_S)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            conn.held_back = False
+            self._throttled -= 1
+            conn.progress_at = self._loop.time()
+
+    def _make_arrival_room(self) -> None:
+        """Frames wait for room (at most once a ROOM_RECHECK_S): partial frames that got no
+        byte in IDLE_FRAME_S are closed, their bytes given back, when their client stopped
+        sending them (being read, or waiting for room with nothing more of theirs in the
+        socket: a client the bookie holds back has the socket's buffer full); and when no
+        frame leads, a waiting one leads: it reads on past the shares until it is whole, so
+        frames waiting for each other's room always finish. The lead is one whose rest is
+        already in its socket if there is one (a client that sent its whole frame; one that
+        keeps its last bytes back is not), else the one whose bytes came last: frames that
+        have been waiting longest are the likeliest to have stopped coming (a stalled lead
+        is closed after IDLE_FRAME_S and the next one leads)."""
+        now = self._loop.time()
+        if now - self._room_made_at < ROOM_RECHECK_S and self._lead is not None:
+            return
+        self._room_made_at = now
+        queued = {}
+        for c in list(self._arriving):
+            if c.closed or now - c.progress_at <= IDLE_FRAME_S:
+                continue
+            if c.held_back:
+                queued[c] = _queued_bytes(c)
+                if queued[c]:
+                    continue
+            self.stats["idle_frames_closed"] += 1
+            log.info("closing the connection from %s: its partial frame got no byte in %.1f s "
+                     "while others wait for room", c.address, now - c.progress_at)
+            self._drop(c)
+            c.writer.close()
+        lead = self._lead
+        if lead is None or lead.closed or not lead.arriving:
+            waiting = [c for c in self._arriving if c.held_back and not c.closed]
+            if not waiting:
+                self._lead = None
+                return
+
+            def rank(c):
+                q = queued[c] if c in queued else _queued_bytes(c)
+                return (q >= c.frame_left, c.progress_at)
+            self._lead = max(waiting, key=rank)
+            self._room_freed.set()
+
     def _has_room(self, conn, n: int) -> bool:
         # a frame is always let in when nothing else is in flight or arriving, so one larger
-        # than a byte limit is not refused for ever
-        held = self.in_flight_bytes + self.reading_bytes
+        # than a byte limit is not refused for ever; frames still arriving count up to their
+        # share (the reads that crossed it while it filled hold the rest), so whole frames
+        # always find the other half
+        held = self.in_flight_bytes + min(self.reading_bytes, self.arriving_share)
         return (conn.requests < self.max_requests_per_conn
                 and (conn.bytes == 0 or conn.bytes + n <= self.max_bytes_per_conn)
                 and self.in_flight_requests < self.max_requests
@@ -429,6 +575,7 @@ class BookieServer:
         self.stats["throttled"] += 1
         deadline = self._loop.time() + self.max_throttle_s
         self._throttled += 1
+        conn.held_back = True
         try:
             while not self._has_room(conn, n):
                 left = deadline - self._loop.time()
@@ -441,6 +588,7 @@ class BookieServer:
                     pass
             return True
         finally:
+            conn.held_back = False
             self._throttled -= 1
 
     def _release(self, conn, nbytes: int) -> None:
@@ -470,6 +618,7 @@ class BookieServer:
         conn.closed = True
         self.in_flight_requests -= conn.requests
         self.in_flight_bytes -= conn.bytes
+        self.set_arriving(conn, 0)
         if conn.polls:
             # answered as at their timeout, now: their slots of the long-poll bounds go with
             # the connection (the answers go nowhere)
@@ -794,7 +943,8 @@ class BookieServer:
                 "checkpoints": st.get("checkpoints", 0),
                 "checkpoint_failures": self.bookie.checkpointer.failures,
                 "server": {**self.stats, "in_flight_requests": self.in_flight_requests,
-                           "in_flight_bytes": self.in_flight_bytes, "long_polls": self.long_polls},
+                           "in_flight_bytes": self.in_flight_bytes,
+                           "reading_bytes": self.reading_bytes, "long_polls": self.long_polls},
                 **self.info}
         for observer in self.observers:
             info.update(observer.bookie_info())
@@ -813,6 +963,15 @@ class BookieServer:
 
     _handlers = {P.AUTH: _auth, P.ADD: _add, P.READ: _read, P.READ_LAC: _read_lac, P.WRITE_LAC: _write_lac,
                  P.BOOKIE_INFO: _bookie_info, P.TRIM: _trim}
+
+
+def _queued_bytes(conn) -> int:
+    """Bytes the kernel holds for ``conn``, not read yet (0 when it cannot tell)."""
+    sock = conn.writer.get_extra_info("socket")
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (OSError, ValueError, AttributeError):
+        return 0
 
 
 class _Poll:

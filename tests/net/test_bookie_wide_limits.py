@@ -1,9 +1,11 @@
 """Bounds a client could exhaust bookie-wide (issue 26 item 7): frames still arriving count
 against max_in_flight_bytes with those in flight (each connection used to buffer up to a
 frame, 128 from one address held ~730 MB; BookKeeper's v3 and v2 connections likewise,
-issue 29: 40 partial 4 MiB v3 frames held +155 MiB before), and idle connections that
-never sent a request give their slot to a new client instead of locking every new client
-out."""
+issue 29: 40 partial 4 MiB v3 frames held +155 MiB before), as their bytes arrive, and
+together at most half of it, so whole frames keep the other half; and idle connections
+that never sent a request give their slot to a new client instead of locking every new
+client out."""
+import json
 import socket
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from cliutil import wait_until
 from embedlog.cli.serve import KEPT_HEAP_TOP
 from embedlog.harness import LocalCluster
-from embedlog.harness.hostile import RawConnection, rss_bytes
+from embedlog.harness.hostile import RawConnection, SteadyWriter, rss_bytes
 from embedlog.net import protocol as P
 
 MiB = 1024 * 1024
@@ -78,6 +80,45 @@ def test_idle_connections_give_way_to_new_clients(cluster):
     assert all(_info_ok(c) for c in proven)
     for c in idle + proven:
         c.sock.close()
+
+
+def test_partial_frames_of_real_bytes_leave_whole_frames_their_half(cluster):
+    """Partial frames whose bytes did come (40 of 2 MiB, each short a byte, from 40
+    addresses) hold at most half of the 16 MiB budget: a writer's whole frames (100 B adds)
+    go on without an error meanwhile, and a large add (1 MiB, a frame that arrives over many
+    reads) gets through: the partial frames that stopped arriving give their room back to
+    it (their connections are closed) after a second."""
+    addr = _address(cluster)
+    client = cluster.client()
+    writer = SteadyWriter(lambda: client.create_ledger(1, 1, 1)).start()
+    try:
+        wait_until(lambda: writer.figures()["adds"] >= 20, what="the writer's first adds")
+        mark = writer.mark()
+        frame = 2 * MiB
+        head = P.LENGTH.pack(frame) + P.bookie_info_request(1)[4:4 + P.REQ_HEAD.size]
+        conns = []
+        for i in range(40):
+            c = RawConnection(addr, source=f"127.0.6.{i + 1}")
+            conns.append(c)
+            c.try_send(head + bytes(frame - P.REQ_HEAD.size - 1), timeout_s=0.2)
+        stats = _server_stats(cluster, client)
+        assert stats["reading_bytes"] <= 8 * MiB + 40 * 256 * 1024, stats
+        # (another client: on the writer's connection its adds would wait behind it)
+        big = cluster.client("large").create_ledger(1, 1, 1)
+        assert big.append(b"L" * MiB) == 0          # a frame of its own, over many reads
+        wait_until(lambda: writer.figures(mark)["adds"] >= 100, what="100 adds meanwhile")
+        got = writer.figures(mark)
+        print(f"\n40 partial 2 MiB frames: the writer's {got}; bookie {_server_stats(cluster, client)}")
+        assert got["errors"] == 0 and got["p99_ms"] < 500, got
+        for c in conns:
+            c.sock.close()
+    finally:
+        writer.stop()
+
+
+def _server_stats(cluster, client) -> dict:
+    ctx = client._ctx
+    return json.loads(bytes(ctx.run(ctx.call(cluster.bookie_id(0), P.bookie_info_request, 10)).body))["server"]
 
 
 def test_bookkeeper_partial_frames_are_bounded_bookie_wide(cluster):
