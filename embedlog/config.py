@@ -196,8 +196,9 @@ class BookieConfig:
         "the connection is closed (nettyMaxFrameSizeBytes, plus room for headers).",
         1 << 16, 1 << 30)
     max_connections: int = _key(
-        1024, "connections a bookie serves at once; one more is answered ETOOMANYREQUESTS "
-        "and closed.", 1, 1 << 20)
+        1024, "connections a bookie serves at once; one more takes the slot of the least "
+        "recently used idle connection (nothing in flight, no request for a second), or is "
+        "answered ETOOMANYREQUESTS and closed when none is idle.", 1, 1 << 20)
     max_in_flight_requests_per_connection: int = _key(
         1000, "requests of one connection read but not yet answered (adds waiting for the "
         "journal, fencing reads); at the limit the bookie stops reading that connection "
@@ -225,8 +226,9 @@ class BookieConfig:
         10_000, "ms a connection is held back at an in-flight limit before its requests are "
         "refused with ETOOMANYREQUESTS (dbStorage_maxThrottleTimeMs).", 0, 3_600_000)
     max_connections_per_address: int = _key(
-        128, "connections one remote address may hold at once; one more is answered "
-        "ETOOMANYREQUESTS and closed, so one host cannot take every connection.", 1, 1 << 20)
+        128, "connections one remote address may hold at once; one more takes the slot of "
+        "that address's least recently used idle connection, or is answered ETOOMANYREQUESTS "
+        "and closed, so one host cannot take every connection.", 1, 1 << 20)
     frame_read_timeout_ms: int = _key(
         30_000, "ms a frame may take to arrive once its first byte has: a connection that "
         "trickles a partial frame is closed after this (it held a buffer for ever).",

@@ -1,6 +1,7 @@
-"""Hostile clients for the harness: a reader that never reads its answers and a flood of
-requests, to show a bookie's back-pressure and bounded memory (docs/SECURITY.md;
-tests/net/test_limits.py and benchmarks/backpressure.py use them); and a steady
+"""Hostile clients for the harness: a reader that never reads its answers, a flood of
+requests, connections that send a frame's length and nothing more, to show a bookie's
+back-pressure and bounded memory (docs/SECURITY.md; tests/net/test_limits.py,
+tests/net/test_cheap_denials.py and benchmarks/backpressure.py use them); and a steady
 well-behaved writer whose errors and latency show what an attack costs others."""
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import socket
 import threading
 import time
 
+from embedlog._native import bkencode as E
+from embedlog._native import bkwire as W
 from embedlog.errors import CorruptedDataError
 from embedlog.net import protocol as P
 
@@ -143,6 +146,72 @@ def slow_reader(address: str, build, seconds: float, reply_bytes: int, sample=No
         return figures()
     finally:
         conn.close()
+
+
+# -- cheap denials of service (docs/SECURITY.md, "What a client can still do") ----------------
+
+PROTOCOL_BYTE = {"embedlog": b"\x01", "v3": b"\x0a", "v2": b"\x03"}
+
+
+def length_prefix(length: int, protocol: str) -> bytes:
+    """The first five bytes of a connection's first frame of ``length`` bytes: its length and
+    the byte that names the protocol (embedlog's version 0x01, a v3 Request's header tag 0x0A,
+    a v2 packet's protocol version 3)."""
+    return length.to_bytes(4, "big") + PROTOCOL_BYTE[protocol]
+
+
+def hold_length_prefixes(address: str, count: int, length: int, protocol: str,
+                         sources: list) -> list:
+    """``count`` connections that each send only the first five bytes of a frame of
+    ``length`` bytes, then nothing: from ``sources`` in turn (loopback addresses stand for
+    other hosts, as one host may hold max_connections_per_address). The caller closes them."""
+    conns = []
+    try:
+        for i in range(count):
+            c = RawConnection(address, source=sources[i % len(sources)])
+            conns.append(c)
+            c.send(length_prefix(length, protocol))
+    except BaseException:
+        for c in conns:
+            c.close()
+        raise
+    return conns
+
+
+def one_request(address: str, protocol: str, source: str, request_id: int) -> socket.socket:
+    """A connection from ``source`` that sends one cheap request in ``protocol``: a v3
+    GET_BOOKIE_INFO, a v2 read of a ledger nobody holds, an embedlog BOOKIE_INFO."""
+    host, _, port = address.rpartition(":")
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.bind((source, 0))
+    s.connect((host, int(port)))
+    if protocol == "v3":
+        s.sendall(E.encode_request(request_id, W.GET_BOOKIE_INFO, requested=3))
+    elif protocol == "v2":
+        s.sendall(P.LENGTH.pack(44) + b"\x02\x02\x00\x00" + (10 ** 12 + request_id).to_bytes(8, "big")
+                  + bytes(32))
+    else:
+        s.sendall(P.bookie_info_request(request_id))
+    return s
+
+
+def idle_connections(address: str, count: int, sources: list, protocols: list) -> list:
+    """``count`` connections (from ``sources`` and in ``protocols`` in turn) that each made
+    one request and got its answer, then sit idle. The caller closes them."""
+    socks = []
+    try:
+        for i in range(count):
+            socks.append(one_request(address, protocols[i % len(protocols)],
+                                     sources[i % len(sources)], i + 1))
+        for s in socks:
+            if not s.recv(65536):
+                raise CorruptedDataError("a connection closed before its answer")
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
 
 
 class SteadyWriter:

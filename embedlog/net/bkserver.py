@@ -23,7 +23,9 @@ What differs from embedlog's connections, as BookKeeper's clients need:
   length prefix alone holds nothing.
 - No GOAWAY (BookKeeper's clients cannot read it) and no idle close: BookKeeper's bookie
   closes no idle connection (no idle handler in BookieNettyServer; TCP keepalive only).
-  A frame that stops arriving half way is still cut off after frame_read_timeout_ms.
+  A frame that stops arriving half way is still cut off after frame_read_timeout_ms, and
+  at the connection limits the least recently used idle connection gives its slot to a
+  new client (server._evict_idle), as embedlog's do; one with a request in flight never.
 - A malformed frame closes the connection (BookKeeper's decoder throws and Netty closes
   it); an unknown v3 operation is answered EBADREQ, as BookieRequestProcessor does.
 - Adds are taken in runs: the consecutive adds of one ledger (same key, recovery flag and

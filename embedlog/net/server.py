@@ -15,8 +15,8 @@ read (back-pressure) for up to max_throttle_time_ms, then its requests get
 ETOOMANYREQUESTS. A frame still arriving holds the bytes that arrived of it, not the length
 it declares, and frames still arriving may together hold half of max_in_flight_bytes (one
 address a share of that); a long poll waiting for the LAC holds no share of the in-flight
-limits but one of the long-poll bounds. Connections past max_connections are refused, idle
-ones get GOAWAY.
+limits but one of the long-poll bounds. Connections past max_connections are refused unless
+an idle one gives way (the least recently used), idle ones get GOAWAY.
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ PRE_AUTH_MAX_FRAME = 4096   # bytes a frame may have before AUTH succeeds (AUTH 
 READ_BUFFER_BYTES = 64 * 1024   # what a connection's reader holds ahead of the frame asked for
 SKIP_CHUNK = 64 * 1024      # a refused frame is read and dropped this much at a time
 UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request before a
-                            # newer one may take its slot at the connection limits
+                            # newer one may take its slot at the connection limits; and
+                            # how long a connection must have been idle to give its slot
 IDLE_FRAME_S = 1.0          # a partial frame that got no byte for this long gives its bytes
                             # (and its connection) back when another frame needs the room
 ROOM_RECHECK_S = 0.1        # a frame waiting for room looks again for idle frames this often
@@ -242,10 +243,10 @@ class BookieServer:
         peer = writer.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) else str(peer)
         refused = None
-        if len(self._conns) >= self.max_connections and not self._evict_unproven(None):
+        if len(self._conns) >= self.max_connections and not self._evict_idle(None):
             refused = f"too many connections (max_connections={self.max_connections})"
         elif self._per_address.get(address, 0) >= self.max_per_address and \
-                not self._evict_unproven(address):
+                not self._evict_idle(address):
             refused = (f"too many connections from {address} "
                        f"(max_connections_per_address={self.max_per_address})")
         if refused is not None:
@@ -422,18 +423,32 @@ class BookieServer:
                                            req.scope, req.ledger, "not authenticated"))
         return False
 
-    def _evict_unproven(self, address) -> bool:
-        """Make room for a new connection (from ``address``, or any): close the oldest one
-        that has sent no request past the checks in UNPROVEN_GRACE_S and is reading none.
-        Idle connections no longer lock out new clients; those that did a request stay."""
+    def _evict_idle(self, address) -> bool:
+        """Make room for a new connection (from ``address``, or any): close an idle one. First
+        the oldest that never sent a request past the checks in UNPROVEN_GRACE_S; else the
+        least recently used of those with nothing in flight (a long poll waiting for the
+        LAC holds nothing in flight), no frame arriving (or one that got no byte in
+        UNPROVEN_GRACE_S) and no request in UNPROVEN_GRACE_S: of either protocol, so idle
+        connections never lock new clients out. One a client is using is never closed."""
         now = self._loop.time()
         idle = [c for c in self._conns.values()
-                if not c.proven and not c.closed and c.frame_started is None
-                and now - c.opened > UNPROVEN_GRACE_S and (address is None or c.address == address)]
+                if not c.closed and c.requests == 0 and not c.held_back and c.goaway_at is None
+                and (c.frame_started is None or now - c.progress_at > UNPROVEN_GRACE_S)
+                and now - c.last_active > UNPROVEN_GRACE_S
+                and (address is None or c.address == address)]
         if not idle:
             return False
-        victim = min(idle, key=lambda c: c.opened)
-        self.stats["evicted_idle"] = self.stats.get("evicted_idle", 0) + 1
+        unproven = [c for c in idle if not c.proven]
+        if unproven:
+            victim = min(unproven, key=lambda c: c.opened)
+            self.stats["evicted_idle"] = self.stats.get("evicted_idle", 0) + 1
+        else:
+            victim = min(idle, key=lambda c: c.last_active)
+            self.stats["evicted_lru"] = self.stats.get("evicted_lru", 0) + 1
+            if victim.kind == "embedlog":
+                # its client opens a new connection for its next request (as after an idle
+                # GOAWAY); nothing is in flight on this one
+                victim.writer.write(P.goaway())
         self._drop(victim)            # its slot is free now; its task ends on the close
         victim.writer.close()
         return True

@@ -327,6 +327,48 @@ def test_idle_java_connections_are_kept_past_the_idle_timeout(setup):
                                              for v in result.ensembles.values()), result.ensembles
 
 
+def test_idle_v3_connections_give_their_slots_to_a_new_java_client(setup):
+    """1,152 BookKeeper v3 connections (max_connections + 128) to every embedlog bookie, each
+    of which sent one GET_BOOKIE_INFO and went idle: a new Java client still makes all 20 of
+    its adds (it got 0 of 20 before: every slot was taken for ever), as does a new embedlog
+    client; the least recently used idle connection gives its slot. A Java writer that wrote
+    before the flood and stayed idle through it goes on without an ensemble change (if its
+    idle connection gave way, its next add opened a new one)."""
+    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.hostile import idle_connections
+    proc = setup.bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                      password=PASSWORD, stdin=True)
+    result = DriverResult()
+    watchdog = threading.Timer(240, proc.kill)
+    watchdog.start()
+    socks = []
+    try:
+        send_lines(proc, entries(3, "before"))
+        driver_lines(proc, result, lambda r: len(r.acked) == 3, "3 acks")
+        for i in range(len(setup.lc)):
+            host, port = setup.address(i)
+            socks += idle_connections(f"{host}:{port}", 1152,
+                                      [f"127.0.{10 + i}.{k}" for k in range(1, 10)], ["v3"])
+        made = setup.bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2,
+                                    password=PASSWORD, count=20, check=False)
+        assert made.acked == list(range(20)), made.lines
+        w = setup.client.create_ledger(3, 2, 2, password=PW)
+        assert [w.append(p) for p in entries(5, "embedlog")] == list(range(5))
+        w.close()
+        send_lines(proc, [f"after-{i}".encode() for i in range(3)])
+        driver_lines(proc, result, lambda r: len(r.acked) == 6, "6 acks")
+        assert finish(proc, result) == 0
+    finally:
+        watchdog.cancel()
+        for s in socks:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(result.ensembles) == 1 or all(v == result.ensembles[0]
+                                             for v in result.ensembles.values()), result.ensembles
+
+
 # -- Pulsar's settings; the explicit LAC across a SIGKILL -----------------------------------------
 
 PULSAR_METADATA = {"application": b"pulsar", "component": b"managed-ledger",

@@ -3,10 +3,10 @@ against max_in_flight_bytes with those in flight (each connection used to buffer
 frame, 128 from one address held ~730 MB; BookKeeper's v3 and v2 connections likewise,
 issue 29: 40 partial 4 MiB v3 frames held +155 MiB before), as their bytes arrive, and
 together at most half of it, so whole frames keep the other half; and idle connections
-that never sent a request give their slot to a new client instead of locking every new
-client out."""
+give their slot to a new client instead of locking every new client out."""
 import json
 import socket
+import threading
 
 import pytest
 
@@ -71,14 +71,26 @@ def test_idle_connections_give_way_to_new_clients(cluster):
     idle = [RawConnection(addr, source="127.0.3.1") for _ in range(CONFIG["max_connections_per_address"])]
     wait_until(lambda: _info_ok(RawConnection(addr, source="127.0.3.1")),
                what="a new client from the same address served despite 8 idle connections")
-    # a connection that did a request keeps its slot
-    proven = [RawConnection(addr, source="127.0.4.1") for _ in range(CONFIG["max_connections_per_address"])]
-    assert all(_info_ok(c) for c in proven)
-    extra = RawConnection(addr, source="127.0.4.1")
-    resp = extra.recv_response(timeout_s=30)
-    assert resp is not None and resp.status == P.ETOOMANYREQUESTS
-    assert all(_info_ok(c) for c in proven)
-    for c in idle + proven:
+    # connections a client is using keep their slots
+    used = [RawConnection(addr, source="127.0.4.1") for _ in range(CONFIG["max_connections_per_address"])]
+    stop = threading.Event()
+
+    def use():
+        while not stop.is_set():
+            assert all(_info_ok(c) for c in used)
+    user = threading.Thread(target=use)
+    user.start()
+    try:
+        extra = RawConnection(addr, source="127.0.4.1")
+        resp = extra.recv_response(timeout_s=30)
+        assert resp is not None and resp.status == P.ETOOMANYREQUESTS
+    finally:
+        stop.set()
+        user.join(30)
+    # once they are idle (a second without a request), the least recently used gives way
+    wait_until(lambda: _info_ok(RawConnection(addr, source="127.0.4.1")),
+               what="a new client served once the 8 connections went idle")
+    for c in idle + used:
         c.sock.close()
 
 
