@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, Iterator
 
 from embedlog._native.arrowread import packed_arrays, payload_arrays
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     from embedlog._types import Stop
     from embedlog.meta.api import LedgerMetadata
 
+log = logging.getLogger("embedlog.client")
 
 
 class LedgerEntry:
@@ -47,16 +49,21 @@ async def read_lac(ctx, md, what: str) -> int:
     """The LAC as the bookies of ``md``'s last fragment report it: each is asked, the highest
     answer wins, and a bookie without the ledger or its entries counts as -1. No answer at
     all is a TimeoutError (naming ``what``), or the UnauthorizedAccessError every bookie
-    gave. A ledger's readers and a stream's (client/stream_read.py) read it so."""
+    gave. A ledger's readers and a stream's (client/stream_read.py) read it so.
+
+    Never past the entries that exist: not above the last entry any answering bookie holds
+    (or the entry before the last fragment's first). A writer's LAC is always below that (its
+    entry is on an ack quorum of the fragment); a higher one is a WRITE_LAC no entry backs,
+    which would lead readers to entries nobody has."""
     lid = md.ledger_id
 
     async def one(b):
         try:
             resp = await ctx.call(b, lambda rid: P.read_lac_request(rid, lid.scope_id, lid.ledger_id),
                                   ctx.config.read_timeout_s)
-            return P.parse_read_lac_body(resp.body)[0]
+            return P.parse_read_lac_body(resp.body)[:2]
         except (NoSuchLedgerError, NoSuchEntryError):
-            return -1
+            return -1, -1
         except EmbedlogError as exc:
             errors.append(exc)
             return None
@@ -68,7 +75,33 @@ async def read_lac(ctx, md, what: str) -> int:
             raise errors[0]            # a refused token or certificate says so
         raise TimeoutError(f"no bookie of {what} answered a LAC read"
                            + (f" (last error: {errors[-1]})" if errors else ""))
-    return max(answers)
+    lac = max(a[0] for a in answers)
+    held = max(max(a[1] for a in answers), md.fragments[-1][0] - 1)
+    if lac > held:
+        log.debug("%s: LAC %d is past every entry its bookies hold (%d): %d taken", what,
+                  lac, held, held)
+        return held
+    return lac
+
+
+UNBACKED_POLL_PAUSE_S = 0.1     # a long poll answered with a LAC no entry backs: the pause
+                                # before the reader asks again (a bookie answers such a poll
+                                # at once, every time)
+
+
+async def backed_poll_lac(ctx, md, lac: int, previous_lac: int, what: str) -> int:
+    """A LAC a long poll answered, above ``previous_lac``, as far as entries back it
+    (read_lac); when they back none of it, ``previous_lac`` after UNBACKED_POLL_PAUSE_S."""
+    if lac <= previous_lac:
+        return lac
+    try:
+        backed = min(lac, await read_lac(ctx, md, what))
+    except EmbedlogError:
+        backed = previous_lac
+    if backed <= previous_lac:
+        await asyncio.sleep(UNBACKED_POLL_PAUSE_S)
+        return previous_lac
+    return backed
 
 
 class ReadHandle:
@@ -266,10 +299,18 @@ class ReadHandle:
 
         tasks = [asyncio.ensure_future(one(b)) for b in bookies]
         best = -1
-        for fut in asyncio.as_completed(tasks):
-            best = max(best, await fut)
-            if best > previous_lac:
-                break
-        for t in tasks:
-            t.cancel()
+        try:
+            for fut in asyncio.as_completed(tasks):
+                lac = await fut
+                if lac > previous_lac:
+                    # an answer is taken as far as entries back it; one they do not back at
+                    # all (a WRITE_LAC past the entries) waits for the other bookies' answers
+                    lac = await backed_poll_lac(self._ctx, self._md, lac, previous_lac,
+                                                f"ledger {self.ledger_id}")
+                best = max(best, lac)
+                if best > previous_lac:
+                    break
+        finally:
+            for t in tasks:
+                t.cancel()
         return best

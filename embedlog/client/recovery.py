@@ -10,6 +10,11 @@ docs/PROTOCOL.md, "Recovery"):
   fragment's first entry - 1 (#2615), on the ensembles committed before recovery began;
 - an entry is absent once (Qw - Qa) + 1 bookies of its write set say so; a read that
   can neither find nor rule out an entry (timeouts) aborts recovery instead of closing;
+- the read forward starts at the highest LAC the fencing answers give whose entry recovery
+  can read (an intact copy): a LAC no bookie's entries back (a WRITE_LAC past the entries,
+  sent by anyone with the ledger's key) is ignored and logged, as BookKeeper's recovery,
+  which starts from the LAC in the entries and never from an explicit one, ends at the
+  last entry it can read;
 - entries found are written back to their write quorum with the recovery flag. Ensemble
   changes the write-back needs stay in memory and are written with the CLOSED state in
   one CAS: a recovery that fails leaves the metadata as it found it (BOOKKEEPER-355);
@@ -21,6 +26,7 @@ place of the fence flag.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from embedlog._native.format import decode_entry, mac_key, master_key, parse_entry_header
 from embedlog.errors import (EmbedlogError, InvalidTermError, LedgerRecoveryError,
@@ -30,6 +36,8 @@ from embedlog.client.schedule import quorum_covered, write_set
 from embedlog.client.lifecycle import begin_recovery, close_recovered
 from embedlog.client.write import WriteHandle
 from embedlog.net import protocol as P
+
+log = logging.getLogger("embedlog.client")
 
 ABSENT = (NoSuchEntryError, NoSuchLedgerError)
 FATAL = (UnauthorizedAccessError, InvalidTermError)    # recovery cannot go on at all
@@ -132,6 +140,28 @@ async def read_for_recovery(ctx, md, eid: int, build, mac) -> bytes | None:
         f"({absent} bookies said no, {len(failed)} failed: {failed})")
 
 
+async def backed_start(ctx, md, lacs, build, mac) -> tuple[int, bytes | None]:
+    """Where recovery reads forward from: the highest of ``lacs`` (the fencing answers)
+    whose entry recovery can read, with that entry; the last fragment's first entry - 1 and
+    None when there is none above it. An entry is read only where a LAC is above that floor,
+    one per distinct LAC from the top: a LAC the writer sent is always backed (its entry is
+    on an ack quorum), a higher one is a WRITE_LAC no entry backs and would otherwise end
+    recovery on an entry it cannot read, for ever."""
+    floor = md.fragments[-1][0] - 1
+    for lac in sorted({x for x in lacs if x > floor}, reverse=True):
+        data = await read_for_recovery(ctx, md, lac, build, mac)
+        if data is not None:
+            return lac, data
+        log.warning("recovery of ledger %s: ignoring LAC %d, which no bookie's entries back "
+                    "(entry %d is on none of its write set)", md.ledger_id, lac, lac)
+    return floor, None
+
+
+def start_length(start: int, data: bytes | None) -> int | None:
+    """The ledger's length at entry ``start`` when backed_start read it, else None."""
+    return None if data is None else parse_entry_header(data)[5]
+
+
 async def read_forward(ctx, md, writer, start: int, build, mac) -> tuple[int, int | None]:
     """Read entries after ``start`` until one is absent, writing each back through
     ``writer`` (a recovery WriteHandle); returns (last entry, its length or None when
@@ -174,18 +204,19 @@ async def recover(ctx, versioned, password: bytes):
     mac = mac_key(password) if md.digest_type == DigestType.MAC else None
     scope, ledger = lid.scope_id, lid.ledger_id
 
-    # 1. fence the last fragment and learn the LAC (fencing LAC reads)
+    # 1. fence the last fragment and learn the LAC (fencing LAC reads), one an entry backs
     lacs = await fence(ctx, md, lambda rid: P.read_lac_request(rid, scope, ledger, P.FLAG_FENCE, key))
-    start = max(max(lacs, default=-1), md.fragments[-1][0] - 1)
+    read = lambda rid, e: P.read_request(rid, scope, ledger, e, flags=P.FLAG_FENCE,  # noqa: E731
+                                         master_key=key)
+    start, start_data = await backed_start(ctx, md, lacs, read, mac)
 
     # 2. read forward with fencing reads, 3. write back what is found
     writer = WriteHandle(ctx, Versioned(md, version), password, recovery=True)
     writer.start_recovered_range(start, 0)
     try:
-        last, last_length = await read_forward(
-            ctx, md, writer, start,
-            lambda rid, e: P.read_request(rid, scope, ledger, e, flags=P.FLAG_FENCE, master_key=key),
-            mac)
+        last, last_length = await read_forward(ctx, md, writer, start, read, mac)
+        if last_length is None:
+            last_length = start_length(start, start_data)
         if last_length is None:
             last_length = 0 if last < 0 else await _length_of(ctx, md, last)
         await ctx.offload(ctx.failpoint, "client.recovery.before_close")

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Iterable
 from embedlog._native.format import (LedgerId, digest_code, encode_entry, mac_key,
                                      master_key, parse_entry_header)
 from embedlog.client.lifecycle import merge_local_fragments
-from embedlog.client.recovery import fence, read_forward, read_raw
+from embedlog.client.recovery import backed_start, fence, read_forward, read_raw, start_length
 from embedlog.client.stream_format import (KIND_DATA, KIND_LINK, KIND_NOOP, KIND_PACKED_LINK, LINK,
                                            MAX_LINK_ENTRIES, PACKED_LINK, TIME)
 from embedlog.client.stream_read import StreamReading
@@ -577,15 +577,18 @@ async def _recover_stream(ctx, versioned, password: bytes) -> WriteHandle:
     # 1. the recovery LAC read carries the new term: bookies adopt it, older writers bounce
     lacs = await fence(ctx, md, lambda rid: P.read_lac_request(
         rid, scope, ledger, P.FLAG_RECOVERY_READ, key, term))
-    start = max(max(lacs, default=-1), md.fragments[-1][0] - 1)
+    read = lambda rid, e: P.read_request(rid, scope, ledger, e,  # noqa: E731
+                                         flags=P.FLAG_RECOVERY_READ, master_key=key, term=term)
+    start, start_data = await backed_start(ctx, md, lacs, read, mac)   # a LAC entries back
 
     # 2. read forward with recovery reads (term), 3. write back to the whole write quorum
     writer = WriteHandle(ctx, versioned, password, recovery=True, term=term)
     writer.require_write_quorum()
     writer.start_recovered_range(start, 0)
     try:
-        last, length = await read_forward(ctx, md, writer, start, lambda rid, e: P.read_request(
-            rid, scope, ledger, e, flags=P.FLAG_RECOVERY_READ, master_key=key, term=term), mac)
+        last, length = await read_forward(ctx, md, writer, start, read, mac)
+        if length is None:
+            length = start_length(start, start_data)
         if length is None:
             length = 0 if last < 0 else parse_entry_header(await read_raw(ctx, md, last))[5]
 

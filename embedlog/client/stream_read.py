@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from embedlog._native.arrowread import stream_arrays
 from embedlog._native.format import mac_key
-from embedlog.client.read import ReadHandle, read_lac
+from embedlog.client.read import ReadHandle, backed_poll_lac, read_lac
 from embedlog.client.scan import binary_array, read_runs
 from embedlog.client.schedule import write_set
 from embedlog.client.stream_format import StreamBatch, StreamEntry, StreamLink, link_fields
@@ -186,4 +186,6 @@ class StreamReading:
                 return -1
 
         results = await asyncio.gather(*(one(b) for b in md.fragments[-1][1]))
-        return max(results)
+        # only as far as entries back it: a WRITE_LAC past them would lead the tail astray
+        return await backed_poll_lac(self._ctx, md, max(results), previous_lac,
+                                     f"stream {self.name!r}")
