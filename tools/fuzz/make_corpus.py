@@ -328,7 +328,9 @@ def add_kernels(c: Corpus) -> None:
 def bookie_add(c: Corpus) -> None:
     """Connections to a bookie (grammar: targets.fuzz_bookie_add): normal and striped adds,
     many ledgers in a frame, wrong keys, odd ids, oversized entries, each frame mutation, a
-    fence before an add, a truncating stream add, raw messages and a garbage tail."""
+    fence before an add, a truncating stream add, raw messages and a garbage tail, long
+    polls past their bounds, a WRITE_LAC past the entries, a length prefix alone and a v3
+    connection."""
     from targets import Writer
 
     def add(w, count, eid_mode=0, eid=0, step=1, flags=0, scope=0, lid=0, key=0, term=0,
@@ -363,6 +365,20 @@ def bookie_add(c: Corpus) -> None:
     put("fence-then-add", add(add(Writer().u(1, 5).u(1, 0).u(1, 3), 2, lid=3), 2, lid=3, flags=2, eid=2))
     put("stream-truncate", add(add(Writer(), 5, scope=2, term=1), 1, scope=2, term=1, eid=2, flags=8))
     put("raw-and-tail", Writer().u(1, 6).u(2, 60).raw(bytes(range(60))).u(1, 7).raw(b"\0\0\0\x40" + bytes(20)))
+    # issue 54's cheap denials: long polls past the bounds (two that wait for a LAC the
+    # ledger never reaches, one woken by the next add, one past the bounds), a WRITE_LAC
+    # far past the entries, a length prefix alone, a BookKeeper v3 connection of them all
+    polls = add(Writer(), 3, lid=0)
+    for sel in (0x0F, 0x0F, 0x09, 0x0F):
+        polls.u(1, 5 | 0x10).u(1, 0).u(1, 0).u(1, sel)
+    put("long-polls-past-the-bounds", add(polls, 1, lid=0, eid=3))
+    put("write-lac-past-the-entries", add(Writer(), 2, lid=0).u(1, 5 | 0x20).u(1, 0).u(1, 0)
+        .u(1, 0).u(8, 1000))
+    put("length-prefix-alone", add(Writer(), 1).u(1, 7).raw((60_000).to_bytes(4, "big") + b"\x01"))
+    v3 = Writer().u(1, 5 | 0x30).u(1, 5)
+    for op, value in ((0, 0x0F), (1, 1000), (2, 3), (0, 0x09), (4, 1 << 40)):
+        v3.u(1, op).u(1, 0).u(8, value)
+    put("v3-polls-write-lac-partial", v3.u(4, (60_000 << 1) | 1 | (3 << 18)))
 
 
 def main() -> None:

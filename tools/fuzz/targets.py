@@ -18,6 +18,7 @@ import os
 import shutil
 import struct
 import tempfile
+import time
 
 from embedlog.errors import EmbedlogError
 
@@ -726,7 +727,7 @@ BOOKIE_CONFIG = dict(journal_sync_data=False, journal_pre_alloc_size_mb=1, journ
                      journal_max_group_wait_ms=0, skip_list_size_limit=1 << 20,
                      entry_log_size_limit=1 << 20, flush_interval_ms=86_400_000, gc_wait_time_ms=0,
                      disk_check_interval_ms=0, max_entry_size_bytes=16 << 10,
-                     max_frame_size_bytes=1 << 16)
+                     max_frame_size_bytes=1 << 16, max_long_polls=3, max_long_polls_per_connection=2)
 BOOKIE_RECYCLE = 2000             # inputs a bookie serves before a fresh one replaces it
 BOOKIE_STATUSES = {0, 1, 2, 100, 101, 102, 103, 104, 105, 106, 108}
 ANSWER_TIMEOUT_S = 5.0
@@ -844,11 +845,42 @@ class _BookieUnderTest:
         except asyncio.TimeoutError:
             raise InvariantError(f"{sum(not x.answered for x in self.exchanges)} requests "
                                  "never answered") from None
+        srv = self.server
+
+        async def over():
+            # a connection's long polls end with it (in batches), and a BookKeeper session's
+            # requests (not recorded above) are answered
+            while srv.long_polls or srv.in_flight_requests:
+                await asyncio.sleep(0.0005)
+        try:
+            self.loop.run_until_complete(asyncio.wait_for(over(), ANSWER_TIMEOUT_S))
+        except asyncio.TimeoutError:
+            raise InvariantError(f"{srv.long_polls} long polls outlive their connection, "
+                                 f"{srv.in_flight_requests} requests never answered") from None
         self.loop.run_until_complete(asyncio.sleep(0))      # replies scheduled by callbacks
-        _check(self.server.in_flight_requests == 0 and self.server.in_flight_bytes == 0,
-               f"in-flight counts leak: {self.server.in_flight_requests} requests, "
-               f"{self.server.in_flight_bytes} bytes")
+        _check(srv.in_flight_requests == 0 and srv.in_flight_bytes == 0,
+               f"in-flight counts leak: {srv.in_flight_requests} requests, "
+               f"{srv.in_flight_bytes} bytes")
+        _check(srv.reading_bytes == 0 and not srv._arriving and not srv._arriving_by_address
+               and srv._lead is None, f"bytes of frames still arriving leak: {srv.reading_bytes}")
+        _check(not srv._pollers, "long polls leak")
+        self.last_writer = writer
         return bytes(writer.out)
+
+    def v3_replies(self, whole: int) -> list:
+        """The v3 responses of the last exchange once ``whole`` came (a dropped connection's
+        requests still finish: a WRITE_LAC's header sync, its journal record), or those that
+        came in ANSWER_TIMEOUT_S."""
+        import asyncio
+        from embedlog._native import bkwire as W
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while True:
+            out = bytes(self.last_writer.out)
+            got, pos, err = W.decode_responses(out)
+            _check(err is None and pos == len(out), f"v3 replies: {err}")
+            if len(got) >= whole or time.monotonic() > deadline:
+                return got
+            self.loop.run_until_complete(asyncio.sleep(0.001))
 
 
 _BUT = None
@@ -954,25 +986,34 @@ def fuzz_bookie_add(data: bytes) -> None:
     """A real bookie (embedlog.bookie.Bookie behind embedlog.net.server.BookieServer) reads
     one connection's bytes: ADD frames with arbitrary entry ids, ledgers per frame, counts,
     sizes, keys, flags and terms, mutated (truncated, oversized, wrong counts and sizes), a
-    fencing READ_LAC or raw bytes among them. The server's own frame loop (_serve) reads
-    them from its FrameReader: no socket. The bookie lives on across inputs (replaced every
-    BOOKIE_RECYCLE inputs, or after the known checkpoint failure).
+    fencing READ_LAC, long polls (past the long-poll bounds too: BOOKIE_CONFIG's are 2 a
+    connection, 3 the bookie), a WRITE_LAC of any LAC (past every entry), raw bytes (a frame
+    that never comes whole: its length alone), and BookKeeper v3 connections of their own
+    (long polls, WRITE_LACs, GET_BOOKIE_INFO, a partial frame) among them. The server's own
+    frame loop (_serve) reads them from its FrameReader: no socket. The bookie lives on
+    across inputs (replaced every BOOKIE_RECYCLE inputs, or after the known checkpoint
+    failure).
 
     Input (Reader)::
 
         input := frame{0..8}
-        frame := kind:u8 body      # kind & 7: 0..4 ADD, 5 READ_LAC with FENCE, 6 raw message,
-                                   # 7 the rest of the input as raw bytes on the connection;
-                                   # kind & 8: a checkpoint first, then a new connection
+        frame := kind:u8 body      # kind & 7: 0..4 ADD, 5 by kind >> 4 & 3: fence, poll,
+                                   # write_lac, v3; 6 raw message, 7 the rest of the input as
+                                   # raw bytes on the connection; kind & 8: a checkpoint
+                                   # first, then a new connection (a v3 one is always new)
         ADD   := flags:u8 scope:u8 lid:u8 [u64] key:u8 term:u8 count:u16 eid_mode:u8 eid:u64
                  step:i16 spread:u8 size_sel:u8 size:u32 digest:u8 mutation:u8 pos:u16 val:u32
         fence := scope:u8 lid:u8 [u64]
+        poll  := scope:u8 lid:u8 [u64] sel:u8   # previous LAC, timeout, count from sel
+        write_lac := scope:u8 lid:u8 [u64] key:u8 lac:u64
+        v3    := count:u8 (op:u8 lid:u8 value:u64){count} partial:u32
         raw   := len:u16 message[len]
 
     Invariants: every reply is a well-formed response with a known status (never EIO: an
     exception that is not an EmbedlogError escaped); every request the server admits is
-    answered once; in-flight counts return to zero; what an ADD answered EOK holds reads
-    back byte for byte, from the memtable and after a checkpoint; then the same bookie
+    answered once (a waiting long poll when its connection ends); in-flight counts, bytes
+    of frames still arriving and long polls return to zero; what an ADD answered EOK holds
+    reads back byte for byte, from the memtable and after a checkpoint; then the same bookie
     takes a normal ADD and answers a READ of it (a canary ledger)."""
     from embedlog._native import format as F
     from embedlog._native.format import LedgerId
@@ -981,6 +1022,7 @@ def fuzz_bookie_add(data: bytes) -> None:
     but = _bookie()
     stream, adds, any_mutated = [], {}, False     # adds: request id -> [(ledger, entries)]
     segments = []                 # the frames before each checkpoint (kind & 8) and the rest
+    v3 = []                       # (v3 connection's bytes, its whole requests)
     for i in range(8):
         if r.left() <= 0:
             break
@@ -988,6 +1030,7 @@ def fuzz_bookie_add(data: bytes) -> None:
         if kind & 8 and stream:
             segments.append(b"".join(stream))
             stream = []
+        shape = kind >> 4 & 3
         kind &= 7
         rid = i + 1
         if kind <= 4:
@@ -1000,25 +1043,42 @@ def fuzz_bookie_add(data: bytes) -> None:
                     ((req.scope, req.ledger), P.parse_add_body(req.body)))
             except EmbedlogError:
                 pass
+        elif kind == 5 and shape == 3:
+            v3.append(_v3_connection(r))
         elif kind == 5:
             scope = (0, 7)[r.u(1) & 1]
             lid_sel = r.u(1)
             lid = LEDGERS[lid_sel & 3] if lid_sel < 0x80 else r.u(8) & I64_MAX
-            stream.append(P.read_lac_request(rid, scope, lid, flags=P.FLAG_FENCE,
-                                             master_key=F.master_key(b"fuzz")))
+            if shape == 0:
+                stream.append(P.read_lac_request(rid, scope, lid, flags=P.FLAG_FENCE,
+                                                 master_key=F.master_key(b"fuzz")))
+            elif shape == 1:          # a long poll: answered at once, when the LAC passes, at
+                sel = r.u(1)          # its timeout, past the bounds, or as its connection ends
+                previous = (-1, 0, 5, 10 ** 12)[sel & 3]
+                stream.append(P.read_request(rid, scope, lid, previous + 1, 1 + (sel >> 4 & 3),
+                                             flags=P.FLAG_LONG_POLL, previous_lac=previous,
+                                             timeout_ms=(0, 1, 30, 60_000)[sel >> 2 & 3]))
+            else:                     # a WRITE_LAC, far past every entry as well
+                key = F.master_key(BOOKIE_KEY_PASSWORDS[r.u(1) % 3])
+                stream.append(P.write_lac_request(rid, scope, lid, key, r.u(8) & I64_MAX))
         elif kind == 6:
             msg = r.take(r.u(2) & 0x3FF)
             stream.append(struct.pack(">I", len(msg)) + msg)
         else:
             stream.append(r.take(r.left()))
     segments.append(b"".join(stream))
-    stream = b"".join(segments)
+    stream = b"".join(segments + [b for b, _ in v3])
     n_errors = len(_ERRORS.records)
     out = b""
     for k, segment in enumerate(segments):    # a connection each, a checkpoint between them
         if k:
             but.bookie.checkpoint()
         out += but.exchange(segment)
+    for segment, whole in v3:                 # and the v3 connections, after them
+        but.exchange(segment)
+        got = but.v3_replies(whole)
+        _check(len(got) == whole, f"{len(got)} v3 replies to {whole} whole requests")
+        _check(all(g.status in V3_STATUSES for g in got), f"v3 statuses {[g.status for g in got]}")
     if len(_ERRORS.records) > n_errors:
         rec = _ERRORS.records[n_errors]
         raise InvariantError(f"the server logged an error: {rec.getMessage()} "
@@ -1059,6 +1119,43 @@ def fuzz_bookie_add(data: bytes) -> None:
         _check(bookie.read_entry(LedgerId(s, l), e) == entry,
                f"entry {e} of ({s}, {l}) reads back after a checkpoint")
     _canary(but, stream)
+
+
+V3_STATUSES = {0, 402, 403, 404, 501, 502, 503, 504, 505, 506, 507}    # BookKeeper's StatusCode
+
+
+def _v3_connection(r: Reader) -> tuple:
+    """A BookKeeper v3 connection's bytes (grammar: fuzz_bookie_add's v3) and how many whole
+    requests it sends: long polls (piggybacked, of entry -1), WRITE_LACs of any LAC (with the
+    right or a wrong key), GET_BOOKIE_INFO, then maybe the first bytes of a frame that never
+    comes whole (a declared length up to past the frame limit)."""
+    from embedlog._native import bkencode as E
+    from embedlog._native import bkwire as W
+    from embedlog._native import format as F
+    parts = []
+    n = r.u(1) & 7
+    for txn in range(1, n + 1):
+        op, lid_sel, value = r.u(1), r.u(1), r.u(8)
+        lid = LEDGERS[lid_sel & 3] & (U64_MAX >> 1)
+        if op % 3 == 0:
+            parts.append(E.encode_request(txn, W.READ_ENTRY, ledger_id=lid, entry_id=-1,
+                                          previous_lac=(-1, 0, 5, 10 ** 12)[value & 3],
+                                          timeout_ms=(0, 1, 30, 60_000)[value >> 2 & 3],
+                                          flag=W.ENTRY_PIGGYBACK))
+        elif op % 3 == 1:
+            lac = value & I64_MAX
+            key = F.master_key(BOOKIE_KEY_PASSWORDS[op // 3 % 3])
+            parts.append(E.encode_request(txn, W.WRITE_LAC, ledger_id=lid, lac=lac, master_key=key,
+                                          body=E.lac_body(lid, lac, 3, None)))   # CRC32C
+        else:
+            parts.append(E.encode_request(txn, W.GET_BOOKIE_INFO, requested=value & 3))
+    partial = r.u(4)
+    if partial & 1:
+        parts.append(((partial >> 1) & 0x1FFFF).to_bytes(4, "big") + bytes(partial >> 18 & 7))
+    if not parts or parts[0][4:5] != b"\x0a":
+        parts.insert(0, E.encode_request(n + 1, W.GET_BOOKIE_INFO, requested=1))
+        n += 1
+    return b"".join(parts), n
 
 
 def _canary(but: _BookieUnderTest, stream: bytes) -> None:
