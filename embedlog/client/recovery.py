@@ -142,14 +142,19 @@ async def read_for_recovery(ctx, md, eid: int, build, mac) -> bytes | None:
 
 async def backed_start(ctx, md, lacs, build, mac) -> tuple[int, bytes | None]:
     """Where recovery reads forward from: the highest of ``lacs`` (the fencing answers)
-    whose entry recovery can read, with that entry; the last fragment's first entry - 1 and
-    None when there is none above it. An entry is read only where a LAC is above that floor,
-    one per distinct LAC from the top: a LAC the writer sent is always backed (its entry is
-    on an ack quorum), a higher one is a WRITE_LAC no entry backs and would otherwise end
-    recovery on an entry it cannot read, for ever."""
+    whose entry is not absent, with that entry when it was read; the last fragment's first
+    entry - 1 and None when there is none above it. An entry is read only where a LAC is
+    above that floor, one per distinct LAC from the top: a LAC the writer sent is always
+    backed (its entry is on an ack quorum), a higher one is a WRITE_LAC no entry backs and
+    would otherwise end recovery on an entry it cannot read, for ever."""
     floor = md.fragments[-1][0] - 1
     for lac in sorted({x for x in lacs if x > floor}, reverse=True):
-        data = await read_for_recovery(ctx, md, lac, build, mac)
+        try:
+            data = await read_for_recovery(ctx, md, lac, build, mac)
+        except LedgerRecoveryError:
+            # its bookies cannot tell (timeouts): the LAC is taken; only an entry they
+            # agree is absent marks a LAC no entry backs
+            return lac, None
         if data is not None:
             return lac, data
         log.warning("recovery of ledger %s: ignoring LAC %d, which no bookie's entries back "
