@@ -37,6 +37,15 @@ def _list_again(lm, md) -> None:
     lm.create_ledger_metadata(md)
 
 
+def _closed_ledger(log):
+    """A closed ledger of two entries: its id, the bookie, the ledger manager, its metadata."""
+    w = log.create_ledger()
+    w.append_many([b"a", b"b"])
+    w.close()
+    lm = log.metadata.ledger_manager
+    return w.ledger_id, log.bookie, lm, lm.read_ledger_metadata(w.ledger_id)
+
+
 def test_a_restored_old_metadata_never_reuses_a_held_ledger_id(tmp_path):
     d, old, new = str(tmp_path / "log"), str(tmp_path / "old"), str(tmp_path / "new")
     with embedlog.open(d):
@@ -63,12 +72,7 @@ def test_a_restored_old_metadata_never_reuses_a_held_ledger_id(tmp_path):
 
 def test_an_add_for_another_incarnation_of_a_ledger_id_is_refused(tmp_path):
     with embedlog.open(str(tmp_path / "log")) as log:
-        w = log.create_ledger()
-        w.append_many([b"a", b"b"])
-        w.close()
-        lid, b = w.ledger_id, log.bookie
-        lm = log.metadata.ledger_manager
-        v = lm.read_ledger_metadata(lid)
+        lid, b, lm, v = _closed_ledger(log)
         # the store lists a new ledger under the same id (what a restored backup and a
         # create_ledger with the generator's old counter make): another ctime, OPEN
         _list_again(lm, LedgerMetadata(
@@ -103,12 +107,7 @@ def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp
     bookie already holds) makes it read the metadata again, and it is refused; a fence
     reads facts over a second old again (LedgerDescriptors.FACTS_RECHECK_S)."""
     with embedlog.open(str(tmp_path / "log")) as log:
-        w = log.create_ledger()
-        w.append_many([b"a", b"b"])
-        w.close()
-        lid, b = w.ledger_id, log.bookie
-        lm = log.metadata.ledger_manager
-        v = lm.read_ledger_metadata(lid)
+        lid, b, lm, v = _closed_ledger(log)
         assert not lm.watches_ledgers
         _list_again(lm, v.value.with_(ctime_ms=v.value.ctime_ms + 1))
         key = nf.master_key(b"")

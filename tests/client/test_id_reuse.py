@@ -87,6 +87,18 @@ def _settle(lc, client, running) -> None:
     wait_until(lambda: _writable(client) == want, 30, f"exactly bookies {sorted(want)} writable")
 
 
+def _deleted_and_purged(client, ensemble, entries: int) -> int:
+    """A ledger written, closed and deleted, its deletion record then purged (its retention
+    passed: the store no longer refuses the id). Returns its id."""
+    w = client.create_ledger(*ensemble, password=b"pw")
+    w.append_many([b"old-%d" % i for i in range(entries)])
+    w.close()
+    x = w.ledger_id.ledger_id
+    client.delete_ledger(x)
+    assert client.metadata.ledger_manager.purge_deletions(int(time.time() * 1000) + 1) >= 1
+    return x
+
+
 def _recovered(uri: str, lid: int) -> list[bytes]:
     with Client(uri) as client:
         r = client.open_ledger(lid, password=b"pw")
@@ -98,13 +110,7 @@ def test_an_explicit_id_after_its_deletion_record_was_purged(zk, tmp_path):
     with LocalCluster(bookies=3, metadata=uri, proxies=False, autorecovery=False,
                       base_dir=str(tmp_path / "cluster")) as lc, Client(uri) as client:
         _settle(lc, client, [0, 1, 2])
-        w = client.create_ledger(3, 3, 2, password=b"pw")
-        w.append_many([b"old-%d" % i for i in range(100)])
-        w.close()
-        x = w.ledger_id.ledger_id
-        client.delete_ledger(x)
-        # the retention passed: the deletion record goes, and with it the refusal of the id
-        assert client.metadata.ledger_manager.purge_deletions(int(time.time() * 1000) + 1) >= 1
+        x = _deleted_and_purged(client, (3, 3, 2), 100)
         lc.stop_bookie(1)
         lc.stop_bookie(2)
         lc.add_bookie()
@@ -163,12 +169,7 @@ def test_a_writer_does_not_go_round_the_bookies_that_refuse_its_id(zk, tmp_path)
     with LocalCluster(bookies=3, metadata=uri, proxies=False, autorecovery=False,
                       base_dir=str(tmp_path / "cluster")) as lc, Client(uri) as client:
         _settle(lc, client, [0, 1, 2])
-        w = client.create_ledger(3, 3, 3, password=b"pw")
-        w.append_many([b"old-%d" % i for i in range(10)])
-        w.close()
-        x = w.ledger_id.ledger_id
-        client.delete_ledger(x)
-        client.metadata.ledger_manager.purge_deletions(int(time.time() * 1000) + 1)
+        x = _deleted_and_purged(client, (3, 3, 3), 10)
         lc.add_bookie()
         for i in (1, 2):
             lc.set_read_only(i, True)             # the new ledger goes on bookies 0 and 3

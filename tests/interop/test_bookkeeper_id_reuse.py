@@ -135,7 +135,7 @@ def _new_writer(s: Setup, x: int, how: str, acked: bool) -> list[int]:
                                       add_timeout_s=20)
         hello = "ledger"
     else:
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, s.client_uri, str(x), str(count)],
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, s.bk.metadata_uri, str(x), str(count)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 bufsize=1, env=dict(os.environ))
         hello = "created"
@@ -193,7 +193,6 @@ def _new_writer(s: Setup, x: int, how: str, acked: bool) -> list[int]:
 def test_a_ledger_id_used_again_never_recovers_the_old_ledgers_entries(setup, writer, acked,
                                                                       recoverer):
     s = setup
-    s.client_uri = s.bk.metadata_uri
     x, keep = _old_ledger(s)
     acks = _new_writer(s, x, writer, acked)
     assert acks == list(range(len(acks))), acks
