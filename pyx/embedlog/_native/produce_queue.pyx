@@ -1,0 +1,236 @@
+# cython: language_level=3
+"""One writer's messages between produce() and their delivery (issue 48).
+
+A call of add() copies its payload into the staged batch and gives it the next entry id;
+no Python object is kept per message. The writer's drainer (the embedded handle's flusher
+thread, the client's event loop) takes the staged batch whole, frames it with one journal
+add or one ADD frame per bookie, and reports each batch's outcome as a range of ids.
+
+Layout (every size in bytes, every count in messages):
+
+    staged     := payload[0] payload[1] ... payload[count - 1]     back to back in data
+    ends       := int64 ends[count]      ends[i] = end of payload i in data (ends[-1] = 0)
+    ids        := payload i is entry first_id + i;  next_id = first_id + count
+    in flight  := staged messages and taken ones whose range was not yet settled
+
+Bounds, checked before anything is written:
+
+    0 <= len(payload) <= entry_max_bytes
+    in_flight_messages + 1 <= max_messages        else BufferError (queue full)
+    in_flight_bytes + len(payload) <= max_bytes   else BufferError (one message larger
+                                                  than max_bytes: EntryTooLargeError)
+    next_id <= id_max                             else IllegalOpError
+    1 <= max_messages <= MAX_MESSAGES, 1 <= max_bytes <= MAX_BYTES: staged count and
+    bytes never pass them, so ends and data never grow past them
+
+Waking the drainer: ``kick`` (a callable) is called once when a message is added while
+the queue is *armed*; only a take(arm=True) that found nothing arms it (the drainer is
+about to sleep), and the kick disarms it. So there is exactly one kick per sleep: a
+drainer that sleeps on a lock released by the kick never sees the lock released twice.
+"""
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memmove
+
+from embedlog.errors import EntryTooLargeError, IllegalOpError
+
+cdef extern from "Python.h":
+    bint PyBytes_CheckExact(object o)
+    char *PyBytes_AS_STRING(object o)
+    Py_ssize_t PyBytes_GET_SIZE(object o)
+
+cdef enum:
+    MAX_MESSAGES = 1 << 26          # ends: 512 MiB at most
+    MIN_CAPACITY = 64
+
+cdef Py_ssize_t MAX_BYTES = 1 << 40
+cdef int64_t ID_LIMIT = (1 << 63) - 2
+
+
+cdef class ProduceQueue:
+    cdef uint8_t *data
+    cdef Py_ssize_t data_capacity
+    cdef int64_t *ends
+    cdef Py_ssize_t ends_capacity
+    cdef Py_ssize_t count                    # staged messages
+    cdef int64_t first_id                    # entry id of staged message 0
+    cdef readonly Py_ssize_t max_messages
+    cdef readonly Py_ssize_t max_bytes
+    cdef readonly Py_ssize_t entry_max_bytes
+    cdef readonly int64_t id_max
+    cdef readonly Py_ssize_t in_flight_messages
+    cdef readonly Py_ssize_t in_flight_bytes
+    cdef readonly bint armed
+    cdef public object kick
+
+    def __cinit__(self, int64_t first_id, Py_ssize_t max_messages, Py_ssize_t max_bytes,
+                  Py_ssize_t entry_max_bytes, int64_t id_max=ID_LIMIT, kick=None):
+        if not 1 <= max_messages <= MAX_MESSAGES:
+            raise IllegalOpError(f"queue_buffering_max_messages is 1 .. {MAX_MESSAGES}, "
+                                 f"got {max_messages}")
+        if not 1 <= max_bytes <= MAX_BYTES:
+            raise IllegalOpError(f"queue_buffering_max_bytes is 1 .. {MAX_BYTES}, got {max_bytes}")
+        if entry_max_bytes < 0:
+            raise IllegalOpError(f"entry_max_bytes is not negative, got {entry_max_bytes}")
+        if not 0 <= first_id or id_max > ID_LIMIT:
+            raise IllegalOpError(f"entry ids are 0 .. {ID_LIMIT}, got {first_id} .. {id_max}")
+        self.first_id = first_id
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.entry_max_bytes = entry_max_bytes
+        self.id_max = id_max
+        self.armed = True
+        self.kick = kick
+
+    def __dealloc__(self):
+        free(self.data)
+        free(self.ends)
+
+    @property
+    def next_id(self) -> int:
+        """The id the next message gets."""
+        return self.first_id + self.count
+
+    @property
+    def staged(self) -> int:
+        return self.count
+
+    @property
+    def staged_bytes(self) -> int:
+        return self.ends[self.count - 1] if self.count else 0
+
+    cdef int _grow(self, Py_ssize_t nbytes) except -1:
+        # room for one more message of nbytes; the callers' bounds keep both sizes under
+        # max_messages and max_bytes, so neither doubling can overflow
+        cdef Py_ssize_t used = self.ends[self.count - 1] if self.count else 0
+        cdef Py_ssize_t cap
+        cdef void *p
+        if self.count >= self.ends_capacity:
+            cap = max(MIN_CAPACITY, 2 * self.ends_capacity)
+            cap = min(cap, self.max_messages)
+            p = realloc(self.ends, cap * sizeof(int64_t))
+            if p == NULL:
+                raise MemoryError()
+            self.ends = <int64_t *>p
+            self.ends_capacity = cap
+        if used + nbytes > self.data_capacity:
+            cap = max(MIN_CAPACITY * 64, 2 * self.data_capacity, used + nbytes)
+            cap = min(cap, self.max_bytes)
+            p = realloc(self.data, cap)
+            if p == NULL:
+                raise MemoryError()
+            self.data = <uint8_t *>p
+            self.data_capacity = cap
+        return 0
+
+    def add(self, value) -> int:
+        """Copy ``value`` (bytes-like) in as the next message; returns its entry id."""
+        cdef Py_buffer view
+        cdef const uint8_t *src
+        cdef Py_ssize_t n, used
+        cdef int64_t eid = self.first_id + self.count
+        cdef bint release = False
+        if PyBytes_CheckExact(value):
+            src = <const uint8_t *>PyBytes_AS_STRING(value)
+            n = PyBytes_GET_SIZE(value)
+        else:
+            if not isinstance(value, (bytearray, memoryview)):
+                raise IllegalOpError(f"entries are bytes-like, got {type(value).__name__}")
+            PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
+            src, n, release = <const uint8_t *>view.buf, view.len, True
+        try:
+            if n > self.entry_max_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes is over max_entry_size_bytes "
+                                         f"({self.entry_max_bytes})")
+            if n > self.max_bytes:
+                raise EntryTooLargeError(f"entry of {n} bytes is over queue_buffering_max_bytes "
+                                         f"({self.max_bytes})")
+            if eid > self.id_max:
+                raise IllegalOpError(f"entry id {eid} is past this ledger's last ({self.id_max})")
+            if self.in_flight_messages >= self.max_messages or \
+                    self.in_flight_bytes > self.max_bytes - n:
+                raise BufferError(f"produce queue full: {self.in_flight_messages} messages, "
+                                  f"{self.in_flight_bytes} bytes in flight (queue_buffering_max_"
+                                  f"messages={self.max_messages}, _bytes={self.max_bytes}); "
+                                  f"poll() or flush() to deliver some")
+            self._grow(n)
+            used = self.ends[self.count - 1] if self.count else 0
+            if n:
+                memcpy(self.data + used, src, n)
+            self.ends[self.count] = used + n
+            self.count += 1
+            self.in_flight_messages += 1
+            self.in_flight_bytes += n
+        finally:
+            if release:
+                PyBuffer_Release(&view)
+        if self.armed and self.kick is not None:
+            self.armed = False
+            self.kick()
+        return eid
+
+    def take(self, Py_ssize_t max_bytes, bint arm=False):
+        """The staged messages from the first on, as many as fit in ``max_bytes`` (at least
+        one): (first id, list of bytes, their bytes); they stay in flight until settle().
+        None when nothing is staged, and then, with ``arm``, the next add() kicks."""
+        cdef Py_ssize_t k = 0, i, start, total
+        cdef list out
+        if self.count == 0:
+            if arm:
+                self.armed = True
+            return None
+        while k < self.count and (k == 0 or self.ends[k] <= max_bytes):
+            k += 1
+        out = [None] * k
+        start = 0
+        for i in range(k):
+            out[i] = PyBytes_FromStringAndSize(<char *>self.data + start, self.ends[i] - start)
+            start = self.ends[i]
+        total = start
+        first = self.first_id
+        self._drop(k, total)
+        return first, out, total
+
+    cdef void _drop(self, Py_ssize_t k, Py_ssize_t nbytes) noexcept:
+        # the first k staged messages (nbytes) leave the staged batch, in flight still
+        cdef Py_ssize_t i, rest = self.count - k
+        if rest:
+            memmove(self.data, self.data + nbytes, self.ends[self.count - 1] - nbytes)
+            for i in range(rest):
+                self.ends[i] = self.ends[i + k] - nbytes
+        self.count = rest
+        self.first_id += k
+
+    def reserve(self, Py_ssize_t n) -> int:
+        """Give the next ``n`` ids to a caller that frames them itself (append, append_many);
+        returns the first, or -1 while messages are staged (take them first: ids are framed
+        in order). Reserved ids are not in flight here."""
+        if n < 0 or self.first_id > self.id_max + 1 - n:
+            raise IllegalOpError(f"{n} entries from entry {self.first_id} pass this ledger's "
+                                 f"last id ({self.id_max})")
+        if self.count:
+            return -1
+        first = self.first_id
+        self.first_id += n
+        return first
+
+    def settle(self, Py_ssize_t messages, Py_ssize_t nbytes) -> None:
+        """A taken range was delivered or failed: its messages leave the in-flight count."""
+        if not 0 <= messages <= self.in_flight_messages - self.count or \
+                not 0 <= nbytes <= self.in_flight_bytes - self.staged_bytes:
+            raise IllegalOpError(f"settle of {messages} messages, {nbytes} bytes: only "
+                                 f"{self.in_flight_messages - self.count} taken")
+        self.in_flight_messages -= messages
+        self.in_flight_bytes -= nbytes
+
+    def discard(self):
+        """Drop every staged message (the writer failed or closed): (first id, count, bytes)
+        of what was dropped; they leave the in-flight count."""
+        cdef Py_ssize_t k = self.count, nbytes = self.staged_bytes
+        first = self.first_id
+        self._drop(k, nbytes)
+        self.in_flight_messages -= k
+        self.in_flight_bytes -= nbytes
+        return first, k, nbytes
