@@ -116,6 +116,8 @@ class GarbageCollector:
         self.missing: dict = {}            # (scope, lid) -> ms first seen missing, never deleted
         self.absence = self._absence_rule(metadata)
         self.halt = DeletionHalt(bookie.ledger_currents[0])
+        self.reissued: dict = {}           # key -> (held ctime, deleted ctime): another ledger's record
+        self._accepted: set = set()        # keys an operator's resume took as rightly gone
         self.stats["deletion_halted"] = int(self.halt.halted)
         self._last_purge = float("-inf")    # the first GC pass purges, whatever the uptime
         self.compaction_enabled = True     # an operator's (or a benchmark's) switch
@@ -211,7 +213,7 @@ class GarbageCollector:
             report["candidates"] = len(candidates)
             session = self._metadata_call(self.absence.start, self.metadata.ledger_manager) \
                 if self.absence is not None and candidates else None
-            candidates, missing = self._confirm(candidates)
+            candidates, missing = self._confirm(snapshot, candidates)
             gone = self._without_record(session, missing) if self.absence is not None else []
         except _Abort as exc:
             report["aborted"] = str(exc)
@@ -252,7 +254,9 @@ class GarbageCollector:
             except (MetadataError, TimeoutError) as exc:
                 raise _Abort(f"metadata store error while reading the id generator's mark: "
                              f"{exc}") from exc
-        halted = self.halt.check(mark, missing, self.bookie.descriptors.foreign())
+        foreign = {k: v for k, v in self.bookie.descriptors.foreign().items()
+                   if k not in self._accepted}
+        halted = self.halt.check(mark, missing, foreign, self.reissued)
         self.stats["deletion_halted"] = int(halted)
         return halted
 
@@ -275,6 +279,10 @@ class GarbageCollector:
         with self._cycle_lock:
             mark_of = getattr(self.metadata.ledger_manager, "ledger_id_high_water_mark", None)
             lifted = self.halt.resume(mark_of() if mark_of is not None else None)
+            # the ledgers that showed the signs are taken as rightly gone: their ids' records
+            # delete them, and they no longer halt deletion
+            self._accepted |= set(self.reissued) | set(self.bookie.descriptors.foreign())
+            self.reissued = {}
             self.stats["deletion_halted"] = 0
             return lifted
 
@@ -388,13 +396,16 @@ class GarbageCollector:
         candidates.extend(tail)
         return candidates
 
-    def _confirm(self, candidates: list) -> tuple[list, list]:
+    def _confirm(self, snapshot, candidates: list) -> tuple[list, list]:
         """(deleted, missing): every candidate must be absent on a point read too (one that
         reads back was created during the scan, and the cycle stops); of those, the ones
-        with a deletion record were deleted, the others are merely missing."""
+        with a deletion record were deleted, the others are merely missing. A record of
+        another ledger of the id than the one held (its ctime) deletes nothing: it goes to
+        ``self.reissued`` (a sign that the store went back: bookie/rollback.py)."""
         lm = self.metadata.ledger_manager
         limiter = RateLimiter(self.config.gc_metadata_op_rate_limit, self._stop)
         deleted, missing = [], []
+        self.reissued = {}
         for key in candidates:
             if self._stop.is_set():
                 raise _Abort("the bookie is closing")
@@ -404,10 +415,18 @@ class GarbageCollector:
                 lm.read_ledger_metadata(lid)
             except NoSuchLedgerError:
                 try:
-                    (missing if lm.ledger_deleted_at(lid) is None else deleted).append(key)
+                    record = lm.ledger_deletion(lid)
                 except (MetadataError, TimeoutError) as exc:
                     raise _Abort(f"metadata store error while reading the deletion record of "
                                  f"{lid}: {exc}") from exc
+                held = snapshot[key].incarnation
+                if record is None:
+                    missing.append(key)
+                elif record.ctime_ms >= 0 and held >= 0 and record.ctime_ms != held \
+                        and key not in self._accepted:
+                    self.reissued[key] = (held, record.ctime_ms)
+                else:
+                    deleted.append(key)
                 continue
             except (MetadataError, TimeoutError) as exc:
                 raise _Abort(f"metadata store error while confirming {lid}: {exc}") from exc

@@ -16,6 +16,9 @@ went back:
 | deletion record) whose id is at or above that mark      | generator has not handed out yet  |
 | a held ledger whose id the store gives another ledger   | the id came back                  |
 | (another incarnation: bookie/descriptors.py)            |                                   |
+| a held ledger whose deletion record names another       | the id came back (seen even when  |
+| ledger (the record keeps the deleted one's ctime)       | the generator passed its old mark |
+|                                                         | before this bookie looked)        |
 
 Any sign halts every deletion of ledgers on this bookie (compaction and entry-log GC of
 ledgers already deleted go on) until an operator confirms the store is right (`embedlog
@@ -25,7 +28,10 @@ reasons are logged at ERROR, counted (``deletion_halted`` in the GC statistics a
 metrics) and kept in ``current/deletion-halt`` (JSON), so a restart does not lift it.
 A ledger created with an explicit id above the generator's mark and then deleted without a
 record (a Java client's createLedgerAdv on a BookKeeper root) looks like the second sign:
-the operator resumes, knowing why.
+the operator resumes, knowing why. A resume takes the ledgers that showed the last two
+signs as rightly gone: their ids' deletion records then delete them. What no sign shows:
+on a BookKeeper root, a Java client's deletion of a re-issued id leaves no record, and the
+znode's absence (bookie/absence.py) cannot say which ledger of the id was deleted.
 """
 from __future__ import annotations
 
@@ -66,10 +72,11 @@ class DeletionHalt:
     def halted(self) -> bool:
         return bool(self.reasons)
 
-    def check(self, mark: int | None, missing: list, foreign: dict) -> bool:
+    def check(self, mark: int | None, missing: list, foreign: dict, reissued: dict) -> bool:
         """One GC cycle's look (``mark``: the store's id high-water mark, None where it
-        has none; ``missing``: held keys the store lacks; ``foreign``: descriptors.foreign()).
-        Returns whether deletion is halted now."""
+        has none; ``missing``: held keys the store lacks; ``foreign``: descriptors.foreign();
+        ``reissued``: held keys whose deletion record names another ledger, key -> (held
+        ctime, deleted ctime)). Returns whether deletion is halted now."""
         found = {}
         if mark is not None:
             if mark < self.highest_mark:
@@ -89,6 +96,13 @@ class DeletionHalt:
                 f"{len(foreign)} ledger id(s) held here name another ledger in the metadata "
                 f"store (first: {LedgerId(*key)!r}, held created at {held} ms, listed created "
                 f"at {listed} ms): ids came back")
+        if reissued:
+            key, (held, deleted) = sorted(reissued.items())[0]
+            found["deleted-other-ledger"] = (
+                f"{len(reissued)} ledger id(s) held here were deleted in the metadata store as "
+                f"another ledger (first: {LedgerId(*key)!r}, held created at {held} ms, the "
+                f"deleted one created at {deleted} ms): ids came back, and the ledgers held "
+                "here are kept")
         changed = False
         now_ms = int(time.time() * 1000)
         for kind, reason in found.items():

@@ -152,6 +152,28 @@ class LedgerMetadata:
 
 
 @dataclass(frozen=True)
+class DeletionRecord:
+    """What a store keeps of a deleted ledger: when, and which ledger of that id it was
+    (its ctime; -1 in records written before they kept it). A bookie holding data of
+    another ledger of the id (a store restored from an older backup handed the id out
+    again) keeps it: this record is not about its ledger (bookie/rollback.py)."""
+    deleted_at_ms: int
+    ctime_ms: int = -1
+
+    def encode(self) -> str:
+        return f"{self.deleted_at_ms} {self.ctime_ms}"
+
+    @classmethod
+    def decode(cls, lid: LedgerId, data) -> DeletionRecord:
+        """Either form: "deleted_at_ms" (before the ctime was kept) or "deleted_at_ms ctime_ms"."""
+        text = data.decode("ascii", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
+        try:
+            return cls(*(int(f) for f in text.split(None, 1)))
+        except (ValueError, TypeError):
+            raise MetadataError(f"corrupted deletion record of ledger {lid}: {text[:40]!r}") from None
+
+
+@dataclass(frozen=True)
 class Versioned:
     value: Any
     version: Any
@@ -195,8 +217,13 @@ class LedgerManager(ABC):
         when its deletion record says it was deleted, never because it is missing."""
 
     @abstractmethod
+    def ledger_deletion(self, ledger_id: LedgerId) -> DeletionRecord | None:
+        """The ledger's deletion record, if one is kept."""
+
     def ledger_deleted_at(self, ledger_id: LedgerId) -> int | None:
         """When the ledger was deleted (ms since the epoch), if its deletion record is kept."""
+        record = self.ledger_deletion(ledger_id)
+        return None if record is None else record.deleted_at_ms
 
     @abstractmethod
     def purge_deletions(self, before_ms: int) -> int:

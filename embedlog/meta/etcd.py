@@ -12,7 +12,7 @@ calls it the "scope", which is unrelated to the ledger scope id)::
     P/ledgers/%019d                           scope 0; zero-padded so keys sort by id
     P/ledgers-scoped/%020d/%020d              scope != 0 (scope, ledger)
     P/underreplication/<qualified name>
-    P/deleted-ledgers/<qualified name>        deletion records: deleted_at_ms as text
+    P/deleted-ledgers/<qualified name>        deletion records: "deleted_at_ms ctime_ms" as text
 
 Versions are the key's mod revision: global and never reused, so a stale version from
 before a delete and re-create cannot succeed (a znode version can). A missing key's mod
@@ -44,7 +44,7 @@ from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, che
                                    deleted_id_message, decode_bookie, decode_underreplicated, encode_bookie_info,
                                    layout_record, log,
                                    merge_missing)
-from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
+from embedlog.meta.api import (BookieRegistration, CookieStore, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
@@ -205,19 +205,15 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         if not ok:
             kvs = responses[-1]
             if kvs:
-                raise LedgerExistsError(deleted_id_message(lid, int(kvs[0][0])))
+                raise LedgerExistsError(deleted_id_message(
+                    lid, DeletionRecord.decode(lid, kvs[0][0]).deleted_at_ms))
             raise LedgerExistsError(f"ledger {lid} already exists")
         return Versioned(metadata, responses[-1][0][1].mod_revision)
 
-    def ledger_deleted_at(self, ledger_id) -> int | None:
+    def ledger_deletion(self, ledger_id) -> DeletionRecord | None:
         lid = coerce_ledger_id(ledger_id)
         value, meta = self._get(self._deleted_key(lid))
-        if meta is None:
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            raise MetadataError(f"corrupted deletion record of ledger {lid}: {value[:40]!r}") from None
+        return None if meta is None else DeletionRecord.decode(lid, value)
 
     def purge_deletions(self, before_ms: int) -> int:
         prefix = self._k("deleted-ledgers", "").encode()
@@ -225,8 +221,8 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         for key in list(self._scan_keys(prefix, _range_end(prefix))):
             value, meta = self._get(key.decode())
             try:
-                old = meta is not None and int(value) < before_ms
-            except ValueError:
+                old = meta is not None and DeletionRecord.decode(key, value).deleted_at_ms < before_ms
+            except MetadataError:
                 continue
             try:
                 if old and self._delete(key.decode(), meta.mod_revision, "purge deletion record"):
@@ -260,13 +256,26 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
     def remove_ledger_metadata(self, ledger_id, version: Any = None) -> None:
         lid = coerce_ledger_id(ledger_id)
         key = self.ledger_key(lid)
-        compare = [tx.Version(key) > 0] + ([tx.Mod(key) == version] if version is not None else [])
+        # the record names the ledger deleted (its ctime): the key is read first and
+        # deleted at the revision read, so the ctime is that of the value that goes
+        value, meta = self._get(key)
+        if meta is None:
+            raise NoSuchLedgerError(f"no ledger {lid}")
+        try:
+            ctime_ms = LedgerMetadata.from_bytes(value).ctime_ms
+        except MetadataError:                 # unreadable metadata: a record without it
+            ctime_ms = -1
+        record = DeletionRecord(int(time.time() * 1000), ctime_ms).encode()
+        compare = [tx.Version(key) > 0, tx.Mod(key) == (meta.mod_revision if version is None
+                                                        else version)]
         ok, responses = self._txn(f"remove ledger {lid}", compare,
-                                  [tx.Delete(key), tx.Put(self._deleted_key(lid), str(int(time.time() * 1000)))],
+                                  [tx.Delete(key), tx.Put(self._deleted_key(lid), record)],
                                   [tx.Get(key)])
         if ok:
             return
-        if responses and responses[-1] and version is not None:
+        if responses and responses[-1]:
+            if version is None:               # rewritten between the read and the delete
+                return self.remove_ledger_metadata(ledger_id, version)
             raise BadVersionError(f"remove ledger {lid}: version {version!r} is stale")
         raise NoSuchLedgerError(f"no ledger {lid}")
 

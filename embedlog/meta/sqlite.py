@@ -41,7 +41,7 @@ from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_
                                    decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
                                    owner_is_dead_local_process, owner_token)
-from embedlog.meta.api import (BookieRegistration, CookieStore, LayoutExistsError,
+from embedlog.meta.api import (BookieRegistration, CookieStore, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
@@ -65,8 +65,11 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS underreplicated (name TEXT PRIMARY KEY, missing TEXT NOT NULL,"
     " ctime_ms INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS deleted_ledgers (name TEXT PRIMARY KEY,"
-    " deleted_at_ms INTEGER NOT NULL) WITHOUT ROWID",
+    " deleted_at_ms INTEGER NOT NULL, ctime_ms INTEGER) WITHOUT ROWID",
 )
+# stores made before deletion records kept the deleted ledger's ctime gain the column at
+# their first deletion (NULL in older rows: read as -1, not known)
+_DELETION_CTIME = "ALTER TABLE deleted_ledgers ADD COLUMN ctime_ms INTEGER"
 
 
 # One writer at a time per database file within this process. SQLite's busy handler
@@ -340,15 +343,28 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                 raise NoSuchLedgerError(f"no ledger {lid}")
             if version is not None and row[0] != version:
                 raise BadVersionError(f"ledger {lid}: version {version!r} is stale (now {row[0]})")
+            data = c.execute("SELECT data FROM ledgers WHERE name=?",
+                             (lid.qualified_name,)).fetchone()[0]
+            try:
+                ctime_ms = LedgerMetadata.from_bytes(bytes(data)).ctime_ms
+            except MetadataError:         # unreadable metadata: a record without the ctime
+                ctime_ms = -1
             c.execute("DELETE FROM ledgers WHERE name=?", (lid.qualified_name,))
-            c.execute("INSERT OR REPLACE INTO deleted_ledgers VALUES (?, ?)",
-                      (lid.qualified_name, int(time.time() * 1000)))
+            columns = [r[1] for r in c.execute("PRAGMA table_info(deleted_ledgers)")]
+            if "ctime_ms" not in columns:
+                c.execute(_DELETION_CTIME)
+            c.execute("INSERT OR REPLACE INTO deleted_ledgers (name, deleted_at_ms, ctime_ms) "
+                      "VALUES (?, ?, ?)", (lid.qualified_name, int(time.time() * 1000), ctime_ms))
 
-    def ledger_deleted_at(self, ledger_id) -> int | None:
+    def ledger_deletion(self, ledger_id) -> DeletionRecord | None:
         lid = coerce_ledger_id(ledger_id)
-        rows = self._query(f"read deletion of {lid}",
-                           "SELECT deleted_at_ms FROM deleted_ledgers WHERE name=?", (lid.qualified_name,))
-        return rows[0][0] if rows else None
+        rows = self._query(f"read deletion of {lid}", "SELECT * FROM deleted_ledgers WHERE name=?",
+                           (lid.qualified_name,))
+        if not rows:
+            return None
+        row = rows[0]
+        ctime_ms = row[2] if len(row) > 2 and row[2] is not None else -1
+        return DeletionRecord(int(row[1]), int(ctime_ms))
 
     def purge_deletions(self, before_ms: int) -> int:
         with self._write("purge deletion records") as c:

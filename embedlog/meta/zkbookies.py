@@ -126,6 +126,14 @@ class ZkRegistrations(RegistrationManager, RegistrationClient):
         session (registrations follow, as after any lost session)."""
         since = getattr(self, "_suspended_at", None)
         deadline = since + 1.5 * self._session_timeout_s
+        with self._reg_lock:
+            mine = sorted({bookie_id for bookie_id, _ in self._registered})
+        if mine:                                 # said at once, not at the next GC cycle
+            log.warning("ZooKeeper at %s: connection lost; bookie %s stays registered only while "
+                        "its session lives (%.0f s timeout). If no server takes the session "
+                        "back within %.0f s, a new session is started and it registers again",
+                        self.hosts, ", ".join(mine), self._session_timeout_s,
+                        1.5 * self._session_timeout_s)
         while not self._closed and self._zk.state != KazooState.CONNECTED:
             if time.monotonic() >= deadline:
                 if getattr(self, "_suspended_at", None) != since:
@@ -147,6 +155,8 @@ class ZkRegistrations(RegistrationManager, RegistrationClient):
         for (bookie_id, read_only), data in mine.items():
             try:
                 self._register(bookie_id, read_only, data)
+                log.warning("bookie %s registered again after its ZooKeeper session was lost",
+                            bookie_id)
             except Exception as exc:
                 log.error("could not re-register bookie %s after session loss: %s", bookie_id, exc)
 

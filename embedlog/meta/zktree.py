@@ -12,7 +12,7 @@ Under the root (``/ledgers`` by default; docs/METADATA.md has the full tree)::
     idgen-long/HOB-%010d/ID-<seq> BookKeeper's high-order-bit extension past 31 bits
     idgen-scoped/%020d/...        the same pair per scope != 0 (and idgen-scoped-long/)
     underreplication/ledgers/urL<qualified name>
-    deleted/<last 2 hex digits>/<qualified name>   deletion records: deleted_at_ms as text
+    deleted/<last 2 hex digits>/<qualified name>   deletion records: "deleted_at_ms ctime_ms"
     <ledger znodes>               by layout, scope 0:
         flat              L%010d
         hierarchical      %010d split 2-4-4 (00/0000/L0001) below 2^31 - 1, else

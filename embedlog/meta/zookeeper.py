@@ -38,8 +38,8 @@ from embedlog.meta._common import (LAYOUT_MAGIC, PollingWatch, StoreBase, check_
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
                                    decode_underreplicated, deleted_id_message, merge_missing,
                                    recorded_layout)
-from embedlog.meta.api import (CookieStore, LayoutExistsError, LayoutManager, LedgerIdGenerator,
-                               LedgerManager, LedgerMetadata, MetadataStore,
+from embedlog.meta.api import (CookieStore, DeletionRecord, LayoutExistsError, LayoutManager,
+                               LedgerIdGenerator, LedgerManager, LedgerMetadata, MetadataStore,
                                UnderreplicationManager, Versioned)
 from embedlog.meta.bookkeeper import idgen as bkidgen
 from embedlog.meta.bookkeeper import layout as bklayout
@@ -298,16 +298,13 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
             return False
         return found.version == 0 and bkledger.ctoken_of(found.value) == token
 
-    def ledger_deleted_at(self, ledger_id) -> int | None:
+    def ledger_deletion(self, ledger_id) -> DeletionRecord | None:
         lid = coerce_ledger_id(ledger_id)
         try:
             data, _stat = self._get(self._deleted_path(lid))
         except NoNodeError:
             return None
-        try:
-            return int(data)
-        except ValueError:
-            raise MetadataError(f"corrupted deletion record of ledger {lid}: {data[:40]!r}") from None
+        return DeletionRecord.decode(lid, data)
 
     def purge_deletions(self, before_ms: int) -> int:
         gone = 0
@@ -317,10 +314,10 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                 path = f"{base}/{part}/{name}"
                 try:
                     data, stat = self._get(path)
-                    if int(data) < before_ms:
+                    if DeletionRecord.decode(name, data).deleted_at_ms < before_ms:
                         self._delete(path, stat.version)
                         gone += 1
-                except (NoNodeError, KzBadVersion, ValueError):
+                except (NoNodeError, KzBadVersion, MetadataError):
                     continue
         return gone
 
@@ -369,18 +366,34 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         lid = coerce_ledger_id(ledger_id)
         gone = self._deleted_path(lid)
         self._ensure_parent(gone)
+        # the record names the ledger deleted (its ctime): the znode is read first and
+        # deleted at the version read, so the ctime is that of the znode that goes
+        read_version, ctime_ms = self._version_and_ctime(lid)
         txn = self._zk.transaction()
-        txn.delete(self.ledger_path(lid), -1 if version is None else version)
-        txn.create(gone, str(int(time.time() * 1000)).encode())
+        txn.delete(self.ledger_path(lid), read_version if version is None else version)
+        at_ms = int(time.time() * 1000)
+        txn.create(gone, DeletionRecord(at_ms, ctime_ms).encode().encode())
         try:
             self._commit(txn, f"remove ledger {lid}")
         except NoNodeError:
             raise NoSuchLedgerError(f"no ledger {lid}") from None
         except KzBadVersion:
+            if version is None:            # rewritten between the read and the delete
+                return self.remove_ledger_metadata(ledger_id, version)
             raise BadVersionError(f"ledger {lid}: version {version} is stale") from None
         except NodeExistsError:        # a stale record of an earlier life of this id
             self._delete(gone)
             self.remove_ledger_metadata(ledger_id, version)
+
+    def _version_and_ctime(self, lid: LedgerId) -> tuple[int, int]:
+        try:
+            data, stat = self._get(self.ledger_path(lid))
+        except NoNodeError:
+            raise NoSuchLedgerError(f"no ledger {lid}") from None
+        try:
+            return stat.version, self._tree.decode_ledger(lid, data, stat.ctime).ctime_ms
+        except MetadataError:              # unreadable metadata: a record without the ctime
+            return stat.version, -1
 
     def _listdir(self, path: str) -> list[str]:
         # a directory removed while we walk is simply empty

@@ -117,8 +117,8 @@ class Listing(LedgerManager):
     def read_ledger_metadata(self, ledger_id):
         return self.real.read_ledger_metadata(ledger_id)
 
-    def ledger_deleted_at(self, ledger_id):
-        return self.real.ledger_deleted_at(ledger_id)
+    def ledger_deletion(self, ledger_id):
+        return self.real.ledger_deletion(ledger_id)
 
     def purge_deletions(self, before_ms):
         return self.real.purge_deletions(before_ms)

@@ -152,6 +152,23 @@ def test_deletion_leaves_a_record_and_the_id_is_not_reused(backend):
     assert store.read_ledger_metadata(43).value.ledger_id == LedgerId(0, 43)
 
 
+def test_a_deletion_record_names_the_ledger_deleted(backend):
+    """The record keeps the deleted ledger's ctime: a bookie holding another ledger of the
+    id (a store restored from an older backup gave the id out again) keeps its data."""
+    store = backend.open()
+    first = md(45).with_(ctime_ms=1_700_000_000_123)
+    store.create_ledger_metadata(first)
+    store.remove_ledger_metadata(45)
+    record = store.ledger_deletion(45)
+    assert record.ctime_ms == 1_700_000_000_123 and record.deleted_at_ms == store.ledger_deleted_at(45)
+    store.purge_deletions(2 ** 62)
+    store.create_ledger_metadata(md(45).with_(ctime_ms=1_700_000_000_999))
+    version = store.read_ledger_metadata(45).version
+    store.remove_ledger_metadata(45, version)
+    assert store.ledger_deletion(45).ctime_ms == 1_700_000_000_999
+    assert store.ledger_deletion(46) is None
+
+
 def test_a_write_of_a_deleted_ledger_never_lands_on_the_new_one_of_its_id(backend):
     """A writer of a ledger deleted (and its record purged) whose id a new ledger took:
     the new one's version may equal the one the writer holds (versions count again), and

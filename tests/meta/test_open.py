@@ -130,3 +130,24 @@ def test_sqlite_threads_of_one_process_queue_for_the_write_lock(tmp_path):
     assert len(set(ids)) == len(ids) == 1000
     for s in stores:
         s.close()
+
+
+def test_sqlite_deletion_records_of_an_older_store_keep_working(tmp_path):
+    """A store made before deletion records kept the deleted ledger's ctime: its records
+    read with the ctime unknown (-1), and its first deletion adds the column."""
+    path = str(tmp_path / "m.db")
+    SqliteMetadataStore(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE deleted_ledgers")
+        conn.execute("CREATE TABLE deleted_ledgers (name TEXT PRIMARY KEY,"
+                     " deleted_at_ms INTEGER NOT NULL) WITHOUT ROWID")
+        conn.execute("INSERT INTO deleted_ledgers VALUES (?, ?)",
+                     (LedgerId(0, 7).qualified_name, 1234))
+    conn.close()
+    with SqliteMetadataStore(path) as store:
+        old = store.ledger_deletion(7)
+        assert (old.deleted_at_ms, old.ctime_ms) == (1234, -1)
+        store.create_ledger_metadata(LedgerMetadata(LedgerId(0, 8), 1, 1, 1, ctime_ms=555))
+        store.remove_ledger_metadata(8)
+        assert store.ledger_deletion(8).ctime_ms == 555
+        assert store.ledger_deletion(7).ctime_ms == -1
