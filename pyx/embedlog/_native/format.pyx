@@ -39,9 +39,10 @@ HW_CRC32C = bool(el_crc_hw)
 
 cdef uint64_t MAX_U64 = 0xFFFFFFFFFFFFFFFF
 # The highest entry id a bookie takes: its index file puts entry e's location at byte
-# 1024 + 8 e, so 2^40 entries need 8 TiB of (sparse) file, within ext4's 16 TiB limit; a
-# ledger written at a million entries a second reaches it in 12 days (streams roll over
-# long before). Anything above is refused at the door instead of failing a checkpoint.
+# 1024 + 8 e, so 2^40 entries need 8 TiB of (sparse) file, within ext4's 16 TiB limit.
+# Only a stream's ledger goes that far (its positions are that one ledger's ids for its
+# whole life: 12 days at a million entries a second); other ledgers stop at 2^32 - 1
+# (bookie.py). Anything above is refused at the door instead of failing a checkpoint.
 MAX_ENTRY_ID = (1 << 40) - 1
 cdef uint64_t V1_LIMIT = 1 << 63
 
