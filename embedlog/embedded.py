@@ -12,10 +12,11 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
 from embedlog.bookie import Bookie
+from embedlog.bookie.bookie import MAX_BOUNDED_ENTRY_ID
 from embedlog.bookie.snapshot import BookieSnapshot
 from embedlog.client.client import password_bytes
 from embedlog.client.context import ClientConfig, ClientContext
@@ -24,6 +25,7 @@ from embedlog.client.read import ReadHandle as Tailing
 from embedlog.client.scan import binary_array
 from embedlog.client.stream import delete_stream, find_stream, list_streams, open_stream
 from embedlog.client.inflight import AddFuture
+from embedlog.client.producer import Producer, limits as producer_limits
 from embedlog.config import BookieConfig
 from embedlog.errors import (ClientClosedError, EmbedlogError, IllegalOpError, LedgerClosedError,
                              LogDirectoryError, NoSuchEntryError, NoSuchLedgerError,
@@ -314,6 +316,8 @@ class EmbeddedLog:
             return
         self._closed = True
         try:
+            for handle in list(self._handles):
+                handle._stop_flusher()
             if self._ctx is not None:
                 self._ctx.close()
             self.bookie.close()
@@ -356,6 +360,11 @@ class WriteHandle:
         self._forked = False                   # in a forked child: close() does nothing
         self._close_point: int | None = None   # the last entry id a close covers
         self._broken: BaseException | None = None   # an add failed: nothing more is acked
+        self._prod: Producer | None = None     # produce()'s queue and flusher, made on first use
+        self._producer_options = producer_limits()
+        self._flusher: threading.Thread | None = None
+        self._wake = threading.Lock()          # released by the queue's kick: the flusher looks
+        self._stopping = False
 
     def _after_fork(self, gone) -> None:
         # a forked child (embedlog.forking): adds raise ForkedProcessError from the bookie's
@@ -363,6 +372,9 @@ class WriteHandle:
         self._bookie = gone
         self._forked = True
         self._lock, self._ack_lock = threading.Lock(), threading.Lock()
+        # the queue, its messages and the flusher thread are the parent's
+        self._prod = None
+        self.produce = self.poll = self.flush = self.append_async = gone.refuse()
 
     @property
     def last_add_confirmed(self) -> int:
@@ -386,6 +398,9 @@ class WriteHandle:
                 raise LedgerClosedError(f"ledger {self.ledger_id}: an earlier add failed "
                                         f"({self._broken}); close it and write to a new ledger")
             start, total = 0, len(payloads)
+            if self._prod is not None:
+                # messages produced before this call go first: ids follow journal order
+                self._reserve_locked(self._prod, total)
             try:
                 small = total < 2 or sum(map(len, payloads)) <= _CHUNK_BYTES   # C-speed check
             except TypeError:
@@ -470,11 +485,144 @@ class WriteHandle:
         return self._deliver(last)
 
     def append_async(self, data: Payload) -> concurrent.futures.Future[int]:
-        """Append one entry; the future completes with its entry id once durable."""
+        """Append one entry; the future completes with its entry id once durable. The
+        message goes through produce()'s queue (one batch framed for many calls); only
+        the future is made per call."""
         fut = AddFuture()
-        seq, last = self._add([data])
-        self._bookie.on_durable(seq, _Delivery(self, fut, last))
+        self._prod.add_future(self.produce(data), fut) if self._prod is not None else \
+            self._first_future(data, fut)
         return fut
+
+    def _first_future(self, data, fut) -> None:
+        eid = self.produce(data)
+        self._prod.add_future(eid, fut)
+
+    # -- the producer (confluent-kafka's produce / poll / flush) -----------------------------
+
+    def configure_producer(self, **options: Any) -> None:
+        """Limits of produce()'s queue, before the first produce() or append_async():
+        ``queue_buffering_max_messages`` (default 100,000), ``queue_buffering_max_kbytes``
+        (default 1 GiB) or ``queue_buffering_max_bytes``, and ``block``: when either is
+        reached, produce() raises BufferError (False, the default) or waits for room (True)."""
+        opts = producer_limits(**options)
+        with self._lock:
+            if self._prod is not None:
+                raise IllegalOpError("configure_producer comes before the first produce()")
+            self._producer_options = opts
+
+    def produce(self, value: Payload, on_delivery: Callable[[Any, int], Any] | None = None) -> int:
+        """Queue one entry and return its entry id at once (confluent-kafka's produce).
+
+        The entry is durable, and acknowledged in id order, once its batch's journal group
+        is synced; ``on_delivery(error, entry_id)`` then runs in the thread that calls
+        poll() or flush() (error None when durable; after a failed group, the same error
+        for every entry from the first lost one on). The value is copied: a bytearray may
+        change once this returns. BufferError when the queue is full (configure_producer)."""
+        p = self._prod
+        if p is None:
+            p = self._start_producer()
+        try:
+            eid = p.queue.add(value)
+        except BufferError:
+            if not p.block:
+                raise
+            eid = p.full(value, self._check_producing)
+        if self._closed or self._broken is not None:
+            self._refuse_staged(p)          # a close or a failure came first: not delivered
+        if on_delivery is not None:
+            p.room_for_callback()
+            p.callbacks.append((eid, on_delivery))
+        return eid
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Run the delivery callbacks that are due, waiting up to ``timeout`` s for one;
+        returns how many ran (confluent-kafka's poll)."""
+        return self._prod.poll(timeout) if self._prod is not None else 0
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every produced entry is durable or failed, running callbacks; returns
+        how many are still in flight (0 unless ``timeout`` s ran out)."""
+        return self._prod.flush(timeout) if self._prod is not None else 0
+
+    def __len__(self) -> int:
+        """Entries produced and not yet durable or failed."""
+        return len(self._prod) if self._prod is not None else 0
+
+    def _check_producing(self) -> None:
+        if self._closed:
+            raise LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        if self._broken is not None:
+            raise LedgerClosedError(f"ledger {self.ledger_id}: an earlier add failed "
+                                    f"({self._broken}); close it and write to a new ledger")
+
+    def _start_producer(self) -> Producer:
+        with self._lock:
+            self._check_producing()
+            if self._prod is None:
+                self._wake.acquire()          # held: the flusher sleeps on it until a kick
+                self._prod = Producer(self._next_entry_id, self._log.config.max_entry_size_bytes,
+                                      self._wake.release, MAX_BOUNDED_ENTRY_ID,
+                                      self._producer_options)
+                self._flusher = threading.Thread(target=self._flush_loop, args=(self._prod,),
+                                                 name=f"embedlog-produce-{self.ledger_id}",
+                                                 daemon=True)
+                self._flusher.start()
+            return self._prod
+
+    def _refuse_staged(self, p: Producer) -> None:
+        with self._lock:
+            first, count, nbytes = p.queue.discard()
+            if count:
+                error = self._broken or LedgerClosedError(f"ledger {self.ledger_id} is closed")
+                p.settle(first, first + count - 1, 0, 0, error)     # discard freed them
+        self._check_producing()
+
+    def _flush_loop(self, p: Producer) -> None:
+        """The flusher: wakes at a kick and frames everything staged, a batch per journal
+        add of at most _CHUNK_BYTES, until nothing is; then sleeps until the next kick."""
+        wake = self._wake
+        while True:
+            wake.acquire()
+            while True:
+                with self._lock:
+                    got = p.queue.take(_CHUNK_BYTES, True)
+                    if got is None:
+                        break
+                    self._frame_batch(p, got)
+            if self._stopping:
+                return
+
+    def _frame_batch(self, p: Producer, got) -> None:
+        """Journal one taken batch (handle lock held); its range settles when durable."""
+        first, payloads, nbytes = got
+        last = first + len(payloads) - 1
+        if self._closed or self._broken is not None:
+            p.settle(first, last, len(payloads), nbytes,
+                     self._broken or LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+            return
+        try:
+            seq, self._length = self._frame(first, payloads)
+        except BaseException as exc:
+            self._broken = self._broken or exc
+            p.settle(first, last, len(payloads), nbytes, exc)
+            return
+        self._next_entry_id = last + 1
+        self._bookie.on_durable(seq, _RangeDelivery(self, p, first, last, len(payloads), nbytes))
+
+    def _reserve_locked(self, p: Producer, total: int) -> None:
+        while (first := p.queue.reserve(total)) < 0:
+            self._frame_batch(p, p.queue.take(_CHUNK_BYTES))
+        p.skip(first, first + total - 1)
+        if self._broken is not None:
+            self._check_producing()
+
+    def _stop_flusher(self) -> None:
+        self._stopping = True
+        if self._prod is not None:
+            self._prod.queue.wake()
+        t = self._flusher
+        if t is not None and t is not threading.current_thread():
+            t.join()
 
     def close(self) -> None:
         """Close the ledger in metadata at its last acknowledged entry.
@@ -486,6 +634,9 @@ class WriteHandle:
         with self._lock:                       # nothing is framed from here on
             if self._closed:
                 return
+            p = self._prod
+            while p is not None and p.queue.staged:     # produced before the close: covered
+                self._frame_batch(p, p.queue.take(_CHUNK_BYTES))
             self._closed = True
             framed = self._next_entry_id - 1
             try:
@@ -503,6 +654,7 @@ class WriteHandle:
                              self._log._write_metadata,
                              self._log.metadata.ledger_manager.read_ledger_metadata)
             self._md, self._version = v.value, v.version
+        self._stop_flusher()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -520,25 +672,25 @@ class WriteHandle:
         self.close()
 
 
-class _Delivery:
-    """Completes an ``append_async`` future once the journal has made its entry durable
-    (called with the error or None). An object of slots, not a closure: an add in flight
-    lives past young collections, and the closure and its three cells were four objects
-    for the collector to promote (issue 32), this is one."""
-    __slots__ = ("handle", "future", "last")
+class _RangeDelivery:
+    """Settles one produced batch, entries first..last, once the journal has made it
+    durable (called with the error or None): one object per batch, not per entry."""
+    __slots__ = ("handle", "producer", "first", "last", "count", "nbytes")
 
-    def __init__(self, handle: WriteHandle, future: AddFuture, last: int):
-        self.handle, self.future, self.last = handle, future, last
+    def __init__(self, handle: WriteHandle, producer: Producer, first: int, last: int,
+                 count: int, nbytes: int):
+        self.handle, self.producer = handle, producer
+        self.first, self.last, self.count, self.nbytes = first, last, count, nbytes
 
     def __call__(self, error) -> None:
         if error is None:
             try:
-                self.future.set_result(self.handle._deliver(self.last))
+                self.handle._deliver(self.last)
             except LedgerClosedError as exc:
-                self.future.set_exception(exc)
+                error = exc
         else:
             self.handle._broken = self.handle._broken or error
-            self.future.set_exception(error)
+        self.producer.settle(self.first, self.last, self.count, self.nbytes, error)
 
 
 class ReadHandle:

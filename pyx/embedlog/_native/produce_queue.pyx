@@ -203,6 +203,14 @@ cdef class ProduceQueue:
         self.count = rest
         self.first_id += k
 
+    def wake(self) -> bool:
+        """Kick the drainer now if it sleeps (a close wants it to look); True if it did."""
+        if self.armed and self.kick is not None:
+            self.armed = False
+            self.kick()
+            return True
+        return False
+
     def reserve(self, Py_ssize_t n) -> int:
         """Give the next ``n`` ids to a caller that frames them itself (append, append_many);
         returns the first, or -1 while messages are staged (take them first: ids are framed
