@@ -128,8 +128,12 @@ def cluster():
 @click.option("--keep", is_flag=True, help="Keep the temporary directory at the end (its path is printed).")
 @click.option("--http/--no-http", default=False, show_default=True,
               help="Run each bookie's admin HTTP server (status page, metrics) on a free port.")
+@click.option("--fault-proxies", is_flag=True,
+              help="Put a fault proxy (LocalCluster's delay / drop / cut) in front of each "
+                   "bookie, in this process: every byte then crosses it (several times slower). "
+                   "Without it clients reach the bookies directly.")
 @json_option
-def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
+def cluster_up(bookies, metadata, base_dir, keep, http, fault_proxies, as_json):
     """Run a LocalCluster until interrupted (Ctrl-C or SIGTERM: exit 0), printing where each
     bookie listens and the `export EMBEDLOG_METADATA=...` line other shells need.
 
@@ -149,20 +153,23 @@ def cluster_up(bookies, metadata, base_dir, keep, http, as_json):
         raise ConfigError(f"--dir {base_dir}: {file_in_the_way(base_dir)} is a file, not a directory")
     try:
         with LocalCluster(bookies=bookies, metadata=metadata, base_dir=base_dir,
-                          bookie_config=config) as lc:
+                          bookie_config=config, proxies=fault_proxies) as lc:
             admin = {}
             if http:
                 with lc.client() as c:
                     rc = c.metadata.registration_client
                     admin = {r.bookie_id: (r.info or {}).get("http") for r in rc.get_all_bookies()}
-            rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.proxy(i).address,
+            rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.address(i),
                      "dir": lc.bookie_dir(i), "http": admin.get(lc.bookie_id(i))}
                     for i in range(len(lc))]
             if as_json:
                 click.echo(json.dumps({"metadata_uri": lc.metadata_uri, "dir": base_dir,
-                                       "bookies": rows}))
+                                       "fault_proxies": fault_proxies, "bookies": rows}))
             else:
                 click.echo(f"metadata: {lc.metadata_uri}")
+                if fault_proxies:
+                    click.echo("clients reach each bookie through a fault proxy in this process "
+                               "(--fault-proxies): slower than direct, for fault tests")
                 for r in rows:
                     extra = f", status page http://{r['http']}/status" if r["http"] else ""
                     click.echo(f"bookie {r['index']}: {r['bookie_id']} at {r['address']} "

@@ -296,6 +296,11 @@ class LocalCluster:
     def bookie_id(self, i: int) -> str:
         return self._b(i).bookie_id
 
+    def address(self, i: int) -> str:
+        """Where clients reach bookie ``i``: its fault proxy with proxies, else the bookie."""
+        b = self._b(i)
+        return b.proxy.address if b.proxy is not None else f"127.0.0.1:{b.port}"
+
     def bookie_dir(self, i: int) -> str:
         return self._b(i).directory
 
