@@ -51,7 +51,7 @@ import fnmatch
 import hashlib
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from embedlog._native.format import (LedgerId, digest_code, encode_entry, mac_key,
                                      master_key, parse_entry_header)
@@ -304,6 +304,44 @@ class Stream(StreamReading):
         self._frag_bytes += len(data)
         return fut
 
+    def produce(self, value: Payload, on_delivery: Callable[[Any, int], Any] | None = None) -> int:
+        """Queue one entry and return its position at once (confluent-kafka's produce): the
+        leader's WriteHandle.produce, so batches of calls travel as one ADD frame per bookie;
+        ``on_delivery(error, position)`` runs in poll() or flush() once the entry is durable
+        on Qa bookies. flush() before close() or a take-over: entries still queued then fail."""
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise IllegalOpError(f"stream entries are bytes-like, got {type(value).__name__}")
+        w = self._leader()
+        pos = w.produce(KIND_DATA + TIME.pack(self._append_time_ms()) + value, on_delivery)
+        self._frag_entries += 1
+        self._frag_bytes += len(value)
+        return pos
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Run the delivery callbacks that are due (waiting up to ``timeout`` s for one)."""
+        w = self._writer
+        if w is None:
+            return 0
+        n = w.poll(timeout)
+        self._lac = max(self._lac, w.last_add_confirmed)
+        return n
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every produced entry is durable or failed, running callbacks; returns
+        how many are still in flight. A rollover that is due happens here."""
+        w = self._writer
+        if w is None:
+            return 0
+        left = w.flush(timeout)
+        self._lac = max(self._lac, w.last_add_confirmed)
+        if not left and self._lost is None:
+            self._maybe_roll()
+        return left
+
+    def __len__(self) -> int:
+        w = self._writer
+        return len(w) if w is not None else 0
+
     def append_many_async(self, items: Iterable[Payload]) -> list[concurrent.futures.Future[int]]:
         items = list(items)
         for item in items:
@@ -533,6 +571,7 @@ class Stream(StreamReading):
         after its last position without a take-over's recovery and no-op."""
         w, self._writer = self._writer, None
         if w is not None and self._lost is None:
+            w.flush()                     # produced entries still queued go out first
             self._ctx.run(w.drain())
             self._ctx.run(w.flush_lac())
             self._release(w)

@@ -32,7 +32,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from embedlog._native import addpath
 from embedlog._native.addpath import PendingAdd
@@ -44,6 +44,7 @@ from embedlog.errors import (BadVersionError, EmbedlogError, EntryTooLargeError,
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState, Versioned
 from embedlog.client.inflight import AddFuture, InFlight
 from embedlog.client.lifecycle import check_incarnation, close_ledger
+from embedlog.client.producer import Producer, limits as producer_limits
 from embedlog.client.schedule import write_quorums
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import WriteLac
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
     from embedlog._types import Payload
 
 log = logging.getLogger("embedlog.client")
+_PRODUCE_TAKE_BYTES = 8 << 20     # what the loop takes from the produce queue at once
+_ID_MAX = (1 << 63) - 2            # bookies check a ledger's own bound (2^32 - 1, 2^40 - 1)
 TOO_MANY_REQUESTS_RETRIES = 5      # sends to a bookie answering ETOOMANYREQUESTS, 50 ms .. 0.8 s apart
 _FATAL = (LedgerFencedError, UnauthorizedAccessError, InvalidTermError)   # from a bookie: stop writing
 
@@ -111,6 +114,9 @@ class WriteHandle:
         self._inbox: collections.deque = collections.deque()
         self._inbox_scheduled = False
         self._handing_in = threading.Lock()
+        self._prod: Producer | None = None     # produce()'s queue, made on first use
+        self._producer_options = producer_limits()
+        self._starved = False              # staged messages wait for a slot (_complete takes them)
         ctx.writers.add(self)
 
     # -- caller threads --------------------------------------------------------------------
@@ -152,6 +158,8 @@ class WriteHandle:
         # the common call pays none of append_many_async's lists and comprehensions
         if self._error is not None or self._closed:
             self._check()
+        if self._prod is not None:
+            return self._produce_future(data, on_done)
         if type(data) is not bytes or len(data) > self._max_entry_size:
             self._check_item(data)
             data = bytes(data)        # a copy the caller cannot change under us
@@ -160,9 +168,17 @@ class WriteHandle:
             self._hand_in_from_loop([data], [fut])
             return fut
         with self._handing_in:
+            if self._prod is not None:      # produce() began meanwhile: ids come from its queue
+                return self._produce_future(data, on_done)
             self._slots.take()
             self._inbox.append((data, fut))     # as _hand_in, without its lists
             self._schedule_take()
+        return fut
+
+    def _produce_future(self, data, on_done=None):
+        fut = AddFuture(on_done)
+        eid = self.produce(data)
+        self._prod.add_future(eid, fut)
         return fut
 
     def append_many_async(self, items: list[Payload], on_done=None) -> list[concurrent.futures.Future[int]]:
@@ -171,6 +187,8 @@ class WriteHandle:
         self._check()
         for item in items:
             self._check_item(item)
+        if self._prod is not None:
+            return self._produce_futures(items, on_done)
         futs = [AddFuture() for _ in items]
         if futs and on_done is not None:
             futs[-1] = AddFuture(on_done)
@@ -179,6 +197,8 @@ class WriteHandle:
             return futs
         start = 0
         with self._handing_in:          # one call's entries take consecutive ids
+            if self._prod is not None:
+                return self._produce_futures(items, on_done)
             while start < len(items):
                 # back-pressure: bounded adds in flight; those taken go in before waiting
                 # for more (a call larger than the bound would otherwise wait for itself)
@@ -186,6 +206,137 @@ class WriteHandle:
                 self._hand_in([bytes(i) for i in items[start:start + n]], futs[start:start + n])
                 start += n
         return futs
+
+    def _produce_futures(self, items: list, on_done=None) -> list:
+        # consecutive ids as long as the call fits in the queue (the producer's lock keeps
+        # other callers' produce() out of the middle of it only through the GIL: a call
+        # larger than the queue's room is queued in pieces as room comes)
+        return [self._produce_future(d, on_done if k == len(items) - 1 else None)
+                for k, d in enumerate(items)]
+
+    # -- the producer (confluent-kafka's produce / poll / flush) -----------------------------
+
+    def configure_producer(self, **options: Any) -> None:
+        """Limits of produce()'s queue, before the first produce():
+        ``queue_buffering_max_messages`` (default 100,000), ``queue_buffering_max_kbytes``
+        (default 1 GiB) or ``queue_buffering_max_bytes``, and ``block``: when either is
+        reached, produce() raises BufferError (False, the default) or waits (True)."""
+        opts = producer_limits(**options)
+        if self._prod is not None:
+            raise IllegalOpError("configure_producer comes before the first produce()")
+        self._producer_options = opts
+
+    def produce(self, value: Payload, on_delivery: Callable[[Any, int], Any] | None = None) -> int:
+        """Queue one entry and return its entry id at once (confluent-kafka's produce).
+
+        The client's loop takes what is queued as one batch (one ADD frame per bookie);
+        ``on_delivery(error, entry_id)`` runs in the thread that calls poll() or flush()
+        once the entry is acknowledged by Qa bookies, in id order (error None), or failed
+        (after a failure, an error for every later entry too). The value is copied.
+        BufferError when the queue is full (configure_producer). Entries still queued
+        when close() is called fail with LedgerClosedError: flush() first."""
+        p = self._prod
+        if p is None:
+            p = self._start_producer()
+        try:
+            eid = p.queue.add(value)
+        except BufferError:
+            if not p.block or self._ctx.on_loop():
+                raise
+            eid = p.full(value, self._check)
+        if self._error is not None or self._closed:
+            self._refuse_staged()
+        if on_delivery is not None:
+            p.room_for_callback()
+            p.callbacks.append((eid, on_delivery))
+        return eid
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Run the delivery callbacks that are due, waiting up to ``timeout`` s for one;
+        returns how many ran (confluent-kafka's poll)."""
+        return self._prod.poll(timeout) if self._prod is not None else 0
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Wait until every produced entry is acknowledged or failed, running callbacks;
+        returns how many are still in flight (0 unless ``timeout`` s ran out)."""
+        if self._prod is None:
+            return 0
+        if self._ctx.on_loop():
+            raise RuntimeError("flush() from the client's own loop would wait for itself")
+        return self._prod.flush(timeout)
+
+    def __len__(self) -> int:
+        return len(self._prod) if self._prod is not None else 0
+
+    def _start_producer(self) -> Producer:
+        self._check()
+        if self._ctx.on_loop():
+            self._make_producer()
+        else:
+            with self._handing_in:           # no append_async is handing in meanwhile
+                if self._prod is None:
+                    async def make():
+                        self._make_producer()
+                    self._ctx.run(make())
+        return self._prod
+
+    def _make_producer(self) -> None:
+        # on the loop, with the inbox taken: the queue's first id is the next one framed
+        if self._prod is None:
+            self._take_inbox()
+            self._prod = Producer(self._next, self._max_entry_size, self._kick_produced,
+                                  _ID_MAX, self._producer_options)
+
+    def _kick_produced(self) -> None:
+        if self._ctx.on_loop():
+            self._ctx.loop.call_soon(self._drain_produced)
+        else:
+            self._ctx.loop.call_soon_threadsafe(self._drain_produced)
+
+    def _refuse_staged(self) -> None:
+        """The writer failed or closed: what is staged fails with its error."""
+        p = self._prod
+        first, count, _nbytes = p.queue.discard()
+        if count:
+            p.settle(first, first + count - 1, 0, 0, self._error or
+                     LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+        self._check()
+
+    def _drain_produced(self) -> None:
+        """On the loop: take what is staged, as many as there are slots for, as batches of
+        adds; sleep (arm the queue) once it is empty, or wait for slots (_complete)."""
+        p = self._prod
+        q = p.queue
+        while True:
+            if self._error is not None or self._closed:
+                first, count, _nbytes = q.discard()
+                if count:
+                    p.settle(first, first + count - 1, 0, 0, self._error or
+                             LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+                q.take(0, True)            # empty: the next produce() kicks (and is refused)
+                return
+            staged = q.staged
+            n = self._slots.take(staged, block=False) if staged else 0
+            if n == 0:
+                if staged:
+                    self._starved = True   # _complete gives slots back and drains again
+                    return
+                if q.take(0, True) is None and not q.staged:
+                    return
+                continue
+            first, payloads, nbytes = q.take(_PRODUCE_TAKE_BYTES, False, n)
+            if len(payloads) < n:
+                self._slots.give(n - len(payloads))
+            if first != self._next:          # never: every queued message takes the next id
+                self._slots.give(len(payloads))
+                error = EmbedlogError(f"ledger {self.ledger_id}: produced entry {first} "
+                                      f"would be framed as {self._next}")
+                p.settle(first, first + len(payloads) - 1, len(payloads), nbytes, error)
+                self._unrecoverable(error)
+                continue
+            futs = [AddFuture() for _ in range(len(payloads) - 1)]
+            futs.append(AddFuture(_RangeSettler(p, first, payloads, futs, nbytes)))
+            self._submit(list(zip(payloads, futs)))
 
     def _check_item(self, item) -> None:
         if not isinstance(item, (bytes, bytearray, memoryview)):
@@ -426,6 +577,9 @@ class WriteHandle:
             # under a full window (benchmarks/vs_bookkeeper.py)
             self._slots.give(len(done))
             addpath.set_results(done)
+            if self._starved:
+                self._starved = False
+                self._drain_produced()
         if not pending:
             self._idle.set()
         if self._lac > self._lac_sent and self._lac_timer is None and not self._recovery:
@@ -470,6 +624,9 @@ class WriteHandle:
             if not op.future.done():
                 op.future.set_exception(exc)
         self._take_inbox()            # refused there: the handle is closed or failed
+        if self._prod is not None:
+            self._starved = False
+            self._drain_produced()    # refused there too
         self._idle.set()
 
     def _fail_all(self, exc: BaseException) -> None:
@@ -632,6 +789,7 @@ class WriteHandle:
         self._lac, self._lac_length = lac, length
         self._next = lac + 1
         self._length = length
+        self._prod = None                  # a writer's producer starts at its next id
 
     def require_write_quorum(self) -> None:
         """Guaranteed write quorum (a stream's recovery): every add needs all Qw bookies."""
@@ -646,12 +804,38 @@ class WriteHandle:
         self._Qa = self._md.ack_quorum
         self._lac, self._lac_length = lac, length
         self._next, self._length = lac + 1, length
+        self._prod = None                  # a writer's producer starts at its next id
 
     def abandon(self, exc: BaseException) -> None:
         """Stop this writer (a failed recovery, a lost term): fail what is pending, send nothing."""
         self._fail_all(exc)
         self._closed = True
         self.stop_lac_timer()
+
+
+class _RangeSettler:
+    """The done-callback of a produced batch's last add: settles the batch as one range
+    (adds complete in order, so the last is the last to complete). On a failure, the
+    acknowledged head and the failed rest settle apart."""
+    __slots__ = ("producer", "first", "payloads", "futures", "nbytes")
+
+    def __init__(self, producer: Producer, first: int, payloads: list, futures: list, nbytes: int):
+        self.producer, self.first, self.payloads = producer, first, payloads
+        self.futures, self.nbytes = futures, nbytes
+
+    def __call__(self, fut) -> None:
+        first, n = self.first, len(self.payloads)
+        error = fut.exception()
+        if error is None:
+            self.producer.settle(first, first + n - 1, n, self.nbytes, None)
+            return
+        futs = self.futures                # the last one is fut
+        k = next(i for i, f in enumerate(futs) if f.exception() is not None)
+        head = sum(map(len, self.payloads[:k]))
+        if k:
+            self.producer.settle(first, first + k - 1, k, head, None)
+        self.producer.settle(first + k, first + n - 1, n - k, self.nbytes - head,
+                             futs[k].exception())
 
 
 def _quiet(task) -> None:

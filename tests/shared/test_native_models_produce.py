@@ -52,13 +52,14 @@ class Model:
             self.kicks += 1
         return self.next_id - 1
 
-    def take(self, cap, arm):
-        if not self.staged:
-            if arm:
+    def take(self, cap, arm, most=-1):
+        most = len(self.staged) if most < 0 else min(most, len(self.staged))
+        if not most:
+            if arm and not self.staged:
                 self.armed = True
             return None
         k, size = 1, len(self.staged[0])
-        while k < len(self.staged) and size + len(self.staged[k]) <= cap:
+        while k < most and size + len(self.staged[k]) <= cap:
             size += len(self.staged[k])
             k += 1
         first = self.first_staged
@@ -97,7 +98,7 @@ payloads = st.one_of(
     st.integers(0, 300).map(lambda n: bytes(range(256)) * (n // 256) + bytes(n % 256)))
 ops = st.lists(st.one_of(
     st.tuples(st.just("add"), payloads),
-    st.tuples(st.just("take"), st.tuples(st.integers(0, 400), st.booleans())),
+    st.tuples(st.just("take"), st.tuples(st.integers(0, 400), st.booleans(), st.integers(-1, 4))),
     st.tuples(st.just("reserve"), st.integers(0, 5)),
     st.tuples(st.just("settle"), st.integers(0, 3)),
     st.tuples(st.just("discard"), st.none())), max_size=120)

@@ -171,17 +171,19 @@ cdef class ProduceQueue:
             self.kick()
         return eid
 
-    def take(self, Py_ssize_t max_bytes, bint arm=False):
+    def take(self, Py_ssize_t max_bytes, bint arm=False, Py_ssize_t max_count=-1):
         """The staged messages from the first on, as many as fit in ``max_bytes`` (at least
-        one): (first id, list of bytes, their bytes); they stay in flight until settle().
-        None when nothing is staged, and then, with ``arm``, the next add() kicks."""
+        one) and, given, ``max_count``: (first id, list of bytes, their bytes); they stay in
+        flight until settle(). None when nothing is staged (or max_count is 0), and then,
+        with ``arm``, the next add() kicks."""
         cdef Py_ssize_t k = 0, i, start, total
+        cdef Py_ssize_t most = self.count if max_count < 0 or max_count > self.count else max_count
         cdef list out
-        if self.count == 0:
-            if arm:
+        if most == 0:
+            if arm and self.count == 0:
                 self.armed = True
             return None
-        while k < self.count and (k == 0 or self.ends[k] <= max_bytes):
+        while k < most and (k == 0 or self.ends[k] <= max_bytes):
             k += 1
         out = [None] * k
         start = 0
