@@ -7,7 +7,9 @@
 For E=Qw=Qa=1 on one bookie and E=3,Qw=3,Qa=2 on three (LocalCluster on loopback,
 no fault proxies), with 100 B and 1 KiB entries:
 - throughput: append_async with a window of outstanding adds (BookKeeper's benchmark
-  keeps a throttle of outstanding adds the same way);
+  keeps a throttle of outstanding adds the same way), and beside it (rows ", produce")
+  one produce() per message into a queue of --produce-window messages, waiting at the bound,
+  flush() at the end (a Kafka producer's loop; issue 48);
 - latency: p50/p95/p99 of single durable appends issued one after another, on the fresh
   ledger before the throughput run (a lone add on a quiet bookie), and p50 again right after
   it, while the bookies still flush what the window wrote (lone adds were measured only
@@ -133,6 +135,23 @@ def throughput(handle, size: int, seconds: float, window: int, count: int | None
     return sent / (time.perf_counter() - t0), sent
 
 
+def produce_throughput(handle, size: int, seconds: float, window: int, count: int | None = None):
+    """``(messages/s, messages)``: one ``produce`` per message (confluent-kafka's shape), no
+    future, no callback, the queue bounded at ``window`` messages and produce waiting for
+    room at the bound (block=True); flush() at the end, inside the time."""
+    data = os.urandom(size)
+    handle.configure_producer(queue_buffering_max_messages=max(window, 1000), block=True)
+    produce = handle.produce
+    t0 = time.perf_counter()
+    sent = 0
+    while (sent < count) if count is not None else (time.perf_counter() - t0 < seconds):
+        for _ in range(1000 if count is None else min(1000, count - sent)):
+            produce(data)
+        sent += 1000 if count is None else min(1000, count - sent)
+    assert handle.flush() == 0
+    return sent / (time.perf_counter() - t0), sent
+
+
 def timed(one, seconds: float, *args) -> tuple:
     """p50/p95/p99 (µs) of ``one(*args)`` called one after another for ``seconds``."""
     lat = []
@@ -239,6 +258,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--window", type=int, default=2000)
+    ap.add_argument("--produce-window", type=int, default=100_000,
+                    help="queue_buffering_max_messages of the produce rows (librdkafka's default)")
     ap.add_argument("--recovery-entries", type=int, default=1_000_000)
     ap.add_argument("--striped-entries", type=int, default=1_000_000,
                     help="adds of 1 KiB per striped row (3/2/2, 5/3/2); 0 leaves those rows out")
@@ -256,6 +277,13 @@ def main():
                 tput, ccpu, _ = measured((), lambda: throughput(w, size, args.seconds, args.window))
                 after = latency(w, size, args.seconds / 2)[0]
             rows.append(("embedded (in-process)", "1/1/1", size, tput, ccpu, None, *lat, after))
+            with embedlog.open(os.path.join(base, f"embedded-{size}-p")) as log:
+                w = log.create_ledger()
+                tput, ccpu, _ = measured((), lambda: produce_throughput(w, size, args.seconds,
+                                                                        args.produce_window))
+            rows.append(("embedded (in-process), produce", "1/1/1", size, tput, ccpu, None,
+                         *(float("nan"),) * 4))
+            shutil.rmtree(os.path.join(base, f"embedded-{size}-p"), ignore_errors=True)
             # each setup's files go once its rows are done: under a tmpfs they are memory
             shutil.rmtree(os.path.join(base, f"embedded-{size}"), ignore_errors=True)
         floor = {size: round_trip_floor(size, args.seconds / 2) for size in (100, 1024)}
@@ -272,6 +300,13 @@ def main():
                     after = latency(w, size, args.seconds / 2)[0]
                     rows.append((f"{nb} bookie process{'es' if nb > 1 else ''} (TCP loopback)",
                                  "/".join(map(str, quorum)), size, tput, ccpu, bcpu, *lat, after))
+                    w.close()
+                    w = c.create_ledger(*quorum)
+                    tput, ccpu, bcpu = measured(pids, lambda: produce_throughput(
+                        w, size, args.seconds, args.produce_window))
+                    rows.append((f"{nb} bookie process{'es' if nb > 1 else ''} (TCP loopback), produce",
+                                 "/".join(map(str, quorum)), size, tput, ccpu, bcpu,
+                                 *(float("nan"),) * 4))
                     w.close()
                 if nb == 3 and args.recovery_entries:
                     w = c.create_ledger(3, 3, 2)
@@ -314,16 +349,18 @@ def main():
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for name, q, size, tput, ccpu, bcpu, p50, p95, p99, after in rows:
             bookies = "-" if bcpu is None else f"{bcpu:.1f}"
+            lone = "-" if p50 != p50 else f"{p50:,.0f} / {p95:,.0f} / {p99:,.0f}"   # nan: none
             print(f"| {name} | {q} | {size} B | {tput:,.0f} | {tput * size / 1e6:,.1f} | "
-                  f"{ccpu[0]:.1f} ({ccpu[1]:.2f}) / {bookies} | {p50:,.0f} / {p95:,.0f} / {p99:,.0f} | {after:,.0f} |")
+                  f"{ccpu[0]:.2f} ({ccpu[1]:.2f}) / {bookies} | {lone} | "
+                  f"{'-' if after != after else f'{after:,.0f}'} |")
         print("\nThe lone add against its floor (p50, µs): in-process add + a bare loopback round "
               "trip (`round_trip_floor`: threads and asyncio as the client's, no journal, no protocol).\n")
         print("| entry | in-process | round trip | floor | served 1/1/1 | served / in-process "
               "| floor / in-process | served / floor |")
         print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for size in (100, 1024):
-            local = next(r[6] for r in rows if r[0].startswith("embedded") and r[2] == size)
-            served = next(r[6] for r in rows if r[0].startswith("1 bookie") and r[2] == size)
+            local = next(r[6] for r in rows if r[0] == "embedded (in-process)" and r[2] == size)
+            served = next(r[6] for r in rows if r[0] == "1 bookie process (TCP loopback)" and r[2] == size)
             trip = floor[size][0]
             print(f"| {size} B | {local:,.0f} | {trip:,.0f} | {local + trip:,.0f} | {served:,.0f} | "
                   f"{served / local:.2f}x | {(local + trip) / local:.2f}x | {served / (local + trip):.2f}x |")
@@ -334,9 +371,10 @@ def main():
         print("| E/Qw/Qa | adds/s | bookies writing at once | their slowest journal (records/s, "
               "fdatasync p50 ms) | floor (adds/s) | row / floor | floor / the 1/1/1 row |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-        single = next(r[3] for r in rows if r[1] == "1/1/1" and r[2] == 1024 and r[5] is not None)
-        for _, q, size, tput, _, bcpu, *_ in rows:
-            if size != 1024 or bcpu is None:     # served rows only: they have bookies' CPU
+        single = next(r[3] for r in rows if r[1] == "1/1/1" and r[2] == 1024 and r[5] is not None
+                      and not r[0].endswith("produce"))
+        for name, q, size, tput, _, bcpu, *_ in rows:
+            if size != 1024 or bcpu is None or name.endswith("produce"):   # served append_async rows
                 continue
             e, qw = map(int, q.split("/")[:2])
             m = disk[e]

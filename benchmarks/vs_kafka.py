@@ -23,8 +23,10 @@ unit of order of each):
 - ``produce``: ``--messages`` messages from this Python process as fast as the client takes
   them, until every one is acknowledged. Kafka: confluent-kafka's Producer, acks=all,
   librdkafka's defaults otherwise (linger.ms 5, batches up to 1 MB). embedlog: a stream's
-  ``append_async`` (at most max_pending_adds=20,000 outstanding) and ``append_many`` (one
-  blocking call per 1,000 messages). msgs/s, and p50/p99 of each message's acknowledgement
+  ``produce`` (the same loop as Kafka's: a delivery callback per message, poll(0) every 100,
+  poll(0.001) on BufferError, flush at the end; issue 48), ``append_async`` (at most
+  max_pending_adds=20,000 outstanding) and ``append_many`` (one blocking call per 1,000
+  messages). msgs/s, and p50/p99 of each message's acknowledgement
   latency (send to delivery callback, ack callback, or return of its append_many call);
 - ``consume``: the same number of messages read from the beginning by a new reader:
   confluent-kafka's Consumer (assigned partition 0, no group) against ``Stream.read(0)``,
@@ -63,7 +65,7 @@ sys.path.insert(0, ROOT)
 ANSWER_TIMEOUT_S = 120.0
 APPEND_MANY_BATCH = 1000
 SPARK_PARTITIONS = 4
-PRODUCERS = ("kafka", "append_async", "append_many")
+PRODUCERS = ("kafka", "produce", "append_async", "append_many")
 # the fixture shortens Kafka's broker session for tests that kill brokers; nothing is killed here
 KAFKA_DEFAULTS = {"broker.heartbeat.interval.ms": 2000, "broker.session.timeout.ms": 9000}
 # Kafka writes until the disk is full; a bookie turns read-only at 95% used by default, which
@@ -208,7 +210,26 @@ def produce_cell(setup: Setup, durability: str, client: str, size: int, count: i
         c, s = _stream(setup, durability)
         s.take_over()                              # the writer, before the clock
         try:
-            if client == "append_async":
+            if client == "produce":
+                def delivered(err, _pos):
+                    acked.append(clock())
+                    if err is not None:
+                        errors[0] += 1
+
+                t0 = clock()
+                for i in range(count):
+                    sent.append(clock())
+                    while True:
+                        try:
+                            s.produce(payload, on_delivery=delivered)
+                            break
+                        except BufferError:        # the queue is full, as librdkafka's
+                            s.poll(0.001)
+                    if i % 100 == 0:
+                        s.poll(0)
+                errors[0] += s.flush(ANSWER_TIMEOUT_S)
+                seconds = clock() - t0
+            elif client == "append_async":
                 def done(f):
                     acked.append(clock())
                     if f.exception() is not None:
@@ -727,17 +748,20 @@ def tables(rows: list) -> str:
     sizes = sorted({r.size for r in rows if r.cell == "produce"})
     if any(r.cell == "produce" for r in rows):
         out += ["### Produce from Python (msgs/s; ack latency p50 / p99)", "",
-                "| setup | durability | size | Kafka producer | Kafka ack p50 / p99 | append_async | "
+                "| setup | durability | size | Kafka producer | Kafka ack p50 / p99 | produce | "
+                "ack p50 / p99 | / Kafka | append_async | "
                 "ack p50 / p99 | / Kafka | append_many (1000) | ack p50 / p99 | / Kafka |",
-                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for st in setups:
             for d in ("sync", "page cache"):
                 for size in sizes:
                     k = ("produce", st, d, size)
                     kr, ar, mr = rate(k + ("kafka",)), rate(k + ("append_async",)), rate(k + ("append_many",))
+                    pr = rate(k + ("produce",))
                     if kr is None:
                         continue
                     out.append(f"| {st} | {d} | {size} B | {_fmt_rate(kr)} | {lat(k + ('kafka',))} | "
+                               f"{_fmt_rate(pr) if pr else '-'} | {lat(k + ('produce',))} | {ratio(pr, kr)} | "
                                f"{_fmt_rate(ar) if ar else '-'} | {lat(k + ('append_async',))} | {ratio(ar, kr)} | "
                                f"{_fmt_rate(mr) if mr else '-'} | {lat(k + ('append_many',))} | {ratio(mr, kr)} |")
         out.append("")

@@ -29,6 +29,10 @@ def encode_adds(batch: list[tuple[_Buffer, concurrent.futures.Future[Any]]], sco
                 eid: int, lac: int, length: int, digest: int, mac_key: bytes | None,
                 pending: collections.OrderedDict[int, PendingAdd],
                 ops: list[PendingAdd]) -> tuple[int, int, int]: ...
+def encode_produced(payloads: list[bytes], last_future: concurrent.futures.Future[Any], scope: int,
+                    lid: int, eid: int, lac: int, length: int, digest: int, mac_key: bytes | None,
+                    pending: collections.OrderedDict[int, PendingAdd],
+                    ops: list[PendingAdd]) -> tuple[int, int]: ...
 def add_request(request_id: int, scope: int, ledger: int, master_key: _Buffer,
                 entries: list[bytes] | list[_Buffer], flags: int = ..., term: int = ...) -> bytes: ...
 def by_bookie(ops: list[PendingAdd], quorums: list[list[str]],

@@ -334,9 +334,31 @@ class WriteHandle:
                 p.settle(first, first + len(payloads) - 1, len(payloads), nbytes, error)
                 self._unrecoverable(error)
                 continue
-            futs = [AddFuture() for _ in range(len(payloads) - 1)]
-            futs.append(AddFuture(_RangeSettler(p, first, payloads, futs, nbytes)))
-            self._submit(list(zip(payloads, futs)))
+            self._submit_produced(p, first, payloads, nbytes)
+
+    def _submit_produced(self, p: Producer, first: int, payloads: list, nbytes: int) -> None:
+        """Frame and send a batch taken from the produce queue (its slots taken): one
+        PendingAdd per entry and one future for the batch, on its last add."""
+        last = AddFuture(_RangeSettler(self, p, first, len(payloads), payloads, nbytes))
+        ops: list = []
+        try:
+            self._next, self._length = addpath.encode_produced(
+                payloads, last, self._scope, self._lid, self._next, self._lac, self._length,
+                self._digest, self._mac_key, self._pending, ops)
+        except EmbedlogError as exc:     # never after the queue's checks; the ids are spent
+            done = getattr(exc, "entries_encoded", 0)
+            self._next += len(payloads) - done
+            self._slots.give(len(payloads) - done)
+            if ops:
+                ops[-1].future = last        # the encoded head settles with the rest
+            else:
+                last.set_exception(exc)
+            self._send_ops(ops)
+            self._unrecoverable(exc)
+            return
+        if ops:
+            self._idle.clear()
+        self._send_ops(ops)
 
     def _check_item(self, item) -> None:
         if not isinstance(item, (bytes, bytearray, memoryview)):
@@ -621,7 +643,7 @@ class WriteHandle:
         pending, self._pending = self._pending, collections.OrderedDict()
         self._slots.give(len(pending))
         for op in pending.values():
-            if not op.future.done():
+            if op.future is not None and not op.future.done():    # None: a produced add
                 op.future.set_exception(exc)
         self._take_inbox()            # refused there: the handle is closed or failed
         if self._prod is not None:
@@ -816,26 +838,25 @@ class WriteHandle:
 class _RangeSettler:
     """The done-callback of a produced batch's last add: settles the batch as one range
     (adds complete in order, so the last is the last to complete). On a failure, the
-    acknowledged head and the failed rest settle apart."""
-    __slots__ = ("producer", "first", "payloads", "futures", "nbytes")
+    head the writer acknowledged (up to its LAC) and the failed rest settle apart."""
+    __slots__ = ("handle", "producer", "first", "count", "payloads", "nbytes")
 
-    def __init__(self, producer: Producer, first: int, payloads: list, futures: list, nbytes: int):
-        self.producer, self.first, self.payloads = producer, first, payloads
-        self.futures, self.nbytes = futures, nbytes
+    def __init__(self, handle: WriteHandle, producer: Producer, first: int, count: int,
+                 payloads: list, nbytes: int):
+        self.handle, self.producer, self.first, self.count = handle, producer, first, count
+        self.payloads, self.nbytes = payloads, nbytes
 
     def __call__(self, fut) -> None:
-        first, n = self.first, len(self.payloads)
+        first, n = self.first, self.count
         error = fut.exception()
         if error is None:
             self.producer.settle(first, first + n - 1, n, self.nbytes, None)
             return
-        futs = self.futures                # the last one is fut
-        k = next(i for i, f in enumerate(futs) if f.exception() is not None)
+        k = min(max(self.handle.last_add_confirmed - first + 1, 0), n)
         head = sum(map(len, self.payloads[:k]))
         if k:
             self.producer.settle(first, first + k - 1, k, head, None)
-        self.producer.settle(first + k, first + n - 1, n - k, self.nbytes - head,
-                             futs[k].exception())
+        self.producer.settle(first + k, first + n - 1, n - k, self.nbytes - head, error)
 
 
 def _quiet(task) -> None:

@@ -236,6 +236,42 @@ def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t l
     return eid, length, failed
 
 
+def encode_produced(list payloads, last_future, uint64_t scope, uint64_t lid, int64_t eid,
+                    int64_t lac, int64_t length, int digest, mac_key, pending, list ops):
+    """encode_adds for a batch taken from a produce queue (issue 48): ``payloads`` (bytes)
+    become entries ``eid``, ``eid`` + 1, ... and PendingAdds in ``pending`` and ``ops``, with
+    no future but the last one's (``last_future``, which settles the batch as a range; adds
+    complete in order). Nothing is made per entry beyond its encoded bytes and its
+    PendingAdd. An entry that cannot be encoded stops the batch: the error is raised with
+    the count encoded before it in ``entries_encoded``. Returns (next id, length)."""
+    cdef Py_ssize_t i, n, size, count = len(payloads)
+    cdef object data
+    cdef PendingAdd op
+    cdef bytes out
+    for i in range(count):
+        data = payloads[i]
+        if not PyBytes_CheckExact(data):
+            raise IllegalOpError(f"encode_produced takes bytes, got {type(data).__name__}")
+        n = PyBytes_GET_SIZE(data)
+        try:
+            size = encoded_size(scope, digest, n)
+            out = PyBytes_FromStringAndSize(NULL, size)
+            encode_into(<uint8_t *>PyBytes_AS_STRING(out), scope, lid, eid, lac, length + n,
+                        digest, mac_key, <const uint8_t *>PyBytes_AS_STRING(data), n)
+        except EmbedlogError as exc:
+            exc.entries_encoded = i
+            raise
+        length += n
+        op = PendingAdd.__new__(PendingAdd)
+        op.entry_id, op.data, op.length = eid, out, length
+        op.future = last_future if i == count - 1 else None
+        op.acked = None
+        pending[eid] = op
+        PyList_Append(ops, op)
+        eid += 1
+    return eid, length
+
+
 def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key, entries,
                 int flags=0, uint64_t term=0):
     """An ADD frame: the length, protocol.REQ_HEAD, the entry count, then each entry with
@@ -397,6 +433,9 @@ def set_results(list done):
             while i < n:
                 op = <PendingAdd>done[i]
                 fut = op.future
+                if fut is None:             # a produced entry: its batch's last one settles it
+                    i += 1
+                    continue
                 if fut._made is not None or fut._state != RUNNING:
                     break
                 fut._result = op.entry_id

@@ -8,10 +8,16 @@ add or one ADD frame per bookie, and reports each batch's outcome as a range of 
 
 Layout (every size in bytes, every count in messages):
 
-    staged     := payload[0] payload[1] ... payload[count - 1]     back to back in data
-    ends       := int64 ends[count]      ends[i] = end of payload i in data (ends[-1] = 0)
-    ids        := payload i is entry first_id + i;  next_id = first_id + count
+    data       := taken[0 .. head) staged[0 .. count)       payloads back to back
+    ends       := int64 ends[head + count]   ends[j] = end offset in data of payload j
+    staged i   := data[start_i, ends[head + i]), start_0 = data_head = ends[head - 1] (0 at
+                  head 0), start_i = ends[head + i - 1]
+    ids        := staged i is entry first_id + i;  next_id = first_id + count
     in flight  := staged messages and taken ones whose range was not yet settled
+
+A take moves ``head`` past what it took (no copy); the taken prefix is dropped by one
+memmove when the buffers are full and it is at least as large as what is staged, or at
+once when the queue empties, so each add's share of the copying is bounded.
 
 Bounds, checked before anything is written:
 
@@ -21,7 +27,8 @@ Bounds, checked before anything is written:
                                                   than max_bytes: EntryTooLargeError)
     next_id <= id_max                             else IllegalOpError
     1 <= max_messages <= MAX_MESSAGES, 1 <= max_bytes <= MAX_BYTES: staged count and
-    bytes never pass them, so ends and data never grow past them
+    bytes never pass them, and the taken prefix kept is smaller than what is staged, so ends
+    never grow past 2 x max_messages entries nor data past 2 x max_bytes
 
 Waking the drainer: ``kick`` (a callable) is called once when a message is added while
 the queue is *armed*; only a take(arm=True) that found nothing arms it (the drainer is
@@ -55,6 +62,8 @@ cdef class ProduceQueue:
     cdef int64_t *ends
     cdef Py_ssize_t ends_capacity
     cdef Py_ssize_t count                    # staged messages
+    cdef Py_ssize_t head                     # index in ends of staged message 0
+    cdef Py_ssize_t data_head                # offset in data of staged message 0
     cdef int64_t first_id                    # entry id of staged message 0
     cdef readonly Py_ssize_t max_messages
     cdef readonly Py_ssize_t max_bytes
@@ -99,17 +108,38 @@ cdef class ProduceQueue:
 
     @property
     def staged_bytes(self) -> int:
-        return self.ends[self.count - 1] if self.count else 0
+        return self._used() - self.data_head
+
+    cdef inline Py_ssize_t _used(self) noexcept:
+        return self.ends[self.head + self.count - 1] if self.count else self.data_head
+
+    cdef void _compact(self) noexcept:
+        # drop the taken prefix: staged messages move to the front of data and ends
+        cdef Py_ssize_t i, used = self._used(), base = self.data_head
+        if self.head == 0:
+            return
+        if used > base:
+            memmove(self.data, self.data + base, used - base)
+        for i in range(self.count):
+            self.ends[i] = self.ends[self.head + i] - base
+        self.head = 0
+        self.data_head = 0
 
     cdef int _grow(self, Py_ssize_t nbytes) except -1:
-        # room for one more message of nbytes; the callers' bounds keep both sizes under
-        # max_messages and max_bytes, so neither doubling can overflow
-        cdef Py_ssize_t used = self.ends[self.count - 1] if self.count else 0
+        # room for one more message of nbytes. Staged count and bytes stay within max_messages
+        # and max_bytes (the callers' bounds) and the taken prefix kept is smaller than the
+        # staged part (else it is compacted away first), so neither size passes twice its bound
+        cdef Py_ssize_t used = self._used()
         cdef Py_ssize_t cap
         cdef void *p
-        if self.count >= self.ends_capacity:
+        if self.head and (self.head + self.count >= self.ends_capacity or
+                          used + nbytes > self.data_capacity) and \
+                (self.head >= self.count or self.data_head >= used - self.data_head):
+            self._compact()
+            used = self._used()
+        if self.head + self.count >= self.ends_capacity:
             cap = max(MIN_CAPACITY, 2 * self.ends_capacity)
-            cap = min(cap, self.max_messages)
+            cap = min(cap, 2 * self.max_messages)
             p = realloc(self.ends, cap * sizeof(int64_t))
             if p == NULL:
                 raise MemoryError()
@@ -117,7 +147,7 @@ cdef class ProduceQueue:
             self.ends_capacity = cap
         if used + nbytes > self.data_capacity:
             cap = max(MIN_CAPACITY * 64, 2 * self.data_capacity, used + nbytes)
-            cap = min(cap, self.max_bytes)
+            cap = min(cap, 2 * self.max_bytes)
             p = realloc(self.data, cap)
             if p == NULL:
                 raise MemoryError()
@@ -156,10 +186,10 @@ cdef class ProduceQueue:
                                   f"messages={self.max_messages}, _bytes={self.max_bytes}); "
                                   f"poll() or flush() to deliver some")
             self._grow(n)
-            used = self.ends[self.count - 1] if self.count else 0
+            used = self._used()
             if n:
                 memcpy(self.data + used, src, n)
-            self.ends[self.count] = used + n
+            self.ends[self.head + self.count] = used + n
             self.count += 1
             self.in_flight_messages += 1
             self.in_flight_bytes += n
@@ -183,27 +213,29 @@ cdef class ProduceQueue:
             if arm and self.count == 0:
                 self.armed = True
             return None
-        while k < most and (k == 0 or self.ends[k] <= max_bytes):
+        cdef int64_t *ends = self.ends + self.head
+        cdef Py_ssize_t base = self.data_head
+        while k < most and (k == 0 or ends[k] - base <= max_bytes):
             k += 1
         out = [None] * k
-        start = 0
+        start = base
         for i in range(k):
-            out[i] = PyBytes_FromStringAndSize(<char *>self.data + start, self.ends[i] - start)
-            start = self.ends[i]
-        total = start
+            out[i] = PyBytes_FromStringAndSize(<char *>self.data + start, ends[i] - start)
+            start = ends[i]
+        total = start - base
         first = self.first_id
-        self._drop(k, total)
+        self._drop(k)
         return first, out, total
 
-    cdef void _drop(self, Py_ssize_t k, Py_ssize_t nbytes) noexcept:
-        # the first k staged messages (nbytes) leave the staged batch, in flight still
-        cdef Py_ssize_t i, rest = self.count - k
-        if rest:
-            memmove(self.data, self.data + nbytes, self.ends[self.count - 1] - nbytes)
-            for i in range(rest):
-                self.ends[i] = self.ends[i + k] - nbytes
-        self.count = rest
+    cdef void _drop(self, Py_ssize_t k) noexcept:
+        # the first k staged messages leave the staged batch (in flight still): head moves
+        # past them; an empty queue starts again at the front of its buffers
+        self.data_head = self.ends[self.head + k - 1] if k else self.data_head
+        self.head += k
+        self.count -= k
         self.first_id += k
+        if self.count == 0:
+            self.head = self.data_head = 0
 
     def wake(self) -> bool:
         """Kick the drainer now if it sleeps (a close wants it to look); True if it did."""
@@ -229,7 +261,7 @@ cdef class ProduceQueue:
     def settle(self, Py_ssize_t messages, Py_ssize_t nbytes) -> None:
         """A taken range was delivered or failed: its messages leave the in-flight count."""
         if not 0 <= messages <= self.in_flight_messages - self.count or \
-                not 0 <= nbytes <= self.in_flight_bytes - self.staged_bytes:
+                not 0 <= nbytes <= self.in_flight_bytes - (self._used() - self.data_head):
             raise IllegalOpError(f"settle of {messages} messages, {nbytes} bytes: only "
                                  f"{self.in_flight_messages - self.count} taken")
         self.in_flight_messages -= messages
@@ -238,9 +270,9 @@ cdef class ProduceQueue:
     def discard(self):
         """Drop every staged message (the writer failed or closed): (first id, count, bytes)
         of what was dropped; they leave the in-flight count."""
-        cdef Py_ssize_t k = self.count, nbytes = self.staged_bytes
+        cdef Py_ssize_t k = self.count, nbytes = self._used() - self.data_head
         first = self.first_id
-        self._drop(k, nbytes)
+        self._drop(k)
         self.in_flight_messages -= k
         self.in_flight_bytes -= nbytes
         return first, k, nbytes
