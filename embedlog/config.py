@@ -53,7 +53,10 @@ class BookieConfig:
         "(docs/FORMATS.md, \"A bad last record\").")
     journal_pre_alloc_size_mb: int = _key(
         16, "MiB of zeros written ahead of the journal tail, so the common fdatasync only "
-        "flushes data (journalPreAllocSizeMB).", 1, 1024)
+        "flushes data (journalPreAllocSizeMB); a new file gets at most 4 MiB of them at once. "
+        "Written only while groups are small (a moving mean under 64 KiB) or buffered: large "
+        "O_DIRECT groups extend the file instead, since zeros would double what they write "
+        "(docs/FORMATS.md, Preallocation).", 1, 1024)
     journal_remove_pages_from_page_cache: bool = _key(
         True, "drop the journal's synced pages from the page cache (journalRemoveFromPageCache): "
         "the journal is read only by replay, so its pages would only push entry-log pages, which "

@@ -1,0 +1,111 @@
+"""Journal preallocation (issue 47): zeros go ahead of the tail only while groups are small
+(or written buffered); large O_DIRECT groups extend the file instead, so a fresh log writes
+each journal byte once. Every acknowledged entry survives a power loss and a reopen either
+way, and a journal that large groups extended is still kept for reuse when trimmed."""
+import os
+import random
+
+import pytest
+
+import embedlog
+from embedlog import fileio
+from embedlog.bookie.journal import PREALLOC_GROUP_BYTES_MAX
+from crash_child import payload
+from crashutil import abandon
+from cliutil import wait_until
+
+CFG = dict(journal_max_size_mb=64, journal_pre_alloc_size_mb=1, flush_interval_ms=0,
+           skip_list_size_limit=64 << 20)
+
+
+def _stats(log):
+    return log.bookie.statistics()["journal"]
+
+
+def _direct_or_skip(log):
+    if not log.bookie.journal.direct_writes:
+        log.close()
+        pytest.skip("O_DIRECT refused here: buffered groups always write zeros ahead")
+
+
+def test_large_groups_extend_the_journal_without_zeros(tmp_path):
+    data = os.urandom(1000)
+    log = embedlog.open(tmp_path / "d", **CFG)
+    _direct_or_skip(log)
+    floor = _stats(log)["zeros_written"]            # the new file's header block and floor
+    assert floor <= (1 << 20)
+    w = log.create_ledger()
+    for _ in range(40):                             # 40 groups of ~100 KB: past the floor
+        last = w.append_many([data] * 100)
+    assert _stats(log)["zeros_written"] == floor
+    assert _stats(log)["groups_extending"] >= 30
+    log.close()
+    with embedlog.open(tmp_path / "d", **CFG) as log:
+        assert log.open_ledger(w.ledger_id).read_batch(0, last) == [data] * (last + 1)
+
+
+def test_small_groups_keep_zeros_ahead(tmp_path):
+    with embedlog.open(tmp_path / "d", **CFG) as log:
+        _direct_or_skip(log)
+        floor = _stats(log)["zeros_written"]
+        w = log.create_ledger()
+        for i in range(300):                        # 1.2 MB: past the floor's 1 MiB
+            w.append(b"%04d" % i + bytes(4000))     # one lone group each
+        wait_until(lambda: _stats(log)["zeros_written"] > floor, timeout_s=30,
+                   what="zeros ahead of small groups")
+        assert (log.bookie.journal._group_bytes_mean or 0) < PREALLOC_GROUP_BYTES_MAX
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_power_loss_over_extended_and_preallocated_stretches(tmp_path, seed):
+    """Groups alternate between large (the file is extended) and small (zeros go ahead
+    again, past a hole when the tail ran beyond the zeros); the power goes, what was not
+    synced is gone; every acknowledged entry reads back."""
+    rnd = random.Random(seed)
+    path = tmp_path / "d"
+    fileio.record_durable(True)
+    try:
+        log = embedlog.open(path, **dict(CFG, journal_max_size_mb=4, journal_max_backups=0,
+                                         flush_interval_ms=20, skip_list_size_limit=256 << 10))
+        w = log.create_ledger()
+        q = w.ledger_id.qualified_name
+        acked = []
+        for _ in range(rnd.randint(20, 40)):
+            e = len(acked)
+            if rnd.random() < 0.5:
+                last = w.append_many([payload(q, e + k) for k in range(rnd.randint(80, 300))])
+                acked.extend(range(e, last + 1))
+            else:
+                for k in range(rnd.randint(5, 40)):
+                    acked.append(w.append(payload(q, e + k)))
+        abandon(log)
+        cut = fileio.power_loss(str(path))
+    finally:
+        fileio.record_durable(False)
+    assert cut
+    with embedlog.open(path, **CFG) as log:
+        got = log.open_ledger(w.ledger_id).read_batch(0, acked[-1])
+        assert got == [payload(q, e) for e in acked]
+
+
+def test_extended_journals_are_kept_for_reuse(tmp_path):
+    """A roll happens when the next group does not fit, so a journal that large groups
+    extended ends short of journal_max_size_mb; it is still kept for reuse, and once the
+    pool has files no zeros are written at all."""
+    data = os.urandom(1000)
+    cfg = dict(CFG, journal_max_size_mb=4, journal_max_backups=0, flush_interval_ms=20,
+               skip_list_size_limit=1 << 20)
+    with embedlog.open(tmp_path / "d", **cfg) as log:
+        _direct_or_skip(log)
+        w = log.create_ledger()
+        wait_until(lambda: (w.append_many([data] * 150) is not None and
+                            _stats(log)["files_reused"] >= 2), timeout_s=120, what="reuse")
+        zeros = _stats(log)["zeros_written"]
+        reused = _stats(log)["files_reused"]
+        wait_until(lambda: (w.append_many([data] * 150) is not None and
+                            _stats(log)["files_reused"] >= reused + 3), timeout_s=120,
+                   what="more reuse")
+        assert _stats(log)["zeros_written"] == zeros
+        last = w.append(b"last")
+    with embedlog.open(tmp_path / "d", **cfg) as log:
+        assert log.open_ledger(w.ledger_id).read_entry(last) == b"last"
