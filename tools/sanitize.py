@@ -26,7 +26,8 @@ REPORTS = os.path.join(WORK, "reports")
 COPIED = ("setup.py", "pyproject.toml", "README.md", "pyx", "embedlog", "tests", "tools")
 # what touches native code: the kernels and structures themselves (with their models), the
 # bookie's journal, reads, crash and damage tests, the wire's limits, and the striped volume
-# through the client and the client's add path; about 5 minutes here (the whole of tests/bookie and tests/net takes 13)
+# through the client and the client's add path, and the produce queue under both writers
+# (its model test comes with tests/shared/test_native_models*); about 5 minutes here (the whole of tests/bookie and tests/net takes 13)
 TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/shared/test_arenas.py", "tests/shared/test_arrowread.py",
          "tests/bookie/test_journal.py", "tests/bookie/test_reads.py",
@@ -38,7 +39,8 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/net/test_bkwire.py", "tests/net/test_bkserve.py",
          "tests/client/test_striped_volume.py", "tests/client/test_addpath.py",
          "tests/client/test_inflight.py", "tests/net/test_add_body.py",
-         "tests/bookie/test_entry_log_page_cache.py", "tests/shared/test_flush_boundaries.py"]
+         "tests/bookie/test_entry_log_page_cache.py", "tests/shared/test_flush_boundaries.py",
+         "tests/harness/test_produce.py", "tests/client/test_produce.py"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))
 

@@ -762,8 +762,7 @@ class WriteHandle:
                 gone = set(failed)
                 pending = list(self._pending.values())
                 for op in pending:
-                    if op.acked:
-                        op.acked -= gone
+                    addpath.forget_acks(op, gone)
                 # every entry from the fragment's first on goes to the replacements
                 self._send_ops(pending, only=set(fresh))
             if any(b in self._ensemble for b in self._failed):

@@ -88,6 +88,12 @@ def test_an_entry_that_cannot_be_encoded_fails_alone_and_takes_no_id():
         assert isinstance(fut.exception(), EmbedlogError)
 
 
+def acks(op) -> set:
+    """The bookies that acknowledged ``op``: PendingAdd.acked is None, one bookie (the
+    first acknowledgement makes no set) or a set."""
+    return set() if op.acked is None else {op.acked} if isinstance(op.acked, str) else set(op.acked)
+
+
 def python_ack(ops, bookie, pending, quorums):
     for op in ops:
         if pending.get(op.entry_id) is op and bookie in quorums[op.entry_id % len(quorums)]:
@@ -126,7 +132,7 @@ def test_acknowledgements_and_the_acknowledged_run_follow_the_write_sets(ens, qw
         hi = min(200, lo + rng.randrange(1, 40))
         addpath.ack(kops[lo:hi] + [stale], b, kp, quorums)
         python_ack(pops[lo:hi] + [stale], b, pp, quorums)
-        assert [op.acked for op in kops] == [op.acked for op in pops] and not stale.acked
+        assert [acks(op) for op in kops] == [acks(op) for op in pops] and not stale.acked
         got = [op.entry_id for op in addpath.acknowledged_run(kp, qa, quorums)]
         want = [op.entry_id for op in python_run(pp, qa, quorums)]
         for _op in want:
@@ -180,7 +186,7 @@ def test_write_sets_of_any_id_and_ops_of_another_type_are_safe():
     assert sum(len(v) for v in got.values()) == 2 * len(ops)
     pending = collections.OrderedDict((op.entry_id, op) for op in ops)
     addpath.ack(ops, "b0", pending, quorums)
-    assert [op.acked for op in ops] == [{"b0"} if "b0" in quorums[op.entry_id % 3] else None
+    assert [acks(op) for op in ops] == [{"b0"} if "b0" in quorums[op.entry_id % 3] else set()
                                         for op in ops]
     for bad in ([object()], [b"x"]):
         with pytest.raises(TypeError):
@@ -272,3 +278,33 @@ def test_adds_skip_the_task_until_a_fault_rule_is_set_and_a_killed_bookie_loses_
         w.close()
         r = c.open_ledger(w.ledger_id)
         assert [e.data for e in r.read(1, 4000)] == [b"%d" % i for i in range(4000)]
+
+
+def test_produced_adds_make_no_object_the_collector_tracks():
+    """encode_produced (issue 48): one future for the batch, on its last add; the others
+    carry none and are not tracked by the collector, and a first acknowledgement is the
+    bookie itself, not a set; acked_by and forget_acks read and drop either form."""
+    import gc
+    pending: collections.OrderedDict = collections.OrderedDict()
+    ops: list = []
+    last = AddFuture()
+    eid, length = addpath.encode_produced([b"a", b"bb", b"ccc"], last, 0, 7, 10, 9, 100, 3,
+                                          None, pending, ops)
+    assert (eid, length) == (13, 106) and [op.entry_id for op in ops] == [10, 11, 12]
+    assert [op.future for op in ops] == [None, None, last]
+    assert [gc.is_tracked(op) for op in ops] == [False, False, True]
+    quorums = [["b0", "b1"]]
+    addpath.ack(ops, "b0", pending, quorums)
+    assert [op.acked for op in ops] == ["b0"] * 3
+    addpath.ack(ops[:1], "b1", pending, quorums)
+    assert ops[0].acked == {"b0", "b1"} and addpath.acked_by(ops[0], "b1")
+    assert addpath.acked_by(ops[1], "b0") and not addpath.acked_by(ops[1], "b")   # not a substring test
+    addpath.forget_acks(ops[1], {"b0"})
+    addpath.forget_acks(ops[0], {"b0"})
+    assert ops[1].acked is None and ops[0].acked == {"b1"}
+    assert [op.entry_id for op in addpath.acknowledged_run(pending, 1, quorums)] == [10]
+    done = [ops[2]]
+    addpath.set_results([ops[1]] + done)
+    assert last.result(0) == 12
+    with pytest.raises(IllegalOpError):
+        addpath.encode_produced([bytearray(b"x")], last, 0, 7, 0, -1, 0, 3, None, pending, [])
