@@ -40,7 +40,7 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/client/test_striped_volume.py", "tests/client/test_addpath.py",
          "tests/client/test_inflight.py", "tests/net/test_add_body.py",
          "tests/bookie/test_entry_log_page_cache.py", "tests/shared/test_flush_boundaries.py",
-         "tests/harness/test_produce.py", "tests/client/test_produce.py"]
+         "tests/harness/test_produce_embedded.py", "tests/client/test_produce.py"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))
 
