@@ -121,8 +121,12 @@ def serve(directory: str, listen: str = "127.0.0.1:3181", advertised_address: st
         # until the loop takes SIGTERM over, a start (a long replay, a wait for an old
         # registration) stops as on Ctrl-C, closing what it opened, instead of dying at once
         signal.signal(signal.SIGTERM, _stop_while_starting)
-    # the store first: the bookie's cookie names it, and its GC lists ledgers in it
-    meta = open_metadata_store(metadata_uri or "sqlite://" + os.path.join(directory, "meta.db"))
+    # the store first: the bookie's cookie names it, and its GC lists ledgers in it. A bookie
+    # makes its own SQLite store, but joins a ZooKeeper or etcd cluster that someone made
+    # (as BookKeeper's bookie, which exits on a root without one): a mistyped root must not
+    # start a new cluster of one bookie
+    uri = metadata_uri or "sqlite://" + os.path.join(directory, "meta.db")
+    meta = open_metadata_store(uri, create=uri.startswith("sqlite:"))
     try:
         try:
             bookie = Bookie(directory, bookie_config, metadata=meta)

@@ -66,14 +66,17 @@ def open_metadata_store(uri: str, *, create: bool = True, **options) -> Metadata
 
     ``create=False`` opens only a store that exists and was initialised (its layout and
     instance id written: by a bookie, LocalCluster or `embedlog metadata format`), and
-    writes nothing while opening: a MetadataError naming the URI otherwise. Tools that
-    only read or change ledgers use it, so a typo in a URI never makes a new store.
+    writes nothing while opening (but BookKeeper's LAYOUT on a BookKeeper root that has none,
+    as BookKeeper's own clients write it): a MetadataError naming the URI otherwise. Tools
+    that only read or change ledgers, and bookies on ZooKeeper or etcd, use it, so a typo in
+    a URI never makes a new store.
 
     - ``sqlite:///abs/path/meta.db``: :class:`embedlog.meta.sqlite.SqliteMetadataStore`
     - ``zk+flat|zk+hierarchical|zk+longhierarchical://h1:2181[;h2:2181]/root``:
       :class:`embedlog.meta.zookeeper.ZkMetadataStore` (root defaults to /ledgers);
       ``metadata_format=auto|embedlog|bookkeeper`` picks embedlog's own tree or
-      BookKeeper's (auto: what the root records, else embedlog's). ``zk://`` and
+      BookKeeper's (auto: what the root records, a root with an INSTANCEID and no LAYOUT
+      being BookKeeper's, else embedlog's). ``zk://`` and
       ``zk+null://`` take the layout the root records (a new root: hierarchical), as
       BookKeeper does.
     - ``etcd://host:2379/prefix``: :class:`embedlog.meta.etcd.EtcdMetadataStore`

@@ -7,8 +7,9 @@ A root is in one of two formats (``metadata_format``): embedlog's own (zktree.py
 LAYOUT starts ``embedlog-layout``) or BookKeeper's, shared with Java clients and bookies
 (embedlog/meta/bookkeeper/tree.py has that tree: BookKeeper's records in BookKeeper's
 encodings, embedlog's deletion and under-replication records under ``embedlog/``, scope 0
-only). "auto", the default, takes the format recorded in LAYOUT, and formats a new root
-in embedlog's; "bookkeeper" formats a new root as BookKeeper's ``initnewcluster`` does.
+only). "auto", the default, takes the format recorded in LAYOUT (a root with an INSTANCEID
+and no LAYOUT, as BookKeeper and Pulsar leave one, is BookKeeper's), and formats a new
+root in embedlog's; "bookkeeper" formats a new root as BookKeeper's ``initnewcluster`` does.
 Opening a root recorded in the other format than the one asked for is a MetadataError.
 
 Versions are znode versions. Every call waits at most ``timeout_s``: kazoo's blocking
@@ -186,11 +187,15 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         return self._tree.name
 
     def _choose_tree(self) -> None:
-        """The format recorded in LAYOUT (and its layout, when the URI named none), or on a
-        root without one the format asked for ("auto": embedlog's)."""
+        """The format recorded in LAYOUT (and its layout, when the URI named none); a root
+        with an INSTANCEID and no LAYOUT is BookKeeper's (BookKeeper writes LAYOUT lazily,
+        and Pulsar's `initialize-cluster-metadata` leaves a root so; embedlog writes both in
+        one transaction); on a new root, the format asked for ("auto": embedlog's)."""
         stored = self.read_layout()
         found = ("bookkeeper" if bklayout.is_bookkeeper_layout(stored) else
                  "embedlog" if stored is not None and stored.startswith(LAYOUT_MAGIC) else None)
+        if stored is None and self._exists(self._p("INSTANCEID")) is not None:
+            found = "bookkeeper"
         wanted = self._wanted_format
         if found and wanted != "auto" and found != wanted:
             raise MetadataError(f"zookeeper {self.hosts}{self.root} holds metadata in "
@@ -207,17 +212,24 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
     def _init_tree(self) -> None:
         for sub in self._tree.format_dirs():
             self._ensure(self._p(sub))
-        # INSTANCEID before LAYOUT, as BookKeeper's initnewcluster: a root with a layout
-        # is a formatted one
-        try:
-            self._create(self._p("INSTANCEID"), str(uuid.uuid4()).encode(),
-                         makepath=False)
-        except NodeExistsError:
-            pass
-        try:
-            self._create(self._p("LAYOUT"), self._tree.layout_record(), makepath=False)
-        except NodeExistsError:
-            pass
+        if self._tree.name == "embedlog":
+            # both in one transaction: a root with an INSTANCEID and no LAYOUT is BookKeeper's
+            txn = self._zk.transaction()
+            txn.create(self._p("INSTANCEID"), str(uuid.uuid4()).encode())
+            txn.create(self._p("LAYOUT"), self._tree.layout_record())
+            try:
+                self._commit(txn, f"format {self.root}")
+            except NodeExistsError:
+                pass
+        else:
+            # INSTANCEID before LAYOUT, as BookKeeper's initnewcluster: a root with a layout
+            # is a formatted one
+            try:
+                self._create(self._p("INSTANCEID"), str(uuid.uuid4()).encode(),
+                             makepath=False)
+            except NodeExistsError:
+                pass
+            self._write_missing_layout()
         self.instance_id = self._get(self._p("INSTANCEID"))[0].decode()
         stored = self.read_layout()
         if self._tree.name == "embedlog" and bklayout.is_bookkeeper_layout(stored):
@@ -228,15 +240,25 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                                 self._explicit_layout)
 
     def _check_tree(self) -> None:
-        """create=False: an initialised store (layout, instance id), read without writing."""
+        """create=False: an initialised store (layout, instance id), read without writing,
+        but for BookKeeper's LAYOUT on a BookKeeper root without one, written as
+        BookKeeper's own clients and bookies write it."""
         try:
             self.instance_id = self._get(self._p("INSTANCEID"))[0].decode()
         except NoNodeError:
             raise MetadataError(f"no metadata store at {self.uri}: {self.root}/INSTANCEID does not "
-                                f"exist (a bookie, `embedlog cluster up` or `embedlog metadata "
-                                f"format` makes one)") from None
+                                f"exist (`embedlog metadata format`, `embedlog cluster up` or "
+                                f"BookKeeper's `initnewcluster` makes one)") from None
+        if self._tree.name == "bookkeeper":
+            self._write_missing_layout()
         self._tree.check_layout(self.read_layout(), f"zookeeper {self.hosts}{self.root}",
                                 self._explicit_layout)
+
+    def _write_missing_layout(self) -> None:
+        try:
+            self._create(self._p("LAYOUT"), self._tree.layout_record(), makepath=False)
+        except NodeExistsError:
+            pass
 
     # ---- paths ---------------------------------------------------------------------
 

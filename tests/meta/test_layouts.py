@@ -13,6 +13,7 @@ from embedlog._native.format import LedgerId
 from embedlog.errors import MetadataError
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import LedgerMetadata
+from embedlog.meta.bookkeeper import layout as bklayout
 
 
 @pytest.fixture
@@ -141,6 +142,28 @@ def test_zk_uri_without_layout_takes_the_recorded_one(zk):
     with pytest.raises(MetadataError, match="flat"):
         open_metadata_store(f"zk+flat://{hosts}/bk", timeout_s=5, metadata_format="bookkeeper")
     assert raw.exists("/bk/LAYOUT") is None
+
+
+def test_zk_a_root_bookkeeper_or_pulsar_initialised_without_a_layout_is_bookkeepers(zk):
+    """Pulsar's `initialize-cluster-metadata` leaves a root with INSTANCEID and `available`
+    and no LAYOUT (BookKeeper writes it lazily): it is a BookKeeper root, and opening it
+    writes BookKeeper's LAYOUT, as BookKeeper's clients do, never embedlog's format."""
+    raw, hosts = zk
+    raw.create("/ledgers/INSTANCEID", b"c0ffee00-0000-4000-8000-000000000000", makepath=True)
+    raw.ensure_path("/ledgers/available/readonly")
+    with open_metadata_store(f"zk+hierarchical://{hosts}/ledgers", timeout_s=5,
+                             create=False) as s:
+        assert s.metadata_format == "bookkeeper"
+        assert s.instance_id == "c0ffee00-0000-4000-8000-000000000000"
+    assert bklayout.is_bookkeeper_layout(raw.get("/ledgers/LAYOUT")[0])
+    raw.delete("/ledgers/LAYOUT")
+    with pytest.raises(MetadataError, match="bookkeeper's format"):
+        open_metadata_store(f"zk+hierarchical://{hosts}/ledgers", timeout_s=5,
+                            metadata_format="embedlog")
+    # embedlog's own format writes INSTANCEID and LAYOUT in one transaction
+    with open_metadata_store(f"zk+hierarchical://{hosts}/mine", timeout_s=5) as s:
+        assert s.metadata_format == "embedlog"
+    assert raw.exists("/mine/INSTANCEID") and raw.exists("/mine/LAYOUT")
 
 
 def test_zk_failed_transaction_is_reported(zk):
