@@ -188,6 +188,19 @@ def check_and_stamp(bookie_id: str, ledger_dirs: list[str], journal_dir: str, me
         _stamp(master, dirs, metadata, None, create=True)
         return master
 
+    if stored is None and instance is not None and reference.instance_id == instance and \
+            any(_has_data(d, j) for d, j in dirs):
+        # the directories were stamped for this store and hold data, but the store has no
+        # cookie: the bookie was decommissioned (its cookie deleted). A crash between the
+        # stamps of a new bookie leaves no data. BookKeeper's bookie refuses this start too
+        raise InvalidCookieError(
+            f"bookie {bookie_id}'s cookie is not in the metadata store {uri or instance}, though "
+            f"its directories hold its data and were stamped for that store: the bookie was "
+            f"decommissioned (`embedlog bookie decommission`, BookKeeper's decommissionbookie or "
+            f"cookie_delete). A decommissioned bookie stays out: start a new one on empty "
+            f"directories. To bring this one back with its data, write its cookie again: "
+            f"`embedlog cookie create {bookie_id} --dir {home or real[journal_dir]} "
+            f"--metadata URI`.")
     if reference.journal_dir != journal_dir:
         raise InvalidCookieError(
             f"bookie {bookie_id} keeps its journal in {reference.journal_dir} (cookie), but was "

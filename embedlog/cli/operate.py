@@ -26,7 +26,7 @@ import urllib.request
 
 import click
 
-from embedlog.bookie.cookies import Cookie
+from embedlog.bookie.cookies import Cookie, read_dir_cookie
 from embedlog.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EmbedlogGroup, confirm_delete, emit,
                                  fail, json_option, ledger_label, metadata_option, open_client,
                                  require_metadata, table)
@@ -463,6 +463,37 @@ def cookie_show(bookie_id, metadata_uri, as_json):
         return
     for k, value in out.items():
         click.echo(f"{k}: {', '.join(value) if isinstance(value, list) else value}")
+
+
+@cookie.command("create")
+@click.argument("bookie_id")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The bookie's directory (or one of its ledger or journal directories).")
+@metadata_option
+@json_option
+def cookie_create(bookie_id, directory, metadata_uri, as_json):
+    """Write a bookie's cookie to the metadata store again from its directory's, so that a
+    decommissioned bookie (its cookie deleted) starts again with its data, as BookKeeper's
+    `cookie_create`. Refused (exit 4) when the store has a cookie for the bookie, or the
+    directory's names another bookie or another store."""
+    found = read_dir_cookie(directory, False) or read_dir_cookie(directory, True)
+    if found is None:
+        fail(f"{directory} holds no bookie cookie (current/VERSION or VERSION)", EXIT_NOT_FOUND,
+             as_json)
+    if found.bookie_id != bookie_id:
+        fail(f"{directory} belongs to bookie {found.bookie_id}, not {bookie_id}", EXIT_REFUSED,
+             as_json)
+    with open_client(metadata_uri) as client:
+        store = client.metadata
+        if found.instance_id is not None and found.instance_id != store.instance_id:
+            fail(f"{directory} was stamped for metadata store instance {found.instance_id}, "
+                 f"not {store.instance_id} ({store.uri})", EXIT_REFUSED, as_json)
+        if store.cookies.read_cookie(bookie_id) is not None:
+            fail(f"bookie {bookie_id} has a cookie in {store.uri} already; nothing was changed",
+                 EXIT_REFUSED, as_json)
+        store.cookies.write_cookie(bookie_id, found.to_bytes(), None)
+    emit(as_json, {"bookie_id": bookie_id, "created": True, "instance_id": found.instance_id},
+         f"wrote the cookie of bookie {bookie_id} from {directory}")
 
 
 @cookie.command("delete")

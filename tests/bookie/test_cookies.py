@@ -9,8 +9,9 @@ import pytest
 
 from cliutil import ROOT
 import embedlog
-from embedlog.bookie.cookies import Cookie, read_dir_cookie
+from embedlog.bookie.cookies import Cookie, check_and_stamp, read_dir_cookie, write_dir_cookie
 from embedlog.errors import InvalidCookieError
+from embedlog.meta.sqlite import SqliteMetadataStore
 
 
 
@@ -155,3 +156,45 @@ def test_a_directory_from_before_cookies_is_adopted(tmp_path):
     with embedlog.open(tmp_path / "log") as log:
         assert log.open_ledger(lid).read_entry(0) == b"entry 0"
         assert log.metadata.cookies.read_cookie(bookie_id) is not None
+
+
+def test_a_decommissioned_bookie_stays_out_until_its_cookie_is_written_again(tmp_path):
+    """BookKeeper's bookie refuses to start when its cookie is gone from the store but its
+    directories hold its data ("Cookie for this bookie is not stored in metadata store");
+    an embedlog bookie wrote a new cookie and came back. `embedlog cookie create` brings
+    it back on purpose. A new bookie that crashed between stamping its directories and the
+    store (no data yet) still starts."""
+    path = tmp_path / "log"
+    with embedlog.open(path) as log:
+        lid = write_some(log)
+        bookie_id = log.bookie.bookie_id
+        cookies = log.metadata.cookies
+        cookies.remove_cookie(bookie_id, cookies.read_cookie(bookie_id).version)
+    with pytest.raises(InvalidCookieError) as e:
+        embedlog.open(path)
+    assert "was decommissioned" in str(e.value) and "embedlog cookie create" in str(e.value)
+    uri = "sqlite://" + str(path / "meta.db")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    run = [sys.executable, "-m", "embedlog.cli"]
+    r = subprocess.run(run + ["bookie", "serve", "--dir", str(path), "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "was decommissioned" in r.stderr, r.stderr
+    r = subprocess.run(run + ["cookie", "create", "nosuch", "--dir", str(path), "--metadata", uri],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 4 and "belongs to bookie" in r.stderr, r.stderr
+    r = subprocess.run(run + ["cookie", "create", bookie_id, "--dir", str(path), "--metadata", uri],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(run + ["cookie", "create", bookie_id, "--dir", str(path), "--metadata", uri],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 4 and "has a cookie" in r.stderr, r.stderr
+    with embedlog.open(path) as log:
+        assert log.open_ledger(lid).read_batch(0, 2) == [b"entry %d" % i for i in range(3)]
+    # stamped directories without data and no cookie in the store: a crash mid-stamp
+    with SqliteMetadataStore(str(tmp_path / "other.db")) as store:
+        journal, ledgers = str(tmp_path / "j"), str(tmp_path / "l")
+        stamped = Cookie("bookie-new", store.instance_id, journal, (ledgers,))
+        write_dir_cookie(journal, True, stamped)
+        write_dir_cookie(ledgers, False, stamped)
+        check_and_stamp("bookie-new", [ledgers], journal, store)
+        assert store.cookies.read_cookie("bookie-new") is not None
