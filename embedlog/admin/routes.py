@@ -11,6 +11,8 @@ is a 400 (a misspelt ``ledger_scope_id`` must not silently mean scope 0)::
     GET    /api/v1/bookie/info                           identity, state, disk, journal, entry logs,
                                                          memtable, compaction
     GET    /api/v1/bookie/list_bookies?type=rw|ro|all    registered bookies
+    GET    /api/v1/bookie/list_bookie_info               every bookie's free and total disk, and the
+                                                         cluster's (BookKeeper's text shape)
     GET    /api/v1/bookie/ledgers?ledger_scope_id=S      ledgers stored on this bookie
     GET    /api/v1/bookie/cluster_info                   bookie counts by state, the auditor
     GET    /api/v1/bookie/last_log_mark                  where journal replay would start
@@ -54,6 +56,7 @@ from embedlog.admin.metrics import compaction_progress
 from embedlog.admin.status import render
 from embedlog.bookie.files import KINDS, list_files
 from embedlog.client.autorecovery import AutoRecovery, current_auditor
+from embedlog.client.client import bookie_infos
 from embedlog.client.read import ReadHandle
 from embedlog.errors import EmbedlogError, IllegalOpError, NoSuchLedgerError
 from embedlog.meta.views import data_dict, ledger_ref, metadata_dict
@@ -176,6 +179,7 @@ class BookieRoutes:
             "/api/v1/bookie/state": (("GET",), self.state, ()),
             "/api/v1/bookie/info": (("GET",), self.info, ()),
             "/api/v1/bookie/list_bookies": (("GET",), self.list_bookies, ("type", "print_hostnames")),
+            "/api/v1/bookie/list_bookie_info": (("GET",), self.list_bookie_info, ()),
             "/api/v1/bookie/ledgers": (("GET",), self.local_ledgers, ("ledger_scope_id", "limit")),
             "/api/v1/bookie/cluster_info": (("GET",), self.cluster_info, ()),
             "/api/v1/bookie/last_log_mark": (("GET",), self.last_log_mark, ()),
@@ -452,6 +456,22 @@ class BookieRoutes:
                               lost_bookie_grace_s=0.0).audit()
         return _json({"marked": [ledger_ref(lid) for lid in marked], "count": len(marked)})
 
+    def list_bookie_info(self, p):
+        """BookKeeper's list_bookie_info: each bookie's free and total disk space as its
+        BOOKIE_INFO says (the bookies that answer), and the sums, in BookKeeper's strings."""
+        ctx = self.client_ctx()
+        infos = {b: i for b, i in ctx.run(bookie_infos(ctx, None, BOOKIE_INFO_TIMEOUT_S)).items()
+                 if i is not None}
+        if not infos:
+            raise HttpError(404, "Not found any Bookie info.")
+        out, free, total = {}, 0, 0
+        for bookie_id, info in sorted(infos.items()):
+            f, t = int(info.get("free_bytes", 0)), int(info.get("total_bytes", 0))
+            out[bookie_id] = f": {{Free: {f}{_readable(f)}, Total: {t}{_readable(t)}}},"
+            free, total = free + f, total + t
+        out["ClusterInfo: "] = f"{{Free: {free}{_readable(free)}, Total: {total}{_readable(total)}}}"
+        return _json(out)
+
     def cluster_info(self, p):
         """BookKeeper's cluster_info: bookie counts by state (unavailable: named in some
         ledger's ensemble, not registered), the auditor and the under-replicated count."""
@@ -558,6 +578,17 @@ def _rates(points: list) -> list:
             out.append({"t": round(t1, 3), "add_per_s": round(max(0, a1 - a0) / dt, 1),
                         "read_per_s": round(max(0, r1 - r0) / dt, 1)})
     return out
+
+
+def _readable(n: int) -> str:
+    """BookKeeper's getReadable: "(12.345GB)" in powers of 1000, rounded down; "" below 1000."""
+    units, k = ("", "KB", "MB", "GB", "TB"), 0
+    while n >= 1000 ** (k + 1) and k < len(units) - 1:
+        k += 1
+    if k == 0:
+        return ""
+    whole, rest = divmod(n * 1000 // 1000 ** k, 1000)
+    return f"({whole}{'.' + f'{rest:03d}'.rstrip('0') if rest else ''}{units[k]})"
 
 
 async def _bookie_infos(addresses: list) -> list:

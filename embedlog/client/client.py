@@ -23,6 +23,25 @@ if TYPE_CHECKING:
     from embedlog.client.stream import Stream
 
 
+async def bookie_infos(ctx, bookie_ids: Iterable[str] | None,
+                       timeout_s: float) -> dict[str, Optional[dict[str, Any]]]:
+    """BOOKIE_INFO of each bookie (default: every registered one), asked of all at once on
+    ``ctx``'s loop: bookie id -> what it said, or None if it did not answer in time."""
+    if bookie_ids is None:
+        writable, readonly = await ctx.offload(ctx.refresh_bookies)
+        bookie_ids = writable + readonly
+
+    async def one(b):
+        try:
+            resp = await ctx.call(b, bookie_info_request, timeout_s)
+            return json.loads(bytes(resp.body))
+        except (EmbedlogError, ValueError, OSError):
+            return None
+
+    bookie_ids = list(bookie_ids)
+    return dict(zip(bookie_ids, await asyncio.gather(*(one(b) for b in bookie_ids))))
+
+
 class Client:
     """A BookKeeper client: create, open, recover and delete ledgers on the registered bookies."""
 
@@ -150,19 +169,7 @@ class Client:
     async def bookie_info_async(self, bookie_ids: Iterable[str] | None = None,
                                 timeout_s: float = 2.0) -> dict[str, Optional[dict[str, Any]]]:
         """bookie_info() as a coroutine of the client's event loop (ClientContext.submit)."""
-        if bookie_ids is None:
-            writable, readonly = await self._ctx.offload(self._ctx.refresh_bookies)
-            bookie_ids = writable + readonly
-
-        async def one(b):
-            try:
-                resp = await self._ctx.call(b, bookie_info_request, timeout_s)
-                return json.loads(bytes(resp.body))
-            except (EmbedlogError, ValueError, OSError):
-                return None
-
-        bookie_ids = list(bookie_ids)
-        return dict(zip(bookie_ids, await asyncio.gather(*(one(b) for b in bookie_ids))))
+        return await bookie_infos(self._ctx, bookie_ids, timeout_s)
 
     def close(self) -> None:
         """Stop the client: open writers send their last LAC (best effort, briefly), then an

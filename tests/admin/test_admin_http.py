@@ -1,6 +1,7 @@
 """The admin HTTP server of real bookie processes: every endpoint, BP-35's ledger_scope_id,
 bad parameters answered 4xx with a JSON error, and metrics that move with traffic."""
 import json
+import re
 import os
 import socket
 
@@ -76,6 +77,14 @@ def test_health_state_and_info(admin, one):
     assert bookies["read_only"] == [] and all(b["http"] for b in bookies["writable"])
     assert set(http_json(one, "/api/v1/bookie/list_bookies?type=ro")) == {"read_only"}
     error_of(one, "/api/v1/bookie/list_bookies?type=xx", 400)
+    # BookKeeper's list_bookie_info: free and total disk of each bookie, and the sums
+    disks = http_json(one, "/api/v1/bookie/list_bookie_info")
+    assert set(disks) == set(admin) | {"ClusterInfo: "}, disks
+    assert all(re.fullmatch(r": \{Free: \d+(\(\d+(\.\d+)?[KMGT]B\))?, Total: \d+(\(\S+\))?\},", v)
+               for k, v in disks.items() if k != "ClusterInfo: "), disks
+    total = sum(int(re.search(r"Total: (\d+)", v).group(1)) for k, v in disks.items()
+                if k != "ClusterInfo: ")
+    assert f"Total: {total}" in disks["ClusterInfo: "] and total > 0
     cfg = http_json(one, "/api/v1/config/server_config")
     assert cfg["http_server_enabled"] is True and cfg["journal_max_group_wait_ms"] == 2.0
     code, headers, _ = http(one, "/")
