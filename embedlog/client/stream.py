@@ -177,6 +177,8 @@ class Stream(StreamReading):
         self._frag_bytes = 0
         self._lac = -1
         self._last_time_ms = 0               # appends never go back in time
+        self._head = b""                     # produce()'s entry header, for time _head_ms
+        self._head_ms = -1
         policy = self._md.custom_metadata
         self.rollover_entries = int(policy.get("stream.rollover_entries", b"0")) or None
         self.rollover_bytes = int(policy.get("stream.rollover_bytes", b"0")) or None
@@ -309,10 +311,17 @@ class Stream(StreamReading):
         leader's WriteHandle.produce, so batches of calls travel as one ADD frame per bookie;
         ``on_delivery(error, position)`` runs in poll() or flush() once the entry is durable
         on Qa bookies. flush() before close() or a take-over: entries still queued then fail."""
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise IllegalOpError(f"stream entries are bytes-like, got {type(value).__name__}")
-        w = self._leader()
-        pos = w.produce(KIND_DATA + TIME.pack(self._append_time_ms()) + value, on_delivery)
+        w = self._writer
+        if w is None or self._lost is not None:
+            w = self._leader()
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms > self._last_time_ms:
+            self._last_time_ms = now_ms        # appends never go back in time
+        if self._head_ms != self._last_time_ms:
+            # the entry header changes at most once a millisecond
+            self._head_ms = self._last_time_ms
+            self._head = KIND_DATA + TIME.pack(self._head_ms)
+        pos = w.produce_after(self._head, value, on_delivery)
         self._frag_entries += 1
         self._frag_bytes += len(value)
         return pos

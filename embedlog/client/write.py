@@ -255,6 +255,28 @@ class WriteHandle:
             p.callbacks.append((eid, on_delivery))
         return eid
 
+    def produce_after(self, head: bytes, value: Payload,
+                      on_delivery: Callable[[Any, int], Any] | None = None) -> int:
+        """produce() of ``head`` + ``value``, joined as they are copied into the queue (a
+        stream's entry header: no joined copy made per message)."""
+        if self._error is not None or self._closed:
+            self._check()
+        p = self._prod
+        if p is None:
+            p = self._start_producer()
+        try:
+            eid = p.queue.add(value, head)
+        except BufferError:
+            if not p.block or self._ctx.on_loop():
+                raise
+            eid = p.full(head + bytes(value), self._check)
+        if self._error is not None or self._closed:
+            self._refuse_staged()
+        if on_delivery is not None:
+            p.room_for_callback()
+            p.callbacks.append((eid, on_delivery))
+        return eid
+
     def poll(self, timeout: float | None = 0) -> int:
         """Run the delivery callbacks that are due, waiting up to ``timeout`` s for one;
         returns how many ran (confluent-kafka's poll)."""

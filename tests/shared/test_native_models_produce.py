@@ -35,7 +35,8 @@ class Model:
     def first_staged(self):
         return self.next_id - len(self.staged)
 
-    def add(self, value):
+    def add(self, value, prefix=None):
+        value = (prefix or b"") + bytes(value)
         n = len(value)
         if n > self.entry_max or n > self.max_bytes:
             return EntryTooLargeError
@@ -98,6 +99,7 @@ payloads = st.one_of(
     st.integers(0, 300).map(lambda n: bytes(range(256)) * (n // 256) + bytes(n % 256)))
 ops = st.lists(st.one_of(
     st.tuples(st.just("add"), payloads),
+    st.tuples(st.just("add_prefixed"), st.tuples(st.binary(max_size=20), payloads)),
     st.tuples(st.just("take"), st.tuples(st.integers(0, 400), st.booleans(), st.integers(-1, 4))),
     st.tuples(st.just("reserve"), st.integers(0, 5)),
     st.tuples(st.just("settle"), st.integers(0, 3)),
@@ -131,6 +133,8 @@ def test_queue_matches_model(first, max_messages, max_bytes, entry_max, id_room,
     for op, arg in script:
         if op == "add":
             assert _call(q.add, arg) == m.add(arg)
+        elif op == "add_prefixed":
+            assert _call(q.add, arg[1], arg[0]) == m.add(arg[1], arg[0])
         elif op == "take":
             got = q.take(*arg)
             assert got == m.take(*arg)
@@ -200,3 +204,16 @@ def test_large_payloads_grow_the_buffer_within_bounds():
         q.add(b)
     first, out, size = q.take(1 << 40)
     assert out == blobs and size == sum(map(len, blobs))
+
+
+def test_a_prefix_is_bytes_and_counts_toward_the_entry_bound():
+    q = ProduceQueue(0, 10, 100, 10)
+    assert q.add(b"abcd", b"HEAD") == 0
+    assert q.take(100)[1] == [b"HEADabcd"]
+    with pytest.raises(EntryTooLargeError):
+        q.add(b"abcdefg", b"HEAD")            # 11 > 10 together, each alone fits
+    with pytest.raises(EntryTooLargeError):
+        q.add(b"", b"x" * 11)
+    with pytest.raises(IllegalOpError):
+        q.add(b"x", bytearray(b"H"))
+    assert q.next_id == 1 and q.staged == 0

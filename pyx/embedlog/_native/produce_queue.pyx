@@ -21,7 +21,7 @@ once when the queue empties, so each add's share of the copying is bounded.
 
 Bounds, checked before anything is written:
 
-    0 <= len(payload) <= entry_max_bytes
+    0 <= len(prefix) + len(payload) <= entry_max_bytes   (each checked before the sum)
     in_flight_messages + 1 <= max_messages        else BufferError (queue full)
     in_flight_bytes + len(payload) <= max_bytes   else BufferError (one message larger
                                                   than max_bytes: EntryTooLargeError)
@@ -44,6 +44,7 @@ from libc.string cimport memcpy, memmove
 from embedlog.errors import EntryTooLargeError, IllegalOpError
 
 cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
     bint PyBytes_CheckExact(object o)
     char *PyBytes_AS_STRING(object o)
     Py_ssize_t PyBytes_GET_SIZE(object o)
@@ -155,13 +156,21 @@ cdef class ProduceQueue:
             self.data_capacity = cap
         return 0
 
-    def add(self, value) -> int:
-        """Copy ``value`` (bytes-like) in as the next message; returns its entry id."""
+    def add(self, value, prefix=None) -> int:
+        """Copy ``value`` (bytes-like) in as the next message, after ``prefix`` (bytes, or
+        None: a stream's kind and time header, copied here rather than joined in Python);
+        returns its entry id."""
         cdef Py_buffer view
         cdef const uint8_t *src
-        cdef Py_ssize_t n, used
+        cdef const uint8_t *psrc = NULL
+        cdef Py_ssize_t n, used, pn = 0
         cdef int64_t eid = self.first_id + self.count
         cdef bint release = False
+        if prefix is not None:
+            if not PyBytes_CheckExact(prefix):
+                raise IllegalOpError(f"a message's prefix is bytes, got {type(prefix).__name__}")
+            psrc = <const uint8_t *>PyBytes_AS_STRING(prefix)
+            pn = PyBytes_GET_SIZE(prefix)
         if PyBytes_CheckExact(value):
             src = <const uint8_t *>PyBytes_AS_STRING(value)
             n = PyBytes_GET_SIZE(value)
@@ -171,9 +180,11 @@ cdef class ProduceQueue:
             PyObject_GetBuffer(value, &view, PyBUF_SIMPLE)
             src, n, release = <const uint8_t *>view.buf, view.len, True
         try:
-            if n > self.entry_max_bytes:
-                raise EntryTooLargeError(f"entry of {n} bytes is over max_entry_size_bytes "
-                                         f"({self.entry_max_bytes})")
+            # n + pn is formed only once both are known to be under entry_max_bytes
+            if pn > self.entry_max_bytes or n > self.entry_max_bytes - pn:
+                raise EntryTooLargeError(f"entry of {n + pn if n <= PY_SSIZE_T_MAX - pn else n} "
+                                         f"bytes is over max_entry_size_bytes ({self.entry_max_bytes})")
+            n += pn
             if n > self.max_bytes:
                 raise EntryTooLargeError(f"entry of {n} bytes is over queue_buffering_max_bytes "
                                          f"({self.max_bytes})")
@@ -187,8 +198,10 @@ cdef class ProduceQueue:
                                   f"poll() or flush() to deliver some")
             self._grow(n)
             used = self._used()
-            if n:
-                memcpy(self.data + used, src, n)
+            if pn:
+                memcpy(self.data + used, psrc, pn)
+            if n > pn:
+                memcpy(self.data + used + pn, src, n - pn)
             self.ends[self.head + self.count] = used + n
             self.count += 1
             self.in_flight_messages += 1
