@@ -3,14 +3,16 @@
 Every error carries a stable integer ``code`` that can cross the wire. Where
 Apache BookKeeper has a client code (``BKException.Code``) we use it; where it
 has none, embedlog's own codes live below -1000 so they never collide with a
-future BookKeeper code. ``wire_code`` is BookKeeper's v2 bookie status code
-where one exists (EOK=0, ENOLEDGER=1, ...); ``from_code`` is the one place that
-turns a code back into an exception.
+future BookKeeper code. ``status`` is the status a bookie answers the error with,
+a row of STATUSES (the one table of statuses: embedlog's, BookKeeper's v2 and v3
+codes), and ``wire_code`` its code on embedlog's protocol; ``from_code`` and
+``from_wire_code`` are the places that turn codes back into exceptions.
 """
 
 from __future__ import annotations
 
 import builtins
+from typing import NamedTuple
 
 __all__ = [
     "EmbedlogError", "NoSuchLedgerError", "NoSuchEntryError", "LedgerClosedError",
@@ -22,15 +24,17 @@ __all__ = [
     "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "MetadataUriError",
     "BookieCrashedError", "ForkedProcessError",
     "LogDirectoryError",
-    "from_code", "from_wire_code",
+    "from_code", "from_wire_code", "Status", "STATUSES", "STATUS", "ERROR_STATUS",
+    "V3_TO_EMBEDLOG", "status_of",
 ]
 
 
 class EmbedlogError(Exception):
     """Base of every embedlog error."""
 
-    code = -999          # BookKeeper: UnexpectedConditionException
-    wire_code = 101      # EIO
+    code = -999                       # BookKeeper: UnexpectedConditionException
+    status: Status       # ERROR_STATUS, below: the status a bookie answers this error with
+    wire_code: int       # status.embedlog
 
     def __reduce__(self):
         # keep errors picklable across processes (Spark workers, harness)
@@ -38,21 +42,21 @@ class EmbedlogError(Exception):
 
 
 class NoSuchLedgerError(KeyError, EmbedlogError):
-    code, wire_code = -7, 1           # NoSuchLedgerExists / ENOLEDGER
+    code = -7                         # NoSuchLedgerExists / ENOLEDGER
 
     def __str__(self):               # KeyError quotes its argument; we want prose
         return Exception.__str__(self)
 
 
 class NoSuchEntryError(KeyError, EmbedlogError):
-    code, wire_code = -13, 2          # NoSuchEntry / ENOENTRY
+    code = -13                        # NoSuchEntry / ENOENTRY
 
     def __str__(self):
         return Exception.__str__(self)
 
 
 class IllegalOpError(ValueError, EmbedlogError):
-    code, wire_code = -100, 100       # IllegalOp / EBADREQ
+    code = -100                       # IllegalOp / EBADREQ
 
 
 class EntryTooLargeError(IllegalOpError):
@@ -60,32 +64,32 @@ class EntryTooLargeError(IllegalOpError):
 
 
 class UnauthorizedAccessError(PermissionError, EmbedlogError):
-    code, wire_code = -102, 102       # UnauthorizedAccess / EUA
+    code = -102                       # UnauthorizedAccess / EUA
 
 
 class BadVersionError(EmbedlogError):
-    code, wire_code = -17, 103        # MetadataVersion / EBADVERSION
+    code = -17                        # MetadataVersion / EBADVERSION
 
 
 class LedgerFencedError(EmbedlogError):
-    code, wire_code = -101, 104       # LedgerFenced / EFENCED
+    code = -101                       # LedgerFenced / EFENCED
 
 
 class ReadOnlyBookieError(EmbedlogError):
-    code, wire_code = -104, 105       # WriteOnReadOnlyBookie / EREADONLY
+    code = -104                       # WriteOnReadOnlyBookie / EREADONLY
 
 
 class TooManyRequestsError(EmbedlogError):
-    code, wire_code = -105, 106       # TooManyRequests / ETOOMANYREQUESTS
+    code = -105                       # TooManyRequests / ETOOMANYREQUESTS
 
 
 class DigestMismatchError(EmbedlogError):
-    code, wire_code = -5, 101         # DigestMatch
+    code = -5                         # DigestMatch
 
 
 class CorruptedDataError(EmbedlogError):
     """Bytes on disk or on the wire that fail their format (not a digest)."""
-    code, wire_code = -1002, 101
+    code = -1002
 
 
 class JournalCorruptedError(CorruptedDataError):
@@ -95,17 +99,17 @@ class JournalCorruptedError(CorruptedDataError):
 
 class InvalidTermError(EmbedlogError):
     """A request with a term lower than the bookie's (unbounded ledgers)."""
-    code, wire_code = -1001, 108
+    code = -1001
 
 
 class LedgerClosedError(EmbedlogError):
-    code, wire_code = -11, 100        # LedgerClosed
+    code = -11                        # LedgerClosed
 
 
 class LedgerExistsError(EmbedlogError):
     # LedgerExist; on embedlog's wire ELEDGEREXISTS (a bookie holding another ledger of the
     # id: a writer never picks it again), BookKeeper's EBADREQ on BookKeeper's
-    code, wire_code = -20, 109
+    code = -20
 
 
 class LedgerRecoveryError(EmbedlogError):
@@ -172,16 +176,77 @@ class LogDirectoryError(ConfigError):
     code = -1010
 
 
+class Status(NamedTuple):
+    """One status a bookie answers with, as each protocol spells it."""
+    name: str
+    embedlog: int      # on embedlog's protocol: BookKeeper's v2 code, or embedlog's own past it
+    v2: int            # on BookKeeper's v2 protocol (what a v2 client understands)
+    v3: int            # on BookKeeper's v3 protocol (StatusCode)
+
+
+# The one table of statuses: every other table (the codes each protocol module names, the
+# maps between them, from_wire_code) is derived from it. embedlog's own statuses past
+# BookKeeper's are EBADREQ to a BookKeeper client; EUNKNOWNLEDGERSTATE (a Java bookie's
+# ledger in limbo) has no embedlog status: read as EIO, it counts neither as an entry nor
+# as an absence.
+STATUSES = (
+    Status("EOK", 0, 0, 0),
+    Status("ENOLEDGER", 1, 1, 402),
+    Status("ENOENTRY", 2, 2, 403),
+    Status("EBADREQ", 100, 100, 404),
+    Status("EIO", 101, 101, 501),
+    Status("EUA", 102, 102, 502),
+    Status("EBADVERSION", 103, 103, 503),
+    Status("EFENCED", 104, 104, 504),
+    Status("EREADONLY", 105, 105, 505),
+    Status("ETOOMANYREQUESTS", 106, 106, 506),
+    Status("EUNKNOWNLEDGERSTATE", 101, 107, 507),
+    Status("EINVALIDTERM", 108, 100, 404),
+    Status("ELEDGEREXISTS", 109, 100, 404),
+)
+STATUS = {s.name: s for s in STATUSES}
+
+# each error class's status; a class not named has its nearest base's (EmbedlogError: EIO).
+# The first class named with a status is the one that status becomes (from_wire_code).
+ERROR_STATUS = (
+    (NoSuchLedgerError, "ENOLEDGER"),
+    (NoSuchEntryError, "ENOENTRY"),
+    (IllegalOpError, "EBADREQ"),
+    (LedgerClosedError, "EBADREQ"),
+    (EmbedlogError, "EIO"),
+    (DigestMismatchError, "EIO"),
+    (CorruptedDataError, "EIO"),
+    (UnauthorizedAccessError, "EUA"),
+    (BadVersionError, "EBADVERSION"),
+    (LedgerFencedError, "EFENCED"),
+    (ReadOnlyBookieError, "EREADONLY"),
+    (TooManyRequestsError, "ETOOMANYREQUESTS"),
+    (InvalidTermError, "EINVALIDTERM"),
+    (LedgerExistsError, "ELEDGEREXISTS"),
+)
+for _cls, _name in ERROR_STATUS:
+    _cls.status = STATUS[_name]
+    _cls.wire_code = STATUS[_name].embedlog
+
 _ALL = [v for v in list(globals().values())
         if isinstance(v, type) and issubclass(v, EmbedlogError)]
 _BY_CODE = {}
 for _cls in _ALL:
     _BY_CODE.setdefault(_cls.code, _cls)
 _BY_CODE[-999] = EmbedlogError
-_BY_WIRE = {1: NoSuchLedgerError, 2: NoSuchEntryError, 100: IllegalOpError,
-            101: EmbedlogError, 102: UnauthorizedAccessError, 103: BadVersionError,
-            104: LedgerFencedError, 105: ReadOnlyBookieError,
-            106: TooManyRequestsError, 108: InvalidTermError, 109: LedgerExistsError}
+_BY_WIRE = {}
+for _cls, _name in ERROR_STATUS:
+    _BY_WIRE.setdefault(STATUS[_name].embedlog, _cls)
+# a v3 StatusCode as embedlog reads it: the status of its own code (not one spelled so only
+# on v3, as EINVALIDTERM's EBADREQ)
+V3_TO_EMBEDLOG = {}
+for _s in STATUSES:
+    V3_TO_EMBEDLOG.setdefault(_s.v3, _s.embedlog)
+
+
+def status_of(exc: BaseException) -> Status:
+    """The status a bookie answers a failed request with (anything not an EmbedlogError: EIO)."""
+    return exc.status if isinstance(exc, EmbedlogError) else STATUS["EIO"]
 
 
 def from_code(code: int, message: str = "") -> EmbedlogError:
@@ -190,5 +255,6 @@ def from_code(code: int, message: str = "") -> EmbedlogError:
 
 
 def from_wire_code(wire_code: int, message: str = "") -> EmbedlogError:
-    """The exception for a bookie status code (BookKeeper's v2 numbering)."""
+    """The exception for a bookie status code on embedlog's protocol (BookKeeper's v2
+    numbering, embedlog's own past it)."""
     return _BY_WIRE.get(wire_code, EmbedlogError)(message or f"bookie status {wire_code}")

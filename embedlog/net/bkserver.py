@@ -10,8 +10,7 @@ Each request becomes the Bookie operation embedlog's ADD, READ, READ_LAC, WRITE_
 BOOKIE_INFO use (no second copy of the bookie's logic): ``add_entries`` answered when
 durable, ``fence`` (durable) before a fencing read, ``read_entry`` / ``read_entries``,
 ``last_add_confirmed``, ``set_explicit_lac``, the server's long-poll waiters. Errors map
-as BookKeeper's bookie answers them (embedlog's ``wire_code`` is BookKeeper's v2 code; v3
-takes bkserve.V3_STATUS of it).
+as BookKeeper's bookie answers them (errors.STATUSES: each error's v2 and v3 code).
 
 What differs from embedlog's connections, as BookKeeper's clients need:
 
@@ -51,16 +50,15 @@ from embedlog._native import bkwire as W
 from embedlog._native import bkencode as E
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
-from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError
+from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError, status_of
 from embedlog.net.bkreply import FaultyReply, Reply
 
 log = logging.getLogger("embedlog.server.bookkeeper")
 
 READ_CHUNK = 64 * 1024          # bytes read from the socket at a time
-MAX_FRAME_BYTES = S.MAX_FRAME_BYTES    # BookKeeper's nettyMaxFrameSizeBytes
+MAX_FRAME_BYTES = S.MAX_FRAME_BYTES    # BookKeeper's nettyMaxFrameSizeBytes (wire_sizes.pxd)
 AUTH_DISABLED_PLUGIN = b"AuthDisabledPlugin"    # what a bookie without auth names itself
-EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO = 0, 1, 2, 100, 101
-BK_CODES_END = 108             # BookKeeper's v2 codes end at EUNKNOWNLEDGERSTATE, 107
+EOK = 0
 MAX_BATCH_ENTRIES = 1024        # a v2 batch read answers at most this many entries
 
 
@@ -74,13 +72,13 @@ def first_byte_protocol(byte: int) -> str:
 
 
 def _code(exc: BaseException) -> int:
-    code = exc.wire_code if isinstance(exc, EmbedlogError) else EIO
-    # embedlog's own codes (a term, a ledger id used again) are BookKeeper's EBADREQ
-    return code if code < BK_CODES_END else EBADREQ
+    """The error's v2 code (errors.STATUSES: embedlog's own are BookKeeper's EBADREQ)."""
+    return status_of(exc).v2
 
 
-def _v3(code: int) -> int:
-    return S.V3_STATUS.get(code, W.EBADREQ)
+def _v3_of(exc: BaseException) -> int:
+    """The error's v3 StatusCode (errors.STATUSES)."""
+    return status_of(exc).v3
 
 
 class _AddRun:
@@ -274,11 +272,12 @@ class BookKeeperSession:
     def _run_durable(self, run: _AddRun, nbytes: int, error) -> None:
         server = self.server
         server.release_many(self.conn, len(run.eids), nbytes)
-        code = EOK if error is None else _code(error)
         if self.v2:
+            code = EOK if error is None else _code(error)
             data = S.v2_add_responses(run.version, code, run.lid, run.eids)
         else:
-            data = S.v3_add_responses(run.txns, _v3(code), run.lid, run.eids)
+            code = W.EOK if error is None else _v3_of(error)
+            data = E.v3_add_responses(run.txns, code, run.lid, run.eids)
         server.send(self.writer, data)
         server._wake_pollers((0, run.lid))
 
@@ -288,8 +287,8 @@ class BookKeeperSession:
             ok = S.v2_response(version, S.ADDENTRY, EOK, lid, eid)
             fail = lambda exc: S.v2_response(version, S.ADDENTRY, _code(exc), lid, eid)  # noqa: E731
         else:
-            ok = S.v3_add_response(txn, W.EOK, lid, eid)
-            fail = lambda exc: S.v3_add_response(txn, _v3(_code(exc)), lid, eid)  # noqa: E731
+            ok = E.v3_add_response(txn, W.EOK, lid, eid)
+            fail = lambda exc: E.v3_add_response(txn, _v3_of(exc), lid, eid)  # noqa: E731
         self._add(lid, eid, run.key, run.bodies[i], run.recovery, reply, ok, fail)
 
     def _admit(self, req) -> None:
@@ -361,6 +360,7 @@ class BookKeeperSession:
     def _fail(self, req, reply, exc: BaseException) -> None:
         self.server.stats["errors"] += 1
         code = _code(exc)
+        status = _v3_of(exc)
         if self.v2:
             op, version, lid, eid = req[0], req[1], req[3], req[4]
             if op == S.BATCH_READ_ENTRY:
@@ -372,11 +372,10 @@ class BookKeeperSession:
                 self.writer.close()
             return
         op = req.operation
-        status = _v3(code)
         if op == W.ADD_ENTRY:
-            reply.send(S.v3_add_response(req.txn_id, status, req.ledger_id, req.entry_id))
+            reply.send(E.v3_add_response(req.txn_id, status, req.ledger_id, req.entry_id))
         elif op == W.READ_ENTRY:
-            reply.send(S.v3_read_head(req.txn_id, status, req.ledger_id, req.entry_id))
+            reply.send(E.v3_read_head(req.txn_id, status, req.ledger_id, req.entry_id))
         else:
             reply.send(_status_only(req, status))
 
@@ -431,28 +430,28 @@ class BookKeeperSession:
     def _add_v3(self, req, reply) -> None:
         lid, eid, txn = req.ledger_id, req.entry_id, req.txn_id
         if req.master_key is None or len(req.master_key) != W.MASTER_KEY_BYTES:
-            reply.send(S.v3_add_response(txn, W.EUA, lid, eid))
+            reply.send(E.v3_add_response(txn, W.EUA, lid, eid))
             return
         try:
             ids_match = eid is not None and E.entry_ids(req.body, lid)[0] == eid
         except EmbedlogError:            # shorter than an entry header, or another ledger's
             ids_match = False
         if not ids_match:
-            reply.send(S.v3_add_response(txn, W.EBADREQ, lid, eid if eid is not None else -1))
+            reply.send(E.v3_add_response(txn, W.EBADREQ, lid, eid if eid is not None else -1))
             return
         self._add(lid, eid, req.master_key, req.body, req.flag == W.RECOVERY_ADD, reply,
-                  S.v3_add_response(txn, W.EOK, lid, eid),
-                  lambda exc: S.v3_add_response(txn, _v3(_code(exc)), lid, eid),
+                  E.v3_add_response(txn, W.EOK, lid, eid),
+                  lambda exc: E.v3_add_response(txn, _v3_of(exc), lid, eid),
                   high_priority=bool(req.priority))
 
     def _read_v3(self, req, reply) -> None:
         lid, eid, txn = req.ledger_id, req.entry_id, req.txn_id
         if lid is None or eid is None:
-            reply.send(S.v3_read_head(txn, W.EBADREQ, lid or 0, eid if eid is not None else -1))
+            reply.send(E.v3_read_head(txn, W.EBADREQ, lid or 0, eid if eid is not None else -1))
             return
         if req.flag == W.FENCE_LEDGER:
             if req.master_key is None:
-                reply.send(S.v3_read_head(txn, W.EUA, lid, eid))
+                reply.send(E.v3_read_head(txn, W.EUA, lid, eid))
                 return
             self._fence_then(lid, req.master_key, req, reply,
                              lambda: self._read_entry_v3(req, reply, lid, eid))
@@ -499,7 +498,7 @@ class BookKeeperSession:
         except Exception as exc:
             self._fail(req, reply, exc)
             return
-        reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, eid, lac, len(body)), body)
+        reply.send(E.v3_read_head(req.txn_id, W.EOK, lid, eid, lac, len(body)), body)
 
     def _long_poll_v3(self, req, reply, lid, eid) -> None:
         # LongPollReadEntryProcessorV3: wait up to timeOut for the LAC to pass previousLAC;
@@ -507,7 +506,7 @@ class BookKeeperSession:
         previous = req.previous_lac
         piggyback = req.flag == W.ENTRY_PIGGYBACK
         if piggyback and eid != W.LAST_ADD_CONFIRMED:
-            reply.send(S.v3_read_head(req.txn_id, W.EBADREQ, lid, eid))
+            reply.send(E.v3_read_head(req.txn_id, W.EBADREQ, lid, eid))
             return
         try:
             lac, _last = self.bookie.last_add_confirmed(LedgerId(0, lid))
@@ -525,12 +524,12 @@ class BookKeeperSession:
                     try:
                         body = self.bookie.read_entry(LedgerId(0, lid), previous + 1)
                     except NoSuchEntryError:
-                        reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
+                        reply.send(E.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
                         return
-                    reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, previous + 1, known,
+                    reply.send(E.v3_read_head(req.txn_id, W.EOK, lid, previous + 1, known,
                                               len(body)), body)
                 else:
-                    reply.send(S.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
+                    reply.send(E.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
             except Exception as exc:
                 self._fail(req, reply, exc)
 
@@ -581,7 +580,7 @@ class BookKeeperSession:
                 self._fail(req, reply, synced.exception())
                 return
             self._when_durable(seq, reply, ok,
-                               lambda exc: E.encode_response(txn, W.WRITE_LAC, _v3(_code(exc)), ledger_id=lid),
+                               lambda exc: E.encode_response(txn, W.WRITE_LAC, _v3_of(exc), ledger_id=lid),
                                after=lambda: server._wake_pollers((0, lid)))
         if req.body is None:
             answer()
@@ -595,7 +594,7 @@ class BookKeeperSession:
         txn, lid = req.txn_id, req.ledger_id
         ok = E.encode_response(txn, W.FORCE_LEDGER, W.EOK, ledger_id=lid)
         self._when_durable(self.bookie.journal.appended_seq, reply, ok,
-                           lambda exc: E.encode_response(txn, W.FORCE_LEDGER, _v3(_code(exc)),
+                           lambda exc: E.encode_response(txn, W.FORCE_LEDGER, _v3_of(exc),
                                                          ledger_id=lid))
 
     def _bookie_info_v3(self, req, reply) -> None:
@@ -680,7 +679,7 @@ def _status_only(req, status: int) -> bytes:
     if op == W.GET_BOOKIE_INFO:
         return E.encode_response(req.txn_id, op, status)
     if op == W.ADD_ENTRY:
-        return S.v3_add_response(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
+        return E.v3_add_response(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
     if op == W.READ_ENTRY:
-        return S.v3_read_head(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
-    return S.v3_status_response(req.txn_id, op & 0xFFFFFFFF if op >= 0 else 0, status)
+        return E.v3_read_head(req.txn_id, status, req.ledger_id or 0, req.entry_id or 0)
+    return E.v3_status_response(req.txn_id, op & 0xFFFFFFFF if op >= 0 else 0, status)

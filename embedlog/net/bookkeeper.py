@@ -32,19 +32,14 @@ import json
 
 from embedlog._native import bkwire as W
 from embedlog._native import bkencode as E
-from embedlog.errors import (CorruptedDataError, EmbedlogError, IllegalOpError, TimeoutError,
-                             from_wire_code)
+from embedlog.errors import (V3_TO_EMBEDLOG, CorruptedDataError, EmbedlogError, IllegalOpError,
+                             TimeoutError, from_wire_code)
 from embedlog.net import protocol as P
 from embedlog.net.transport import BookieUnavailableError
 
-# BookKeeper's v3 status -> embedlog's (BookKeeper's v2 numbering, protocol.py)
-STATUS_TO_WIRE = {W.EOK: P.EOK, W.ENOLEDGER: P.ENOLEDGER, W.ENOENTRY: P.ENOENTRY,
-                  W.EBADREQ: P.EBADREQ, W.EIO: P.EIO, W.EUA: P.EUA, W.EBADVERSION: P.EBADVERSION,
-                  W.EFENCED: P.EFENCED, W.EREADONLY: P.EREADONLY,
-                  W.ETOOMANYREQUESTS: P.ETOOMANYREQUESTS,
-                  # a ledger the bookie lost track of (limbo): no embedlog status says so; as
-                  # EIO its answer counts neither as an entry nor as an absence
-                  W.EUNKNOWNLEDGERSTATE: P.EIO}
+# BookKeeper's v3 status -> embedlog's (errors.STATUSES; EUNKNOWNLEDGERSTATE, a ledger a Java
+# bookie lost track of, is EIO: its answer counts neither as an entry nor as an absence)
+STATUS_TO_WIRE = V3_TO_EMBEDLOG
 # the add error that says most when the entries of one ADD fail differently: the ones
 # that stop a writer first (BookKeeper's client reacts to these without an ensemble change)
 _ADD_PRECEDENCE = {W.EFENCED: 0, W.EUA: 1}

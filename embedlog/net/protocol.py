@@ -38,9 +38,10 @@ through a fenced ledger; LONG_POLL (0x10) on READ waits up to timeout_ms for the
 bookie's LAC to pass previous_lac. Unbounded ledgers (streams) fence with terms: every
 ADD, and READ / READ_LAC with RECOVERY_READ (0x20), carry the client's term, which the
 bookie adopts if higher and refuses with EINVALIDTERM if lower; TRUNCATE (0x8) on ADD
-marks a stream's no-op entry after which the bookie forgets every higher entry. Statuses are BookKeeper's v2 codes (EOK=0,
-ENOLEDGER=1, ENOENTRY=2, EBADREQ=100, EIO=101, EUA=102, EBADVERSION=103, EFENCED=104,
-EREADONLY=105, ETOOMANYREQUESTS=106) plus EINVALIDTERM=108 and ELEDGEREXISTS=109.
+marks a stream's no-op entry after which the bookie forgets every higher entry. Statuses are
+the embedlog column of errors.STATUSES: BookKeeper's v2 codes (EOK=0, ENOLEDGER=1,
+ENOENTRY=2, EBADREQ=100, EIO=101, EUA=102, EBADVERSION=103, EFENCED=104, EREADONLY=105,
+ETOOMANYREQUESTS=106) plus EINVALIDTERM=108 and ELEDGEREXISTS=109.
 """
 from __future__ import annotations
 
@@ -48,7 +49,9 @@ import struct
 
 from embedlog._native.addpath import add_request  # noqa: F401  (ADD frames: built in one C pass)
 from embedlog._native.addpath import split_add_body
-from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
+from embedlog._native.wire_sizes import (FRAME_HEADERS_BYTES, MASTER_KEY_BYTES, MAX_FRAME_BYTES,
+                                         REQ_HEAD_BYTES)
+from embedlog.errors import STATUS, CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 VERSION = 1
 ADD, READ, READ_LAC, WRITE_LAC, BOOKIE_INFO, TRIM, AUTH = 1, 2, 3, 4, 5, 6, 7
@@ -58,15 +61,17 @@ OPS = {ADD: "add", READ: "read", READ_LAC: "read_lac", WRITE_LAC: "write_lac",
 FLAG_FENCE, FLAG_RECOVERY_ADD, FLAG_HIGH_PRIORITY, FLAG_TRUNCATE, FLAG_LONG_POLL = 0x1, 0x2, 0x4, 0x8, 0x10
 FLAG_RECOVERY_READ = 0x20
 RESPONSE_BIT = 0x80
-EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS = (
-    0, 1, 2, 100, 101, 102, 103, 104, 105, 106)
-EINVALIDTERM = 108
-ELEDGEREXISTS = 109          # the bookie holds another ledger of this id (LedgerExistsError)
-DEFAULT_MAX_FRAME_BYTES = 5 * 1024 * 1024 + 4096      # BookKeeper's 5 MiB, plus headers
+EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS, \
+    EINVALIDTERM, ELEDGEREXISTS = [STATUS[name].embedlog for name in (
+        "EOK", "ENOLEDGER", "ENOENTRY", "EBADREQ", "EIO", "EUA", "EBADVERSION", "EFENCED",
+        "EREADONLY", "ETOOMANYREQUESTS", "EINVALIDTERM", "ELEDGEREXISTS")]
+DEFAULT_MAX_FRAME_BYTES = MAX_FRAME_BYTES + FRAME_HEADERS_BYTES    # BookKeeper's 5 MiB, plus headers
 MAX_READ_ENTRIES = 1024                                # entries one READ asks for at most
 
 LENGTH = struct.Struct(">I")
-REQ_HEAD = struct.Struct(">BBHQQQ20sQ")          # 56 bytes
+REQ_HEAD = struct.Struct(f">BBHQQQ{MASTER_KEY_BYTES}sQ")
+if REQ_HEAD.size != REQ_HEAD_BYTES:              # the size addpath.pyx frames ADDs with
+    raise ImportError(f"protocol.REQ_HEAD has {REQ_HEAD.size} bytes, wire_sizes.pxd says {REQ_HEAD_BYTES}")
 RESP_HEAD = struct.Struct(">BBHQiQQ")            # 32 bytes
 U32 = struct.Struct(">I")
 I64 = struct.Struct(">q")
@@ -75,7 +80,7 @@ READ_REQ = struct.Struct(">qIqI")
 READ_RESP = struct.Struct(">qI")
 ENTRY_HEAD = struct.Struct(">qI")
 READ_LAC_RESP = struct.Struct(">qqI")
-NO_KEY = b"\0" * 20
+NO_KEY = bytes(MASTER_KEY_BYTES)
 
 
 class Request:

@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from embedlog._native import bkencode as E
 from embedlog._native import bkserve as S
 from embedlog._native import bkwire as W
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
@@ -124,20 +125,20 @@ def test_v2_responses_as_bookkeeper_writes_them():
 @pytest.mark.parametrize("status", [W.EOK, W.EFENCED, W.ENOENTRY])
 def test_v3_responses_read_back(eid, status):
     txn = 2**40 + 3
-    (r,), pos, err = W.decode_responses(S.v3_add_response(txn, status, 9, eid))
+    (r,), pos, err = W.decode_responses(E.v3_add_response(txn, status, 9, eid))
     assert err is None and (r.operation, r.txn_id, r.status, r.ledger_id, r.entry_id) == (
         W.ADD_ENTRY, txn, status, 9, eid)
     body = b"entry-bytes" * 3
-    data = S.v3_read_head(txn, status, 9, eid, 41, len(body), 1234) + body
+    data = E.v3_read_head(txn, status, 9, eid, 41, len(body), 1234) + body
     (r,), pos, err = W.decode_responses(data)
     assert err is None and pos == len(data)
     assert (r.operation, r.status, r.ledger_id, r.entry_id, r.body, r.max_lac,
             r.lac_update_timestamp) == (W.READ_ENTRY, status, 9, eid, body, 41, 1234)
-    (r,), _, err = W.decode_responses(S.v3_read_head(txn, status, 9, eid))
+    (r,), _, err = W.decode_responses(E.v3_read_head(txn, status, 9, eid))
     assert err is None and r.body is None and r.max_lac is None
-    (r,), _, err = W.decode_responses(S.v3_read_head(txn, status, 9, eid, -1, 0))
+    (r,), _, err = W.decode_responses(E.v3_read_head(txn, status, 9, eid, -1, 0))
     assert err is None and r.body == b"" and r.max_lac == -1
-    (r,), _, err = W.decode_responses(S.v3_status_response(txn, 11, W.EBADREQ))
+    (r,), _, err = W.decode_responses(E.v3_status_response(txn, 11, W.EBADREQ))
     assert err is None and r.operation == 11 and r.status == W.EBADREQ
 
 
@@ -145,14 +146,14 @@ def test_a_runs_add_responses_are_the_single_ones_joined():
     """One buffer answers a run of adds (net/bkserver.py): byte for byte the responses one at
     a time would have been, in request order, and bkwire reads each back."""
     txns, eids = [1, 2**40 + 3, 127, 128], [0, 5, 2**62, 7]
-    joined = S.v3_add_responses(txns, W.EFENCED, 9, eids)
-    assert joined == b"".join(S.v3_add_response(t, W.EFENCED, 9, e) for t, e in zip(txns, eids))
+    joined = E.v3_add_responses(txns, W.EFENCED, 9, eids)
+    assert joined == b"".join(E.v3_add_response(t, W.EFENCED, 9, e) for t, e in zip(txns, eids))
     got, pos, err = W.decode_responses(joined)
     assert err is None and pos == len(joined)
     assert [(r.txn_id, r.status, r.ledger_id, r.entry_id) for r in got] == [
         (t, W.EFENCED, 9, e) for t, e in zip(txns, eids)]
     assert S.v2_add_responses(3, 0, 7, [4, 5, -1]) == b"".join(
         S.v2_response(3, S.ADDENTRY, 0, 7, e) for e in (4, 5, -1))
-    assert S.v3_add_responses([], 0, 9, []) == S.v2_add_responses(2, 0, 7, []) == b""
+    assert E.v3_add_responses([], 0, 9, []) == S.v2_add_responses(2, 0, 7, []) == b""
     with pytest.raises(IllegalOpError):
-        S.v3_add_responses([1, 2], 0, 9, [0])          # a txn id for each entry, no fewer
+        E.v3_add_responses([1, 2], 0, 9, [0])          # a txn id for each entry, no fewer

@@ -277,6 +277,7 @@ def fuzz_bk_serve(data: bytes) -> None:
     """The first byte picks: 0 v2 request frames as a bookie reads them (and again from where
     the first pass stopped: the same requests); 1 v3 add and read responses built from the
     bytes, read back by bkwire's decoder with the same fields."""
+    from embedlog._native import bkencode as E
     from embedlog._native import bkserve as S
     from embedlog._native import bkwire as W
     if not data:
@@ -298,10 +299,10 @@ def fuzz_bk_serve(data: bytes) -> None:
     status %= 1000
     body = rest[28:]
     lac = max(eid - 1, -(1 << 63))          # an i64, as the bookie's LACs are
-    (r,), _pos, err = W.decode_responses(S.v3_read_head(txn, status, lid, eid, lac, len(body)) + body)
+    (r,), _pos, err = W.decode_responses(E.v3_read_head(txn, status, lid, eid, lac, len(body)) + body)
     _check(err is None and (r.txn_id, r.ledger_id, r.entry_id, r.body, r.max_lac) ==
            (txn, lid, eid, body, lac), "a read response reads back")
-    (r,), _pos, err = W.decode_responses(S.v3_add_response(txn, status, lid, eid))
+    (r,), _pos, err = W.decode_responses(E.v3_add_response(txn, status, lid, eid))
     _check(err is None and (r.txn_id, r.ledger_id, r.entry_id) == (txn, lid, eid), "an add response reads back")
 
 

@@ -23,6 +23,8 @@ cdef extern from "Python.h":
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_Resize
 
 from embedlog._native.format cimport el_get32, el_put32, el_put64, encode_into, encoded_size
+from embedlog._native.wire_sizes cimport REQ_HEAD_BYTES as REQ_HEAD_SIZE  # protocol.REQ_HEAD
+from embedlog._native.wire_sizes cimport MASTER_KEY_BYTES as KEY_SIZE
 import concurrent.futures
 import threading
 from concurrent.futures import _base
@@ -32,8 +34,6 @@ from embedlog.errors import CorruptedDataError, EmbedlogError, IllegalOpError
 cdef object FINISHED = _base.FINISHED, RUNNING = _base.RUNNING      # the states it is in
 
 cdef enum:
-    REQ_HEAD_SIZE = 56          # protocol.REQ_HEAD: >BBHQQQ20sQ
-    KEY_SIZE = 20
     PROTOCOL_VERSION = 1        # protocol.VERSION
     OP_ADD = 1                  # protocol.ADD
 

@@ -1,7 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Apache BookKeeper's v3 wire protocol, the encoder: requests and responses as
-length-prefixed protobuf frames, and the digest-protected LAC of WRITE_LAC. The grammar, the
-protocol's numbers and the decoder are bkwire.pyx's.
+"""Apache BookKeeper's v3 wire protocol, the encoder: requests (embedlog's client) and
+responses (embedlog's bookie; those of the add and read paths written straight from their
+fields, bkwire.pyx's grammar below) as length-prefixed protobuf frames, and the
+digest-protected LAC of WRITE_LAC. The grammar, the protocol's numbers and the decoder are
+bkwire.pyx's; BookKeeper's v2 (the bookie's side only) is bkserve.pyx's.
+
+The add and read answers (``v3_add_response(s)``, ``v3_read_head``, ``v3_status_response``)::
+
+    Response     := 0x0A len BKPacketHeader  0x10 status  sub-field len sub
+    AddResponse  (field 101) := 1 status 2 ledgerId 3 entryId
+    ReadResponse (field 100) := 1 status 2 ledgerId 3 entryId [5 maxLAC] [6 lacUpdateTimestamp]
+                                [4 body]   # body last: its bytes follow the head unjoined
 
 Bounds: an embedlog ADD body's count and sizes are checked against the body before an
 output is sized from them, and the output is sized once, from the checked sizes, then
@@ -16,20 +25,21 @@ from libc.string cimport memcpy, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING
 from cpython.list cimport PyList_Append
 
-from embedlog._native.format cimport el_put64, el_get64, el_get32, el_crc32, el_crc32c, el_crc_init
+from embedlog._native.format cimport (el_put64, el_put32, el_get64, el_get32, el_crc32, el_crc32c,
+                                      el_crc_init)
 from embedlog._native.format cimport DIGEST_CRC32, DIGEST_MAC, DIGEST_CRC32C, DIGEST_DUMMY
 from embedlog._native.bkwire cimport (vsize, put_varint, WT_VARINT, WT_LEN, VERSION_THREE_C,
                                       RECOVERY_ADD_C)
 
 from embedlog._native.bkwire import (
     READ_ENTRY, ADD_ENTRY, AUTH, WRITE_LAC, READ_LAC, GET_BOOKIE_INFO, START_TLS, FORCE_LEDGER,
-    GET_LIST_OF_ENTRIES_OF_LEDGER, FENCE_LEDGER, ENTRY_PIGGYBACK, MASTER_KEY_BYTES,
-    MAX_FRAME_BYTES, V1_HEADER_BYTES, LAC_HEADER_BYTES, OPERATIONS)
+    GET_LIST_OF_ENTRIES_OF_LEDGER, FENCE_LEDGER, ENTRY_PIGGYBACK, V1_HEADER_BYTES,
+    LAC_HEADER_BYTES, OPERATIONS)
+from embedlog._native.wire_sizes import MASTER_KEY_BYTES, MAX_FRAME_BYTES
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 el_crc_init()
 
-cdef Py_ssize_t C_MAX_FRAME = 5 * 1024 * 1024
 cdef int64_t I32_MAX = 0x7FFFFFFF
 
 
@@ -390,6 +400,154 @@ def encode_response(uint64_t txn_id, int operation, int status,
         raise IllegalOpError(f"{OPERATIONS[operation]} responses have no {', '.join(sorted(extra))}")
     pairs = [(num, fields[name]) for name, num in names if fields.get(name) is not None]
     return encode_one(txn_id, operation, status, sub, pairs, max_frame_bytes)
+
+
+# -- responses on the bookie's hot paths (add and read answers, built without fields) -----------------------------------------------------------
+
+cdef inline Py_ssize_t header_len(uint64_t op, uint64_t txn) noexcept nogil:
+    return 2 + 1 + vsize(op) + 1 + vsize(txn)
+
+
+cdef inline uint8_t *put_head(uint8_t *w, uint64_t op, uint64_t txn, uint64_t status,
+                              Py_ssize_t msg_len, Py_ssize_t hlen, uint32_t sub_number,
+                              Py_ssize_t sub_len) noexcept nogil:
+    el_put32(w, <uint32_t>msg_len)
+    w += 4
+    w[0] = 0x0A
+    w = put_varint(w + 1, <uint64_t>hlen)
+    w[0] = 0x08
+    w[1] = 3                                    # version THREE
+    w[2] = 0x10
+    w = put_varint(w + 3, op)
+    w[0] = 0x18
+    w = put_varint(w + 1, txn)
+    w[0] = 0x10                                 # Response.status
+    w = put_varint(w + 1, status)
+    w = put_varint(w, (<uint64_t>sub_number << 3) | 2)
+    return put_varint(w, <uint64_t>sub_len)
+
+
+cdef inline Py_ssize_t add_response_len(uint64_t txn, uint64_t st, int64_t lid,
+                                        int64_t eid) noexcept nogil:
+    """An ADD_ENTRY response frame's bytes, its length prefix included."""
+    cdef Py_ssize_t hlen = header_len(2, txn)
+    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>lid) + 1 + vsize(<uint64_t>eid)
+    return 4 + 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st) + 2 + vsize(<uint64_t>sub) + sub
+
+
+cdef inline uint8_t *put_add_response(uint8_t *w, uint64_t txn, uint64_t st, int64_t lid,
+                                      int64_t eid) noexcept nogil:
+    cdef Py_ssize_t hlen = header_len(2, txn)
+    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>lid) + 1 + vsize(<uint64_t>eid)
+    w = put_head(w, 2, txn, st, add_response_len(txn, st, lid, eid) - 4, hlen, 101, sub)
+    w[0] = 0x08
+    w = put_varint(w + 1, st)
+    w[0] = 0x10
+    w = put_varint(w + 1, <uint64_t>lid)
+    w[0] = 0x18
+    return put_varint(w + 1, <uint64_t>eid)
+
+
+def v3_add_response(uint64_t txn_id, int status, int64_t ledger_id, int64_t entry_id):
+    """A v3 ADD_ENTRY response frame (top-level and AddResponse status alike)."""
+    cdef uint64_t st = <uint64_t><int64_t>status
+    cdef bytes out = PyBytes_FromStringAndSize(
+        NULL, add_response_len(txn_id, st, ledger_id, entry_id))
+    put_add_response(<uint8_t *>PyBytes_AS_STRING(out), txn_id, st, ledger_id, entry_id)
+    return out
+
+
+def v3_add_responses(txn_ids, int status, int64_t ledger_id, entry_ids):
+    """The v3 ADD_ENTRY responses of a run of adds of one ledger with one status, joined in
+    request order (``txn_ids[i]`` answers ``entry_ids[i]``): one write per group commit."""
+    cdef uint64_t st = <uint64_t><int64_t>status
+    cdef Py_ssize_t n = len(txn_ids), i, total = 0
+    cdef bytes out
+    cdef uint8_t *w
+    cdef uint8_t *start
+    if len(entry_ids) != n:
+        raise IllegalOpError(f"{n} transaction ids for {len(entry_ids)} entries")
+    for i in range(n):
+        total += add_response_len(<uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i])
+    out = PyBytes_FromStringAndSize(NULL, total)
+    start = w = <uint8_t *>PyBytes_AS_STRING(out)
+    for i in range(n):
+        if add_response_len(<uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i]) \
+                > total - (w - start):     # a list changed under us: never write past the end
+            raise IllegalOpError("transaction or entry ids changed while they were encoded")
+        w = put_add_response(w, <uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i])
+    return out
+
+
+def v3_read_head(uint64_t txn_id, int status, int64_t ledger_id, int64_t entry_id,
+                 max_lac=None, Py_ssize_t body_bytes=-1, lac_update_timestamp=None):
+    """The head of a v3 READ_ENTRY response frame: everything but the body's bytes, which
+    follow it (``body_bytes`` of them; -1: no body). Without ``body_bytes`` it is the
+    whole frame."""
+    cdef uint64_t st = <uint64_t><int64_t>status
+    cdef uint64_t lac = 0, ts = 0
+    cdef bint has_lac = max_lac is not None, has_ts = lac_update_timestamp is not None
+    cdef Py_ssize_t hlen = header_len(1, txn_id)
+    cdef Py_ssize_t sub, msg, head
+    cdef bytes out
+    cdef uint8_t *w
+    if body_bytes > MAX_FRAME_BYTES:
+        raise EntryTooLargeError(f"a v3 read response body of {body_bytes} bytes")
+    if has_lac:
+        lac = <uint64_t><int64_t>max_lac
+    if has_ts:
+        ts = <uint64_t><int64_t>lac_update_timestamp
+    sub = 1 + vsize(st) + 1 + vsize(<uint64_t>ledger_id) + 1 + vsize(<uint64_t>entry_id)
+    if has_lac:
+        sub += 1 + vsize(lac)
+    if has_ts:
+        sub += 1 + vsize(ts)
+    if body_bytes >= 0:
+        sub += 1 + vsize(<uint64_t>body_bytes) + body_bytes
+    msg = 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st) + 2 + vsize(<uint64_t>sub) + sub
+    head = 4 + msg - (body_bytes if body_bytes > 0 else 0)
+    out = PyBytes_FromStringAndSize(NULL, head)
+    w = <uint8_t *>PyBytes_AS_STRING(out)
+    w = put_head(w, 1, txn_id, st, msg, hlen, 100, sub)
+    w[0] = 0x08
+    w = put_varint(w + 1, st)
+    w[0] = 0x10
+    w = put_varint(w + 1, <uint64_t>ledger_id)
+    w[0] = 0x18
+    w = put_varint(w + 1, <uint64_t>entry_id)
+    if has_lac:
+        w[0] = 0x28
+        w = put_varint(w + 1, lac)
+    if has_ts:
+        w[0] = 0x30
+        w = put_varint(w + 1, ts)
+    if body_bytes >= 0:
+        w[0] = 0x22
+        put_varint(w + 1, <uint64_t>body_bytes)
+    return out
+
+
+def v3_status_response(uint64_t txn_id, uint64_t operation, int status):
+    """``Response{header, status}`` without a sub-response: a bookie's answer to an operation
+    it does not serve (the header names the operation as the request did)."""
+    cdef uint64_t st = <uint64_t><int64_t>status
+    cdef Py_ssize_t hlen = header_len(operation, txn_id)
+    cdef Py_ssize_t msg = 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + msg)
+    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
+    el_put32(w, <uint32_t>msg)
+    w += 4
+    w[0] = 0x0A
+    w = put_varint(w + 1, <uint64_t>hlen)
+    w[0] = 0x08
+    w[1] = 3
+    w[2] = 0x10
+    w = put_varint(w + 3, operation)
+    w[0] = 0x18
+    w = put_varint(w + 1, txn_id)
+    w[0] = 0x10
+    put_varint(w + 1, st)
+    return out
 
 
 # -- the digest-protected LAC of WRITE_LAC --------------------------------------------------------

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The bookie's side of BookKeeper's wire: v2 (binary) requests and responses, and the v3
-responses on the add and read paths (bkwire.pyx decodes v3 requests; the varint codec is
-bkwire.pxd's).
+"""BookKeeper's v2 (binary) wire, the bookie's side (embedlog's client speaks v3 only):
+requests decoded, responses encoded. v3 is bkwire.pyx's (the grammar and the decoder) and
+bkencode.pyx's (the encoder, the bookie's add and read answers included).
 
 v2 grammar (BookieProtocol.java, BookieProtoEncoding's PreV3 coders; all big-endian; a frame
 is Netty's length-field frame, as for v3)::
@@ -27,16 +27,9 @@ is Netty's length-field frame, as for v3)::
 Opcodes 4..6 (READ_LAC, WRITE_LAC, GET_BOOKIE_INFO) have no v2 form a bookie decodes: a
 BookKeeper bookie closes the connection, as it does for any other opcode or a short packet;
 decode_v2 reports those as an error for the same end. v2 errorCodes are embedlog's
-``wire_code`` values (EOK 0, ENOLEDGER 1, ENOENTRY 2, EBADREQ 100, EIO 101, EUA 102,
-EBADVERSION 103, EFENCED 104, EREADONLY 105, ETOOMANYREQUESTS 106); v3's StatusCodes are
-V3_STATUS of them.
-
-The v3 responses built here (the rest go through bkwire.encode_response)::
-
-    Response     := 0x0A len BKPacketHeader  0x10 status  sub-field len sub
-    AddResponse  (field 101) := 1 status 2 ledgerId 3 entryId
-    ReadResponse (field 100) := 1 status 2 ledgerId 3 entryId [5 maxLAC] [6 lacUpdateTimestamp]
-                                [4 body]   # body last: its bytes follow the head unjoined
+v2 column of errors.STATUSES (EOK 0, ENOLEDGER 1, ENOENTRY 2, EBADREQ 100, EIO 101, EUA 102,
+EBADVERSION 103, EFENCED 104, EREADONLY 105, ETOOMANYREQUESTS 106); v3's StatusCodes its
+v3 column.
 
 Bounds: each frame's length is checked against max_frame_bytes and against the bytes
 present before anything of it is read; every fixed field against the packet's length; a
@@ -52,20 +45,15 @@ from cpython.list cimport PyList_Append
 from embedlog._native.format cimport el_put64, el_get64, el_get32
 from embedlog._native.bkwire cimport vsize, put_varint, get_varint
 
+from embedlog._native.wire_sizes cimport MASTER_KEY_BYTES as KEY_BYTES
+from embedlog._native.wire_sizes import MASTER_KEY_BYTES, MAX_FRAME_BYTES
 from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 ADDENTRY, READENTRY, AUTH, READ_LAC, WRITE_LAC, GET_BOOKIE_INFO, BATCH_READ_ENTRY = 1, 2, 3, 4, 5, 6, 7
 FLAG_DO_FENCING, FLAG_RECOVERY_ADD, FLAG_HIGH_PRIORITY = 0x1, 0x2, 0x4
-MASTER_KEY_BYTES = 20
-MAX_FRAME_BYTES = 5 * 1024 * 1024
 V2_RESPONSE_HEAD_BYTES = 24
-# embedlog's wire_code (BookKeeper's v2 codes) -> v3 StatusCode; anything else is EBADREQ
-V3_STATUS = {0: 0, 1: 402, 2: 403, 100: 404, 101: 501, 102: 502, 103: 503, 104: 504,
-             105: 505, 106: 506, 107: 507}
 
 cdef int64_t I32_MAX = 0x7FFFFFFF
-cdef enum:
-    KEY_BYTES = 20
 
 
 cdef inline void put32(uint8_t *p, uint32_t v) noexcept nogil:
@@ -298,151 +286,3 @@ def auth_plugin_name(message) -> bytes:
         else:
             return None
     return name
-
-
-# -- v3 responses on the hot paths -------------------------------------------------------------
-
-cdef inline Py_ssize_t header_len(uint64_t op, uint64_t txn) noexcept nogil:
-    return 2 + 1 + vsize(op) + 1 + vsize(txn)
-
-
-cdef inline uint8_t *put_head(uint8_t *w, uint64_t op, uint64_t txn, uint64_t status,
-                              Py_ssize_t msg_len, Py_ssize_t hlen, uint32_t sub_number,
-                              Py_ssize_t sub_len) noexcept nogil:
-    put32(w, <uint32_t>msg_len)
-    w += 4
-    w[0] = 0x0A
-    w = put_varint(w + 1, <uint64_t>hlen)
-    w[0] = 0x08
-    w[1] = 3                                    # version THREE
-    w[2] = 0x10
-    w = put_varint(w + 3, op)
-    w[0] = 0x18
-    w = put_varint(w + 1, txn)
-    w[0] = 0x10                                 # Response.status
-    w = put_varint(w + 1, status)
-    w = put_varint(w, (<uint64_t>sub_number << 3) | 2)
-    return put_varint(w, <uint64_t>sub_len)
-
-
-cdef inline Py_ssize_t add_response_len(uint64_t txn, uint64_t st, int64_t lid,
-                                        int64_t eid) noexcept nogil:
-    """An ADD_ENTRY response frame's bytes, its length prefix included."""
-    cdef Py_ssize_t hlen = header_len(2, txn)
-    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>lid) + 1 + vsize(<uint64_t>eid)
-    return 4 + 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st) + 2 + vsize(<uint64_t>sub) + sub
-
-
-cdef inline uint8_t *put_add_response(uint8_t *w, uint64_t txn, uint64_t st, int64_t lid,
-                                      int64_t eid) noexcept nogil:
-    cdef Py_ssize_t hlen = header_len(2, txn)
-    cdef Py_ssize_t sub = 1 + vsize(st) + 1 + vsize(<uint64_t>lid) + 1 + vsize(<uint64_t>eid)
-    w = put_head(w, 2, txn, st, add_response_len(txn, st, lid, eid) - 4, hlen, 101, sub)
-    w[0] = 0x08
-    w = put_varint(w + 1, st)
-    w[0] = 0x10
-    w = put_varint(w + 1, <uint64_t>lid)
-    w[0] = 0x18
-    return put_varint(w + 1, <uint64_t>eid)
-
-
-def v3_add_response(uint64_t txn_id, int status, int64_t ledger_id, int64_t entry_id):
-    """A v3 ADD_ENTRY response frame (top-level and AddResponse status alike)."""
-    cdef uint64_t st = <uint64_t><int64_t>status
-    cdef bytes out = PyBytes_FromStringAndSize(
-        NULL, add_response_len(txn_id, st, ledger_id, entry_id))
-    put_add_response(<uint8_t *>PyBytes_AS_STRING(out), txn_id, st, ledger_id, entry_id)
-    return out
-
-
-def v3_add_responses(txn_ids, int status, int64_t ledger_id, entry_ids):
-    """The v3 ADD_ENTRY responses of a run of adds of one ledger with one status, joined in
-    request order (``txn_ids[i]`` answers ``entry_ids[i]``): one write per group commit."""
-    cdef uint64_t st = <uint64_t><int64_t>status
-    cdef Py_ssize_t n = len(txn_ids), i, total = 0
-    cdef bytes out
-    cdef uint8_t *w
-    cdef uint8_t *start
-    if len(entry_ids) != n:
-        raise IllegalOpError(f"{n} transaction ids for {len(entry_ids)} entries")
-    for i in range(n):
-        total += add_response_len(<uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i])
-    out = PyBytes_FromStringAndSize(NULL, total)
-    start = w = <uint8_t *>PyBytes_AS_STRING(out)
-    for i in range(n):
-        if add_response_len(<uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i]) \
-                > total - (w - start):     # a list changed under us: never write past the end
-            raise IllegalOpError("transaction or entry ids changed while they were encoded")
-        w = put_add_response(w, <uint64_t>txn_ids[i], st, ledger_id, <int64_t>entry_ids[i])
-    return out
-
-
-def v3_read_head(uint64_t txn_id, int status, int64_t ledger_id, int64_t entry_id,
-                 max_lac=None, Py_ssize_t body_bytes=-1, lac_update_timestamp=None):
-    """The head of a v3 READ_ENTRY response frame: everything but the body's bytes, which
-    follow it (``body_bytes`` of them; -1: no body). Without ``body_bytes`` it is the
-    whole frame."""
-    cdef uint64_t st = <uint64_t><int64_t>status
-    cdef uint64_t lac = 0, ts = 0
-    cdef bint has_lac = max_lac is not None, has_ts = lac_update_timestamp is not None
-    cdef Py_ssize_t hlen = header_len(1, txn_id)
-    cdef Py_ssize_t sub, msg, head
-    cdef bytes out
-    cdef uint8_t *w
-    if body_bytes > MAX_FRAME_BYTES:
-        raise EntryTooLargeError(f"a v3 read response body of {body_bytes} bytes")
-    if has_lac:
-        lac = <uint64_t><int64_t>max_lac
-    if has_ts:
-        ts = <uint64_t><int64_t>lac_update_timestamp
-    sub = 1 + vsize(st) + 1 + vsize(<uint64_t>ledger_id) + 1 + vsize(<uint64_t>entry_id)
-    if has_lac:
-        sub += 1 + vsize(lac)
-    if has_ts:
-        sub += 1 + vsize(ts)
-    if body_bytes >= 0:
-        sub += 1 + vsize(<uint64_t>body_bytes) + body_bytes
-    msg = 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st) + 2 + vsize(<uint64_t>sub) + sub
-    head = 4 + msg - (body_bytes if body_bytes > 0 else 0)
-    out = PyBytes_FromStringAndSize(NULL, head)
-    w = <uint8_t *>PyBytes_AS_STRING(out)
-    w = put_head(w, 1, txn_id, st, msg, hlen, 100, sub)
-    w[0] = 0x08
-    w = put_varint(w + 1, st)
-    w[0] = 0x10
-    w = put_varint(w + 1, <uint64_t>ledger_id)
-    w[0] = 0x18
-    w = put_varint(w + 1, <uint64_t>entry_id)
-    if has_lac:
-        w[0] = 0x28
-        w = put_varint(w + 1, lac)
-    if has_ts:
-        w[0] = 0x30
-        w = put_varint(w + 1, ts)
-    if body_bytes >= 0:
-        w[0] = 0x22
-        put_varint(w + 1, <uint64_t>body_bytes)
-    return out
-
-
-def v3_status_response(uint64_t txn_id, uint64_t operation, int status):
-    """``Response{header, status}`` without a sub-response: a bookie's answer to an operation
-    it does not serve (the header names the operation as the request did)."""
-    cdef uint64_t st = <uint64_t><int64_t>status
-    cdef Py_ssize_t hlen = header_len(operation, txn_id)
-    cdef Py_ssize_t msg = 1 + vsize(<uint64_t>hlen) + hlen + 1 + vsize(st)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, 4 + msg)
-    cdef uint8_t *w = <uint8_t *>PyBytes_AS_STRING(out)
-    put32(w, <uint32_t>msg)
-    w += 4
-    w[0] = 0x0A
-    w = put_varint(w + 1, <uint64_t>hlen)
-    w[0] = 0x08
-    w[1] = 3
-    w[2] = 0x10
-    w = put_varint(w + 3, operation)
-    w[0] = 0x18
-    w = put_varint(w + 1, txn_id)
-    w[0] = 0x10
-    put_varint(w + 1, st)
-    return out

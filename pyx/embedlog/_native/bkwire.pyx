@@ -57,7 +57,8 @@ from cpython.list cimport PyList_Append
 
 from embedlog._native.format cimport el_get32
 
-from embedlog.errors import CorruptedDataError, EntryTooLargeError, IllegalOpError
+from embedlog._native.wire_sizes import MASTER_KEY_BYTES, MAX_FRAME_BYTES
+from embedlog.errors import STATUS, STATUSES, CorruptedDataError, EntryTooLargeError, IllegalOpError
 
 # -- the protocol's numbers ---------------------------------------------------------------------
 
@@ -72,16 +73,15 @@ OPERATIONS = {READ_ENTRY: "READ_ENTRY", ADD_ENTRY: "ADD_ENTRY", AUTH: "AUTH", WR
 FENCE_LEDGER, ENTRY_PIGGYBACK = 1, 2             # ReadRequest.Flag
 RECOVERY_ADD = 1                                 # AddRequest.Flag
 TOTAL_DISK_CAPACITY, FREE_DISK_SPACE = 1, 2      # GetBookieInfoRequest.Flags
-EOK, ENOLEDGER, ENOENTRY, EBADREQ = 0, 402, 403, 404
-EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS, EUNKNOWNLEDGERSTATE = (
-    501, 502, 503, 504, 505, 506, 507)
-STATUS_NAMES = {EOK: "EOK", ENOLEDGER: "ENOLEDGER", ENOENTRY: "ENOENTRY", EBADREQ: "EBADREQ",
-                EIO: "EIO", EUA: "EUA", EBADVERSION: "EBADVERSION", EFENCED: "EFENCED",
-                EREADONLY: "EREADONLY", ETOOMANYREQUESTS: "ETOOMANYREQUESTS",
-                EUNKNOWNLEDGERSTATE: "EUNKNOWNLEDGERSTATE"}
+# StatusCode: errors.STATUSES' v3 column
+EOK, ENOLEDGER, ENOENTRY, EBADREQ, EIO, EUA, EBADVERSION, EFENCED, EREADONLY, ETOOMANYREQUESTS, \
+    EUNKNOWNLEDGERSTATE = [STATUS[name].v3 for name in (
+        "EOK", "ENOLEDGER", "ENOENTRY", "EBADREQ", "EIO", "EUA", "EBADVERSION", "EFENCED",
+        "EREADONLY", "ETOOMANYREQUESTS", "EUNKNOWNLEDGERSTATE")]
+STATUS_NAMES = {}                                # each v3 code's own name (not EINVALIDTERM's)
+for _status in STATUSES:
+    STATUS_NAMES.setdefault(_status.v3, _status.name)
 LAST_ADD_CONFIRMED = -1                          # the entry id of a read of the last entry
-MASTER_KEY_BYTES = 20
-MAX_FRAME_BYTES = 5 * 1024 * 1024                # BookKeeper's nettyMaxFrameSizeBytes
 V1_HEADER_BYTES = 32
 LAC_HEADER_BYTES = 16
 
