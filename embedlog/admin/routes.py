@@ -55,7 +55,7 @@ from embedlog._native.format import LedgerId
 from embedlog.admin.metrics import compaction_progress
 from embedlog.admin.status import render
 from embedlog.bookie.files import KINDS, list_files
-from embedlog.client.autorecovery import AutoRecovery, current_auditor
+from embedlog.client.autorecovery import AutoRecovery, current_auditor, underreplicated
 from embedlog.client.client import bookie_infos
 from embedlog.client.read import ReadHandle
 from embedlog.errors import EmbedlogError, IllegalOpError, NoSuchLedgerError
@@ -422,7 +422,7 @@ class BookieRoutes:
     # -- autorecovery ------------------------------------------------------------------------------
 
     def _underreplicated(self) -> dict:
-        return self.meta.underreplication.list_underreplicated()
+        return underreplicated(self.meta)
 
     def _underreplicated_count(self):
         with self._ur_lock:

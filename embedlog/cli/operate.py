@@ -30,7 +30,7 @@ from embedlog.bookie.cookies import Cookie, read_dir_cookie
 from embedlog.cli.common import (EXIT_NOT_FOUND, EXIT_REFUSED, EmbedlogGroup, confirm_delete, emit,
                                  fail, json_option, ledger_label, metadata_option, open_client,
                                  require_metadata, table)
-from embedlog.client.autorecovery import AutoRecovery, current_auditor, ledgers_on
+from embedlog.client.autorecovery import AutoRecovery, current_auditor, ledgers_on, underreplicated
 from embedlog.client.context import ClientConfig, ClientContext
 from embedlog.errors import EmbedlogError, IllegalOpError, MetadataError, UnauthorizedAccessError
 from embedlog.meta import open_metadata_store, parse_metadata_uri
@@ -350,7 +350,7 @@ def autorecovery():
 
 
 def autorecovery_state(store) -> dict:
-    ur = store.underreplication.list_underreplicated()
+    ur = underreplicated(store)
     return {"auditor": current_auditor(store),
             "underreplicated": [{**ledger_ref(lid), "missing_bookies": list(missing)}
                                 for lid, missing in sorted(ur.items(), key=lambda kv: (

@@ -40,16 +40,28 @@ ENTRY_READS_IN_FLIGHT = 64         # single-entry reads at once (striped fragmen
 
 
 def current_auditor(metadata) -> str | None:
-    """The bookie id of the elected auditor, or None when no lease is held (or it expired)."""
+    """The bookie id of the elected auditor, or None when no lease is held (or it expired);
+    on a BookKeeper root, BookKeeper's own auditor when no embedlog bookie holds the lease."""
     v = metadata.cookies.read_cookie(LEASE)
-    if v is None:
-        return None
-    try:
-        lease = json.loads(v.value)
-        owner, expires = str(lease["owner"]), float(lease["expires"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    return owner if expires > time.time() else None
+    owner = None
+    if v is not None:
+        try:
+            lease = json.loads(v.value)
+            owner = str(lease["owner"]) if float(lease["expires"]) > time.time() else None
+        except (ValueError, KeyError, TypeError):
+            owner = None
+    if owner is None and hasattr(metadata, "bookkeeper_auditor"):
+        owner = metadata.bookkeeper_auditor()
+    return owner
+
+
+def underreplicated(metadata) -> dict:
+    """Every ledger marked under-replicated -> the bookies it misses: embedlog's marks and,
+    on a BookKeeper root, BookKeeper's auditor's (read only: BookKeeper's workers own them)."""
+    out = {lid: list(m) for lid, m in metadata.underreplication.list_underreplicated().items()}
+    for lid, missing in getattr(metadata, "bookkeeper_underreplicated", dict)().items():
+        out[lid] = out.get(lid, []) + [b for b in missing if b not in out.get(lid, [])]
+    return out
 
 
 def ledgers_on(metadata, bookie_id: str) -> list:

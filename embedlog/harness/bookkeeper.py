@@ -220,6 +220,7 @@ class BookKeeperCluster:
         self._zk_server: ZooKeeperServer | None = None
         self._zk = None
         self._bookies: list[_Bookie] = []
+        self._autorecovery: list[_Bookie] = []
         self._stopped = False
         self.bookie_config = {**BOOKIE_DEFAULTS,
                               "ledgerStorageClass": LEDGER_STORAGE[ledger_storage],
@@ -416,16 +417,43 @@ class BookKeeperCluster:
         """Stop bookie ``i`` gracefully (SIGTERM: it unregisters and flushes)."""
         self.kill(i, signal.SIGTERM)
 
+    def start_autorecovery(self, **settings) -> str:
+        """BookKeeper's AutoRecoveryMain (its auditor elector and replication worker) in a
+        process of its own on this root, with ``settings`` over its configuration (default:
+        a lost bookie audited at once). Returns the bookie id it votes with; stop() stops it."""
+        n = len(self._autorecovery)
+        ar = _Bookie(n, os.path.join(self.dir, f"autorecovery-{n}"), free_ports(1)[0])
+        os.makedirs(ar.dir, exist_ok=True)
+        conf = {"metadataServiceUri": self.metadata_uri, "bookiePort": str(ar.port),
+                "advertisedAddress": "127.0.0.1", "allowLoopback": "true",
+                "zkTimeout": str(BOOKIE_ZK_TIMEOUT_MS), "lostBookieRecoveryDelay": "0",
+                **{k: str(v) for k, v in settings.items()}}
+        with open(ar.conf_path, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in conf.items())
+        log = open(ar.log_path, "ab")
+        try:
+            ar.proc = subprocess.Popen(
+                [self.java, *jars.JVM_OPTS, *BOOKIE_HEAP,
+                 f"-Dlog4j2.configurationFile={self._bookie_log4j}", "-cp", self.classpath,
+                 "org.apache.bookkeeper.replication.AutoRecoveryMain", "--conf", ar.conf_path],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ar.dir,
+                preexec_fn=_preexec())
+        finally:
+            log.close()
+        self._autorecovery.append(ar)
+        return ar.bookie_id
+
     def stop(self) -> None:
-        """Stop every bookie (SIGTERM, SIGKILL after a while), our ZooKeeper, remove dirs."""
+        """Stop every bookie and autorecovery process (SIGTERM, SIGKILL after a while), our
+        ZooKeeper, remove dirs."""
         if self._stopped:
             return
         self._stopped = True
-        live = [b for b in self._bookies if b.alive()]
+        live = [b for b in self._bookies + self._autorecovery if b.alive()]
         for b in live:
             os.kill(b.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for b in self._bookies:
+        for b in self._bookies + self._autorecovery:
             if b.proc is not None:
                 # a bookie writing its class archive at exit takes seconds more
                 extra = DUMP_TIMEOUT_S if b.exited is not _nothing else 0

@@ -45,6 +45,7 @@ from embedlog.meta.api import (CookieStore, DeletionRecord, LayoutExistsError, L
 from embedlog.meta.bookkeeper import idgen as bkidgen
 from embedlog.meta.bookkeeper import layout as bklayout
 from embedlog.meta.bookkeeper import ledger_metadata as bkledger
+from embedlog.meta.bookkeeper import replication as bkreplication
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from embedlog.meta.zkbookies import ZkRegistrations
 from embedlog.meta.zktree import (LEAF, SCOPE_LEVELS, SCOPED_LEDGER, SHORT_ID_LIMIT, EmbedlogTree,
@@ -690,6 +691,46 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
                 continue
             except (ValueError, KeyError, TypeError) as exc:
                 raise MetadataError(f"corrupted under-replication record {name}: {exc}") from exc
+        return out
+
+    # ---- BookKeeper's auditor and its marks (a BookKeeper root only) -------------------
+
+    def bookkeeper_auditor(self) -> str | None:
+        """The bookie BookKeeper's auditor election elected (None: none, or not a
+        BookKeeper root)."""
+        if self._tree.name != "bookkeeper":
+            return None
+        base = self._p(*bkreplication.ELECTION)
+        vote = bkreplication.auditor_of(self._listdir(base))
+        if vote is None:
+            return None
+        try:
+            return bkreplication.vote_bookie(self._get(f"{base}/{vote}")[0])
+        except NoNodeError:                      # the auditor left meanwhile
+            return self.bookkeeper_auditor()
+
+    def bookkeeper_underreplicated(self) -> dict[LedgerId, list[str]]:
+        """The ledgers BookKeeper's auditor marked under-replicated, with the bookies they
+        miss ({} on an embedlog root)."""
+        if self._tree.name != "bookkeeper":
+            return {}
+        out: dict[LedgerId, list[str]] = {}
+
+        def walk(path: str, depth: int) -> None:
+            for name in sorted(self._listdir(path)):
+                if depth < 4:
+                    if bkreplication.is_group(name):
+                        walk(f"{path}/{name}", depth + 1)
+                    continue
+                ledger = bkreplication.leaf_ledger(name)
+                if ledger is None:
+                    continue
+                try:
+                    data, _ = self._get(f"{path}/{name}")
+                except NoNodeError:              # replicated meanwhile
+                    continue
+                out[LedgerId(0, ledger)] = bkreplication.missing_replicas(data)
+        walk(self._p(*bkreplication.LEDGERS), 0)
         return out
 
     # ---- lifecycle -----------------------------------------------------------------
