@@ -274,3 +274,41 @@ def test_a_range_settled_early_waits_for_those_before_it():
     assert p.poll(0) == 20
     assert got == [(None, i) for i in range(10)] + [(boom, i) for i in range(10, 20)]
     assert p.settled == 24 and len(p) == 0
+
+
+def test_a_forked_child_cannot_produce_and_the_parent_goes_on(tmp_path):
+    import os
+    from embedlog.errors import ForkedProcessError
+    log = embedlog.open(tmp_path, **CFG)
+    w = log.create_ledger()
+    for i in range(100):
+        w.produce(b"p%d" % i)
+    assert w.flush(30) == 0
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                        # the child: every use refused
+        try:
+            os.close(rd)
+            out = []
+            for use in (lambda: w.produce(b"child"), lambda: w.poll(0), lambda: w.flush(1),
+                        lambda: w.append_async(b"child")):
+                try:
+                    use()
+                    out.append("accepted")
+                except ForkedProcessError:
+                    out.append("refused")
+            w.close()
+            os.write(wr, ",".join(out).encode())
+        finally:
+            os._exit(0)
+    os.close(wr)
+    with os.fdopen(rd, "rb") as f:
+        got = f.read().decode()
+    os.waitpid(pid, 0)
+    assert got == "refused,refused,refused,refused"
+    for i in range(100, 200):
+        assert w.produce(b"p%d" % i) == i
+    assert w.flush(30) == 0
+    w.close()
+    assert log.open_ledger(w.ledger_id).read_batch(0, 199) == [b"p%d" % i for i in range(200)]
+    log.close()
