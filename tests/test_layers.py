@@ -42,16 +42,12 @@ SIDEWAYS = [
 ]
 # private attributes (file, attribute) a module still reaches on another module's objects,
 # and why they stay
-_BKSERVER = ("net/bkserver.py, BookKeeper's v3 server (issue 28, being written), shares "
-             "BookieServer's flow control and long polls; public names come with it")
 REACH_INS = {
     ("embedlog/forking.py", "_after_fork"):
         "the hook every object forking.track() holds defines, private so that no user calls it",
     ("embedlog/client/stream.py", "_local"):
         "ClientContext's in-process bookies (an embedded log's streams): a public name belongs "
         "with the next change of client/context.py",
-    **{("embedlog/net/bkserver.py", attr): _BKSERVER for attr in [
-        "_loop", "_throttled", "_has_room", "_wake_pollers", "_room_freed"]},
 }
 
 

@@ -6,11 +6,13 @@ The server tells a connection's protocol by the first byte of its first frame's 
 header field's tag, 0x0A; a v2 packet with its protocol version, 2 or 3. A connection keeps
 the protocol of its first frame (a BookKeeper client opens v2 and v3 connections apart).
 
-Each request becomes the Bookie operation embedlog's ADD, READ, READ_LAC, WRITE_LAC and
-BOOKIE_INFO use (no second copy of the bookie's logic): ``add_entries`` answered when
-durable, ``fence`` (durable) before a fencing read, ``read_entry`` / ``read_entries``,
-``last_add_confirmed``, ``set_explicit_lac``, the server's long-poll waiters. Errors map
-as BookKeeper's bookie answers them (errors.STATUSES: each error's v2 and v3 code).
+Each request is decoded here, handed to the server's RequestProcessor (net/processor.py),
+the operations embedlog's protocol uses too (no second copy of the bookie's logic), and its
+answer encoded here: adds (runs of them, the recovery and priority flags), fence-then-read,
+reads and long polls, READ_LAC and WRITE_LAC, FORCE_LEDGER, GET_BOOKIE_INFO, the facts a
+create fetches first, every durable answer by one path, errors mapped by one table
+(errors.STATUSES: each error's v2 and v3 code). The bytes are read by the server's loop for
+decoded frames (BookieServer.serve_frames), which keeps the limits and the flow control.
 
 What differs from embedlog's connections, as BookKeeper's clients need:
 
@@ -28,8 +30,8 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 - A malformed frame closes the connection (BookKeeper's decoder throws and Netty closes
   it); an unknown v3 operation is answered EBADREQ, as BookieRequestProcessor does.
 - Adds are taken in runs: the consecutive adds of one ledger (same key, recovery flag and
-  v2 version) decoded from one read of the socket are journalled with one ``add_entries``,
-  waited for with one ``on_durable`` and answered, once durable, with one buffer of their
+  v2 version) decoded from one read of the socket are journalled with one add, waited for
+  with one ``when_durable`` and answered, once durable, with one buffer of their
   responses in request order (a run the bookie refuses as a whole is retried entry by
   entry, so each add gets its own answer as before). Any other request ends the run first.
 - Everything BookKeeper cannot express (scopes, terms, TRIM, tokens, TLS) stays on
@@ -41,25 +43,25 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
-import shutil
 
 from embedlog._native import bkserve as S
 from embedlog._native import bkwire as W
 from embedlog._native import bkencode as E
 from embedlog._native.format import LedgerId
+from embedlog._native.wire_sizes import MASTER_KEY_BYTES, MAX_FRAME_BYTES
 from embedlog import failpoints
-from embedlog.errors import EmbedlogError, NoSuchEntryError, NoSuchLedgerError, status_of
+from embedlog.errors import STATUS, EmbedlogError, NoSuchEntryError, NoSuchLedgerError, status_of
 from embedlog.net.bkreply import FaultyReply, Reply
 
 log = logging.getLogger("embedlog.server.bookkeeper")
 
-READ_CHUNK = 64 * 1024          # bytes read from the socket at a time
-MAX_FRAME_BYTES = S.MAX_FRAME_BYTES    # BookKeeper's nettyMaxFrameSizeBytes (wire_sizes.pxd)
 AUTH_DISABLED_PLUGIN = b"AuthDisabledPlugin"    # what a bookie without auth names itself
-EOK = 0
+EOK = STATUS["EOK"].v2
 MAX_BATCH_ENTRIES = 1024        # a v2 batch read answers at most this many entries
+BATCH_HEAD_BYTES = 64           # room a batch read's answer keeps in its frame for its head
+V2_ADD_OVERHEAD_BYTES = 44      # what an add's v2 frame holds besides its entry
+V3_OVERHEAD_BYTES = 64          # what a v3 request holds besides its body
 
 
 def first_byte_protocol(byte: int) -> str:
@@ -71,13 +73,11 @@ def first_byte_protocol(byte: int) -> str:
     return "embedlog"
 
 
-def _code(exc: BaseException) -> int:
-    """The error's v2 code (errors.STATUSES: embedlog's own are BookKeeper's EBADREQ)."""
+def _v2(exc: BaseException) -> int:
     return status_of(exc).v2
 
 
-def _v3_of(exc: BaseException) -> int:
-    """The error's v3 StatusCode (errors.STATUSES)."""
+def _v3(exc: BaseException) -> int:
     return status_of(exc).v3
 
 
@@ -91,101 +91,29 @@ class _AddRun:
 
 
 class BookKeeperSession:
-    """One BookKeeper client's connection (module doc). ``first`` holds the bytes the
-    server read to tell the protocol (the first frame's length and first byte)."""
+    """One BookKeeper client's connection (module doc): the server's read loop
+    (BookieServer.serve_frames) hands it the bytes read (``decode``) and the requests
+    decoded from them (``take``); it calls the server's RequestProcessor and encodes the
+    answers."""
 
-    def __init__(self, server, conn, reader, writer, first: bytes, protocol: str):
-        self.server, self.conn, self.reader, self.writer = server, conn, reader, writer
-        self.bookie = server.bookie
-        self.loop = server._loop
-        self.buf = bytearray(first)
+    def __init__(self, server, conn, writer, protocol: str):
+        self.server, self.conn, self.writer = server, conn, writer
+        self.processor = server.processor
+        self.protocol = protocol
         self.v2 = protocol == "v2"
         self.max_frame_bytes = min(server.max_frame_bytes, MAX_FRAME_BYTES)
+        self._decode = S.decode_v2 if self.v2 else W.decode_requests
 
-    # -- the connection ------------------------------------------------------------------
+    # -- decode ----------------------------------------------------------------------------
 
-    async def run(self) -> None:
+    def decode(self, buf):
+        """(requests, bytes taken, error or None) of the whole frames at the front of ``buf``."""
         try:
-            await self._run()
-        finally:
-            self.server.set_arriving(self.conn, 0)
+            return self._decode(buf, 0, -1, self.max_frame_bytes)
+        except EmbedlogError as exc:
+            return [], 0, exc
 
-    async def _run(self) -> None:
-        server, conn = self.server, self.conn
-        decode = S.decode_v2 if self.v2 else W.decode_requests
-        stats = server.stats
-        key = "bk_v2_connections" if self.v2 else "bk_v3_connections"
-        stats[key] = stats.get(key, 0) + 1
-        while True:
-            if len(self.buf) >= 4:
-                try:
-                    reqs, pos, err = decode(self.buf, 0, -1, self.max_frame_bytes)
-                except EmbedlogError as exc:
-                    reqs, pos, err = [], 0, exc
-                if pos:
-                    del self.buf[:pos]
-                    server.frame_whole(conn)
-                    conn.frame_started = None     # the next frame's deadline is its own
-                if reqs:
-                    stats["requests"] += len(reqs)
-                    conn.proven = True
-                    conn.last_active = self.loop.time()
-                    self._admit_all(reqs)
-                if err is not None:
-                    stats["bad_frames"] += 1
-                    log.warning("BookKeeper %s connection from %s: %s; closing it",
-                                "v2" if self.v2 else "v3", conn.address, err)
-                    return
-            # what is here of frames not yet whole counts against the bookie-wide limits
-            # (server.reading_bytes, as embedlog's frames do) as it arrives, until decoded
-            server.set_arriving(conn, len(self.buf))
-            rest = 4 + int.from_bytes(self.buf[:4], "big") - len(self.buf) if len(self.buf) >= 4 else 0
-            conn.frame_left = rest
-            if self.buf:
-                # back-pressure, never a refusal: while there is no room for more of the
-                # frame, the socket is not read (the frame's deadline still runs)
-                if not server.arrival_room(conn):
-                    await server.wait_arrival_room(conn, self.reader)
-                    if conn.closed:
-                        return
-            else:
-                # between frames: while a request limit holds, the socket is not read
-                while not server._has_room(conn, 0):
-                    # waiting holds no frame, so it is not a slow frame (frame_started)
-                    conn.frame_started = None
-                    stats["throttled"] += 1
-                    server._throttled += 1
-                    conn.held_back = True
-                    try:
-                        server._room_freed.clear()
-                        await server._room_freed.wait()
-                    finally:
-                        conn.held_back = False
-                        server._throttled -= 1
-                    if conn.closed:
-                        return
-            if self.buf:
-                if conn.frame_started is None:
-                    conn.frame_started = conn.progress_at = self.loop.time()
-            else:
-                conn.frame_started = None
-            if self.writer.transport.get_write_buffer_size() > self.max_frame_bytes:
-                await self.writer.drain()     # a client that does not read its answers
-            server.sync_before_read(self.reader)
-            try:
-                if rest > READ_CHUNK:
-                    # a large frame: the rest is gathered as it comes (charged by the
-                    # reader) and copied once, with what is here of it, into its own buffer
-                    self.buf = await self.reader.read_frame(len(self.buf) + rest, head=self.buf)
-                    continue
-                data = await self.reader.read(READ_CHUNK)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            if not data:
-                return
-            self.buf += data
-
-    def _admit_all(self, reqs) -> None:
+    def take(self, reqs) -> None:
         """The requests of one read, in order; runs of adds go together (module doc)."""
         if failpoints.active():       # a test's message faults act on requests one by one
             for req in reqs:
@@ -193,6 +121,7 @@ class BookKeeperSession:
             return
         run = None
         known = {}                 # ledger id -> its facts are here (needs no metadata read)
+        overhead = V2_ADD_OVERHEAD_BYTES if self.v2 else V3_OVERHEAD_BYTES
         for req in reqs:
             add = self._runnable_v2(req, known) if self.v2 else self._runnable_v3(req, known)
             if add is None:
@@ -211,18 +140,14 @@ class BookKeeperSession:
             run.bodies.append(body)
             run.txns.append(txn)
             run.eids.append(eid)
-            run.sizes.append(len(body) + (44 if self.v2 else 64))
+            run.sizes.append(len(body) + overhead)
         if run is not None:
             self._add_run(run)
 
     def _facts_known(self, lid: int, known: dict) -> bool:
         ok = known.get(lid)
         if ok is None:
-            try:
-                ok = not self.bookie.needs_ledger_facts(LedgerId(0, lid))
-            except EmbedlogError:
-                ok = False                # _admit answers it
-            known[lid] = ok
+            ok = known[lid] = self.processor.has_facts(LedgerId(0, lid))
         return ok
 
     def _runnable_v3(self, req, known):
@@ -232,7 +157,7 @@ class BookKeeperSession:
             return None
         lid, eid, key, body = req.ledger_id, req.entry_id, req.master_key, req.body
         if lid is None or lid < 0 or eid is None or key is None or \
-                len(key) != W.MASTER_KEY_BYTES or body is None:
+                len(key) != MASTER_KEY_BYTES or body is None:
             return None
         try:
             if E.entry_ids(body, lid)[0] != eid:
@@ -250,55 +175,51 @@ class BookKeeperSession:
             return None
         return lid, key, bool(flags & S.FLAG_RECOVERY_ADD), version, 0, eid, entry
 
+    # -- call ------------------------------------------------------------------------------
+
     def _add_run(self, run: _AddRun) -> None:
-        """Journal a run with one add_entries; answer it with one write once durable."""
+        """Journal a run with one add; answer it with one write once durable."""
         conn, server = self.conn, self.server
         k, nbytes = len(run.bodies), sum(run.sizes)
-        conn.requests += k
-        conn.bytes += nbytes
-        server.in_flight_requests += k
-        server.in_flight_bytes += nbytes
+        server.hold(conn, k, nbytes)
         try:
-            seq = self.bookie.add_entries(run.bodies, run.key, recovery=run.recovery,
-                                          ledger=(0, run.lid))
+            self.processor.add((0, run.lid), run.bodies, run.key,
+                               lambda error: self._run_durable(run, nbytes, error),
+                               recovery=run.recovery)
         except Exception:
             # refused as a whole: each add again on its own, for its own answer
             for i in range(k):
                 self._add_one(run, i, Reply(server, conn, run.sizes[i]))
-            return
-        self.bookie.on_durable(seq, lambda error: server.complete(self._run_durable, run,
-                                                                    nbytes, error))
 
     def _run_durable(self, run: _AddRun, nbytes: int, error) -> None:
         server = self.server
         server.release_many(self.conn, len(run.eids), nbytes)
         if self.v2:
-            code = EOK if error is None else _code(error)
+            code = EOK if error is None else _v2(error)
             data = S.v2_add_responses(run.version, code, run.lid, run.eids)
         else:
-            code = W.EOK if error is None else _v3_of(error)
+            code = W.EOK if error is None else _v3(error)
             data = E.v3_add_responses(run.txns, code, run.lid, run.eids)
         server.send(self.writer, data)
-        server._wake_pollers((0, run.lid))
 
     def _add_one(self, run: _AddRun, i: int, reply) -> None:
         lid, eid, txn, version = run.lid, run.eids[i], run.txns[i], run.version
         if self.v2:
             ok = S.v2_response(version, S.ADDENTRY, EOK, lid, eid)
-            fail = lambda exc: S.v2_response(version, S.ADDENTRY, _code(exc), lid, eid)  # noqa: E731
+            fail = lambda exc: S.v2_response(version, S.ADDENTRY, _v2(exc), lid, eid)  # noqa: E731
         else:
             ok = E.v3_add_response(txn, W.EOK, lid, eid)
-            fail = lambda exc: E.v3_add_response(txn, _v3_of(exc), lid, eid)  # noqa: E731
+            fail = lambda exc: E.v3_add_response(txn, _v3(exc), lid, eid)  # noqa: E731
         self._add(lid, eid, run.key, run.bodies[i], run.recovery, reply, ok, fail)
 
     def _admit(self, req) -> None:
         conn, server = self.conn, self.server
-        n = len(req[6]) + 44 if self.v2 and req[6] is not None and req[0] == S.ADDENTRY else (
-            len(req.body) + 64 if not self.v2 and req.body is not None else 64)
-        conn.requests += 1
-        conn.bytes += n
-        server.in_flight_requests += 1
-        server.in_flight_bytes += n
+        if self.v2:
+            n = len(req[6]) + V2_ADD_OVERHEAD_BYTES if req[6] is not None and req[0] == S.ADDENTRY \
+                else V3_OVERHEAD_BYTES
+        else:
+            n = len(req.body) + V3_OVERHEAD_BYTES if req.body is not None else V3_OVERHEAD_BYTES
+        server.hold(conn, 1, n)
         reply = Reply(server, conn, n)
         if failpoints.active():
             reply = self._faulty(req, reply)
@@ -330,7 +251,54 @@ class BookKeeperSession:
         if fault[0] == "error":
             self._fail(req, reply, OSError(f"failpoint {point}"))
             return None
-        return FaultyReply(reply, fault, self.loop)
+        return FaultyReply(reply, fault, self.server.loop)
+
+    def _fail(self, req, reply, exc: BaseException) -> None:
+        status = self.processor.failed(exc)
+        if self.v2:
+            op, version, lid, eid = req[0], req[1], req[3], req[4]
+            if op == S.BATCH_READ_ENTRY:
+                reply.send(S.v2_batch_response(version, status.v2, lid, eid, req[6][0]))
+            elif op in (S.ADDENTRY, S.READENTRY):
+                reply.send(S.v2_response(version, op, status.v2, lid, eid))
+            else:
+                reply.send(b"")
+                self.writer.close()
+            return
+        op = req.operation
+        if op == W.ADD_ENTRY:
+            reply.send(E.v3_add_response(req.txn_id, status.v3, req.ledger_id, req.entry_id))
+        elif op == W.READ_ENTRY:
+            reply.send(E.v3_read_head(req.txn_id, status.v3, req.ledger_id, req.entry_id))
+        else:
+            reply.send(_status_only(req, status.v3))
+
+    def _with_facts(self, lid, req, reply, then, kind: str = "create") -> None:
+        """``then(req, reply)`` once the ledger's facts are here (RequestProcessor.with_facts)."""
+        if lid is None or lid < 0:
+            self._fail(req, reply, NoSuchLedgerError(f"ledger id {lid}"))
+            return
+        self.processor.with_facts(0, lid, kind, then, self._fail, req, reply)
+
+    def _add(self, lid: int, eid: int, key: bytes, body, recovery: bool, reply, ok, fail,
+             high_priority: bool = False) -> None:
+        def durable(error):
+            reply.send(ok if error is None else fail(error))
+        try:
+            self.processor.add((0, lid), [body], key, durable, recovery=recovery,
+                               high_priority=high_priority)
+        except Exception as exc:
+            reply.send(fail(exc))
+            if not isinstance(exc, EmbedlogError):
+                log.exception("add of ledger %d entry %d failed", lid, eid)
+
+    def _fence_then(self, lid, key, req, reply, then) -> None:
+        def fail(exc):
+            self._fail(req, reply, exc)
+        try:
+            self.processor.fence_then(LedgerId(0, lid), key, then, fail)
+        except Exception as exc:
+            fail(exc)
 
     # -- v3 ------------------------------------------------------------------------------
 
@@ -357,79 +325,9 @@ class BookKeeperSession:
             # START_TLS (no TLS here), GET_LIST_OF_ENTRIES_OF_LEDGER, unknown operations
             reply.send(_status_only(req, W.EBADREQ))
 
-    def _fail(self, req, reply, exc: BaseException) -> None:
-        self.server.stats["errors"] += 1
-        code = _code(exc)
-        status = _v3_of(exc)
-        if self.v2:
-            op, version, lid, eid = req[0], req[1], req[3], req[4]
-            if op == S.BATCH_READ_ENTRY:
-                reply.send(S.v2_batch_response(version, code, lid, eid, req[6][0]))
-            elif op in (S.ADDENTRY, S.READENTRY):
-                reply.send(S.v2_response(version, op, code, lid, eid))
-            else:
-                reply.send(b"")
-                self.writer.close()
-            return
-        op = req.operation
-        if op == W.ADD_ENTRY:
-            reply.send(E.v3_add_response(req.txn_id, status, req.ledger_id, req.entry_id))
-        elif op == W.READ_ENTRY:
-            reply.send(E.v3_read_head(req.txn_id, status, req.ledger_id, req.entry_id))
-        else:
-            reply.send(_status_only(req, status))
-
-    def _with_facts(self, lid, req, reply, then, kind: str = "create") -> None:
-        """A request that may create the ledger here waits for one metadata read first
-        (the key its password gives, its digest, its incarnation), off the event loop; so
-        does any other (``kind``: Bookie.needs_ledger_facts) whose facts went stale."""
-        if lid is None or lid < 0:
-            self._fail(req, reply, NoSuchLedgerError(f"ledger id {lid}"))
-            return
-        try:
-            needs = self.bookie.needs_ledger_facts(LedgerId(0, lid), kind)
-        except EmbedlogError as exc:
-            self._fail(req, reply, exc)
-            return
-        if not needs:
-            then(req, reply)
-            return
-        fut = self.loop.run_in_executor(None, self.bookie.fetch_ledger_facts, LedgerId(0, lid), kind)
-
-        def done(f):
-            exc = f.exception()
-            if exc is not None:
-                self._fail(req, reply, exc)
-                return
-            try:
-                then(req, reply)
-            except Exception as exc:
-                self._fail(req, reply, exc)
-        fut.add_done_callback(done)
-
-    def _when_durable(self, seq: int, reply, ok, fail, after=None) -> None:
-        """``ok`` (bytes) once seq is durable, else ``fail(error)``'s bytes."""
-        self.server.when_durable(
-            seq, lambda error: _send_then(reply, ok if error is None else fail(error), after))
-
-    def _add(self, lid: int, eid: int, key: bytes, body, recovery: bool, reply, ok, fail,
-             high_priority: bool = False) -> None:
-        # high priority (a Java recovery's adds): taken by a bookie the operator made
-        # read-only, as WriteEntryProcessor(V3) takes them (Bookie._ensure_writable)
-        try:
-            seq = self.bookie.add_entries([body], key, recovery=recovery, ledger=(0, lid),
-                                          high_priority=high_priority)
-        except Exception as exc:
-            reply.send(fail(exc))
-            if not isinstance(exc, EmbedlogError):
-                log.exception("add of ledger %d entry %d failed", lid, eid)
-            return
-        server = self.server
-        self._when_durable(seq, reply, ok, fail, after=lambda: server._wake_pollers((0, lid)))
-
     def _add_v3(self, req, reply) -> None:
         lid, eid, txn = req.ledger_id, req.entry_id, req.txn_id
-        if req.master_key is None or len(req.master_key) != W.MASTER_KEY_BYTES:
+        if req.master_key is None or len(req.master_key) != MASTER_KEY_BYTES:
             reply.send(E.v3_add_response(txn, W.EUA, lid, eid))
             return
         try:
@@ -441,7 +339,7 @@ class BookKeeperSession:
             return
         self._add(lid, eid, req.master_key, req.body, req.flag == W.RECOVERY_ADD, reply,
                   E.v3_add_response(txn, W.EOK, lid, eid),
-                  lambda exc: E.v3_add_response(txn, _v3_of(exc), lid, eid),
+                  lambda exc: E.v3_add_response(txn, _v3(exc), lid, eid),
                   high_priority=bool(req.priority))
 
     def _read_v3(self, req, reply) -> None:
@@ -461,40 +359,11 @@ class BookKeeperSession:
             return
         self._read_entry_v3(req, reply, lid, eid)
 
-    def _fence_then(self, lid, key, req, reply, then) -> None:
-        try:
-            seq = self.bookie.fence(LedgerId(0, lid), key)
-        except Exception as exc:
-            self._fail(req, reply, exc)
-            return
-        server = self.server
-
-        def after(error):
-            def go():
-                if error is not None:
-                    self._fail(req, reply, error)
-                    return
-                try:
-                    then()
-                except Exception as exc:
-                    self._fail(req, reply, exc)
-            server.complete(go)
-
-        self.bookie.on_durable(seq, after)
-
-    def _entry(self, lid: int, eid: int) -> bytes:
-        """The stored entry (eid -1: the last one the bookie holds)."""
-        if eid == W.LAST_ADD_CONFIRMED:
-            _lac, last = self.bookie.last_add_confirmed(LedgerId(0, lid))
-            if last < 0:
-                raise NoSuchEntryError(f"ledger {lid} has no entry on this bookie")
-            eid = last
-        return self.bookie.read_entry(LedgerId(0, lid), eid)
-
     def _read_entry_v3(self, req, reply, lid, eid) -> None:
+        processor = self.processor
         try:
-            body = self._entry(lid, eid)
-            lac, _last = self.bookie.last_add_confirmed(LedgerId(0, lid))
+            body = processor.read_entry(LedgerId(0, lid), eid)
+            lac, _last = processor.lac(LedgerId(0, lid))
         except Exception as exc:
             self._fail(req, reply, exc)
             return
@@ -508,21 +377,22 @@ class BookKeeperSession:
         if piggyback and eid != W.LAST_ADD_CONFIRMED:
             reply.send(E.v3_read_head(req.txn_id, W.EBADREQ, lid, eid))
             return
+        processor = self.processor
         try:
-            lac, _last = self.bookie.last_add_confirmed(LedgerId(0, lid))
+            lac, _last = processor.lac(LedgerId(0, lid))
         except Exception as exc:
             self._fail(req, reply, exc)
             return
 
         def answer():
             try:
-                known, _ = self.bookie.last_add_confirmed(LedgerId(0, lid))
+                known, _ = processor.lac(LedgerId(0, lid))
                 if not piggyback:
                     self._read_entry_v3(req, reply, lid, eid)
                     return
                 if known > previous:
                     try:
-                        body = self.bookie.read_entry(LedgerId(0, lid), previous + 1)
+                        body = processor.read_entry(LedgerId(0, lid), previous + 1)
                     except NoSuchEntryError:
                         reply.send(E.v3_read_head(req.txn_id, W.EOK, lid, eid, known))
                         return
@@ -536,19 +406,14 @@ class BookKeeperSession:
         if lac > previous or not req.timeout_ms:
             answer()
             return
-        server = self.server
-        timeout_ms = min(int(req.timeout_ms), server.max_long_poll_ms)
-        if not server.park_poll(self.conn, reply, (0, lid), previous, timeout_ms, answer):
+        timeout_ms = min(int(req.timeout_ms), self.server.max_long_poll_ms)
+        if not processor.long_poll(self.conn, reply, (0, lid), previous, timeout_ms, answer):
             answer()               # past the long-poll bounds: at once, as at a timeout
 
     def _read_lac_v3(self, req, reply) -> None:
         lid = req.ledger_id
-        last_body = None
         try:
-            lac_body = self.bookie.explicit_lac_body(LedgerId(0, lid))
-            _lac, last = self.bookie.last_add_confirmed(LedgerId(0, lid))
-            if last >= 0:
-                last_body = self.bookie.read_entry(LedgerId(0, lid), last)
+            _lac, _last, last_body, lac_body = self.processor.read_lac(LedgerId(0, lid), with_body=True)
         except NoSuchLedgerError:
             reply.send(_status_only(req, W.ENOLEDGER))
             return
@@ -562,45 +427,35 @@ class BookKeeperSession:
                                      lac_body=lac_body, last_entry_body=last_body))
 
     def _write_lac_v3(self, req, reply) -> None:
-        lid, lac = req.ledger_id, req.lac
-        txn = req.txn_id
-        if req.master_key is None or len(req.master_key) != W.MASTER_KEY_BYTES:
+        lid, txn = req.ledger_id, req.txn_id
+        if req.master_key is None or len(req.master_key) != MASTER_KEY_BYTES:
             reply.send(_status_only(req, W.EUA))
             return
+        ok = E.encode_response(txn, W.WRITE_LAC, W.EOK, ledger_id=lid)
+
+        def durable(error):
+            reply.send(ok if error is None else
+                       E.encode_response(txn, W.WRITE_LAC, _v3(error), ledger_id=lid))
         try:
-            seq = self.bookie.set_explicit_lac(LedgerId(0, lid), lac, req.master_key, req.body)
+            # the body is kept in the index header, synced before the answer
+            self.processor.write_lac(LedgerId(0, lid), req.lac, req.master_key, durable,
+                                     body=req.body)
         except Exception as exc:
             self._fail(req, reply, exc)
-            return
-        ok = E.encode_response(txn, W.WRITE_LAC, W.EOK, ledger_id=lid)
-        server = self.server
-
-        def answer(synced=None):
-            if synced is not None and synced.exception() is not None:
-                self._fail(req, reply, synced.exception())
-                return
-            self._when_durable(seq, reply, ok,
-                               lambda exc: E.encode_response(txn, W.WRITE_LAC, _v3_of(exc), ledger_id=lid),
-                               after=lambda: server._wake_pollers((0, lid)))
-        if req.body is None:
-            answer()
-            return
-        # the body is kept in the index header: synced (off the loop) before the answer
-        self.loop.run_in_executor(None, self.bookie.sync_ledger_header,
-                                  LedgerId(0, lid)).add_done_callback(answer)
 
     def _force_v3(self, req, reply) -> None:
-        # everything journalled so far durable: what FORCE_LEDGER promises a DEFERRED_SYNC writer
         txn, lid = req.txn_id, req.ledger_id
         ok = E.encode_response(txn, W.FORCE_LEDGER, W.EOK, ledger_id=lid)
-        self._when_durable(self.bookie.journal.appended_seq, reply, ok,
-                           lambda exc: E.encode_response(txn, W.FORCE_LEDGER, _v3_of(exc),
-                                                         ledger_id=lid))
+
+        def durable(error):
+            reply.send(ok if error is None else
+                       E.encode_response(txn, W.FORCE_LEDGER, _v3(error), ledger_id=lid))
+        self.processor.force(durable)
 
     def _bookie_info_v3(self, req, reply) -> None:
         requested = req.requested or 0
         try:
-            usage = shutil.disk_usage(self.bookie.directory)
+            usage = self.processor.disk_usage()
         except OSError:
             reply.send(_status_only(req, W.EIO))
             return
@@ -627,7 +482,7 @@ class BookKeeperSession:
         op, version, flags, lid, eid, key, entry = req
         self._add(lid, eid, key, entry, bool(flags & S.FLAG_RECOVERY_ADD), reply,
                   S.v2_response(version, op, EOK, lid, eid),
-                  lambda exc: S.v2_response(version, op, _code(exc), lid, eid),
+                  lambda exc: S.v2_response(version, op, _v2(exc), lid, eid),
                   high_priority=bool(flags & S.FLAG_HIGH_PRIORITY))
 
     def _read_v2(self, req, reply) -> None:
@@ -639,36 +494,31 @@ class BookKeeperSession:
 
     def _read_now_v2(self, req, reply) -> None:
         op, version, flags, lid, eid, key, rest = req
+        processor = self.processor
         if op == S.READENTRY:
             try:
-                body = self._entry(lid, eid)
+                body = processor.read_entry(LedgerId(0, lid), eid)
             except Exception as exc:
                 self._fail(req, reply, exc)
                 return
             reply.send(S.v2_response(version, op, EOK, lid, eid, len(body)), body)
             return
         request_id, max_count, max_size = rest
-        self.server.stats["bk_batch_reads"] = self.server.stats.get("bk_batch_reads", 0) + 1
+        processor.count("bk_batch_reads")
         # BatchedReadEntryProcessor: from eid on, up to max_count entries and max_size
         # bytes (the first entry whatever its size); an error only if the first is missing
         count = max(1, min(int(max_count), MAX_BATCH_ENTRIES))
-        budget = max(0, min(int(max_size), self.max_frame_bytes - 64))
+        budget = max(0, min(int(max_size), self.max_frame_bytes - BATCH_HEAD_BYTES))
         try:
             if eid < 0:
                 raise NoSuchEntryError(f"batch read from entry {eid}")
-            k, framed = self.bookie.read_entries(LedgerId(0, lid), eid, count, budget)
+            k, framed = processor.read_entries(LedgerId(0, lid), eid, count, budget)
             if k == 0:
                 raise NoSuchEntryError(f"ledger {lid} has no entry {eid} on this bookie")
         except Exception as exc:
             self._fail(req, reply, exc)
             return
         reply.send(S.v2_batch_response(version, EOK, lid, eid, request_id, framed, k))
-
-
-def _send_then(reply, data, after) -> None:
-    reply.send(data)
-    if after is not None:
-        after()
 
 
 def _status_only(req, status: int) -> bytes:

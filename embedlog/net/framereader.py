@@ -11,7 +11,7 @@ class FrameReader(asyncio.StreamReader):
     """The embedlog server's StreamReader: ``read_frame`` hands a frame's message over with
     at most one copy of its bytes (StreamReader.readexactly makes two in Python 3.11: a
     slice of its buffer, then bytes of that). Everything else is StreamReader's, so a
-    connection handed to BookKeeperSession reads as before.
+    connection read by BookieServer.serve_frames (BookKeeper's) reads as before.
 
     A frame not yet whole when ``read_frame`` asks for it is gathered as the socket's reads
     come (each read's bytes kept as they are, no copy) and copied once into the frame's own

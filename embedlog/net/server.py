@@ -1,4 +1,12 @@
-"""The bookie server: the wire protocol (embedlog.net.protocol) over one Bookie, on asyncio.
+"""The bookie server: one Bookie's connections on asyncio, their limits and flow control.
+
+What a request does is the RequestProcessor's (net/processor.py), whatever its protocol;
+the server reads frames and hands them to a protocol's codec: embedlog's
+(net/protocol.py, answered by net/elserver.py), or BookKeeper's v3 and v2 (net/bkserver.py),
+told apart by the first byte of a connection's first message. embedlog's frames are read
+here with AUTH, refusals past the throttle time and the whole frames of a read answered in
+its callback (_take_frames); BookKeeper's by ``serve_frames``, a loop that hands what it
+reads to the protocol's decoder, with back-pressure only.
 
 Adds are framed and journalled on the event loop (the bookie's lock is held only to
 frame them); the reply is sent once they are durable. The adds of one loop step wait
@@ -6,8 +14,8 @@ together: when the journal is idle and its fdatasync quick (under 0.5 ms), the l
 them itself, so a lone add crosses no thread; otherwise the journal thread syncs them and
 hands completions over through one queue (net/completions.py: one wake-up per group
 commit, one write per connection per drain), and the loop never waits. A malformed,
-oversized or truncated frame gets an error reply and the connection is closed; other
-connections go on.
+oversized or truncated frame of embedlog's gets an error reply and the connection is
+closed; other connections go on.
 
 Resource limits (docs/SECURITY.md): each request read holds a share of the connection's
 and the bookie's in-flight limits until it is answered; at a limit the connection is not
@@ -23,23 +31,21 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import hmac
-import json
 import logging
-import os
-import shutil
 import struct
 import termios
 import time
 
-from embedlog._native.format import LedgerId, parse_entry_header
-from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.errors import EmbedlogError
 from embedlog.net import protocol as P
 from embedlog.net.bkserver import BookKeeperSession, first_byte_protocol
 from embedlog.net.completions import Completions
+from embedlog.net.elserver import EmbedlogRequests
 from embedlog.net.framereader import FrameReader
+from embedlog.net.longpolls import LongPolls
+from embedlog.net.processor import RequestProcessor
 
 log = logging.getLogger("embedlog.server")
-MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
 
 
 AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set
@@ -54,7 +60,7 @@ UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request 
 IDLE_FRAME_S = 1.0          # a partial frame that got no byte for this long gives its bytes
                             # (and its connection) back when another frame needs the room
 ROOM_RECHECK_S = 0.1        # a frame waiting for room looks again for idle frames this often
-POLL_WAKE_BATCH = 256       # long polls answered in one loop step; the rest in the next ones
+READ_CHUNK = 64 * 1024      # bytes a decoded-frames connection reads from its socket at a time
 
 
 class _Connection:
@@ -166,8 +172,6 @@ class BookieServer:
         self.max_bytes = cfg.max_in_flight_bytes
         self.max_throttle_s = cfg.max_throttle_time_ms / 1000.0
         self.idle_timeout_s = cfg.connection_idle_timeout_ms / 1000.0
-        self.max_long_polls = cfg.max_long_polls
-        self.max_long_polls_per_conn = cfg.max_long_polls_per_connection
         self.in_flight_requests = 0           # read, not yet answered, all connections
         self.in_flight_bytes = 0
         # bytes of frames not yet whole, counted as they arrive (a length prefix alone holds
@@ -183,26 +187,31 @@ class BookieServer:
         # finishes (or gives way when it stops arriving), so partial frames never all wait
         self._lead = None
         self._room_made_at = 0.0              # when _make_arrival_room last looked
-        self.long_polls = 0                   # long polls waiting for the LAC, all connections
         self._throttled = 0                   # connections waiting for room
         self._room_freed: asyncio.Event | None = None
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = loop
-        self._pollers: dict = {}          # (scope, lid) -> {_Poll: None}, waiting for the LAC
         self._conns: dict = {}            # writer -> _Connection
         # the journal thread's completions, one wake-up per group commit (net/completions.py)
         self.completions = Completions(loop)
         self.complete, self.send = self.completions.complete, self.completions.send
-        self._due: list = []              # (seq, reply) of this loop step's adds (_sync_due)
-        self._due_handle = None           # the call_soon that syncs them
         self.stats = {"connections": 0, "requests": 0, "bad_frames": 0, "errors": 0,
                       "auth_failures": 0, "refused_connections": 0, "throttled": 0,
                       "rejected_requests": 0, "idle_closed": 0, "arrival_waits": 0,
                       "idle_frames_closed": 0, "long_polls_over_bound": 0}
+        # what a request asks of the bookie, whatever its protocol (net/processor.py), and
+        # embedlog's protocol on it (net/elserver.py; BookKeeper's: net/bkserver.py)
+        self.polls = LongPolls(bookie, cfg.max_long_polls, cfg.max_long_polls_per_connection,
+                               self.stats)
+        self.processor = RequestProcessor(bookie, self.complete, self.polls, self.stats, loop)
+        self.when_durable = self.processor.when_durable
+        self.sync_before_read = self.processor.sync_before_read
+        self.requests = EmbedlogRequests(self)
+        self.dispatch = self.requests.dispatch    # InProcessConnection's way in too
 
     async def start(self) -> None:
-        self._loop = self.completions.loop = asyncio.get_running_loop()
+        self._loop = self.completions.loop = self.processor.loop = asyncio.get_running_loop()
         self._room_freed = asyncio.Event()
         tls = {} if self.ssl_context is None else {
             "ssl": self.ssl_context, "ssl_handshake_timeout": AUTH_TIMEOUT_S}
@@ -226,6 +235,16 @@ class BookieServer:
     @property
     def open_connections(self) -> int:
         return len(self._conns)
+
+    @property
+    def loop(self):
+        """The event loop the server answers on."""
+        return self._loop
+
+    @property
+    def long_polls(self) -> int:
+        """Long polls waiting for the LAC, all connections."""
+        return self.polls.count
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -299,7 +318,8 @@ class BookieServer:
                     if kind != "embedlog":
                         conn.kind = "bookkeeper"
                         conn.authenticated = True
-                        await BookKeeperSession(self, conn, reader, writer, head + peek, kind).run()
+                        await self.serve_frames(conn, reader, writer, head + peek,
+                                                BookKeeperSession(self, conn, writer, kind))
                         return
                 first_frame = False
                 limit = self.max_frame_bytes if conn.authenticated else PRE_AUTH_MAX_FRAME
@@ -364,13 +384,93 @@ class BookieServer:
             self._drop(conn)
             writer.close()
 
+    async def serve_frames(self, conn, reader, writer, first: bytes, session) -> None:
+        """The read loop of a connection whose frames a ``session`` decodes (BookKeeper's v3
+        and v2: net/bkserver.py): what is read is kept in one buffer, the session decodes
+        the whole frames at its front (``session.decode(buf)``: requests, bytes taken, error)
+        and takes their requests (``session.take``, which holds their shares of the limits).
+        ``first``: the bytes read to tell the protocol. Back-pressure only (never a refusal):
+        while there is no room, the socket is not read; a malformed frame closes it."""
+        try:
+            await self._serve_frames(conn, reader, writer, bytearray(first), session)
+        finally:
+            self.set_arriving(conn, 0)
+
+    async def _serve_frames(self, conn, reader, writer, buf, session) -> None:
+        stats, loop = self.stats, self._loop
+        max_frame_bytes = session.max_frame_bytes
+        key = f"bk_{session.protocol}_connections"
+        stats[key] = stats.get(key, 0) + 1
+        while True:
+            if len(buf) >= 4:
+                reqs, pos, err = session.decode(buf)
+                if pos:
+                    del buf[:pos]
+                    self.frame_whole(conn)
+                    conn.frame_started = None     # the next frame's deadline is its own
+                if reqs:
+                    stats["requests"] += len(reqs)
+                    conn.proven = True
+                    conn.last_active = loop.time()
+                    session.take(reqs)
+                if err is not None:
+                    stats["bad_frames"] += 1
+                    log.warning("BookKeeper %s connection from %s: %s; closing it",
+                                session.protocol, conn.address, err)
+                    return
+            # what is here of frames not yet whole counts against the bookie-wide limits
+            # (reading_bytes, as embedlog's frames do) as it arrives, until decoded
+            self.set_arriving(conn, len(buf))
+            rest = 4 + int.from_bytes(buf[:4], "big") - len(buf) if len(buf) >= 4 else 0
+            conn.frame_left = rest
+            if buf:
+                # back-pressure, never a refusal: while there is no room for more of the
+                # frame, the socket is not read (the frame's deadline still runs)
+                if not self.arrival_room(conn):
+                    await self.wait_arrival_room(conn, reader)
+                    if conn.closed:
+                        return
+            else:
+                # between frames: while a request limit holds, the socket is not read
+                while not self._has_room(conn, 0):
+                    # waiting holds no frame, so it is not a slow frame (frame_started)
+                    conn.frame_started = None
+                    stats["throttled"] += 1
+                    self._throttled += 1
+                    conn.held_back = True
+                    try:
+                        self._room_freed.clear()
+                        await self._room_freed.wait()
+                    finally:
+                        conn.held_back = False
+                        self._throttled -= 1
+                    if conn.closed:
+                        return
+            if buf:
+                if conn.frame_started is None:
+                    conn.frame_started = conn.progress_at = loop.time()
+            else:
+                conn.frame_started = None
+            if writer.transport.get_write_buffer_size() > max_frame_bytes:
+                await writer.drain()     # a client that does not read its answers
+            self.sync_before_read(reader)
+            try:
+                if rest > READ_CHUNK:
+                    # a large frame: the rest is gathered as it comes (charged by the
+                    # reader) and copied once, with what is here of it, into its own buffer
+                    buf = await reader.read_frame(len(buf) + rest, head=buf)
+                    continue
+                data = await reader.read(READ_CHUNK)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            if not data:
+                return
+            buf += data
+
     def _admit(self, conn, req, n: int) -> None:
         """Dispatch a request let in: it holds its share of the in-flight limits until answered."""
         conn.proven = True
-        conn.requests += 1
-        conn.bytes += n
-        self.in_flight_requests += 1
-        self.in_flight_bytes += n
+        self.hold(conn, 1, n)
         if self.observers:
             exchange = _Exchange(self, conn, n, req, time.perf_counter())
         else:
@@ -606,6 +706,14 @@ class BookieServer:
             conn.held_back = False
             self._throttled -= 1
 
+    def hold(self, conn, count: int, nbytes: int) -> None:
+        """``count`` requests of ``nbytes`` read from ``conn`` hold their share of the
+        in-flight limits until they are answered (release_many)."""
+        conn.requests += count
+        conn.bytes += nbytes
+        self.in_flight_requests += count
+        self.in_flight_bytes += nbytes
+
     def _release(self, conn, nbytes: int) -> None:
         self.release_many(conn, 1, nbytes)
 
@@ -637,7 +745,7 @@ class BookieServer:
         if conn.polls:
             # answered as at their timeout, now: their slots of the long-poll bounds go with
             # the connection (the answers go nowhere)
-            self._end_polls(list(conn.polls))
+            self.polls.end(list(conn.polls))
         if self._throttled:
             self._room_freed.set()
 
@@ -676,309 +784,6 @@ class BookieServer:
             except Exception:              # an observer's bug must not cost the reply path
                 log.exception("server observer %r failed", observer)
 
-    def _reply(self, writer, data: bytes) -> None:
-        if not writer.is_closing():
-            writer.write(data)
-
-    def _fail(self, writer, req, exc: BaseException) -> None:
-        self.stats["errors"] += 1
-        code = exc.wire_code if isinstance(exc, EmbedlogError) else P.EIO
-        if not isinstance(exc, EmbedlogError):
-            log.exception("request %r failed", req)
-        self._reply(writer, P.error_response(req.op, req.flags, req.request_id, code, req.scope,
-                                             req.ledger, f"{type(exc).__name__}: {exc}"))
-
-    def _when_durable(self, seq: int, writer, req, ok: bytes, after=None) -> None:
-        def reply(error):
-            if error is not None:
-                code = error.wire_code if isinstance(error, EmbedlogError) else P.EIO
-                data = P.error_response(req.op, req.flags, req.request_id, code, req.scope,
-                                        req.ledger, str(error))
-            else:
-                data = ok
-            self._durable_reply(writer, data, after)
-
-        self.when_durable(seq, reply)
-
-    def when_durable(self, seq: int, reply) -> None:
-        """``reply(error_or_None)`` on the loop once ``seq`` is durable. Gathered until the end
-        of this loop step, so the adds read together (any protocol) share a sync."""
-        self._due.append((seq, reply))
-        if len(self._due) == 1:
-            self._due_handle = asyncio.get_running_loop().call_soon(self._sync_due)
-
-    def sync_before_read(self, reader) -> None:
-        """A connection is about to wait for its socket (``reader`` holds nothing more): when
-        no other callback of this loop step is left to run (no other connection's frames
-        still to come in it), its adds are synced now rather than by the call_soon of
-        when_durable, one loop step (an epoll_wait and a handle) later. Those read together
-        still share the sync: it waits for the last of them."""
-        if self._due and not reader.has_data():
-            ready = getattr(self._loop, "_ready", None)      # asyncio's loop: what is left to run
-            if ready is not None and len(ready) == 1 and ready[0] is self._due_handle:
-                self._due_handle.cancel()
-                try:
-                    self._sync_due()
-                except Exception:
-                    # as the loop would have had it: logged, and this connection (the adds
-                    # may be another's) goes on
-                    log.exception("answering a loop step's adds failed")
-
-    def _sync_due(self) -> None:
-        """The durable waits of one loop step's adds: synced here, on the loop, when the
-        journal is idle and its fdatasync quick (Journal.sync_if_idle), so a lone add crosses
-        no thread; otherwise the journal's thread syncs them and completes them here."""
-        due, self._due = self._due, []
-        try:
-            synced = self.bookie.sync_if_idle(max(seq for seq, _ in due))
-        except Exception:
-            synced = False          # on_durable tells each add what became of its group
-        if synced:
-            for _seq, reply in due:
-                reply(None)
-            return
-        for seq, reply in due:
-            self.bookie.on_durable(seq, lambda error, reply=reply: self.complete(reply, error))
-
-    def _durable_reply(self, writer, data, after) -> None:
-        self._reply(writer, data)
-        if after is not None:
-            after()
-
-    # -- operations ------------------------------------------------------------------------
-
-    def dispatch(self, req, writer) -> None:
-        """Answer one parsed request; the reply is written to ``writer`` (or a stand-in)."""
-        kind = self._facts_kind(req)
-        try:
-            needs_facts = kind is not None and self.bookie.needs_ledger_facts(_lid(req), kind)
-        except EmbedlogError as exc:       # an id no ledger has (scope 0, >= 2^63): a status
-            self._fail(writer, req, exc)
-            return
-        if needs_facts:
-            # a request that may create the ledger or carries a term waits for one metadata
-            # read (the ledger's key, digest, boundedness, incarnation), off the event loop;
-            # so does any request for a held ledger whose metadata changed since it was read
-            fut = self._loop.run_in_executor(None, self.bookie.fetch_ledger_facts, _lid(req), kind)
-            fut.add_done_callback(lambda f: self._after_facts(f, req, writer))
-            return
-        self._handle(req, writer)
-
-    @staticmethod
-    def _facts_kind(req) -> str | None:
-        """What a request does to a ledger, for Bookie.needs_ledger_facts (None: nothing)."""
-        if req.op in (P.ADD, P.WRITE_LAC, P.TRIM):
-            return "create"
-        if req.op in (P.READ, P.READ_LAC):
-            return "fence" if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ) else "read"
-        return None
-
-    def _after_facts(self, fut, req, writer) -> None:
-        exc = fut.exception()
-        if exc is not None:
-            self._fail(writer, req, exc)
-        else:
-            self._handle(req, writer)
-
-    def _handle(self, req, writer) -> None:
-        try:
-            handler = self._handlers[req.op]
-            handler(self, req, writer)
-        except Exception as exc:  # every failure becomes a status; the server goes on
-            self._fail(writer, req, exc)
-
-    def _add(self, req, writer) -> None:
-        entries = P.parse_add_body(req.body)
-        # the bookie checks every entry belongs to the request's ledger
-        seq = self.bookie.add_entries(entries, req.master_key,
-                                      recovery=bool(req.flags & P.FLAG_RECOVERY_ADD),
-                                      term=req.term, truncate=bool(req.flags & P.FLAG_TRUNCATE),
-                                      ledger=(req.scope, req.ledger))
-        first = parse_entry_header(entries[0])[3]
-        ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger,
-                        P.ADD_RESP.pack(first, len(entries)))
-        self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
-
-    def _fence_then(self, req, writer, then) -> None:
-        """Fence (journalled and durable) before answering, as BookKeeper's fencing read does;
-        for a stream's recovery read, check and adopt its term instead."""
-        if req.flags & P.FLAG_RECOVERY_READ:
-            seq = self.bookie.check_term(_lid(req), req.master_key, req.term)
-        else:
-            seq = self.bookie.fence(_lid(req), req.master_key)
-
-        def done(error):
-            self.complete(self._after_fence, req, writer, then, error)
-
-        self.bookie.on_durable(seq, done)
-
-    def _after_fence(self, req, writer, then, error) -> None:
-        if error is not None:
-            self._fail(writer, req, error)
-            return
-        try:
-            then(req, writer)
-        except Exception as exc:
-            self._fail(writer, req, exc)
-
-    def _read(self, req, writer) -> None:
-        first, count, previous_lac, timeout_ms = P.parse_read_request(req.body)
-        if first < 0 or count < 1 or count > MAX_READ_ENTRIES:
-            raise IllegalOpError(f"bad read range: first {first}, count {count}")
-        # the body is parsed once, here; what reads later is handed first and count
-        if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
-            self._fence_then(req, writer, lambda r, w: self._read_now(r, w, first, count))
-            return
-        if req.flags & P.FLAG_LONG_POLL:
-            lac, _last = self.bookie.last_add_confirmed(_lid(req))
-            if lac <= previous_lac:
-                self._long_poll(req, writer, first, count, previous_lac,
-                                min(timeout_ms, self.max_long_poll_ms), lac)
-                return
-        self._read_now(req, writer, first, count)
-
-    def _read_now(self, req, writer, first: int, count: int) -> None:
-        lid = _lid(req)
-        # the reader asks again for the rest: frames stay bounded
-        k, framed = self.bookie.read_entries(lid, first, count, self.max_frame_bytes // 2)
-        lac, _last = self.bookie.last_add_confirmed(lid)
-        if not writer.is_closing():
-            writer.writelines(P.read_response_framed(req.request_id, req.flags, req.scope,
-                                                     req.ledger, lac, k, framed))
-
-    def _long_poll(self, req, writer, first: int, count: int, previous_lac: int,
-                   timeout_ms: int, lac: int) -> None:
-        def answer(lac=None):
-            try:
-                if lac is None:
-                    lac, _last = self.bookie.last_add_confirmed(_lid(req))
-                if lac > previous_lac:
-                    self._read_now(req, writer, first, count)
-                else:   # timed out (or past the long-poll bounds): the LAC and no entry
-                    self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK,
-                                                   req.scope, req.ledger, P.read_response_body(lac, [])))
-            except Exception as exc:
-                self._fail(writer, req, exc)
-
-        if not self.park_poll(getattr(writer, "conn", None), writer, (req.scope, req.ledger),
-                              previous_lac, timeout_ms, answer):
-            answer(lac)
-
-    def park_poll(self, conn, reply, key, previous_lac: int, timeout_ms: int, answer) -> bool:
-        """Park a long poll of ledger ``key`` (scope, id) until its LAC passes
-        ``previous_lac`` or ``timeout_ms`` pass; ``answer()`` answers it then. While parked it
-        holds none of the in-flight limits (``reply.park()``: adds are never held back by
-        long polls, as BookKeeper counts reads apart from adds) but one of max_long_polls and
-        of its connection's max_long_polls_per_connection. False, nothing parked, past
-        either bound: the caller answers at once, as at a timeout."""
-        if self.long_polls >= self.max_long_polls or (
-                conn is not None and len(conn.polls) >= self.max_long_polls_per_conn):
-            self.stats["long_polls_over_bound"] += 1
-            return False
-        park = getattr(reply, "park", None)
-        if park is not None:
-            park()
-        poll = _Poll(key, previous_lac, conn, answer)
-        self._pollers.setdefault(key, {})[poll] = None
-        if conn is not None:
-            conn.polls[poll] = None
-        self.long_polls += 1
-        poll.timer = self._loop.call_later(timeout_ms / 1000.0, self._end_poll, poll)
-        return True
-
-    def _end_poll(self, poll) -> None:
-        waiting = self._pollers.get(poll.key)
-        if waiting is None or waiting.pop(poll, False) is False:
-            return                                  # ended already
-        if not waiting:
-            del self._pollers[poll.key]
-        poll.timer.cancel()
-        self.long_polls -= 1
-        if poll.conn is not None:
-            poll.conn.polls.pop(poll, None)
-        try:
-            poll.answer()
-        except Exception:
-            log.exception("answering a long poll failed")
-
-    def _wake_pollers(self, key) -> None:
-        waiting = self._pollers.get(key)
-        if not waiting:
-            return
-        try:
-            # a LedgerId: the bookie refuses the (scope, id) key (IllegalOpError, below)
-            lac, _ = self.bookie.last_add_confirmed(LedgerId(*key))
-        except EmbedlogError:
-            return
-        due = [poll for poll in waiting if lac > poll.previous]
-        self._end_polls(due)
-
-    def _end_polls(self, due) -> None:
-        # a few hundred per loop step: the rest after the reads and answers waiting meanwhile,
-        # so thousands of polls of one ledger never stall the adds of one loop step
-        for poll in due[:POLL_WAKE_BATCH]:
-            self._end_poll(poll)
-        if len(due) > POLL_WAKE_BATCH:
-            self._loop.call_soon(self._end_polls, due[POLL_WAKE_BATCH:])
-
-    def _read_lac(self, req, writer) -> None:
-        if req.flags & (P.FLAG_FENCE | P.FLAG_RECOVERY_READ):
-            self._fence_then(req, writer, self._read_lac_now)
-        else:
-            self._read_lac_now(req, writer)
-
-    def _read_lac_now(self, req, writer) -> None:
-        lid = _lid(req)
-        lac, last = self.bookie.last_add_confirmed(lid)
-        data = self.bookie.read_entry(lid, last) if last >= 0 else b""
-        self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger,
-                                       P.READ_LAC_RESP.pack(lac, last, len(data)) + data))
-
-    def _write_lac(self, req, writer) -> None:
-        lac = P.parse_i64_body(req.body)
-        seq = self.bookie.set_explicit_lac(_lid(req), lac, req.master_key, term=req.term)
-        ok = P.response(req.op, req.flags, req.request_id, P.EOK, req.scope, req.ledger)
-        self._when_durable(seq, writer, req, ok, after=lambda: self._wake_pollers((req.scope, req.ledger)))
-
-    def _trim(self, req, writer) -> None:
-        first_kept = P.parse_i64_body(req.body)
-        seq = self.bookie.trim(_lid(req), req.master_key, req.term, first_kept)
-        self._when_durable(seq, writer, req, P.response(req.op, req.flags, req.request_id, P.EOK,
-                                                         req.scope, req.ledger))
-
-    def _bookie_info(self, req, writer) -> None:
-        usage = shutil.disk_usage(self.bookie.directory)
-        st = self.bookie.stats
-        info = {"bookie_id": self.bookie.bookie_id, "address": self.address,
-                "free_bytes": usage.free, "total_bytes": usage.total,
-                "ledgers": len(self.bookie.ledgers), "time": time.time(), "pid": os.getpid(),
-                "read_only": bool(self.bookie.read_only),
-                "read_only_reasons": sorted(self.bookie.read_only_reasons),
-                "add_entries": st.get("adds", 0), "read_entries": st.get("reads", 0),
-                "checkpoints": st.get("checkpoints", 0),
-                "checkpoint_failures": self.bookie.checkpointer.failures,
-                "server": {**self.stats, "in_flight_requests": self.in_flight_requests,
-                           "in_flight_bytes": self.in_flight_bytes,
-                           "reading_bytes": self.reading_bytes, "long_polls": self.long_polls},
-                **self.info}
-        for observer in self.observers:
-            info.update(observer.bookie_info())
-        self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0,
-                                       json.dumps(info).encode()))
-
-    def _auth(self, req, writer) -> None:
-        # the first AUTH was checked in _authenticate; a later one (or one to a bookie
-        # without a token) is answered the same way and changes nothing
-        ok = self.auth_token is None or hmac.compare_digest(bytes(req.body), self.auth_token)
-        if ok:
-            self._reply(writer, P.response(req.op, req.flags, req.request_id, P.EOK, 0, 0))
-        else:
-            self._reply(writer, P.error_response(req.op, req.flags, req.request_id, P.EUA, 0, 0,
-                                                 "wrong token"))
-
-    _handlers = {P.AUTH: _auth, P.ADD: _add, P.READ: _read, P.READ_LAC: _read_lac, P.WRITE_LAC: _write_lac,
-                 P.BOOKIE_INFO: _bookie_info, P.TRIM: _trim}
-
 
 def _queued_bytes(conn) -> int:
     """Bytes the kernel holds for ``conn``, not read yet (0 when it cannot tell)."""
@@ -987,16 +792,3 @@ def _queued_bytes(conn) -> int:
         return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
     except (OSError, ValueError, AttributeError):
         return 0
-
-
-class _Poll:
-    """A long poll waiting for the LAC of ledger ``key`` to pass ``previous``."""
-    __slots__ = ("key", "previous", "conn", "answer", "timer")
-
-    def __init__(self, key, previous: int, conn, answer):
-        self.key, self.previous, self.conn, self.answer = key, previous, conn, answer
-        self.timer = None
-
-
-def _lid(req):
-    return LedgerId(req.scope, req.ledger)

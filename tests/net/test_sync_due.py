@@ -1,4 +1,4 @@
-"""BookieServer._sync_due: the adds a loop step reads, from any number of connections, wait
+"""RequestProcessor._sync_due: the adds a loop step reads, from any number of connections, wait
 for one fdatasync together; with the journal idle it runs on the loop (a lone add crosses no
 thread), and with a group in flight the journal's thread syncs and answers them."""
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_a_lone_add_is_synced_before_its_connection_waits_again(tmp_path):
             reader.feed_data(add_frame(400, 0))
             await asyncio.wait_for(answered, 30)   # (outside the loop's ready queue meanwhile)
             answered_in_step = bytes(w.out)
-            handle = server._due_handle
+            handle = server.processor.due_handle
             reader.feed_eof()
             await asyncio.wait_for(task, 10)
             return answered_in_step, handle
@@ -101,15 +101,15 @@ def test_a_failing_answer_does_not_end_the_connection_that_synced_it(tmp_path, m
     bookie, loop, server = bookie_server(tmp_path)
     try:
         serve_all(server, loop, [add_frame(7, 0)])
-        real = server._durable_reply
+        real = server.requests._durable_reply
         failed = loop.create_future()
 
-        def first_fails(writer, data, after):
+        def first_fails(writer, data):
             if not failed.done():
                 failed.set_result(data)
                 raise RuntimeError("an answer's callback failed")
-            real(writer, data, after)
-        monkeypatch.setattr(server, "_durable_reply", first_fails)
+            real(writer, data)
+        monkeypatch.setattr(server.requests, "_durable_reply", first_fails)
 
         async def main():
             reader, w, answered, task = connection(server, loop)

@@ -864,7 +864,7 @@ class _BookieUnderTest:
                f"{srv.in_flight_bytes} bytes")
         _check(srv.reading_bytes == 0 and not srv._arriving and not srv._arriving_by_address
                and srv._lead is None, f"bytes of frames still arriving leak: {srv.reading_bytes}")
-        _check(not srv._pollers, "long polls leak")
+        _check(not srv.polls.by_ledger, "long polls leak")
         self.last_writer = writer
         return bytes(writer.out)
 
