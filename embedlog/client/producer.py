@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from embedlog._native.addpath import complete_ids
 from embedlog._native.produce_queue import ProduceQueue
 from embedlog.errors import IllegalOpError
 
@@ -100,6 +101,9 @@ class Producer:
     def _complete_futures(self) -> None:
         futures, settled, failed_from = self.futures, self.settled, self.failed_from
         to_user = self.to_user
+        if failed_from is None and to_user is None:
+            complete_ids(futures, settled)        # one C pass, one hold of the futures' lock
+            return
         while futures and futures[0][0] <= settled:
             eid, fut = futures.popleft()
             if failed_from is not None and eid >= failed_from:

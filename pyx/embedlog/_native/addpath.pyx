@@ -492,6 +492,34 @@ def set_results(list done):
             i += 1
 
 
+def complete_ids(futures, int64_t settled):
+    """Complete with its id each (id, AddFuture) pair at the front of the deque ``futures``
+    whose id is ``settled`` or below (a produce queue's append_async futures, issue 48), as
+    set_results does: one hold of the lock for a run nobody waits on, then their
+    done-callbacks; a future waited on goes the base class's way."""
+    cdef list called
+    cdef int64_t eid
+    while futures and futures[0][0] <= settled:
+        called = []
+        with _MADE:
+            while futures:
+                pair = futures[0]
+                eid = pair[0]
+                fut = pair[1]
+                if eid > settled or fut._made is not None or fut._state != RUNNING:
+                    break
+                futures.popleft()
+                fut._result = eid
+                fut._state = FINISHED
+                if fut._done_callbacks:
+                    PyList_Append(called, fut)
+        for fut in called:
+            fut._invoke_callbacks()
+        if futures and futures[0][0] <= settled:
+            eid, fut = futures.popleft()
+            fut.set_result(eid)
+
+
 def split_add_body(body):
     """The entries of an ADD body (count:u32, then count times size:u32 entry[size]), as
     views of ``body``: the bookie's per-entry loop, in C. Raises what protocol's
