@@ -39,10 +39,11 @@ def test_block_runs_as_written(code, tmp_path):
     if "pyspark" in code or "embedlog.spark" in code:
         if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
             skip_unless_ci("this block needs PySpark and Java (the spark extra, `make test`)")
-    if "BookKeeperCluster" in code:
+    if "BookKeeperCluster" in code or "PulsarCluster" in code:
         from embedlog.harness import jars
-        if shutil.which("java") is None or not jars.is_fetched("bookkeeper-4.17.2"):
-            skip_unless_ci("this block needs Java and BookKeeper's jars (`make peers`)")
+        peer = "pulsar-broker-4.0.0" if "PulsarCluster" in code else "bookkeeper-4.17.2"
+        if shutil.which("java") is None or not jars.is_fetched(peer):
+            skip_unless_ci(f"this block needs Java and {peer}'s jars (`make peers`)")
     script = tmp_path / "block.py"
     script.write_text(code)
     work = tmp_path / "cwd"

@@ -1,5 +1,5 @@
 """Jars of the Java test and benchmark peers (Apache BookKeeper, Kafka, Spark's Kafka
-connector), fetched from Maven Central into a cache; never a runtime dependency.
+connector, Pulsar's broker), fetched from Maven Central into a cache; never a runtime dependency.
 
 Each peer is a pinned list of Maven coordinates. ``fetch(name)`` resolves them with their
 runtime dependencies (``mvn dependency:copy-dependencies`` on a throwaway pom) into
@@ -33,7 +33,16 @@ PEERS: dict[str, list[tuple[str, str, str]]] = {
     # 4.2.0 is the newest that is. Only the jars Spark does not ship go on spark.jars
     # (embedlog.harness.kafka.spark_jars).
     "spark-sql-kafka-4.2.0": [("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")],
+    # Pulsar's broker (embedlog/harness/pulsar.py): 4.0.0, the 4.0 LTS release that resolves
+    # whole here (4.0.8 lacks pulsar-opentelemetry on this registry). jetcd-core-shaded is
+    # only for etcd metadata, and is not served
+    "pulsar-broker-4.0.0": [("org.apache.pulsar", "pulsar-broker", "4.0.0")],
 }
+EXCLUDE = {"pulsar-broker-4.0.0": [("org.apache.pulsar", "jetcd-core-shaded")]}
+# Pulsar's poms declare repositories besides Maven Central that cannot be reached from
+# here, and Maven stops at the first: every other repository mirrors to an empty folder
+SETTINGS = ("<settings><mirrors><mirror><id>unreachable</id><mirrorOf>*,!central</mirrorOf>"
+            "<url>file://{empty}</url></mirror></mirrors></settings>")
 BOOKKEEPER_VERSIONS = ("4.17.2", "4.16.6")
 MARKER = ".complete"
 
@@ -58,9 +67,12 @@ def is_fetched(name: str) -> bool:
     return os.path.exists(os.path.join(peer_dir(name), MARKER))
 
 
-def _pom(coords: list[tuple[str, str, str]]) -> str:
+def _pom(coords: list[tuple[str, str, str]], exclude: list[tuple[str, str]]) -> str:
+    excl = "".join(f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
+                   for g, a in exclude)
     deps = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-                   f"<version>{v}</version></dependency>" for g, a, v in coords)
+                   f"<version>{v}</version><exclusions>{excl}</exclusions></dependency>"
+                   for g, a, v in coords)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
             '<groupId>embedlog.peers</groupId><artifactId>peer</artifactId><version>1</version>'
             f"<dependencies>{deps}</dependencies></project>")
@@ -83,13 +95,16 @@ def fetch(name: str) -> str:
         if is_fetched(name):
             return target
         with tempfile.TemporaryDirectory(prefix="embedlog-pom-") as tmp:
-            pom = os.path.join(tmp, "pom.xml")
+            pom, settings = os.path.join(tmp, "pom.xml"), os.path.join(tmp, "settings.xml")
             with open(pom, "w") as f:
-                f.write(_pom(PEERS[name]))
+                f.write(_pom(PEERS[name], EXCLUDE.get(name, [])))
+            os.makedirs(os.path.join(tmp, "empty"))
+            with open(settings, "w") as f:
+                f.write(SETTINGS.format(empty=os.path.join(tmp, "empty")))
             staging = target + ".partial"
             shutil.rmtree(staging, ignore_errors=True)
             run = subprocess.run(
-                [mvn, "-B", "-q", "-f", pom, "dependency:copy-dependencies",
+                [mvn, "-B", "-q", "-s", settings, "-f", pom, "dependency:copy-dependencies",
                  "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
                 capture_output=True, text=True)
             if run.returncode != 0:
