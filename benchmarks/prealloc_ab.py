@@ -37,7 +37,7 @@ def main(argv=None) -> int:
             log = embedlog.open(os.path.join(root, name))
             if name == "zeros":
                 # the policy before: the preallocator always wants zeros ahead
-                log.bookie.journal._zeros_wanted = lambda: True
+                log.bookie.journal.files.zeros_wanted = lambda: True
             logs[name] = (log, [log.create_ledger() for _ in range(8)])
         payloads = [os.urandom(size) for _ in range(batch)]
         rates = {n: [] for n in logs}

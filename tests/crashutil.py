@@ -3,7 +3,7 @@ import os
 import shutil
 
 from embedlog._native import journal_scan as jscan
-from embedlog.bookie.journal import journal_ids
+from embedlog.bookie.journal_files import journal_ids
 
 
 def abandon(log):
@@ -21,10 +21,7 @@ def abandon(log):
     b.checkpointer.stop()
     for t in b.journal._threads:
         t.join(timeout=5)
-    for fd in (b.journal._fd, b.journal._dfd):
-        if fd >= 0:
-            os.close(fd)
-    b.journal._fd = b.journal._dfd = -1
+    b.journal.files.close()
     b.storage.close()
     os.close(b._lock_fd)
     log.metadata.close()

@@ -33,7 +33,7 @@ from embedlog import LedgerId  # noqa: E402
 from embedlog._native import entrylog as nel  # noqa: E402
 from embedlog._native import index as nix  # noqa: E402
 from embedlog._native import journal_format as jformat, journal_scan as jscan  # noqa: E402
-from embedlog.bookie.journal import journal_ids  # noqa: E402
+from embedlog.bookie.journal_files import journal_ids  # noqa: E402
 from embedlog.errors import EmbedlogError  # noqa: E402
 
 CFG = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=64 << 10,

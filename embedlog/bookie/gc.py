@@ -58,7 +58,7 @@ from embedlog._native.format import LedgerId
 from embedlog import failpoints
 from embedlog.bookie.absence import AbsentLedgers
 from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
-from embedlog.bookie.journal import fsync_dir
+from embedlog.fileio import fsync_dir
 from embedlog.bookie.rollback import DeletionHalt
 from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError, TimeoutError
 

@@ -1,4 +1,4 @@
-"""The journal: group commit, file rolling and preallocation (its LastLogMark is in
+"""The journal's group commit (its files are in journal_files.py, its LastLogMark in
 lastmark.py, its replay in replay.py).
 
 Appenders frame records into ``buffer`` while holding the bookie's lock (the
@@ -10,7 +10,8 @@ sync covered (they wait in ``durable``, outside the bookie's lock). Adds that ar
 next group, so one fdatasync is shared by all of them. A lone writer leads its
 own sync at once (``journal_flush_when_queue_empty``), so it never waits for
 the group timer. A dedicated writer thread leads for ``append_async`` callers
-and for the time-based trigger.
+and for the time-based trigger; a preallocator thread writes zeros ahead of the
+tail while the file policy wants them.
 
 Positions: every byte ever appended gets a sequence number (``appended_seq``);
 ``synced_seq`` says how far the journal is durable. ``position_of(seq)`` turns
@@ -19,59 +20,41 @@ a sequence number into the (journal id, offset) a LastLogMark stores.
 from __future__ import annotations
 
 import collections
-import errno
 import logging
-import os
 import threading
 import time
 
 from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
                               journal_waiters as jwaiters)
-from embedlog import failpoints, fileio
-from embedlog.fileio import fsync_dir, no_space as _no_space, private_dir
+from embedlog import failpoints
+from embedlog.bookie.journal_files import JournalFiles
+from embedlog.fileio import no_space as _no_space
 from embedlog.errors import EmbedlogError, TimeoutError
 
 log = logging.getLogger("embedlog.bookie")
 TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
-ALIGN = jbuffer.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
-
-
-def journal_ids(directory: str, suffix: str = ".txn") -> list[int]:
-    """The ids of the journal files in ``directory`` (``.free``: those kept for reuse)."""
-    ids = []
-    for name in os.listdir(directory):
-        if name.endswith(suffix):
-            try:
-                ids.append(int(name[:-len(suffix)], 16))
-            except ValueError:
-                pass
-    return sorted(ids)
-
-
-FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
 # sync_if_idle syncs in its caller's thread (a server's loop, which serves nothing else
 # meanwhile) only while fdatasync takes less than this
 SYNC_HERE_MAX_S = 0.0005
-MAX_FREE = 8                      # journals kept for reuse, or as many as one trim frees ...
-MAX_FREE_BURST = 16               # ... up to this: a lagging checkpoint lets the journal roll
-                                  # more files than MAX_FREE, and a pool of eight ran dry then
-# Zeros are written ahead of the tail only while the recent groups (a moving mean over about
-# eight) are smaller than this, and groups go out with O_DIRECT: a small group's fdatasync
-# costs half as much again when it must also commit the file's new size and blocks (4 KiB:
-# 49 vs 73 us on this VM), and its zeros cost a disk with bandwidth to spare nothing it was
-# doing; a large group extends the file instead, because its zeros would double the bytes
-# it writes (1 MiB of zeros: 1.8 ms at the 570 MB/s zeros go at) where committing the new
-# size and blocks costs a few metadata blocks and 0.2 ms (docs/FORMATS.md, "Preallocation")
-PREALLOC_GROUP_BYTES_MAX = 64 << 10
 
 
+class _Group:
+    """A group a leader took out of the buffer: its records and where they went."""
+    __slots__ = ("buf", "start_seq", "end_seq", "nrecords", "rolled", "attempted")
 
-def prealloc_floor(prealloc_bytes: int) -> int:
-    """The size a journal file has from its creation: its header block and the zeros
-    written ahead at once (its header records it, see jformat.file_min_size)."""
-    return ALIGN + min(prealloc_bytes, 4 << 20)
+    def __init__(self, buf, start_seq: int, nrecords: int, rolled: bool):
+        self.buf = buf                    # the JournalBuffer taken
+        self.start_seq = start_seq
+        self.end_seq = start_seq + buf.nbytes
+        self.nrecords = nrecords
+        self.rolled = rolled              # it opens the next file
+        self.attempted = None             # (file, offset, bytes) its bytes went to
+
 
 class Journal:
+    """Group commit over a directory's journal files (``files``, a JournalFiles); ``cv``
+    wraps the bookie's ``lock``."""
+
     def __init__(self, directory: str, config, cv: threading.Condition, lock):
         self.directory = directory
         self.config = config
@@ -81,7 +64,6 @@ class Journal:
         # finished group wakes only those who need it
         self._writer_cv = threading.Condition(lock)
         self._prealloc_cv = threading.Condition(lock)
-        private_dir(directory)
         self.buffer = jbuffer.JournalBuffer()
         self._spare = jbuffer.JournalBuffer()
         self.appended_seq = 0
@@ -110,27 +92,12 @@ class Journal:
         # called after each group (lock held; must be quick): (trigger, records, bytes,
         # fsync seconds or None) -- the admin server's histograms
         self.group_observer = None
-        self.files: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
-        self._fd = -1
-        self._path: str | None = None     # the file _fd is open on
-        self._dfd = -1                    # the same file opened O_DIRECT (journal_direct_writes)
-        self._direct = config.journal_direct_writes
-        self._tail = b""                  # the file's bytes in the block the next group starts in
-        self._file_id = 0
-        self._offset = 0
-        self._zero_end = 0
-        self._salt = 0                    # xored into the record crcs of this file's life
-        self._claim = None                # (file id, start) being zero-filled
-        self._group_bytes_mean = None     # moving mean of group sizes (None: no group yet)
+        self._starts: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
+        self.files = JournalFiles(directory, config, self.stats)
         self._rolling = False
         self._reserved_end = 0            # file offset the write in progress will reach
-        self._max_bytes = config.journal_max_size_mb * 1024 * 1024
         self._max_memory = config.journal_max_memory_size_mb * 1024 * 1024
-        self._prealloc = config.journal_pre_alloc_size_mb * 1024 * 1024
         self._threads: list[threading.Thread] = []
-        # files kept for reuse: a roll reusing one, a trim keeping one and the disks giving
-        # them back take turns (a file given back under a roll that opened it failed the roll)
-        self._spares_lock = threading.Lock()
 
     # -- files ------------------------------------------------------------------
 
@@ -138,13 +105,14 @@ class Journal:
         """Open a new journal file (a restarted bookie never appends to an old one);
         ``mark`` records each new file as the journal head. On a full disk the bookie still
         starts: the file is opened by the first group once there is room."""
-        self._mark = mark
-        # the first group lands right after the header (later ones: _lead says where; it
-        # alone may move an empty buffer, under the lock, as appenders fill it under it)
+        self.files.mark = mark
+        # the first group lands right after the header (later ones: _take_group says where;
+        # it alone may move an empty buffer, under the lock, as appenders fill it under it)
         self.buffer.set_lead(jformat.HEADER_SIZE)
-        self._sync_newest()
+        self.files.sync_newest()
         try:
-            self._open_file()
+            self.files.open_next()
+            self._note_file(self.written_seq)
         except OSError as exc:
             if not _no_space(exc):
                 raise
@@ -156,138 +124,10 @@ class Journal:
             t.start()
             self._threads.append(t)
 
-    def _sync_newest(self) -> None:
-        """Sync the last run's newest journal before a later one is begun (with
-        journal_sync_data=False its tail may still be only in the page cache): replay takes
-        a bad last record in a journal that a later one follows as damage, never as a torn
-        write, since every roll syncs the old journal first too."""
-        existing = journal_ids(self.directory)
-        if not existing:
-            return
-        path = os.path.join(self.directory, "%x.txn" % existing[-1])
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            fileio.sync(fd, path, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-
-    def _open_file(self) -> None:
-        existing = journal_ids(self.directory)
-        new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
-        path = os.path.join(self.directory, "%x.txn" % new_id)
-        prev = max(existing, default=0)
-        reused = self._reuse_file(new_id, prev, path) if self.config.journal_reuse_files else None
-        if reused is not None:
-            fd, header, zero_end, salt = reused
-            dfd = -1
-            try:
-                dfd = self._open_direct(path)
-                if getattr(self, "_mark", None) is not None:
-                    self._mark.write_head(new_id)
-            except BaseException:
-                os.close(fd)
-                raise
-        else:
-            fd, dfd, header, zero_end = self._new_file(new_id, prev, path)
-            salt = 0
-        for old in (self._fd, self._dfd):
-            if old >= 0:
-                os.close(old)
-        self._fd, self._dfd, self._file_id, self._offset = fd, dfd, new_id, jformat.HEADER_SIZE
-        self._tail = header
-        self._salt = salt
-        self._dropped_to = 0                 # pages below this were dropped from the cache
-        self._path = path
-        self._zero_end = zero_end
-        self.files.append((self.written_seq, new_id, jformat.HEADER_SIZE))
-        del self.files[:-64]
-
-    def _new_file(self, new_id: int, prev: int, path: str):
-        """A new journal file, its header and zeros written ahead: (fd, O_DIRECT fd or -1,
-        header, end of the zeros)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        dfd = -1
-        header = jformat.file_header(new_id, prev)
-        try:
-            # the header's whole block, so O_DIRECT writes start on block boundaries after it
-            if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
-                raise OSError(errno.ENOSPC, "short write of a journal header")
-            dfd = self._open_direct(path)
-            zero_end = prealloc_floor(self._prealloc)
-            try:
-                jbuffer.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN)
-            except OSError as exc:
-                if not _no_space(exc):
-                    raise               # zeros ahead are a speed-up: without room, none
-            else:
-                # the header says how long the zeros made the file: replay takes a file found
-                # shorter as cut (records after the cut would be lost without a word)
-                header = jformat.file_header(new_id, prev, zero_end)
-                os.pwrite(fd, header, 0)
-                self.stats["zeros_written"] += zero_end - ALIGN
-            fileio.sync(fd, path, jformat.HEADER_SIZE, size=os.fstat(fd).st_size, data_only=False,
-                        dirs_up_to=self.directory)
-            if getattr(self, "_mark", None) is not None:
-                self._mark.write_head(new_id)
-        except BaseException:
-            os.close(fd)                # no half-made journal file is left for replay
-            if dfd >= 0:
-                os.close(dfd)
-            os.unlink(path)
-            raise
-        return fd, dfd, header, zero_end
-
-    def _reuse_file(self, new_id: int, prev: int, path: str):
-        """A trimmed journal made journal ``new_id``, or None if none is kept: its new header
-        (a salt its previous life's records do not check with) is synced under its old name,
-        then it is renamed, so a crash leaves either a kept file or a whole new journal.
-        Returns (fd, header, its size, salt)."""
-        with self._spares_lock:
-            return self._reuse_spare(new_id, prev, path)
-
-    def _reuse_spare(self, new_id: int, prev: int, path: str):
-        for old_id in journal_ids(self.directory, FREE):
-            free = os.path.join(self.directory, "%x%s" % (old_id, FREE))
-            try:
-                fd = os.open(free, os.O_RDWR)
-            except FileNotFoundError:
-                continue
-            try:
-                size = os.fstat(fd).st_size
-                old_header = os.pread(fd, jformat.HEADER_SIZE, 0)
-                try:
-                    jformat.check_file_header(old_header)
-                    old_salt = jformat.file_salt(old_header)[1]
-                except ValueError:
-                    old_salt = 0
-                salt = jformat.new_salt(new_id, old_salt)
-                header = jformat.file_header(new_id, prev, size, old_id, salt)
-                failpoints.hit("journal.reuse_before_header")
-                if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
-                    raise OSError(errno.ENOSPC, "short write of a journal header")
-                fileio.sync(fd, free, ALIGN, data_only=False)
-                failpoints.hit("journal.reuse_before_rename")
-                fileio.reuse(free, path)
-            except BaseException:
-                os.close(fd)
-                raise
-            self.stats["files_reused"] += 1
-            return fd, header, size, salt
-        return None
-
-    def _open_direct(self, path: str) -> int:
-        """The journal file opened O_DIRECT, or -1 where that is off or refused (tmpfs)."""
-        if not self._direct:
-            return -1
-        try:
-            return os.open(path, os.O_RDWR | os.O_DIRECT)
-        except OSError as exc:
-            log.info("journal %s: O_DIRECT refused (%s); buffered writes", path, exc)
-            self._direct = False
-            return -1
+    def _note_file(self, start_seq: int) -> None:
+        """The current file begins at ``start_seq`` (for position_of)."""
+        self._starts.append((start_seq, self.files.file_id, jformat.HEADER_SIZE))
+        del self._starts[:-64]
 
     @property
     def started(self) -> bool:
@@ -297,26 +137,26 @@ class Journal:
     @property
     def direct_writes(self) -> bool:
         """Whether groups are written with O_DIRECT (journal_direct_writes, if allowed)."""
-        return self._dfd >= 0
+        return self.files.direct_writes
 
     @property
     def current_file_id(self) -> int:
-        return self._file_id
+        return self.files.file_id
 
     def position_of(self, seq: int) -> tuple[int, int]:
         """The (journal id, offset) of sequence number ``seq`` (written or not)."""
-        for start_seq, file_id, start_off in reversed(self.files):
+        for start_seq, file_id, start_off in reversed(self._starts):
             if seq >= start_seq:
                 return file_id, start_off + (seq - start_seq)
-        if not self.files:
+        if not self._starts:
             # a start on a full disk found no room for a journal file: nothing was journalled
             # since the mark, which stays where it is
-            mark = getattr(self, "_mark", None)
+            mark = self.files.mark
             if mark is None or mark.persisted is None:
                 raise EmbedlogError(f"journal {self.directory}: no journal file is open yet "
                                     "(no room for one)")
             return tuple(mark.persisted)
-        start_seq, file_id, start_off = self.files[0]
+        start_seq, file_id, start_off = self._starts[0]
         return file_id, start_off
 
     # -- appending (callers hold cv) ---------------------------------------------
@@ -371,96 +211,110 @@ class Journal:
 
     def _lead(self, trigger: str) -> None:
         """Write and sync the pending group. Called with cv held; releases it for I/O."""
-        buf = self.buffer
-        self.buffer, self._spare = self._spare, buf
-        start_seq, end_seq = self.written_seq, self.written_seq + buf.nbytes
-        self._taken_seq = end_seq
-        nrecords = buf.nrecords
-        self._syncing = True
-        self._oldest_pending = None
-        rolled = self._needs_roll
-        if self._offset + buf.nbytes > self._max_bytes and self._offset > jformat.HEADER_SIZE:
-            rolled = True
-        # never write where the preallocator is writing zeros, nor roll under it
-        while self._claim is not None and self._claim[0] == self._file_id and (
-                rolled or self._offset + buf.nbytes > self._claim[1]):
-            self.cv.wait()
-        self._rolling = rolled
-        # the preallocator must stay beyond what this write covers (it runs meanwhile)
-        self._reserved_end = (jformat.HEADER_SIZE if rolled else self._offset) + buf.nbytes
-        self.buffer.set_lead(self._reserved_end)         # where the next group will start
-        self.stats[trigger] += 1
+        group = self._take_group(trigger)
         self.cv.release()
-        attempted = None                  # (file, offset) the group's bytes went to
         try:
-            failpoints.hit("journal.before_write")
-            if rolled:
-                self._open_file_locked_out(start_seq, sync_old=not self._needs_roll)
-            attempted = (self._path, self._offset, buf.nbytes)
-            buf.salt(self._salt)
-            self._write(buf)
-            self._offset += buf.nbytes
-            sync = self.config.journal_sync_data
-            if sync:
-                failpoints.hit("journal.before_sync")
-                t0 = time.perf_counter()
-                fileio.sync(self._fd, self._path, self._offset)
-                fsync_s = time.perf_counter() - t0
-                self.stats["fsync_time_s"] += fsync_s
-                self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
-                failpoints.hit("journal.after_sync")
-                self._drop_synced_pages()
-        except BaseException as exc:
-            if _no_space(exc) and attempted is not None:
-                exc = self._cut_off(attempted, exc)
-            self.cv.acquire()
-            lost = []
-            if _no_space(exc):
-                # this group fails (none of it is acknowledged); the journal goes on in a
-                # new file as soon as there is room for one
-                self._note_failed(start_seq, end_seq, exc)
-                self._needs_roll = True
-                lost = buf.entry_ids()
-                buf.clear()
-                self.written_seq = self.synced_seq = end_seq
-                self.stats["no_space"] = self.stats.get("no_space", 0) + 1
-            else:
-                self._error = exc
-            self._syncing = False
-            self._rolling = False
-            self.cv.notify_all()
-            self.durable.wake()
-            if self.on_failure is not None:
-                try:
-                    self.on_failure(exc, lost)
-                except Exception:
-                    log.exception("journal failure listener failed")
+            fsync_s = self._write_group(group)
+        except BaseException as caught:
+            exc = self._group_failed(group, caught)      # cv held again
             if isinstance(exc, EmbedlogError) or not isinstance(exc, Exception):
-                raise
+                raise                                   # the write's own error
             raise EmbedlogError(f"journal write failed{' (disk full)' if _no_space(exc) else ''}: "
                                 f"{exc}") from exc
         self.cv.acquire()
+        self._group_written(group, trigger, fsync_s)
+
+    def _take_group(self, trigger: str) -> _Group:
+        """(cv held) Swap the buffer for the empty spare and decide where its records go:
+        the current file, or the next one when this one is full or a failed group left it."""
+        buf = self.buffer
+        self.buffer, self._spare = self._spare, buf
+        group = _Group(buf, self.written_seq, buf.nrecords,
+                       self._needs_roll or self.files.full(buf.nbytes))
+        self._taken_seq = group.end_seq
+        self._syncing = True
+        self._oldest_pending = None
+        # never write where the preallocator is writing zeros, nor roll under it
+        while self.files.claimed(group.rolled, self.files.offset + buf.nbytes):
+            self.cv.wait()
+        self._rolling = group.rolled
+        # the preallocator must stay beyond what this write covers (it runs meanwhile)
+        self._reserved_end = (jformat.HEADER_SIZE if group.rolled else self.files.offset) + buf.nbytes
+        self.buffer.set_lead(self._reserved_end)         # where the next group will start
+        self.stats[trigger] += 1
+        return group
+
+    def _write_group(self, group: _Group):
+        """(cv released) Roll if the group said so, write it, fdatasync it unless
+        journal_sync_data is off. Returns the fdatasync's seconds, or None if none ran."""
+        files = self.files
+        failpoints.hit("journal.before_write")
+        if group.rolled:
+            files.roll(sync_old=not self._needs_roll)
+            self._note_file(group.start_seq)
+        group.attempted = (files.path, files.offset, group.buf.nbytes)
+        files.append(group.buf)
+        if not self.config.journal_sync_data:
+            return None
+        failpoints.hit("journal.before_sync")
+        t0 = time.perf_counter()
+        files.sync()
+        fsync_s = time.perf_counter() - t0
+        self.stats["fsync_time_s"] += fsync_s
+        self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
+        failpoints.hit("journal.after_sync")
+        files.drop_synced_pages()
+        return fsync_s
+
+    def _group_failed(self, group: _Group, exc: BaseException) -> BaseException:
+        """(takes cv) A group failed: on a full disk only that group (none of it is
+        acknowledged; the journal goes on in a new file as soon as there is room for one),
+        otherwise the journal. A full disk's group is first cut off the file, if its bytes
+        may have reached it. Wakes its waiters and tells on_failure. Returns the error the
+        group fails with."""
+        if _no_space(exc) and group.attempted is not None:
+            exc = self.files.cut_off(group.attempted, exc)
+        self.cv.acquire()
+        lost = []
+        if _no_space(exc):
+            self._note_failed(group.start_seq, group.end_seq, exc)
+            self._needs_roll = True
+            lost = group.buf.entry_ids()
+            group.buf.clear()
+            self.written_seq = self.synced_seq = group.end_seq
+            self.stats["no_space"] = self.stats.get("no_space", 0) + 1
+        else:
+            self._error = exc
+        self._syncing = False
+        self._rolling = False
+        self.cv.notify_all()
+        self.durable.wake()
+        if self.on_failure is not None:
+            try:
+                self.on_failure(exc, lost)
+            except Exception:
+                log.exception("journal failure listener failed")
+        return exc
+
+    def _group_written(self, group: _Group, trigger: str, fsync_s) -> None:
+        """(cv held) A group is written (and synced, unless journal_sync_data is off, when
+        it is acknowledged after write(2): the user's choice): count it, wake its waiters,
+        the writer thread and the preallocator."""
+        nbytes = group.end_seq - group.start_seq
         self._needs_roll = False
         self._rolling = False
-        buf.clear()
-        self.written_seq = end_seq
-        if sync:
-            self.synced_seq = end_seq
+        group.buf.clear()
+        self.written_seq = self.synced_seq = group.end_seq
+        if fsync_s is not None:
             self.stats["fsyncs"] += 1
-        else:
-            self.synced_seq = end_seq        # acknowledged after write(2): the user's choice
         self.stats["groups"] += 1
-        self.stats["bytes_written"] += end_seq - start_seq
-        self.stats["records_written"] += nrecords
-        self.stats["group_entries_max"] = max(self.stats["group_entries_max"], nrecords)
-        if self._offset > self._zero_end:
-            self.stats["groups_extending"] += 1      # written past the zeros: the file grew
-        mean = self._group_bytes_mean
-        nbytes = end_seq - start_seq
-        self._group_bytes_mean = nbytes if mean is None else mean + (nbytes - mean) / 8
+        self.stats["bytes_written"] += nbytes
+        self.stats["records_written"] += group.nrecords
+        self.stats["group_entries_max"] = max(self.stats["group_entries_max"], group.nrecords)
+        self.files.note_group(nbytes)
         if self.group_observer is not None:
             try:
-                self.group_observer(trigger, nrecords, end_seq - start_seq, fsync_s if sync else None)
+                self.group_observer(trigger, group.nrecords, nbytes, fsync_s)
             except Exception:           # metrics must never stop the journal
                 pass
         self._syncing = False
@@ -468,74 +322,10 @@ class Journal:
         self.durable.publish(self.synced_seq)
         if self._async:
             self._writer_cv.notify()
-        if self._zero_end - self._offset < self._prealloc and self._zeros_wanted():
+        if self.files.zeros_due():
             self._prealloc_cv.notify()
 
-    def _zeros_wanted(self) -> bool:
-        """Whether the preallocator should write zeros ahead now (cv held): always for
-        buffered writes (a torn buffered write past the end of a file can leave it ending
-        inside a record, which replay must take as damage; zeros make it read as torn),
-        with O_DIRECT only while the recent groups are small (PREALLOC_GROUP_BYTES_MAX) and
-        once a group has shown how large they are."""
-        if self._dfd < 0:
-            return True
-        mean = self._group_bytes_mean
-        return mean is not None and mean < PREALLOC_GROUP_BYTES_MAX
-
-    def _cut_off(self, attempted, exc):
-        """A group failed for lack of space after its bytes may have reached the file (a
-        failed sync, a partial write): cut them off, or a crash would replay an add that
-        was failed. Returns the error the group fails with; if the cut fails too, one that
-        fails the journal (When in doubt, fail)."""
-        path, offset, nbytes = attempted
-        try:
-            # zeros over the group, keeping the file's size: a newest journal that ends
-            # short of its preallocation reads as cut at the next start. Past the
-            # preallocated space the zeros may find no room either: then the file is cut
-            try:
-                os.pwrite(self._fd, bytes(nbytes), offset)
-            except OSError as err:
-                if not _no_space(err):
-                    raise
-                os.ftruncate(self._fd, offset)
-            fileio.sync(self._fd, path, offset, data_only=False)
-        except OSError as err:
-            log.error("journal %s: cannot cut off a failed group at %d (%s)", path, offset, err)
-            return EmbedlogError(f"journal {path}: a failed group could not be cut off at "
-                                 f"{offset} ({err}) after {exc}")
-        self._offset = offset
-        return exc
-
-    def _write(self, buf) -> None:
-        """The group at the tail (the leader, outside the lock)."""
-        if self._dfd >= 0:
-            try:
-                self._tail = buf.write_direct(self._dfd, self._offset, self._tail)
-                return
-            except OSError as exc:
-                if exc.errno != errno.EINVAL:
-                    raise
-                log.warning("journal %s: O_DIRECT write refused (%s); buffered writes from now on",
-                            self._path, exc)
-                self._direct = False
-                os.close(self._dfd)
-                self._dfd = -1
-        buf.write_to(self._fd, self._offset)
-
-    def _drop_synced_pages(self) -> None:
-        """Give the whole synced pages back to the kernel (the leader, outside the lock);
-        O_DIRECT writes left none there."""
-        end = self._offset & ~4095
-        if self._dfd < 0 and self.config.journal_remove_pages_from_page_cache and end > self._dropped_to:
-            os.posix_fadvise(self._fd, self._dropped_to, end - self._dropped_to,
-                             os.POSIX_FADV_DONTNEED)
-            self._dropped_to = end
-
-    def _open_file_locked_out(self, start_seq: int, sync_old: bool = True) -> None:
-        if sync_old and self._fd >= 0:
-            fileio.sync(self._fd, self._path, self._offset)
-        self._open_file()
-        self.files[-1] = (start_seq, self._file_id, jformat.HEADER_SIZE)
+    # -- waiting for durability --------------------------------------------------------
 
     def wait_durable(self, seq: int, timeout: float | None = None) -> None:
         """Block until the journal is durable up to ``seq``; the caller holds no lock.
@@ -637,8 +427,8 @@ class Journal:
         to on_durable). A server's lone add then crosses no thread, as an embedded lone
         writer leads its own group: two thread wake-ups less per lone add."""
         if (self._syncing or self._async or self._closed or self._error is not None
-                or self._claim is not None or self._needs_roll
-                or self._offset + self.buffer.nbytes > self._max_bytes
+                or self.files.claim is not None or self._needs_roll
+                or self.files.offset + self.buffer.nbytes > self.files.max_bytes
                 or self._fsync_recent_s > SYNC_HERE_MAX_S):
             return False
         if self.synced_seq < seq and self._trigger(time.monotonic())[0] is None:
@@ -692,8 +482,8 @@ class Journal:
                     done.append((self._async.popleft()[1], None))
                 # not while a leader writes: its roll may be changing the file under us
                 if not self.config.journal_sync_data and not self._syncing and \
-                        time.monotonic() - last_interval_sync >= interval_s and self._fd >= 0:
-                    fileio.sync(self._fd, self._path, self._offset)
+                        time.monotonic() - last_interval_sync >= interval_s and self.files.fd >= 0:
+                    self.files.sync()
                     self.stats["interval"] += 1
                     last_interval_sync = time.monotonic()
             for cb, failed in done:
@@ -704,39 +494,25 @@ class Journal:
 
     def _prealloc_loop(self) -> None:
         """Keep zeros written ahead of the tail so the common fdatasync only flushes data,
-        while groups are small (_zeros_wanted); large ones extend the file."""
-        chunk = self._prealloc
+        while the file policy wants them (JournalFiles.zeros_wanted)."""
+        files = self.files
         while True:
             with self.cv:
-                while not self._closed and (self._rolling or self._zero_end - self._offset >= chunk
-                                            or not self._zeros_wanted()):
+                while not self._closed and (self._rolling or not files.zeros_due()):
                     self._prealloc_cv.wait(0.5)
                 if self._closed:
                     return
-                fd, file_id = (self._dfd if self._dfd >= 0 else self._fd), self._file_id
-                path = self._path
-                # contiguous with the zeros already written, but never under the write in
-                # progress (reserved_end) nor right at the head where the next group lands;
-                # whole blocks, as O_DIRECT needs
-                head = max(self._offset, self._reserved_end) + self.buffer.nbytes + (1 << 20)
-                start = -(-max(self._zero_end, head) // ALIGN) * ALIGN
-                if start + chunk > self._max_bytes + chunk:
+                # never under the write in progress (reserved_end) nor right at the head
+                # where the next group lands
+                head = max(files.offset, self._reserved_end) + self.buffer.nbytes + (1 << 20)
+                claim = files.claim_zeros(head)
+                if claim is None:
                     self._prealloc_cv.wait(0.5)
                     continue
-                self._claim = (file_id, start)
             failpoints.hit("journal.prealloc_before_zero")
-            try:
-                jbuffer.write_zeros(fd, start, chunk)
-                fileio.sync(fd, path, None, size=start + chunk)
-                wrote = True
-            except OSError:
-                wrote = False             # closed under us by a roll, or no room: retry later
+            wrote = files.write_zeros(claim)   # fails if closed under us by a roll, or no room
             with self.cv:
-                self._claim = None
-                if wrote:
-                    self.stats["zeros_written"] += chunk
-                if wrote and self._file_id == file_id:
-                    self._zero_end = start + chunk
+                files.end_claim(claim, wrote)
                 self.cv.notify_all()
                 if not wrote and not self._closed:
                     self._prealloc_cv.wait(0.5)
@@ -752,85 +528,16 @@ class Journal:
             self._prealloc_cv.notify_all()
         for t in self._threads:
             t.join(timeout=5)
-        for fd in (self._fd, self._dfd):
-            if fd >= 0:
-                os.close(fd)
-        self._fd = self._dfd = -1
+        self.files.close()
 
     # -- retention ---------------------------------------------------------------------
 
     def trim(self, mark_file_id: int) -> list[int]:
-        """Delete journals older than the mark, keeping journal_max_backups of them; with
-        journal_reuse_files, whole ones (of journal_max_size_mb) are kept for reuse instead:
-        at most MAX_FREE, or as many as this trim frees up to MAX_FREE_BURST (the journal held
-        those files already; the next stretch between checkpoints may need them again)."""
-        with self._spares_lock:
-            return self._trim(mark_file_id)
-
-    def _trim(self, mark_file_id: int) -> list[int]:
-        old = [i for i in journal_ids(self.directory) if i < mark_file_id]
-        keep = self.config.journal_max_backups
-        victims = old[:-keep] if keep else old
-        kept = journal_ids(self.directory, FREE)
-        reuse = self.config.journal_reuse_files and self._room_for_spares()
-        free = len(kept) if reuse else 0
-        most = max(MAX_FREE, min(len(victims), MAX_FREE_BURST)) if reuse else 0
-        if not self.config.journal_reuse_files:
-            for i in kept:                  # kept while reuse was on: nothing reads them now
-                os.unlink(os.path.join(self.directory, "%x%s" % (i, FREE)))
-        for i in victims:
-            path = os.path.join(self.directory, "%x.txn" % i)
-            try:
-                if free < most and self._filled(os.path.getsize(path)):
-                    fileio.reuse(path, os.path.join(self.directory, "%x%s" % (i, FREE)))
-                    free += 1
-                else:
-                    os.unlink(path)
-            except FileNotFoundError:
-                pass                # already trimmed: deleting is idempotent
-        if victims or (kept and not self.config.journal_reuse_files):
-            fsync_dir(self.directory)
-        return victims
-
-    def _filled(self, size: int) -> bool:
-        """Whether a journal of ``size`` bytes was rolled because it was full (worth keeping
-        for reuse), not cut short by a restart: a preallocated file reaches
-        journal_max_size_mb, one that large groups extended stops short of it by less than
-        the group that did not fit, taken here as an eighth of it."""
-        return size >= self._max_bytes - self._max_bytes // 8
-
-    def _room_for_spares(self) -> bool:
-        """Whether trimmed journals may be kept for reuse: they only spare the zeros of a
-        new file, so they never take what the journal needs. Its file system must stay
-        below disk_usage_warn_threshold with room for a whole journal and its zeros
-        besides; a small journal file system filled by eight kept files stayed read-only."""
-        try:
-            st = os.statvfs(self.directory)
-        except OSError:
-            return False
-        total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
-        return (total > 0 and 1.0 - usable / total < self.config.disk_usage_warn_threshold
-                and usable >= self._max_bytes + self._prealloc)
+        """Delete (or keep for reuse) the journals older than the mark: JournalFiles.trim."""
+        return self.files.trim(mark_file_id)
 
     def give_back_spares(self) -> int:
-        """Delete the journal files kept for reuse: the first thing given back when the
-        journal's file system runs short of room (the disk monitor calls this). Returns the
-        bytes freed."""
-        freed = n = 0
-        with self._spares_lock:
-            for i in journal_ids(self.directory, FREE):
-                path = os.path.join(self.directory, "%x%s" % (i, FREE))
-                try:
-                    size = os.stat(path).st_blocks * 512
-                    os.unlink(path)
-                except FileNotFoundError:
-                    continue
-                freed += size
-                n += 1
-            if n:
-                fsync_dir(self.directory)
-        if n:
-            self.stats["spares_given_back"] = self.stats.get("spares_given_back", 0) + n
-            log.warning("journal %s: short of room, %d journal files kept for reuse deleted "
-                        "(%.1f MiB given back)", self.directory, n, freed / (1 << 20))
-        return freed
+        """Delete the journal files kept for reuse (the disk monitor, short of room);
+        returns the bytes freed."""
+        return self.files.give_back_spares()
+

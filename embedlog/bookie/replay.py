@@ -20,7 +20,7 @@ from embedlog._native import (journal_format as jformat, journal_scan as jscan,
                               journal_kernels as jkernels)
 from embedlog._native.format import MAX_ENTRY_ID, LedgerId
 from embedlog import fileio
-from embedlog.bookie.journal import journal_ids
+from embedlog.bookie.journal_files import journal_ids
 from embedlog.errors import EmbedlogError, JournalCorruptedError
 from embedlog.fileio import atomic_write, private_dir
 

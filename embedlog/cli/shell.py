@@ -26,7 +26,7 @@ from embedlog._native import journal_format as jformat, journal_scan as jscan
 from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, parse_entry_header
 from embedlog.bookie.cookies import read_dir_cookie
 from embedlog.bookie.files import list_files
-from embedlog.bookie.journal import journal_ids
+from embedlog.bookie.journal_files import journal_ids
 from embedlog.bookie.scrub import damaged_records, unindexed_entries
 from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,

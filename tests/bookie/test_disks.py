@@ -625,7 +625,7 @@ def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_f
     has room besides them, and given back first when it runs short: a restart on a file
     system something else filled meanwhile is writable at once."""
     from cliutil import wait_until
-    from embedlog.bookie.journal import FREE
+    from embedlog.bookie.journal_files import FREE
     journal = small_fs / "journal"
     # 1 MiB journals: the restart's own trim frees one (at most 2 MiB with its zeros), not
     # the 5% of the file system that would make it writable without the spares

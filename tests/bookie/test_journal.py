@@ -181,7 +181,7 @@ def test_power_loss_drops_unsynced_data(tmp_path):
     acked = [os.urandom(80) for _ in range(20)]
     for p in acked:
         w.append(p)
-    synced_size = log.bookie.journal._offset
+    synced_size = log.bookie.journal.files.offset
     reached, release = threading.Event(), threading.Event()
 
     def hold():

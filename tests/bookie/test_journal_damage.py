@@ -5,7 +5,7 @@ import os
 import pytest
 
 import embedlog
-from embedlog.bookie.journal import journal_ids
+from embedlog.bookie.journal_files import journal_ids
 from embedlog.errors import JournalCorruptedError
 from crashutil import abandon, journal_records, newest_journal
 

@@ -9,7 +9,7 @@ import pytest
 
 import embedlog
 from embedlog import fileio
-from embedlog.bookie.journal import PREALLOC_GROUP_BYTES_MAX
+from embedlog.bookie.journal_files import PREALLOC_GROUP_BYTES_MAX
 from crash_child import payload
 from crashutil import abandon
 from cliutil import wait_until
@@ -53,7 +53,7 @@ def test_small_groups_keep_zeros_ahead(tmp_path):
             w.append(b"%04d" % i + bytes(4000))     # one lone group each
         wait_until(lambda: _stats(log)["zeros_written"] > floor, timeout_s=30,
                    what="zeros ahead of small groups")
-        assert (log.bookie.journal._group_bytes_mean or 0) < PREALLOC_GROUP_BYTES_MAX
+        assert (log.bookie.journal.files.group_bytes_mean or 0) < PREALLOC_GROUP_BYTES_MAX
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -11,7 +11,8 @@ import embedlog
 from embedlog import fileio
 from embedlog._native import journal_buffer as jbuffer, journal_format as jformat
 from embedlog._native import journal_scan as jscan
-from embedlog.bookie.journal import FREE, MAX_FREE, MAX_FREE_BURST, Journal, journal_ids
+from embedlog.bookie.journal import Journal
+from embedlog.bookie.journal_files import FREE, MAX_FREE, MAX_FREE_BURST, journal_ids
 from embedlog.config import BookieConfig
 from embedlog.errors import EmbedlogError
 from cliutil import wait_until
