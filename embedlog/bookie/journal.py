@@ -540,4 +540,3 @@ class Journal:
         """Delete the journal files kept for reuse (the disk monitor, short of room);
         returns the bytes freed."""
         return self.files.give_back_spares()
-
