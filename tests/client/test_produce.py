@@ -106,13 +106,20 @@ def test_a_bookie_killed_mid_produce_loses_no_acknowledged_message(cluster):
         t.join(180)
         assert not t.is_alive()
         try:
+            # what was sent before the kill may all be acknowledged by the other two
+            # (Qa = 2) before the client hears the victim is gone: adds after it must go to
+            # a replacement
+            for i in range(6000, 7000):
+                w.produce(b"v%d" % i, on_delivery=on_delivery)
+            assert w.flush(120) == 0
             assert errors == []
-            assert delivered == list(range(6000))
+            assert delivered == list(range(7000))
             w.close()
             assert len(w.metadata.fragments) >= 2                 # the ensemble changed
+            assert victim not in w.metadata.fragments[-1][1]
             r = c.open_ledger(w.ledger_id)
-            assert r.last_add_confirmed == 5999
-            assert r.read_batch(0, 5999) == [b"v%d" % i for i in range(6000)]
+            assert r.last_add_confirmed == 6999
+            assert r.read_batch(0, 6999) == [b"v%d" % i for i in range(7000)]
         finally:
             cluster.restart_bookie(_index_of(cluster, victim))
 
