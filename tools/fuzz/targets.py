@@ -20,7 +20,7 @@ import struct
 import tempfile
 import time
 
-from embedlog.errors import EmbedlogError
+from embedlog.errors import STATUSES, EmbedlogError
 
 # file-based parsers get their input through a file; /dev/shm keeps the writes in memory
 _SHM = "/dev/shm"
@@ -1122,7 +1122,7 @@ def fuzz_bookie_add(data: bytes) -> None:
     _canary(but, stream)
 
 
-V3_STATUSES = {0, 402, 403, 404, 501, 502, 503, 504, 505, 506, 507}    # BookKeeper's StatusCode
+V3_STATUSES = {s.v3 for s in STATUSES}          # BookKeeper's StatusCode (errors.STATUSES)
 
 
 def _v3_connection(r: Reader) -> tuple:
