@@ -135,7 +135,11 @@ class LocalCluster:
 
     def _start_metadata(self) -> str:
         if "://" in self.metadata_kind:
-            # a store someone else runs (a BookKeeper cluster's root): the bookies join it
+            # a store someone else runs (a BookKeeper cluster's root): the bookies join it,
+            # and bookies never make one, so a new root is formatted here first (in the
+            # format the URI asks for; a root that exists is left as it is)
+            open_metadata_store(self.metadata_kind, **(
+                {"timeout_s": 30} if self.metadata_kind.startswith("zk") else {})).close()
             return self.metadata_kind
         if self.metadata_kind == "sqlite":
             uri = "sqlite://" + os.path.join(self.base_dir, "meta.db")
