@@ -362,6 +362,10 @@ class WriteHandle:
         self._broken: BaseException | None = None   # an add failed: nothing more is acked
         self._prod: Producer | None = None     # produce()'s queue and flusher, made on first use
         self._producer_options = producer_limits()
+        # produced messages framed per journal add: an eighth of the journal's memory bound,
+        # so produce() is pushed back by it as one-at-a-time adds were (8 MiB at the default)
+        self._take_bytes = max(64 << 10, min(_CHUNK_BYTES,
+                                             log.bookie.config.journal_max_memory_size_mb << 17))
         self._flusher: threading.Thread | None = None
         self._wake = threading.Lock()          # released by the queue's kick: the flusher looks
         self._stopping = False
@@ -579,13 +583,13 @@ class WriteHandle:
 
     def _flush_loop(self, p: Producer) -> None:
         """The flusher: wakes at a kick and frames everything staged, a batch per journal
-        add of at most _CHUNK_BYTES, until nothing is; then sleeps until the next kick."""
+        add of at most _take_bytes, until nothing is; then sleeps until the next kick."""
         wake = self._wake
         while True:
             wake.acquire()
             while True:
                 with self._lock:
-                    got = p.queue.take(_CHUNK_BYTES, True)
+                    got = p.queue.take(self._take_bytes, True)
                     if got is None:
                         break
                     self._frame_batch(p, got)
@@ -611,7 +615,7 @@ class WriteHandle:
 
     def _reserve_locked(self, p: Producer, total: int) -> None:
         while (first := p.queue.reserve(total)) < 0:
-            self._frame_batch(p, p.queue.take(_CHUNK_BYTES))
+            self._frame_batch(p, p.queue.take(self._take_bytes))
         p.skip(first, first + total - 1)
         if self._broken is not None:
             self._check_producing()
@@ -636,7 +640,7 @@ class WriteHandle:
                 return
             p = self._prod
             while p is not None and p.queue.staged:     # produced before the close: covered
-                self._frame_batch(p, p.queue.take(_CHUNK_BYTES))
+                self._frame_batch(p, p.queue.take(self._take_bytes))
             self._closed = True
             framed = self._next_entry_id - 1
             try:

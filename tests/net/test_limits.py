@@ -277,8 +277,9 @@ def test_journal_queue_pushes_back_on_a_writer_faster_than_the_disk(tmp_path):
         finally:
             failpoints.disarm()
         assert journal.stats["memory_throttled"] > 0
-        # what waits for a group never grew far past the limit (one add may cross it)
-        assert peak[0] < 1 * MiB + 8192
+        # what waits for a group never grew far past the limit: one add may cross it, and
+        # append_async's adds are framed a batch per journal add, an eighth of the limit
+        assert peak[0] < 1 * MiB + MiB // 8 + 8192
         w.close()
     finally:
         log.close()
