@@ -35,6 +35,19 @@ def pytest_sessionstart(session):
 
 
 @pytest.fixture
+def own_zookeeper():
+    """A ZooKeeper server of the test's own, stopped after it (a test that restores it from
+    a backup, or whose root must start empty). Missing ZooKeeper fails under CI=true."""
+    from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
+    try:
+        server = ZooKeeperServer()
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def any_disk_is_quick(monkeypatch):
     """Journal.sync_if_idle syncs on its caller's thread only while fdatasync took under
     SYNC_HERE_MAX_S lately; a loaded machine's can take longer. For tests of that path."""

@@ -16,20 +16,14 @@ import pytest
 from cliutil import admin_auth, cli, cli_json, http, http_json, wait_until
 from embedlog import Client
 from embedlog.harness.cluster import LocalCluster
-from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
 
 CONFIG = {"gc_wait_time_ms": 0, "http_server_enabled": True, "http_server_port": 0}
 
 
 @pytest.fixture
-def zk():
-    """A ZooKeeper of the test's own: each test restores it from a backup."""
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    server.stop()
+def zk(own_zookeeper):
+    """Each test restores its ZooKeeper from a backup."""
+    return own_zookeeper
 
 
 def _admin(client, lc, i: int = 0) -> str:

@@ -16,7 +16,6 @@ from kazoo.client import KazooClient
 import embedlog
 from embedlog.harness import LocalCluster
 from cliutil import ROOT, cli, cli_env, start, wait_until
-from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
 
 
 def no_traceback(r) -> None:
@@ -44,37 +43,31 @@ def test_bookie_serve_impossible_dir_is_a_start_error(tmp_path):
     no_traceback(r)
 
 
-def test_bookie_serve_joins_a_zookeeper_cluster_and_never_makes_one(tmp_path):
+def test_bookie_serve_joins_a_zookeeper_cluster_and_never_makes_one(tmp_path, own_zookeeper):
     """A mistyped root (`/ledger` for `/ledgers`) made a new embedlog cluster of one bookie in
     the operator's ZooKeeper and printed "listening"; BookKeeper's bookie exits on it. Now
     the bookie exits 5 naming the root and how a cluster is made, and writes nothing; on the
     right root it serves."""
+    zk = own_zookeeper
+    r = cli("metadata", "format", "--metadata", f"zk+hierarchical://{zk.hosts}/ledgers")
+    assert r.returncode == 0, r.stderr
+    r = cli("bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0",
+            "--metadata", f"zk+hierarchical://{zk.hosts}/ledger")
+    assert r.returncode == 5 and "/ledger/INSTANCEID does not exist" in r.stderr, r.stderr
+    assert "embedlog metadata format" in r.stderr and "listening" not in r.stdout
+    no_traceback(r)
+    raw = KazooClient(zk.hosts)
+    raw.start(timeout=10)
     try:
-        zk = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    try:
-        r = cli("metadata", "format", "--metadata", f"zk+hierarchical://{zk.hosts}/ledgers")
-        assert r.returncode == 0, r.stderr
-        r = cli("bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0",
-                "--metadata", f"zk+hierarchical://{zk.hosts}/ledger")
-        assert r.returncode == 5 and "/ledger/INSTANCEID does not exist" in r.stderr, r.stderr
-        assert "embedlog metadata format" in r.stderr and "listening" not in r.stdout
-        no_traceback(r)
-        raw = KazooClient(zk.hosts)
-        raw.start(timeout=10)
-        try:
-            assert raw.exists("/ledger") is None
-        finally:
-            raw.stop()
-            raw.close()
-        proc = start("bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0",
-                     "--metadata", f"zk+hierarchical://{zk.hosts}/ledgers")
-        proc.expect(lambda line: " listening on " in line, 60)
-        proc.send_signal(signal.SIGTERM)
-        proc.finish(60)
+        assert raw.exists("/ledger") is None
     finally:
-        zk.stop()
+        raw.stop()
+        raw.close()
+    proc = start("bookie", "serve", "--dir", tmp_path / "b", "--listen", "127.0.0.1:0",
+                 "--metadata", f"zk+hierarchical://{zk.hosts}/ledgers")
+    proc.expect(lambda line: " listening on " in line, 60)
+    proc.send_signal(signal.SIGTERM)
+    proc.finish(60)
 
 
 def test_directories_below_a_file_are_start_errors_naming_the_file(tmp_path):

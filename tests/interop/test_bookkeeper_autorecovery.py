@@ -9,26 +9,15 @@ ZooKeeper, BookKeeper 4.17.2's AutoRecoveryMain and shell, three embedlog bookie
 CI=true a missing java, jar or ZooKeeper fails."""
 from __future__ import annotations
 
-import pytest
-
 from cliutil import cli_json, http, http_json, wait_until
 from embedlog import Client
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from servers import require_peer
 
 VERSION = "4.17.2"
 
 
-@pytest.fixture
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    server.stop()
-
-
-def test_bookkeepers_auditor_and_its_marks_show_in_embedlogs_views(tmp_path, zk):
+def test_bookkeepers_auditor_and_its_marks_show_in_embedlogs_views(tmp_path, own_zookeeper):
+    zk = own_zookeeper
     from embedlog.harness.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     require_peer(f"bookkeeper-{VERSION}")
