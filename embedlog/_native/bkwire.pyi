@@ -1,6 +1,7 @@
 # Type stubs of the Cython module embedlog._native.bkwire (pyx/embedlog/_native/bkwire.pyx):
 # Apache BookKeeper's v3 wire protocol, protobuf messages in length-prefixed frames.
-from embedlog.errors import (CorruptedDataError as CorruptedDataError,
+from embedlog.errors import (STATUS as STATUS, STATUSES as STATUSES,
+                             CorruptedDataError as CorruptedDataError,
                              EntryTooLargeError as EntryTooLargeError,
                              IllegalOpError as IllegalOpError)
 
