@@ -55,6 +55,17 @@ JVM_OPTS = ["-Djava.net.preferIPv4Stack=true", "-Dio.netty.tryReflectionSetAcces
             "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
+# log4j2 properties for a peer's JVM: warnings and errors on its console (the process log)
+LOG4J2_WARN = """status = error
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+"""
+
+
 def cache_dir() -> str:
     return os.environ.get("EMBEDLOG_PEERS_DIR") or os.path.expanduser("~/.cache/embedlog/peers")
 

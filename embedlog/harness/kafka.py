@@ -51,14 +51,6 @@ START_TIMEOUT_S = 90.0          # three JVMs on two loaded cores
 STOP_TIMEOUT_S = 10.0
 PORT_ATTEMPTS = 4
 
-LOG4J2 = """status = error
-rootLogger.level = warn
-rootLogger.appenderRef.out.ref = out
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-"""
 
 # Kafka's own start script on Java 17 (kafka-run-class.sh), for benchmarks
 G1_OPTS = ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
@@ -153,7 +145,7 @@ class KafkaCluster:
                           for role in ("broker", "format")}
         self._log4j = os.path.join(self.base_dir, "log4j2.properties")
         with open(self._log4j, "w") as f:
-            f.write(LOG4J2)
+            f.write(jars.LOG4J2_WARN)
         self._closed = False
         atexit.register(self._close_at_exit)
         forking.track(self)

@@ -38,14 +38,6 @@ CLUSTER = "embedlog"
 START_TIMEOUT_S = 120.0         # a broker's JVM on two loaded cores
 STOP_TIMEOUT_S = 15.0
 HEAP = ["-Xms128m", "-Xmx768m", "-XX:MaxDirectMemorySize=512m"]
-LOG4J2 = """status = error
-rootLogger.level = warn
-rootLogger.appenderRef.out.ref = out
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-"""
 
 
 class PulsarCluster:
@@ -59,7 +51,7 @@ class PulsarCluster:
         self.classpath = jars.classpath(PULSAR_PEER)
         self._log4j = os.path.join(self.dir, "log4j2.properties")
         with open(self._log4j, "w") as f:
-            f.write(LOG4J2)
+            f.write(jars.LOG4J2_WARN)
         self.zk: ZooKeeperServer | None = None
         self.bookies: LocalCluster | None = None
         self._broker: subprocess.Popen | None = None
