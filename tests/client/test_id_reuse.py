@@ -23,7 +23,6 @@ import pytest
 from cliutil import wait_until
 from embedlog import Client
 from embedlog.harness.cluster import LocalCluster
-from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
 
 # a writer in a process of its own: creates the ledger (with an explicit id, or the
 # generator's), waits for a line, appends COUNT entries printing each acknowledged id,
@@ -69,13 +68,8 @@ def _writer(uri: str, lid, count: int, before_adds=None) -> tuple[int, list[int]
 
 
 @pytest.fixture
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    server.stop()
+def zk(own_zookeeper):
+    return own_zookeeper
 
 
 def _writable(client) -> set:
