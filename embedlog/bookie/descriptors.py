@@ -26,8 +26,10 @@ connection takes the watches (the facts stay, unwatched), and so does a lost ses
 (``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), a fence or a read
 trusts facts at most ``FACTS_RECHECK_S`` old, and a writer's add of an entry id the bookie
 already holds or to a fenced ledger (rare for a ledger's own writer; what a new ledger's
-writer does first) reads them again. After a watch dropped them, the next request of any
-kind for a held ledger reads the metadata again first.
+writer does first) reads them again. A request of any kind for a held ledger whose facts
+are missing (none read since start, or dropped by a watch) reads the metadata first: a
+restarted bookie must not serve an earlier incarnation's entries to a reader of the new
+ledger (their digests check: same id, and CRC digests take no password).
 
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
@@ -99,7 +101,6 @@ class LedgerDescriptors:
         self._lost_adds: dict = {}                   # key -> lowest entry a failed group took back
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
         self._facts_lock = threading.Lock()
-        self._suspect: set = set()                   # keys whose facts a watch dropped
         self._absent: dict = {}                      # deleted key -> when its metadata was gone
         self._foreign: dict = {}                     # key -> (held incarnation, listed one)
         lm = getattr(metadata, "ledger_manager", None)
@@ -338,7 +339,6 @@ class LedgerDescriptors:
         self._lacs.pop(key, None)
         self._lost_adds.pop(key, None)
         self._foreign.pop(key, None)
-        self._suspect.discard(key)
         self._facts.pop(key, None)
         if self._keep_files:
             self.storage.forget_ledger(key)
@@ -396,8 +396,8 @@ class LedgerDescriptors:
         server runs it off its event loop). ``kind``: CREATE (an add, WRITE_LAC, a trim:
         anything that may create the ledger here), FENCE (a fencing or term-carrying read)
         or READ. The facts are read again when missing or untrustworthy: never looked up
-        since start (CREATE and FENCE), dropped by a watch or their session gone (any kind,
-        for a ledger held here), older than FACTS_RECHECK_S and unwatched (FENCE and READ,
+        since start or dropped by a watch (CREATE and FENCE; READ for a ledger held here),
+        their session gone (any kind, for a ledger held here), older than FACTS_RECHECK_S and unwatched (FENCE and READ,
         for a ledger held here: one metadata read a second at most, per ledger read)."""
         if self.metadata is None:
             return False
@@ -406,7 +406,7 @@ class LedgerDescriptors:
         if facts is None:
             if kind != READ and self._absent_known(key):
                 return False                 # deleted here, and its metadata still gone
-            return kind != READ or (held and key in self._suspect)
+            return kind != READ or held      # held data, of an incarnation not yet checked
         if facts.watched and facts.epoch != self._epoch():
             return kind != READ or held      # the session, and its watches, are gone
         return (kind != CREATE and held and not facts.watched
@@ -440,7 +440,6 @@ class LedgerDescriptors:
         with self._facts_lock:            # not the bookie's lock: callers may hold that one
             self._facts[key] = facts
             self._facts.move_to_end(key)
-            self._suspect.discard(key)
             self._absent.pop(key, None)
             while len(self._facts) > FACTS_MAX:
                 self._facts.popitem(last=False)
@@ -457,8 +456,6 @@ class LedgerDescriptors:
                     facts.watched = False
                 return
             self._facts.pop(key, None)
-            if key in self.ledgers:
-                self._suspect.add(key)
 
     def facts(self, key) -> LedgerFacts | None:
         """The cached facts of a ledger (fetched now if missing); None without a store."""

@@ -72,3 +72,32 @@ def test_a_held_ledger_of_another_incarnation_is_answered_as_absent(setup):
     assert ask(P.read_request(9, 0, lid.ledger_id, 0, 3)).status == P.EOK
     r = client.open_ledger(lid)
     assert r.read_batch(0, 2) == [b"old-0", b"old-1", b"old-2"]
+
+
+def test_a_restarted_bookie_checks_a_held_ledger_before_its_first_plain_read(setup):
+    """Restarted, a bookie has read no ledger's metadata: the first plain READ of a held
+    ledger reads it, so the old incarnation's entries (whose digests would check: same id,
+    and a CRC digest takes no password) never reach a reader of the new ledger."""
+    cluster, client = setup
+    w = client.create_ledger(1, 1, 1)
+    w.append_many([b"old-0", b"old-1"])
+    w.close()
+    lid = w.ledger_id
+    cluster.stop_bookie(0)
+    lm = client.metadata.ledger_manager
+    orig = lm.read_ledger_metadata(lid).value
+    relist(lm, orig.with_(ctime_ms=orig.ctime_ms + 1, state=orig.state.OPEN,
+                             last_entry_id=-1, length=0))
+    cluster.restart_bookie(0)
+    conn = RawConnection(client._ctx.address_of(cluster.bookie_id(0)))
+    try:
+        conn.send(P.read_request(1, 0, lid.ledger_id, 0, 2))
+        assert conn.recv_response().status == P.ENOLEDGER
+        relist(lm, orig)                 # listed again: the kept entries are served
+
+        def status():
+            conn.send(P.read_request(2, 0, lid.ledger_id, 0, 2))
+            return conn.recv_response().status
+        wait_until(lambda: status() == P.EOK, 30, "the old ledger served again")
+    finally:
+        conn.close()
