@@ -55,9 +55,9 @@ servers:
 	    maven; fi
 
 # the Java peers' jars (BookKeeper, Kafka, Spark's Kafka connector) from Maven Central into
-# ~/.cache/embedlog/peers (embedlog/harness/jars.py); tests and benchmarks run them as children
+# ~/.cache/embedlog/peers (embedlog/harness/peers/jars.py); tests and benchmarks run them as children
 peers: servers venv build-ext
-	$(BIN)/python -m embedlog.harness.jars
+	$(BIN)/python -m embedlog.harness.peers.jars
 
 # the suite and, beside it, the tests that touch native code again under ASan + UBSan
 # (tools/sanitize.py builds an instrumented copy in build/asan and runs it there, with a base

@@ -7,12 +7,13 @@ by embedlog's Python client and by BookKeeper's own client.
                                        [--outstanding 1000] [--clients java,embedlog]
                                        [--version 4.17.2] [--ledger-storage sorted] [--out FILE]
 
-Three Java bookies of one BookKeeper version (embedlog.harness.bookkeeper.BookKeeperCluster:
+Three Java bookies of one BookKeeper version (embedlog.harness.peers.bookkeeper.BookKeeperCluster:
 the published jars, a root BookieShell formatted, journalSyncData on: every add is fsynced
 by its bookies before they answer) and two writers, one at a time:
 
-- ``java``: BookKeeper's client in its own JVM (tools/peers/BkDriver.java ``bench``; the
-  bookkeeper-benchmark jar with BenchThroughputLatency is not published on Maven Central):
+- ``java``: BookKeeper's client in its own JVM (embedlog/harness/peers/java/BkDriver.java
+  ``bench``; the bookkeeper-benchmark jar with BenchThroughputLatency is not published on
+  Maven Central):
   ``appendAsync`` under a Semaphore of ``--outstanding`` permits, v3 protocol;
 - ``embedlog``: embedlog's Python client in this process (its v3 codec,
   embedlog/net/bookkeeper.py, picked because the bookies' registrations say protocol
@@ -253,7 +254,7 @@ def bookie_cell(root, pids, kind: str, n: int, quorum: tuple, size: int, adds: i
                 warmup: int, outstanding: int) -> Row:
     """BkDriver bench on ``root`` (a BookKeeperCluster whose root holds only ``kind``
     bookies, their processes ``pids``); the bookies' CPU between its clock lines."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     e, qw, qa = quorum
     proc = root.java_client_popen("bench", ensemble=e, write_quorum=qw, ack_quorum=qa,
                                   digest=DIGEST, size=size, count=adds, warmup=warmup,
@@ -309,7 +310,7 @@ class BookieSetups:
 
     def __init__(self, version: str, n: int, zk_hosts: str, *, ledger_storage: str = "sorted",
                  flush_when_queue_empty: bool = False, tag: str = ""):
-        from embedlog.harness.bookkeeper import BookKeeperCluster
+        from embedlog.harness.peers.bookkeeper import BookKeeperCluster
         from embedlog.harness.cluster import LocalCluster
         java_conf, emb_conf = journal_settings(flush_when_queue_empty)
         self.n = n
@@ -578,7 +579,7 @@ def main(argv=None) -> int:
         return main_bookies(args, sizes, quorums, argv)
 
     from embedlog import Client
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
 
     load0 = os.getloadavg()
     t_start = time.monotonic()

@@ -5,7 +5,7 @@
                                   [--nodes 1,3] [--tail-rate 1000] [--tail-seconds 5]
                                   [--spark-rows 200000] [--no-spark] [--out FILE]
 
-Real Apache Kafka 4.4 brokers (KRaft, embedlog.harness.kafka.KafkaCluster: Kafka's G1
+Real Apache Kafka 4.4 brokers (KRaft, embedlog.harness.peers.kafka.KafkaCluster: Kafka's G1
 settings, 1 GiB heap) against embedlog bookie processes (LocalCluster, no fault proxies),
 on one node (Kafka RF 1; E=Qw=Qa=1) and on three (RF 3, min.insync.replicas 2, acks=all;
 E=Qw=3, Qa=2), every cell at a durability stated in its row:
@@ -140,13 +140,13 @@ def _stream(setup: Setup, durability: str, client=None):
 
 def _producer(bootstrap: str, **extra):
     from confluent_kafka import Producer
-    from embedlog.harness.kafka import _rdkafka_quiet
+    from embedlog.harness.peers.kafka import _rdkafka_quiet
     return Producer({"bootstrap.servers": bootstrap, "acks": "all", **_rdkafka_quiet(), **extra})
 
 
 def _consumer(bootstrap: str, topic: str):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-    from embedlog.harness.kafka import _rdkafka_quiet
+    from embedlog.harness.peers.kafka import _rdkafka_quiet
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": _name("g"),
                   "enable.auto.commit": False, **_rdkafka_quiet()})
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -387,7 +387,7 @@ def tail_producer(system: str, target: str, name: str, rate: float, count: int, 
 
 def spark_session():
     import embedlog.spark
-    from embedlog.harness.kafka import spark_jars
+    from embedlog.harness.peers.kafka import spark_jars
     return embedlog.spark.local_session("local[2]", "vs-kafka", **{
         "spark.jars": spark_jars(), "spark.driver.memory": "3g"})
 
@@ -897,7 +897,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="", help="also write the tables to this file")
     args = ap.parse_args(argv)
     from embedlog.harness import LocalCluster
-    from embedlog.harness.kafka import KafkaCluster
+    from embedlog.harness.peers.kafka import KafkaCluster
     sizes = [int(s) for s in args.sizes.split(",")]
     only = set(filter(None, args.only.split(",")))
     want = lambda cell: not only or cell in only      # noqa: E731

@@ -12,8 +12,8 @@ def skip_unless_ci(reason: str) -> None:
 
 
 def require_peer(name: str) -> None:
-    """A Java peer's jars (embedlog/harness/jars.py) must be in the cache: skip without them
+    """A Java peer's jars (embedlog/harness/peers/jars.py) must be in the cache: skip without them
     here, fail under CI (make peers fetches them before the suite)."""
-    from embedlog.harness import jars
+    from embedlog.harness.peers import jars
     if not jars.is_fetched(name):
         skip_unless_ci(f"{name}'s jars are not in {jars.cache_dir()} (make peers)")

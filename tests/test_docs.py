@@ -40,7 +40,7 @@ def test_block_runs_as_written(code, tmp_path):
         if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
             skip_unless_ci("this block needs PySpark and Java (the spark extra, `make test`)")
     if "BookKeeperCluster" in code or "PulsarCluster" in code:
-        from embedlog.harness import jars
+        from embedlog.harness.peers import jars
         peer = "pulsar-broker-4.0.0" if "PulsarCluster" in code else "bookkeeper-4.17.2"
         if shutil.which("java") is None or not jars.is_fetched(peer):
             skip_unless_ci(f"this block needs Java and {peer}'s jars (`make peers`)")

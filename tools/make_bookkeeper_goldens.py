@@ -1,8 +1,8 @@
 """Make the golden BookKeeper ledger metadata blobs under tests/fixtures/bookkeeper/<version>/.
 
 For each served BookKeeper version: three Java bookies on a fresh root, then BookKeeper's
-own client (tools/peers/BkMeta.java ``goldens``) makes one ledger of each kind (open with
-custom metadata, closed with entries, each digest, an id past 2^31, several segments,
+own client (embedlog/harness/peers/java/BkMeta.java ``goldens``) makes one ledger of each
+kind (open with custom metadata, closed with entries, each digest, an id past 2^31, several segments,
 IN_RECOVERY, a stored ctime, a version-2 text record); each is dumped with BookieShell
 ``ledgermetadata -l ID -dumptofile`` into ``<name>.bin``, which must equal the znode's bytes.
 ``manifest.json`` holds what BookKeeper's getters say of each, and its znode path.
@@ -23,8 +23,8 @@ import tempfile
 
 from kazoo.client import KazooClient
 
-from embedlog.harness import bkmeta, jars
-from embedlog.harness.bookkeeper import BookKeeperCluster
+from embedlog.harness.peers import bkmeta, jars
+from embedlog.harness.peers.bookkeeper import BookKeeperCluster
 from embedlog.meta.bookkeeper.layout import ledger_levels
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

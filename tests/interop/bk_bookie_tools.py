@@ -10,10 +10,9 @@ import socket
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 
 PASSWORD = "bookie-pw"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parallel(*calls):
@@ -41,8 +40,8 @@ def finish(proc, result) -> int:
 
 
 def java_read_many(bk, lids) -> dict:
-    """tools/peers/BkLedgers.java read: per ledger (lac, [(eid, payload)]) or its error."""
-    source = os.path.join(ROOT, "tools", "peers", "BkLedgers.java")
+    """embedlog/harness/peers/java/BkLedgers.java read: per ledger (lac, [(eid, payload)]) or its error."""
+    source = jars.java_source("BkLedgers.java")
     out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp",
                           jars.classpath(f"bookkeeper-{bk.version}"), source, "read",
                           bk.metadata_uri, PASSWORD, *map(str, lids)],
@@ -68,9 +67,9 @@ def entries(n: int, tag: str = "entry") -> list[bytes]:
 
 
 def java_cookies(bk, ids) -> dict:
-    """tools/peers/BkCookie.java: per bookie id, the cookie BookKeeper's Cookie class read
+    """embedlog/harness/peers/java/BkCookie.java: per bookie id, the cookie BookKeeper's Cookie class read
     (its toString) or the error."""
-    source = os.path.join(ROOT, "tools", "peers", "BkCookie.java")
+    source = jars.java_source("BkCookie.java")
     out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx128m", "-cp",
                           jars.classpath(f"bookkeeper-{bk.version}"), source,
                           bk.metadata_uri, *ids], capture_output=True, text=True, timeout=120)

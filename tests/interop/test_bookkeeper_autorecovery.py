@@ -18,7 +18,7 @@ VERSION = "4.17.2"
 
 def test_bookkeepers_auditor_and_its_marks_show_in_embedlogs_views(tmp_path, own_zookeeper):
     zk = own_zookeeper
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     require_peer(f"bookkeeper-{VERSION}")
     with BookKeeperCluster(VERSION, bookies=0, zk_hosts=zk.hosts, root="/ar",

@@ -25,7 +25,7 @@ from embedlog._native import bkwire as W
 from embedlog._native import bkencode as E
 from embedlog._native import format as F
 from embedlog.errors import EmbedlogError, LedgerFencedError
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 from prestart import Prestart
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 from bk_bookie_tools import (PASSWORD, closed_by_peer, driver_lines, entries, finish,
@@ -66,7 +66,7 @@ class Setup:
 
 
 def make_setup(version: str, zk_hosts: str) -> Setup:
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     try:
         bk = BookKeeperCluster(version, bookies=0, zk_hosts=zk_hosts,
@@ -155,7 +155,7 @@ def test_java_client_v3_and_v2_every_digest(setup):
 def test_java_long_poll_tail_over_v3_of_a_v2_writer(setup):
     """A v2 writer (Pulsar's) writes while a v3 reader long-poll tails: the reader sees every
     entry as the writer's LAC passes it (long polls answered with the entry piggybacked)."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk = setup.bk
     writer = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
                                   digest="CRC32C", password=PASSWORD, stdin=True, v2=True)
@@ -203,7 +203,7 @@ def test_bookieshell_reads_an_embedlog_bookies_copy(setup):
 def test_embedlog_recovery_fences_a_java_writer_on_embedlog_bookies(setup):
     """A Java writer (v2) on embedlog bookies; embedlog's recovery closes the ledger at its
     last acknowledged entry; the writer's next add fails LedgerFenced (-101)."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     proc = setup.bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
                                       digest="CRC32C", password=PASSWORD, stdin=True,
                                       no_close=True, v2=True)
@@ -303,7 +303,7 @@ def test_idle_java_connections_are_kept_past_the_idle_timeout(setup):
     """The bookies close idle embedlog connections after 1 s (GOAWAY); a BookKeeper client's
     connection is never closed for idleness (BookKeeper's bookie closes none): a writer idle
     for three idle timeouts writes on without an ensemble change."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     proc = setup.bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
                                       password=PASSWORD, stdin=True, v2=True)
     result = DriverResult()
@@ -334,7 +334,7 @@ def test_idle_v3_connections_give_their_slots_to_a_new_java_client(setup):
     client; the least recently used idle connection gives its slot. A Java writer that wrote
     before the flood and stayed idle through it goes on without an ensemble change (if its
     idle connection gave way, its next add opened a new one)."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     from embedlog.harness.hostile import idle_connections
     proc = setup.bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
                                       password=PASSWORD, stdin=True)
@@ -385,7 +385,7 @@ def test_pulsar_settings_then_the_explicit_lac_survives_sigkill(setup):
     restarted: readExplicitLastConfirmed still gets 29 (one past what the last entry
     carries) because the bookies keep the WRITE_LAC body (index header, synced before the
     answer), as BookKeeper keeps it (journalled); with it the reader reads entry 29."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, lc, client = setup.bk, setup.lc, setup.client
     batch = tuple(map(int, bk.version.split("."))) >= (4, 17)
     meta = ",".join(f"{k}={v.decode()}" for k, v in PULSAR_METADATA.items())
@@ -456,7 +456,7 @@ def test_message_faults_on_java_connections_lose_nothing(setup):
     both reads back through BookKeeper's reader, whose first three reads on X meet an EIO,
     a lost answer and a late one; X goes on serving: BookieShell reads its copy of B,
     the add whose answer was lost included."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, lc = setup.bk, setup.lc
     procs = [bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=3,
                                   digest="CRC32C", password=PASSWORD, stdin=True,
@@ -510,7 +510,7 @@ def test_embedlog_bookie_read_only_mid_write_java_changes_ensemble(setup):
     and its adds are answered EREADONLY, as BookKeeper's WriteEntryProcessor answers them):
     the writer replaces it with the spare and loses nothing; every entry reads back over v3
     and through embedlog's client (entries 0..9 partly from the read-only bookie)."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, lc = setup.bk, setup.lc
     proc = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
                                 digest="CRC32C", password=PASSWORD, stdin=True, v2=True,
@@ -549,7 +549,7 @@ def test_java_recovery_writes_back_to_a_read_only_embedlog_bookie(setup):
     bookie of its ensemble turned read-only, BookKeeper's recovery (v2 on 4.16, v3 on 4.17)
     writes entry 19 (past the LAC 18 it carries) back to all three and closes with the
     ensemble unchanged: refused, the read-only bookie would have been replaced."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, lc = setup.bk, setup.lc
     proc = bk.java_client_popen("create", ensemble=3, write_quorum=3, ack_quorum=2,
                                 digest="CRC32C", password=PASSWORD, stdin=True, no_close=True)
@@ -585,7 +585,7 @@ def test_java_recovery_races_embedlog_recovery_on_embedlog_bookies(setup):
     in recovery). One closed metadata: both clients that finish report its last entry and
     length, no acknowledged entry is lost, BookieShell's metadata says the same."""
     from embedlog.meta.api import LedgerState
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, client = setup.bk, setup.client
     payloads = entries(60, "race")
     proc = bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
@@ -647,7 +647,7 @@ def test_embedlog_bookie_killed_mid_write_java_changes_ensemble(setup):
     """A Java writer (v3) on 3 of the 4 embedlog bookies; one of its ensemble is SIGKILLed
     after 10 acknowledged entries; the writer replaces it with the spare and every entry
     reads back (over v2)."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, lc = setup.bk, setup.lc
     proc = bk.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
                                 digest="CRC32", password=PASSWORD, stdin=True)

@@ -19,7 +19,7 @@ import pytest
 
 from cliutil import admin_auth, http, http_json, wait_until
 from embedlog import Client
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 VERSION = max(jars.BOOKKEEPER_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
@@ -72,7 +72,7 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup():
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     require_peer(f"bookkeeper-{VERSION}")
     try:

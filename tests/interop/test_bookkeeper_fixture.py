@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from embedlog.harness import jars
-from embedlog.harness.bookkeeper import BookKeeperCluster, DriverResult
+from embedlog.harness.peers import jars
+from embedlog.harness.peers.bookkeeper import BookKeeperCluster, DriverResult
 from prestart import Prestart
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 

@@ -29,7 +29,7 @@ import pytest
 
 from cliutil import wait_until
 from embedlog import Client
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 VERSION = max(jars.BOOKKEEPER_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
@@ -81,7 +81,7 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup():
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     require_peer(f"bookkeeper-{VERSION}")
     try:
@@ -224,7 +224,7 @@ def test_a_zookeeper_restored_from_an_older_backup_hands_out_a_held_id_again(tmp
     was created hands X out again (BookKeeper's id generator went back with it). The
     bookies holding the old X restart on the restored store; the new X, written, its writer
     killed and recovered by Java, holds only its own entries; the old X's data stays."""
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     require_peer(f"bookkeeper-{VERSION}")
     try:

@@ -30,7 +30,7 @@ from kazoo.client import KazooClient
 
 from embedlog._native.format import LedgerId
 from embedlog.errors import LedgerExistsError, MetadataError
-from embedlog.harness import bkmeta, jars
+from embedlog.harness.peers import bkmeta, jars
 from embedlog.meta import open_metadata_store
 from embedlog.meta.api import DigestType, LedgerMetadata, LedgerState
 from embedlog.meta.bookkeeper import ledger_metadata as bkmd
@@ -183,7 +183,7 @@ def bk(request, zk):
     """Per version: /emb formatted by embedlog in BookKeeper's format with one Java bookie
     on it, and /long formatted by embedlog as BookKeeper's long-hierarchical layout
     (/java, formatted by BookieShell initnewcluster, comes with the ``shell`` fixture)."""
-    from embedlog.harness.bookkeeper import BookKeeperCluster   # after the jar check below
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster   # after the jar check below
     version = request.param
     require_peer(f"bookkeeper-{version}")
     tag = version.replace(".", "")

@@ -21,7 +21,7 @@ PW = PASSWORD.encode()
 
 @pytest.fixture(scope="module")
 def mixed():
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     from embedlog.harness.cluster import LocalCluster
     require_peer(f"bookkeeper-{VERSION}")
     try:
@@ -45,7 +45,7 @@ def payloads(tag: str, first: int, count: int) -> list[bytes]:
 
 
 def test_mixed_ensembles_written_by_both_clients_survive_one_bookie_of_each_kind(mixed):
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     bk, lc = mixed
     java_ids = set(bk.bookie_ids)
     client = Client(bk.metadata_uri, add_timeout_s=30, read_timeout_s=30)

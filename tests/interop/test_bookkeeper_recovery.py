@@ -35,8 +35,8 @@ import pytest
 
 from embedlog import Client
 from embedlog.errors import EmbedlogError, LedgerClosedError, LedgerFencedError
-from embedlog.harness import jars
-from embedlog.harness.bookkeeper import DriverResult
+from embedlog.harness.peers import jars
+from embedlog.harness.peers.bookkeeper import DriverResult
 from embedlog.harness.faults import Faults
 from embedlog.harness.proxy import FaultProxy
 from embedlog._native.format import LedgerId
@@ -74,7 +74,7 @@ def zk():
 
 def make_cluster(version: str, zk_hosts: str):
     """3 Java bookies on a root of their own, a raw ZooKeeper client and embedlog's."""
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     try:
         cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk_hosts,
                                     root=f"/recovery{version.replace('.', '')}")

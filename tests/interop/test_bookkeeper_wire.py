@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import threading
 import time
@@ -25,7 +24,7 @@ from embedlog import Client
 from embedlog._native import format as F
 from embedlog.errors import (IllegalOpError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
                              UnauthorizedAccessError)
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import BookKeeperConnection, WriteLac
 from prestart import Prestart
@@ -35,7 +34,6 @@ PASSWORD = "wire-pw"
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
 DIGESTS = {"crc32": "CRC32", "crc32c": "CRC32C", "mac": "MAC", "dummy": "DUMMY"}
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +53,7 @@ CLUSTERS = [(jars.BOOKKEEPER_VERSIONS[0], "sorted"), (jars.BOOKKEEPER_VERSIONS[1
 
 
 def make_cluster(param, zk_hosts: str):
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     version, storage = param
     try:
         cluster = BookKeeperCluster(version, bookies=3, zk_hosts=zk_hosts, ledger_storage=storage,
@@ -119,9 +117,9 @@ def driver_lines(proc, result, until, what: str) -> None:
 
 
 def java_ledgers(cluster, mode: str, lids) -> dict:
-    """tools/peers/BkLedgers.java MODE over ``lids`` in one JVM: per ledger, what BookKeeper's
+    """embedlog/harness/peers/java/BkLedgers.java MODE over ``lids`` in one JVM: per ledger, what BookKeeper's
     client read (``read``: (lac, [(eid, payload)]); ``explicit-lac``: the LAC), or its error."""
-    source = os.path.join(ROOT, "tools", "peers", "BkLedgers.java")
+    source = jars.java_source("BkLedgers.java")
     out = subprocess.run([jars.java(), *jars.JVM_OPTS, "-Xmx192m", "-cp",
                           jars.classpath(f"bookkeeper-{cluster.version}"), source, mode,
                           cluster.metadata_uri, PASSWORD, *map(str, lids)],
@@ -196,7 +194,7 @@ def test_embedlog_reads_and_long_poll_tails_what_java_writes(cluster):
                                      digest="CRC32C", password=PASSWORD, stdin=True)
     watchdog = threading.Timer(90, proc.kill)
     watchdog.start()
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     result, seen, failure = DriverResult(), [], []
     try:
         driver_lines(proc, result, lambda r: r.ledger_id is not None, "its ledger id")
@@ -235,7 +233,7 @@ def test_embedlog_recovery_fences_a_live_java_writer(cluster):
     """The Java writer has 10 acknowledged entries and is still writing; embedlog's recovery
     fences and closes the ledger at entry 9; the writer's next add fails fenced and a Java
     reader agrees on the last entry."""
-    from embedlog.harness.bookkeeper import DriverResult
+    from embedlog.harness.peers.bookkeeper import DriverResult
     proc = cluster.java_client_popen("create", ensemble=3, write_quorum=2, ack_quorum=2,
                                      digest="CRC32C", password=PASSWORD, stdin=True, no_close=True)
     watchdog = threading.Timer(90, proc.kill)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from embedlog.harness.kafka import KAFKA_PEER, KafkaCluster
+from embedlog.harness.peers.kafka import KAFKA_PEER, KafkaCluster
 from servers import ServerMissing, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Apache Pulsar's broker on embedlog bookies, set up as an operator does it
-(embedlog/harness/pulsar.py): Pulsar's `initialize-cluster-metadata`, embedlog bookies
+(embedlog/harness/peers/pulsar.py): Pulsar's `initialize-cluster-metadata`, embedlog bookies
 started with `embedlog bookie serve` on the root it made, then the broker. Before, the first
 bookie took that root (an INSTANCEID, no LAYOUT) for an empty one and formatted it in
 embedlog's format, and the broker never came up. Real processes: ZooKeeper, Pulsar 4.0.0's
@@ -17,7 +17,7 @@ from servers import ServerMissing, require_peer, skip_unless_ci
 
 @pytest.fixture(scope="module")
 def pc(tmp_path_factory):
-    from embedlog.harness.pulsar import PULSAR_PEER, PulsarCluster
+    from embedlog.harness.peers.pulsar import PULSAR_PEER, PulsarCluster
     require_peer(PULSAR_PEER)
     try:
         cluster = PulsarCluster(bookies=3, base_dir=str(tmp_path_factory.mktemp("pulsar")))

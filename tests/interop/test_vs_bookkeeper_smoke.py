@@ -23,7 +23,7 @@ VERSION = "4.17.2"          # the benchmark's default peer
 
 @pytest.fixture(scope="module")
 def bk():
-    from embedlog.harness.bookkeeper import BookKeeperCluster
+    from embedlog.harness.peers.bookkeeper import BookKeeperCluster
     name = f"bookkeeper-{VERSION}"
     require_peer(name)
     try:

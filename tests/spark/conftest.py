@@ -36,8 +36,8 @@ def pytest_report_header(config):
 
 def _kafka_connector() -> str | None:
     """Spark's Kafka connector jars (the spark-sql-kafka peer, fetched by make peers), if here."""
-    from embedlog.harness import jars
-    from embedlog.harness.kafka import SPARK_KAFKA_PEER, spark_jars
+    from embedlog.harness.peers import jars
+    from embedlog.harness.peers.kafka import SPARK_KAFKA_PEER, spark_jars
     return spark_jars() if jars.is_fetched(SPARK_KAFKA_PEER) else None
 
 

@@ -2,11 +2,11 @@
 
 ``BookKeeperCluster`` runs N Java bookies (``org.apache.bookkeeper.server.Main``) as child
 processes on a ZooKeeper root that BookieShell formatted, and offers BookieShell as an
-oracle (metadata, entries, bookies, ledgers) plus ``tools/peers/BkDriver.java``, our own
-driver of BookKeeper's Java client, for what the shell cannot do (create with a chosen
+oracle (metadata, entries, bookies, ledgers) plus ``java/BkDriver.java`` (package data), our
+own driver of BookKeeper's Java client, for what the shell cannot do (create with a chosen
 quorum and digest, write while a test kills things, recovery opens, long-poll tails,
-benchmarks; the jar, its arguments and its output are harness/bkdriver.py's, the shell's
-output parsers harness/shell_output.py's)::
+benchmarks; the jar, its arguments and its output are bkdriver.py's, the shell's output
+parsers shell_output.py's)::
 
     with BookKeeperCluster("4.17.2", bookies=3) as bk:
         made = bk.java_client("create", ensemble=3, write_quorum=2, ack_quorum=2, count=100)
@@ -20,7 +20,7 @@ incarnation's session (a SIGKILLed bookie's znode lives until its session expire
 
 Start-up is most of what a test pays, so: bookies start in parallel; every JVM maps a
 class-data-sharing archive (jvmcds.py) made by its first run (``python -m
-embedlog.harness.bookkeeper warm`` makes them all ahead); BkDriver is compiled once into a
+embedlog.harness.peers.bookkeeper warm`` makes them all ahead); BkDriver is compiled once into a
 jar. Measured here (2 cores, Java 17; interleaved rounds while other test runs loaded the
 machine to 17-21): 3 bookies ready in 3.1 s (4.16.6) / 4.6 s (4.17.2) with archives, 7.3 /
 8.0 s without (medians of 3); initnewcluster 0.9-1.5 s; a BookieShell or BkDriver run
@@ -76,10 +76,10 @@ import time
 from typing import Callable
 
 from embedlog.errors import IllegalOpError
-from embedlog.harness import jars, jvmcds
-from embedlog.harness.bkdriver import (DRIVER_SOURCE, BookKeeperToolError, DriverResult,
+from embedlog.harness.peers import jars, jvmcds
+from embedlog.harness.peers.bkdriver import (DRIVER_SOURCE, BookKeeperToolError, DriverResult,
                                        driver_args, driver_classpath)
-from embedlog.harness.shell_output import field, parse_boxed_entries, parse_hexdump_entries
+from embedlog.harness.peers.shell_output import field, parse_boxed_entries, parse_hexdump_entries
 from embedlog.harness.servers import (PORT_ATTEMPTS, ServerMissing, ZooKeeperServer,
                                       die_with_parent, free_port, free_ports, port_taken)
 

@@ -6,7 +6,7 @@
         kc.kill(2)                                 # SIGKILL one broker; restart(2) brings it back
 
 Each broker is one JVM running ``kafka.Kafka`` from the pinned jars of
-embedlog.harness.jars (``kafka-4.4.0``, fetched into the peers cache), in combined mode
+embedlog.harness.peers.jars (``kafka-4.4.0``, fetched into the peers cache), in combined mode
 (``process.roles=broker,controller``, every broker a voter of the KRaft quorum), on free
 loopback ports, with its storage formatted first by Kafka's own storage tool
 (``kafka.tools.StorageTool format`` with a cluster id made here). A broker is ready when
@@ -41,7 +41,7 @@ import uuid
 
 from embedlog import forking
 from embedlog.errors import IllegalOpError
-from embedlog.harness import jars, jvmcds
+from embedlog.harness.peers import jars, jvmcds
 from embedlog.harness.servers import (PortTaken, ServerMissing, die_with_parent, free_ports,
                                       port_taken)
 
@@ -61,7 +61,7 @@ FAST_OPTS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
 
 def _rdkafka_quiet() -> dict:
     """librdkafka settings that keep a probing client off stderr."""
-    log = logging.getLogger("embedlog.harness.kafka.rdkafka")
+    log = logging.getLogger("embedlog.harness.peers.kafka.rdkafka")
     log.propagate = False
     log.addHandler(logging.NullHandler())
     return {"log_level": 0, "logger": log, "log.connection.close": False}

@@ -1,6 +1,6 @@
-"""BkDriver (tools/peers/BkDriver.java), our driver of BookKeeper's Java client: built once
-per version and source into a jar, its arguments from Python names, its output parsed.
-BookKeeperCluster (harness/bookkeeper.py) runs it; the grammar of what it prints is at the
+"""BkDriver (java/BkDriver.java, package data), our driver of BookKeeper's Java client: built
+once per version and source into a jar, its arguments from Python names, its output parsed.
+BookKeeperCluster (bookkeeper.py) runs it; the grammar of what it prints is at the
 top of BkDriver.java."""
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ import subprocess
 import tempfile
 import time
 
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 
 OLD_BUILD_S = 86400.0           # a build of another BkDriver.java is removed at this age
-DRIVER_SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "tools", "peers", "BkDriver.java")
+DRIVER_SOURCE = os.path.join(jars.JAVA_DIR, "BkDriver.java")
 
 
 class BookKeeperToolError(RuntimeError):

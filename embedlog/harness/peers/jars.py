@@ -25,15 +25,15 @@ from embedlog.harness.servers import ServerMissing
 PEERS: dict[str, list[tuple[str, str, str]]] = {
     "bookkeeper-4.17.2": [("org.apache.bookkeeper", "bookkeeper-server", "4.17.2")],
     "bookkeeper-4.16.6": [("org.apache.bookkeeper", "bookkeeper-server", "4.16.6")],
-    # Kafka's broker (KRaft) for the side-by-side of issue 30 (embedlog/harness/kafka.py)
+    # Kafka's broker (KRaft) for the side-by-side of issue 30 (embedlog/harness/peers/kafka.py)
     # (log4j-slf4j-impl: Kafka logs through SLF4J 1.7, and its runtime dependencies bind none)
     "kafka-4.4.0": [("org.apache.kafka", "kafka_2.13", "4.4.0"),
                     ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")],
     # Spark's Kafka source and sink. PySpark runs 4.3.0, whose connector is not served;
     # 4.2.0 is the newest that is. Only the jars Spark does not ship go on spark.jars
-    # (embedlog.harness.kafka.spark_jars).
+    # (embedlog.harness.peers.kafka.spark_jars).
     "spark-sql-kafka-4.2.0": [("org.apache.spark", "spark-sql-kafka-0-10_2.13", "4.2.0")],
-    # Pulsar's broker (embedlog/harness/pulsar.py): 4.0.0, the 4.0 LTS release that resolves
+    # Pulsar's broker (embedlog/harness/peers/pulsar.py): 4.0.0, the 4.0 LTS release that resolves
     # whole here (4.0.8 lacks pulsar-opentelemetry on this registry). jetcd-core-shaded is
     # only for etcd metadata, and is not served
     "pulsar-broker-4.0.0": [("org.apache.pulsar", "pulsar-broker", "4.0.0")],
@@ -64,6 +64,19 @@ appender.out.name = out
 appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
 """
+
+
+# Our Java programs (BkDriver, BkMeta, BkLedgers, BkCookie): package data next to this module,
+# so an installed embedlog compiles them as a checkout does.
+JAVA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java")
+
+
+def java_source(name: str) -> str:
+    """The path of one of our Java programs (``"BkDriver"`` or ``"BkDriver.java"``)."""
+    path = os.path.join(JAVA_DIR, name if name.endswith(".java") else name + ".java")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: embedlog's package data is missing this Java source")
+    return path
 
 
 def cache_dir() -> str:

@@ -1,11 +1,11 @@
-"""BookieShell's output parsed (BookKeeperCluster's oracles, harness/bookkeeper.py):
+"""BookieShell's output parsed (BookKeeperCluster's oracles, bookkeeper.py):
 ``ledgermetadata``'s LedgerMetadata{...} fields and ``readledger -m``'s two hex dumps."""
 
 from __future__ import annotations
 
 import re
 
-from embedlog.harness.bkdriver import BookKeeperToolError
+from embedlog.harness.peers.bkdriver import BookKeeperToolError
 
 
 def field(meta: str, name: str) -> str:

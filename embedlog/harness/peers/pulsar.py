@@ -12,7 +12,7 @@ LAYOUT; embedlog bookies started with ``embedlog bookie serve --metadata
 zk+hierarchical://ZK/ledgers`` (a LocalCluster, which opens that root first: a root Pulsar
 initialised is BookKeeper's); then one broker (``PulsarBrokerStarter``, functions worker
 off, a small heap), ready when its admin API lists the cluster. The jars are the
-``pulsar-broker-4.0.0`` peer of embedlog.harness.jars. ``close()`` stops the broker, the
+``pulsar-broker-4.0.0`` peer of embedlog.harness.peers.jars. ``close()`` stops the broker, the
 bookies and ZooKeeper and removes the directory; the broker also dies with the process
 that started it (PR_SET_PDEATHSIG).
 """
@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 from embedlog.harness.cluster import LocalCluster
 from embedlog.harness.servers import ZooKeeperServer, die_with_parent, free_ports
 

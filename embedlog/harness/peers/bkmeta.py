@@ -1,6 +1,6 @@
 """BookKeeper's own Java code as the oracle of embedlog's BookKeeper metadata formats.
 
-Runs ``tools/peers/BkMeta.java`` (ours) against the jars of one BookKeeper version:
+Runs ``java/BkMeta.java`` (ours, package data) against the jars of one BookKeeper version:
 
 - ``shell_batch``: many BookieShell commands in one JVM (a JVM start costs ~1-2 s; a
   command in a warm one ~0.1 s), each command's output and return code apart;
@@ -23,10 +23,9 @@ import shutil
 import subprocess
 import tempfile
 
-from embedlog.harness import jars
+from embedlog.harness.peers import jars
 
-SOURCE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "tools", "peers", "BkMeta.java")
+SOURCE = os.path.join(jars.JAVA_DIR, "BkMeta.java")
 HEAP = ["-Xmx192m", "-XX:MaxDirectMemorySize=128m"]
 TIMEOUT_S = 120.0
 _BEGIN = re.compile(r"^### begin (\d+)$")
