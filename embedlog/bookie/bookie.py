@@ -522,10 +522,11 @@ class Bookie:
             return self.journal.appended_seq
 
     def explicit_lac_body(self, ledger_id) -> bytes | None:
-        """The last WRITE_LAC body kept for the ledger (kept across restarts), or None."""
+        """The WRITE_LAC body for a BookKeeper reader's READ_LAC (LedgerDescriptors.lac_body):
+        the last one kept (across restarts too), or one made for a higher explicit LAC."""
         key = self._key(ledger_id)
         with self.cv:
-            return self.descriptors.index(key).lac_body
+            return self.descriptors.lac_body(key)
 
     def sync_ledger_header(self, ledger_id) -> None:
         """Write and sync the ledger's index header now (blocking: off the event loop). The

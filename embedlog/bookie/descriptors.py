@@ -44,8 +44,8 @@ import struct
 import threading
 import time
 
-from embedlog._native import journal_format as jformat, journal_kernels as jkernels
-from embedlog._native.format import LedgerId, master_key as derive_key
+from embedlog._native import bkencode, journal_format as jformat, journal_kernels as jkernels
+from embedlog._native.format import DIGEST_CODES, LedgerId, mac_key as derive_mac, master_key as derive_key
 from embedlog._native.index import MAX_LAC_BODY
 from embedlog.errors import (CorruptedDataError, IllegalOpError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
@@ -58,6 +58,7 @@ _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
 FACTS_RECHECK_S = 1.0        # a fence or a read trusts unwatched facts at most this old
+_MAC = DIGEST_CODES["mac"]
 CREATE, FENCE, READ = "create", "fence", "read"    # what a request does, for needs_facts
 
 
@@ -72,12 +73,15 @@ class LedgerFacts:
     ``ctime_ms`` tells one incarnation of a ledger id from another. ``fetched_s`` (monotonic)
     and ``watched`` (a store watch drops these facts when the metadata changes, ``epoch``
     the store session it lives in) say how far they may be trusted."""
-    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms", "fetched_s", "watched", "epoch")
+    __slots__ = ("master_key", "digest", "unbounded", "ctime_ms", "fetched_s", "watched", "epoch",
+                 "mac_key")
 
     def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1,
-                 fetched_s: float = 0.0, watched: bool = False, epoch=None):
+                 fetched_s: float = 0.0, watched: bool = False, epoch=None,
+                 mac_key: bytes | None = None):
         self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
         self.ctime_ms, self.fetched_s, self.watched, self.epoch = ctime_ms, fetched_s, watched, epoch
+        self.mac_key = mac_key          # a MAC ledger's digest key (for WRITE_LAC bodies)
 
 
 class LedgerDescriptors:
@@ -314,6 +318,20 @@ class LedgerDescriptors:
         idx.header_dirty = True
         return True
 
+    def lac_body(self, key) -> bytes | None:
+        """The body READ_LAC answers a BookKeeper reader with: the last WRITE_LAC body kept,
+        or, when a writer on embedlog's protocol (whose WRITE_LAC carries no body) raised the
+        explicit LAC past it, one made here in the ledger's digest type, as a BookKeeper
+        writer would have sent it. None without either (or before the facts are read)."""
+        idx = self.index(key)
+        body, lac = idx.lac_body, idx.explicit_lac
+        if lac < 0 or key[0] != 0 or (body is not None and _LAC_HEAD.unpack_from(body)[1] >= lac):
+            return body
+        facts = self._facts.get(key)
+        if facts is None or (facts.digest == _MAC and facts.mac_key is None):
+            return body
+        return bkencode.lac_body(key[1], lac, facts.digest, facts.mac_key)
+
     def raise_term(self, key, term: int) -> bool:
         """Adopt ``term``; False if the ledger's was not lower."""
         idx = self.known(key)
@@ -435,8 +453,10 @@ class LedgerDescriptors:
                 with self._facts_lock:
                     self._absent[key] = fetched
             raise
-        facts = LedgerFacts(derive_key(md.password), int(md.digest_type), md.unbounded,
-                            int(md.ctime_ms), fetched, self._watches, epoch)
+        digest = int(md.digest_type)
+        facts = LedgerFacts(derive_key(md.password), digest, md.unbounded,
+                            int(md.ctime_ms), fetched, self._watches, epoch,
+                            derive_mac(md.password) if digest == _MAC else None)
         with self._facts_lock:            # not the bookie's lock: callers may hold that one
             self._facts[key] = facts
             self._facts.move_to_end(key)
