@@ -3,7 +3,7 @@
 
     python benchmarks/lone_add_floor.py [--rounds 3] [--seconds 2] [--size 1024]
 
-Issue 32 asks a lone served add (one durable append at a time, 1/1/1, loopback) to wait at
+The target: a lone served add (one durable append at a time, 1/1/1, loopback) to wait at
 most 2.5x the in-process add at p50. Each round measures, one after the other, p50 in µs:
 - in-process: the embedded log's lone add (journal write + fdatasync, no socket);
 - served: the same add through one bookie process (LocalCluster, the client as users run it);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Journal preallocation A/B in one process (issue 47): zeros always ahead of the tail (the
+"""Journal preallocation A/B in one process: zeros always ahead of the tail (the
 policy before 645576b) against zeros only ahead of small groups (large O_DIRECT groups extend
 the file), on two fresh logs, in alternating 0.4 s segments so that a shared machine's noise
 hits both alike.

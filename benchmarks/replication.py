@@ -9,7 +9,7 @@ no fault proxies), with 100 B and 1 KiB entries:
 - throughput: append_async with a window of outstanding adds (BookKeeper's benchmark
   keeps a throttle of outstanding adds the same way), and beside it (rows ", produce")
   one produce() per message into a queue of --produce-window messages, waiting at the bound,
-  flush() at the end (a Kafka producer's loop; issue 48);
+  flush() at the end (a Kafka producer's loop);
 - latency: p50/p95/p99 of single durable appends issued one after another, on the fresh
   ledger before the throughput run (a lone add on a quiet bookie), and p50 again right after
   it, while the bookies still flush what the window wrote (lone adds were measured only
@@ -21,7 +21,7 @@ lone add's floor: the in-process add plus a bare loopback round trip of the same
 through the same threads and asyncio, with no journal and no protocol (round_trip_floor).
 Then striped ensembles (E > Qw: each bookie gets every E-th run of ids, with gaps), 3/2/2
 on three bookies and 5/3/2 on five, 1 KiB entries: throughput over --striped-entries adds
-(1,000,000 by default: a ledger longer than any one memtable, issue 25) rather than over
+(1,000,000 by default: a ledger longer than any one memtable) rather than over
 --seconds, and every bookie process must still be running after it. Then the
 time to recover (fence, read forward, close) a ledger of --recovery-entries entries
 whose writer was abandoned. Last, for each ensemble size, the disk's floor (disk_floor.py,

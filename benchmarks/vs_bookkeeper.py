@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Side by side with BookKeeper's Java client (issue 28 item 5): the same Java bookies written
+"""Side by side with BookKeeper's Java client: the same Java bookies written
 by embedlog's Python client and by BookKeeper's own client.
 
     python benchmarks/vs_bookkeeper.py [--rounds 3] [--adds 50000] [--warmup 10000]
@@ -37,7 +37,7 @@ other, which one goes first alternating by round) so a neighbour's load hits bot
 the table shows the median over rounds and the ratio embedlog / java of the medians (above
 1.0: embedlog adds faster; for latency java's / embedlog's, above 1.0: embedlog's is lower).
 
-``--compare bookies`` (issue 29 item 5) turns it around: the SAME writer, BookKeeper's Java
+``--compare bookies`` turns it around: the SAME writer, BookKeeper's Java
 client (BkDriver bench, v3), against Java bookies and against embedlog bookies::
 
     python benchmarks/vs_bookkeeper.py --compare bookies [--bookie-counts 1,3] ...
@@ -214,7 +214,7 @@ def run(bk, client, *, rounds: int, adds: int, warmup: int, sizes, quorums, outs
     return rows
 
 
-# -- --compare bookies: one Java client, Java bookies vs embedlog bookies (issue 29) --------
+# -- --compare bookies: one Java client, Java bookies vs embedlog bookies --------
 
 BOOKIE_KINDS = ("java", "embedlog")      # which bookies; the writer is BookKeeper's client
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -320,10 +320,10 @@ class BookieSetups:
             jbk = BookKeeperCluster(version, bookies=n, zk_hosts=zk_hosts,
                                     root=f"/vsjava{tag}{n}", ledger_storage=ledger_storage,
                                     bookie_config=java_conf)
-            self._closers.append(jbk.stop)
+            self._closers.append(jbk.close)
             ebk = BookKeeperCluster(version, bookies=0, zk_hosts=zk_hosts,
                                     root=f"/vsembedlog{tag}{n}")
-            self._closers.append(ebk.stop)
+            self._closers.append(ebk.close)
             ebk.driver_command()[1]()        # the driver's jar, before any clock
             lc = LocalCluster(bookies=n, metadata=ebk.metadata_uri, proxies=False,
                               autorecovery=False, bookie_config=emb_conf)
@@ -563,8 +563,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ledger-storage", default="sorted", help="sorted, db or interleaved")
     ap.add_argument("--out", default="", help="also write the report to this file")
     ap.add_argument("--compare", default="clients", choices=("clients", "bookies"),
-                    help="clients: embedlog's vs Java's client on Java bookies (issue 28); "
-                         "bookies: Java's client on Java vs embedlog bookies (issue 29)")
+                    help="clients: embedlog's vs Java's client on Java bookies; "
+                         "bookies: Java's client on Java vs embedlog bookies")
     ap.add_argument("--bookie-counts", default="1,3", help="--compare bookies: bookies a side")
     ap.add_argument("--flush-when-queue-empty", action="store_true",
                     help="--compare bookies: both kinds flush their journal when no add waits")

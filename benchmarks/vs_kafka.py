@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Side by side with Kafka (issue 30): the pipeline a Kafka user would build, on this machine.
+"""Side by side with Kafka: the pipeline a Kafka user would build, on this machine.
 
     python benchmarks/vs_kafka.py [--rounds 3] [--messages 200000] [--sizes 100,1024]
                                   [--nodes 1,3] [--tail-rate 1000] [--tail-seconds 5]
@@ -24,7 +24,7 @@ unit of order of each):
   them, until every one is acknowledged. Kafka: confluent-kafka's Producer, acks=all,
   librdkafka's defaults otherwise (linger.ms 5, batches up to 1 MB). embedlog: a stream's
   ``produce`` (the same loop as Kafka's: a delivery callback per message, poll(0) every 100,
-  poll(0.001) on BufferError, flush at the end; issue 48), ``append_async`` (at most
+  poll(0.001) on BufferError, flush at the end), ``append_async`` (at most
   max_pending_adds=20,000 outstanding) and ``append_many`` (one blocking call per 1,000
   messages). msgs/s, and p50/p99 of each message's acknowledgement
   latency (send to delivery callback, ack callback, or return of its append_many call);

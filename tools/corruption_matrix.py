@@ -1,4 +1,4 @@
-"""The corruption matrix (issue 26): damage each kind of file of an embedded log and reopen.
+"""The corruption matrix: damage each kind of file of an embedded log and reopen.
 
 For a clean base (closed cleanly) and a crashed one (a writer killed by SIGKILL after a
 checkpoint), each file kind -- entry logs (the first, sealed, and the last), index files,

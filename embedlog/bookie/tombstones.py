@@ -1,7 +1,7 @@
 """Ledgers this bookie deleted, remembered so that they are never created again by an add.
 
-BookKeeper's bookies keep a set of recently fenced-and-deleted ledgers (apache/bookkeeper
-#4462): a writer that has not yet learnt that its ledger was recovered and deleted would
+BookKeeper's bookies keep a set of recently fenced-and-deleted ledgers: a
+writer that has not yet learnt that its ledger was recovered and deleted would
 otherwise re-create the ledger on its next add, get an acknowledgement, and lose the entry
 to the next garbage collection. embedlog remembers every ledger it deletes (by the API, by
 garbage collection, by replay of a journalled delete) for ``deleted_ledger_retention_ms``

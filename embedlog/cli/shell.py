@@ -426,7 +426,7 @@ def readledger(directory, ledger_dirs, journal_dir, metadata_uri, as_json, ledge
     out = {**_name(key), "path": idx.path, "fenced": bool(idx.fenced), "term": idx.term,
            "explicit_lac": idx.explicit_lac,
            # the key is what the wire needs to write, and a weak password is found from it
-           # by trying a dictionary: whether there is one, never its bytes (issue 52)
+           # by trying a dictionary: whether there is one, never its bytes
            "has_master_key": idx.master_key is not None,
            "last_entry_id": idx.last_entry_id(), "entries": entries}
 

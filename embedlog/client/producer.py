@@ -1,4 +1,4 @@
-"""The producer of one writer: produce() / poll() / flush() in confluent-kafka's shape (issue 48).
+"""The producer of one writer: produce() / poll() / flush() in confluent-kafka's shape.
 
 ``produce(value, on_delivery)`` copies the value into the writer's native ProduceQueue and
 returns its entry id at once; the writer's drainer (the embedded handle's flusher thread, the

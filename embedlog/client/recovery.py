@@ -5,9 +5,9 @@ docs/PROTOCOL.md, "Recovery"):
 
 - the metadata goes to IN_RECOVERY first, then the last fragment's bookies are fenced;
   fencing is done, and recovery goes on, as soon as (Qw - Qa) + 1 bookies of every write
-  quorum have answered (a hung bookie does not hold it up: #1067/#1077);
-- recovery reads fence too (#2614), and the read forward starts no lower than the last
-  fragment's first entry - 1 (#2615), on the ensembles committed before recovery began;
+  quorum have answered (a hung bookie does not hold it up, as in BookKeeper);
+- recovery reads fence too, and the read forward starts no lower than the last
+  fragment's first entry - 1, on the ensembles committed before recovery began;
 - an entry is absent once (Qw - Qa) + 1 bookies of its write set say so; a read that
   can neither find nor rule out an entry (timeouts) aborts recovery instead of closing;
 - the read forward starts at the highest LAC the fencing answers give whose entry recovery

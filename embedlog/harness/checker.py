@@ -9,7 +9,7 @@ prints the schedule of any seed that breaks an invariant; ``--seed N`` replays i
 
 Every LONG_EVERY-th seed is a long one: its ledgers are striped (E > Qw, so each bookie
 gets entry ids with gaps) and some of its appends are bulk ones of thousands of entries
-(issue 25: a 3/2/2 ledger of 100,000 entries once crashed every bookie). The other seeds'
+(a 3/2/2 ledger of 100,000 entries once crashed every bookie). The other seeds'
 schedules are the same as before long ones existed.
 
 Invariants checked after every schedule, once every fault is healed (Vanlightly's TLA+

@@ -51,7 +51,8 @@ class LedgerMetadata:
     ``fragments`` maps the first entry id of each fragment to its ensemble
     (bookie ids), in entry order. ``last_entry_id`` is -1 until the ledger is
     CLOSED with entries. ``term`` is the fencing term of unbounded ledgers. ``password`` is
-    stored and checked but never shown: the repr leaves it out (issue 52), as views.py does.
+    stored and checked but never shown: the repr leaves it out (a weak password is found
+    from its key by trying a dictionary), as views.py does.
     """
     ledger_id: LedgerId
     ensemble_size: int

@@ -33,7 +33,7 @@ in-flight limit the bookie stops reading the connection for up to max_throttle_t
 answers its requests ETOOMANYREQUESTS until the load falls (docs/SECURITY.md).
 
 Flags: FENCE (0x1) on READ and READ_LAC fences the ledger first (BookKeeper fences with
-a read, and since #2616 recovery reads fence too); RECOVERY_ADD (0x2) lets an add
+a read, and its recovery reads fence too); RECOVERY_ADD (0x2) lets an add
 through a fenced ledger; LONG_POLL (0x10) on READ waits up to timeout_ms for the
 bookie's LAC to pass previous_lac. Unbounded ledgers (streams) fence with terms: every
 ADD, and READ / READ_LAC with RECOVERY_READ (0x20), carry the client's term, which the

@@ -254,7 +254,7 @@ def config(c: Corpus) -> None:
 
 
 def add_kernels(c: Corpus) -> None:
-    """Calls of the add kernels (grammar: targets.fuzz_add_kernels): issue 25's reproducer
+    """Calls of the add kernels (grammar: targets.fuzz_add_kernels): the reproducer of a crash
     (gapped ids), other id patterns, many ledgers, ids near 2^63, each digest, payload views,
     small memtables, a malformed entry mid-batch."""
     from targets import Writer
@@ -353,7 +353,7 @@ def bookie_add(c: Corpus) -> None:
     put("wrong-key", add(add(Writer(), 3, lid=1), 3, lid=1, key=2, eid=3))
     put("odd-ids", add(add(add(Writer(), 2, eid_mode=7, eid=0), 2, eid_mode=6, eid=0x80),
                        2, eid_mode=2, eid=0))
-    put("id-2e61", add(Writer(), 1, eid_mode=5, eid=0x80))          # issue 25 item 6
+    put("id-2e61", add(Writer(), 1, eid_mode=5, eid=0x80))          # an entry id near 2^61
     put("id-2e40", add(add(Writer(), 2, eid_mode=6, eid=0x7E), 2, eid_mode=6, eid=0x7F))   # the bound
     # scope 0 and a ledger id >= 2^63: raised out of the server's connection loop (fuzzing)
     put("scope0-ledger-2e63", add(Writer(), 1, lid=0xC0, lid_value=1 << 63))
@@ -365,7 +365,7 @@ def bookie_add(c: Corpus) -> None:
     put("fence-then-add", add(add(Writer().u(1, 5).u(1, 0).u(1, 3), 2, lid=3), 2, lid=3, flags=2, eid=2))
     put("stream-truncate", add(add(Writer(), 5, scope=2, term=1), 1, scope=2, term=1, eid=2, flags=8))
     put("raw-and-tail", Writer().u(1, 6).u(2, 60).raw(bytes(range(60))).u(1, 7).raw(b"\0\0\0\x40" + bytes(20)))
-    # issue 54's cheap denials: long polls past the bounds (two that wait for a LAC the
+    # denials that must stay cheap: long polls past the bounds (two that wait for a LAC the
     # ledger never reaches, one woken by the next add, one past the bounds), a WRITE_LAC
     # far past the entries, a length prefix alone, a BookKeeper v3 connection of them all
     polls = add(Writer(), 3, lid=0)

@@ -483,7 +483,7 @@ def _payload(i: int, n: int) -> bytes:
 
 def _eid(mode: int, v: int) -> int:
     """A first entry id: small, mid, at 2^63, anywhere (negative too), a block boundary,
-    near 2^61 (issue 25 item 6), near 2^40 (the bookie's MAX_ENTRY_ID + 1), just below 0."""
+    near 2^61 (once past the C kernels' bounds), near 2^40 (the bookie's MAX_ENTRY_ID + 1), just below 0."""
     return (v & 0xFF, v & 0xFFFFF, I64_MAX - (v & 0xFFF), v - (1 << 64) if v >> 63 else v,
             (v & 0xFFFF) << 6, (1 << 61) + (v & 0xFF) - 0x80, (1 << 40) + (v & 0xFF) - 0x80,
             -1 - (v & 0xFF))[mode & 7]

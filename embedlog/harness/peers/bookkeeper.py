@@ -1,4 +1,4 @@
-"""Real Apache BookKeeper from its published jars: a test and benchmark peer (issue 28).
+"""Real Apache BookKeeper from its published jars: a test and benchmark peer.
 
 ``BookKeeperCluster`` runs N Java bookies (``org.apache.bookkeeper.server.Main``) as child
 processes on a ZooKeeper root that BookieShell formatted, and offers BookieShell as an

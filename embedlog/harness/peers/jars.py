@@ -25,7 +25,7 @@ from embedlog.harness.servers import ServerMissing
 PEERS: dict[str, list[tuple[str, str, str]]] = {
     "bookkeeper-4.17.2": [("org.apache.bookkeeper", "bookkeeper-server", "4.17.2")],
     "bookkeeper-4.16.6": [("org.apache.bookkeeper", "bookkeeper-server", "4.16.6")],
-    # Kafka's broker (KRaft) for the side-by-side of issue 30 (embedlog/harness/peers/kafka.py)
+    # Kafka's broker (KRaft) for benchmarks/vs_kafka.py's side by side (embedlog/harness/peers/kafka.py)
     # (log4j-slf4j-impl: Kafka logs through SLF4J 1.7, and its runtime dependencies bind none)
     "kafka-4.4.0": [("org.apache.kafka", "kafka_2.13", "4.4.0"),
                     ("org.apache.logging.log4j", "log4j-slf4j-impl", "2.25.5")],

@@ -1,4 +1,5 @@
-"""KafkaCluster: real Apache Kafka brokers (KRaft) as child processes, the peer of issue 30.
+"""KafkaCluster: real Apache Kafka brokers (KRaft) as child processes: the peer
+benchmarks/vs_kafka.py measures embedlog against.
 
     with KafkaCluster(brokers=3) as kc:            # RF 3, min.insync.replicas 2
         kc.create_topic("events", partitions=1)    # rf defaults to min(3, brokers)

@@ -4,7 +4,7 @@ adds, splitting them among their write sets' bookies and cutting them into frame
 building the ADD frame, counting a bookie's acknowledgements, finding the run of
 adds a write quorum has acknowledged and completing its futures; and the future of an add
 and the bound on adds in flight (embedlog.client.inflight re-exports them). In Python
-these were the client's per-add bytecode (issue 32: most of a replicated add's client CPU).
+these were the client's per-add bytecode, most of a replicated add's client CPU.
 The bookie's side of the ADD frame, its body cut into entries, is here too.
 
 Bounds: an ADD frame is sized once from the entries' lengths (each checked to fit a u32 and
@@ -57,7 +57,7 @@ class AddFuture(concurrent.futures.Future):
     # Neither list is made per future (``_waiters``, ``_done_callbacks``: None until
     # needed): an add lives past a young collection or two, so what it holds that the
     # collector tracks gets promoted, and promotions set off the full collections that were
-    # 15-20% of a replicating client's CPU (issue 32).
+    # 15-20% of a replicating client's CPU.
     def __init__(self, on_done=None):    # the base __init__ would make the condition
         self._made = None
         self._state = RUNNING
@@ -241,7 +241,7 @@ def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t l
 
 def encode_produced(list payloads, last_future, uint64_t scope, uint64_t lid, int64_t eid,
                     int64_t lac, int64_t length, int digest, mac_key, pending, list ops):
-    """encode_adds for a batch taken from a produce queue (issue 48): ``payloads`` (bytes)
+    """encode_adds for a batch taken from a produce queue: ``payloads`` (bytes)
     become entries ``eid``, ``eid`` + 1, ... and PendingAdds in ``pending`` and ``ops``, with
     no future but the last one's (``last_future``, which settles the batch as a range; adds
     complete in order). Nothing is made per entry beyond its encoded bytes and its
@@ -273,7 +273,7 @@ def encode_produced(list payloads, last_future, uint64_t scope, uint64_t lid, in
         else:
             # no future, so no cycle through a done-callback: the collector need not
             # track it (20,000 of them in flight made its full collections a third of a
-            # produced add's client CPU, issue 48). What it will hold is bytes, a bookie id
+            # produced add's client CPU). What it will hold is bytes, a bookie id
             # or a set of bookie ids
             op.future = None
             PyObject_GC_UnTrack(<void *>op)
@@ -399,7 +399,7 @@ def ack(list ops, bookie, pending, list quorums):
             continue
         if bookie in _write_set(quorums, nq, op.entry_id):
             # the first acknowledgement is the bookie itself, not a set: at Qa = 1 an add
-            # then makes no object the collector tracks (a set is one, issue 48)
+            # then makes no object the collector tracks (a set is one)
             if op.acked is None:
                 op.acked = bookie
             elif type(op.acked) is set:
@@ -494,7 +494,7 @@ def set_results(list done):
 
 def complete_ids(futures, int64_t settled):
     """Complete with its id each (id, AddFuture) pair at the front of the deque ``futures``
-    whose id is ``settled`` or below (a produce queue's append_async futures, issue 48), as
+    whose id is ``settled`` or below (a produce queue's append_async futures), as
     set_results does: one hold of the lock for a run nobody waits on, then their
     done-callbacks; a future waited on goes the base class's way."""
     cdef list called
@@ -561,7 +561,7 @@ cdef enum:
 # Frames handed out before, kept to be handed out again once nobody else holds them. A
 # bookie's ADD frames are 0.1-1 MiB; malloc gave each one fresh pages from the kernel (it
 # trims or unmaps what a freed frame held), and zeroing those pages on first touch was 78% of
-# a 1/1/1 bookie's page faults (0.17-0.19 per 1 KiB add, issue 32).
+# a 1/1/1 bookie's page faults (0.17-0.19 per 1 KiB add).
 cdef list _spares = []
 
 

@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""One writer's messages between produce() and their delivery (issue 48).
+"""One writer's messages between produce() and their delivery.
 
 A call of add() copies its payload into the staged batch and gives it the next entry id;
 no Python object is kept per message. The writer's drainer (the embedded handle's flusher
