@@ -249,6 +249,15 @@ class LocalCluster:
                 b.process.kill()
                 b.process.wait()
 
+    def start_bookie(self, i: int) -> None:
+        """Start bookie ``i`` again on its directories and port (after kill_bookie or
+        stop_bookie); returns once it is ready."""
+        self.check_bookies()
+        b = self._b(i)
+        if b.process is not None and b.process.poll() is None:
+            raise IllegalOpError(f"bookie {i} is running")
+        self._start(b)
+
     def restart_bookie(self, i: int, env: dict | None = None) -> None:
         """Stop (if running) and start again on the same directories. ``env``: more
         environment for this process only (EMBEDLOG_FAILPOINTS, say), kept until the next

@@ -62,7 +62,7 @@ class Setup:
     def close(self) -> None:
         self.client.close()
         self.lc.close()
-        self.bk.stop()
+        self.bk.close()
 
 
 def make_setup(version: str, zk_hosts: str) -> Setup:
@@ -78,7 +78,7 @@ def make_setup(version: str, zk_hosts: str) -> Setup:
         lc = LocalCluster(bookies=4, metadata=bk.metadata_uri, proxies=False,
                           autorecovery=False, bookie_config={"connection_idle_timeout_ms": 1000})
     except BaseException:
-        bk.stop()
+        bk.close()
         raise
     return Setup(bk, lc, Client(bk.metadata_uri, add_timeout_s=20, read_timeout_s=20))
 

@@ -92,7 +92,7 @@ def setup():
         if lc is not None:
             lc.close()
         if bk is not None:
-            bk.stop()
+            bk.close()
         zk.stop()
 
 

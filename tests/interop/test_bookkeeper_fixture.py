@@ -45,7 +45,7 @@ def make_cluster(version: str, zk_hosts: str) -> BookKeeperCluster:
     return cluster
 
 
-CLUSTERS = Prestart(jars.BOOKKEEPER_VERSIONS, make_cluster, BookKeeperCluster.stop)
+CLUSTERS = Prestart(jars.BOOKKEEPER_VERSIONS, make_cluster, BookKeeperCluster.close)
 
 
 @pytest.fixture(scope="module", params=jars.BOOKKEEPER_VERSIONS)
@@ -55,7 +55,7 @@ def bk(request, zk):
     cluster = CLUSTERS.take(request.param, zk.hosts,
                             ready=lambda v: jars.is_fetched(f"bookkeeper-{v}"))
     yield cluster
-    cluster.stop()
+    cluster.close()
 
 
 @pytest.fixture
@@ -129,7 +129,7 @@ def test_bookie_killed_mid_write_changes_ensemble(cluster):
             assert line, f"driver ended early: {result.lines} {proc.stderr.read()[-2000:]}"
             result.feed(line)
         victim = cluster.bookie_ids.index(result.ensembles[0][0])
-        cluster.kill(victim)
+        cluster.kill_bookie(victim)
         send(20, 20)
         proc.stdin.close()
         for line in proc.stdout:
@@ -150,6 +150,6 @@ def test_bookie_killed_mid_write_changes_ensemble(cluster):
     # the victim comes back on its dirs and port (waiting out its old ZooKeeper session)
     # while the driver reads the ledger through the ensemble change
     read, _ = parallel(lambda: cluster.java_client("read", result.ledger_id, password=PASSWORD),
-                       lambda: cluster.start(victim))
+                       lambda: cluster.start_bookie(victim))
     assert read.entries == [(i, b"entry-%d" % i) for i in range(40)]
     assert cluster.pid(victim) is not None

@@ -101,7 +101,7 @@ def setup():
         if lc is not None:
             lc.close()
         if bk is not None:
-            bk.stop()
+            bk.close()
         zk.stop()
 
 
@@ -277,5 +277,5 @@ def test_a_zookeeper_restored_from_an_older_backup_hands_out_a_held_id_again(tmp
         if lc is not None:
             lc.close()
         if bk is not None:
-            bk.stop()
+            bk.close()
         zk.stop()

@@ -210,7 +210,7 @@ def bk(request, zk):
         for s in ns.stores:
             s.close()
         if ns.cluster is not None:
-            ns.cluster.stop()
+            ns.cluster.close()
         ns.raw.stop()
         ns.raw.close()
 

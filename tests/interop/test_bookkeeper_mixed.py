@@ -35,7 +35,7 @@ def mixed():
             yield bk, lc
         finally:
             lc.close()
-            bk.stop()
+            bk.close()
     finally:
         zk.stop()
 
@@ -68,7 +68,7 @@ def test_mixed_ensembles_written_by_both_clients_survive_one_bookie_of_each_kind
         assert ens_java & java_ids and ens_java - java_ids, ens_java
         assert ens_emb & java_ids and ens_emb - java_ids, ens_emb
         victim = sorted(ens_java & ens_emb & java_ids)[0]
-        bk.kill(bk.bookie_ids.index(victim))
+        bk.kill_bookie(bk.bookie_ids.index(victim))
         w.append_many(payloads("emb", 10, 20))
         proc.stdin.write("".join(p.hex() + "\n" for p in payloads("java", 10, 20)))
         proc.stdin.close()

@@ -99,7 +99,7 @@ def close_cluster(cluster) -> None:
         cluster.embedlog.close()
     cluster.zk.stop()
     cluster.zk.close()
-    cluster.stop()
+    cluster.close()
 
 
 CLUSTERS = Prestart(jars.BOOKKEEPER_VERSIONS, make_cluster, close_cluster)
@@ -620,7 +620,7 @@ def test_java_writers_killed_mid_ensemble_change(bk):
     b.wait_acks(30)
     shared = (set(a.ensemble) & set(b.ensemble)).pop()
     b_acked = b.kill()
-    bk.kill(bk.bookie_ids.index(shared))
+    bk.kill_bookie(bk.bookie_ids.index(shared))
     wait_for(lambda: (len(bk.embedlog.ledger_metadata(a.ledger_id).fragments) > 1
                       or a.proc.poll() is not None),
              timeout_s=30, what="writer A's ensemble change", step_s=0.002)

@@ -66,14 +66,14 @@ def make_cluster(param, zk_hosts: str):
         cluster.driver_command()[1]()
         cluster.embedlog = Client(cluster.metadata_uri, add_timeout_s=20, read_timeout_s=20)
     except BaseException:
-        cluster.stop()
+        cluster.close()
         raise
     return cluster
 
 
 def close_cluster(cluster) -> None:
     cluster.embedlog.close()
-    cluster.stop()
+    cluster.close()
 
 
 STARTED = Prestart(CLUSTERS, make_cluster, close_cluster)
@@ -385,7 +385,7 @@ def test_java_bookie_killed_mid_write_embedlog_changes_ensemble(cluster):
     for f in w.append_many_async([b"k-%d" % i for i in range(30)]):
         f.result(30)
     victim = w.metadata.fragments[0][1][0]
-    cluster.kill(cluster.bookie_ids.index(victim))
+    cluster.kill_bookie(cluster.bookie_ids.index(victim))
     for f in w.append_many_async([b"k-%d" % i for i in range(30, 60)]):
         f.result(60)
     w.close()

@@ -76,9 +76,9 @@ def test_produce_consume_kill_restart(kafka):
     want = [b"m%d" % i for i in range(100)]
     assert _consume(kafka.bootstrap, "fixture", 100) == want
 
-    kafka.kill(0)                                  # SIGKILL: no controlled shutdown
+    kafka.kill_broker(0)                           # SIGKILL: no controlled shutdown
     assert not kafka.is_running(0)
-    kafka.restart(0)                               # same ports, same data
+    kafka.start_broker(0)                          # same ports, same data
     assert kafka.is_running(0)
     assert _consume(kafka.bootstrap, "fixture", 100) == want   # flushed: all there
 
@@ -134,11 +134,11 @@ def test_three_brokers_keep_writing_with_one_killed():
         for i in range(50):
             p.produce("three", b"a%d" % i)
         assert p.flush(30) == 0
-        kc.kill(2)
+        kc.kill_broker(2)
         for i in range(50):
             p.produce("three", b"b%d" % i)
         assert p.flush(60) == 0                              # two in sync are enough
-        kc.restart(2)
+        kc.start_broker(2)
         want = [b"a%d" % i for i in range(50)] + [b"b%d" % i for i in range(50)]
         assert _consume(kc.bootstrap, "three", 100) == want
     finally:

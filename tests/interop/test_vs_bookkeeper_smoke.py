@@ -31,7 +31,7 @@ def bk():
     except ServerMissing as exc:
         skip_unless_ci(str(exc))
     yield cluster
-    cluster.stop()
+    cluster.close()
 
 
 def test_benchmark_cells_and_report(bk):

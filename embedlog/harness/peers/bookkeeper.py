@@ -13,10 +13,10 @@ parsers shell_output.py's)::
         assert [p for _, p in bk.read_ledger(made.ledger_id)][0] == b"entry-0"
 
 Each bookie: a generated ``bk_server.conf`` (``conf_path(i)``), journal and ledger dirs and a
-log under the cluster's temp dir, a port from free_ports() kept across ``kill``/``start``.
+log under the cluster's temp dir, a port from free_ports() kept across ``kill_bookie``/``start_bookie``.
 Ready = its registration znode ``ROOT/available/127.0.0.1:PORT`` exists, made by this
 incarnation's session (a SIGKILLed bookie's znode lives until its session expires, so
-``start(i)`` waits for the new one), and its port answers. Bookies start in parallel.
+``start_bookie(i)`` waits for the new one), and its port answers. Bookies start in parallel.
 
 Start-up is most of what a test pays, so: bookies start in parallel; every JVM maps a
 class-data-sharing archive (jvmcds.py) made by its first run (``python -m
@@ -41,7 +41,7 @@ What differed from ../shared/reference/RECIPES.md (its recipe had never run here
 - BookKeeper.close() in a client JVM waits ~2 s for its worker pool ("mainWorkerPool did not
   shutdown cleanly"): simpletest pays it; BkDriver halts instead of closing its client.
 - A killed bookie's registration znode lives until its ZooKeeper session expires, and a
-  restarted bookie waits for it: bookies use zkTimeout=4000 so ``start(i)`` after a SIGKILL
+  restarted bookie waits for it: bookies use zkTimeout=4000 so ``start_bookie(i)`` after a SIGKILL
   takes ~4-5 s. An ensemble change needs a spare bookie: with 3 bookies, kill tests write
   E=2 ledgers (a 3/2/2 ledger on 3 bookies has no replacement: its writer stalls, no error).
 - ``initnewcluster`` on a root that exists exits 1 ("Ledger root path: ... already exists").
@@ -214,7 +214,7 @@ class BookKeeperCluster:
         self._archives = {role: jvmcds.ClassArchive(cds, f"bookkeeper-{version}-{role}",
                                                     self.java, self.classpath)
                           for role in ("bookie", "shell")}
-        self._own_dir = base_dir is None        # stop() removes only a directory it made
+        self._own_dir = base_dir is None        # close() removes only a directory it made
         self.dir = base_dir or tempfile.mkdtemp(prefix=f"embedlog-bk-{version}-")
         os.makedirs(self.dir, exist_ok=True)
         self._zk_server: ZooKeeperServer | None = None
@@ -225,7 +225,7 @@ class BookKeeperCluster:
         self.bookie_config = {**BOOKIE_DEFAULTS,
                               "ledgerStorageClass": LEDGER_STORAGE[ledger_storage],
                               **{k: str(v) for k, v in (bookie_config or {}).items()}}
-        atexit.register(self.stop)
+        atexit.register(self.close)
         try:
             if zk_hosts is None:
                 self._zk_server = ZooKeeperServer()
@@ -240,7 +240,7 @@ class BookKeeperCluster:
             if start:
                 self.start_all()
         except BaseException:
-            self.stop()
+            self.close()
             raise
 
     # -- addresses and files --
@@ -267,6 +267,9 @@ class BookKeeperCluster:
     def pid(self, i: int) -> int | None:
         b = self._b(i)
         return b.proc.pid if b.alive() else None
+
+    def is_running(self, i: int) -> bool:
+        return self._b(i).alive()
 
     def log_tail(self, i: int, n_bytes: int = 4000) -> str:
         try:
@@ -394,8 +397,8 @@ class BookKeeperCluster:
                 self._spawn(b)
         raise BookKeeperToolError(f"bookies: ports taken on {PORT_ATTEMPTS} attempts")
 
-    def start(self, i: int) -> None:
-        """Start bookie ``i`` again on its dirs and port (after kill or stop_bookie)."""
+    def start_bookie(self, i: int) -> None:
+        """Start bookie ``i`` again on its dirs and port (after kill_bookie or stop_bookie)."""
         b = self._b(i)
         if b.alive():
             raise IllegalOpError(f"bookie {i} is running")
@@ -403,7 +406,7 @@ class BookKeeperCluster:
         self._spawn(b)
         self._wait_ready({i: self._registered_owner(b)})
 
-    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+    def kill_bookie(self, i: int, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to bookie ``i``; for SIGKILL/SIGTERM/SIGINT wait until it is gone.
         A SIGKILLed bookie's registration stays until its ZooKeeper session expires."""
         b = self._b(i)
@@ -415,12 +418,18 @@ class BookKeeperCluster:
 
     def stop_bookie(self, i: int) -> None:
         """Stop bookie ``i`` gracefully (SIGTERM: it unregisters and flushes)."""
-        self.kill(i, signal.SIGTERM)
+        self.kill_bookie(i, signal.SIGTERM)
+
+    def restart_bookie(self, i: int) -> None:
+        """Stop bookie ``i`` (if running) and start it again on its dirs and port."""
+        if self._b(i).alive():
+            self.stop_bookie(i)
+        self.start_bookie(i)
 
     def start_autorecovery(self, **settings) -> str:
         """BookKeeper's AutoRecoveryMain (its auditor elector and replication worker) in a
         process of its own on this root, with ``settings`` over its configuration (default:
-        a lost bookie audited at once). Returns the bookie id it votes with; stop() stops it."""
+        a lost bookie audited at once). Returns the bookie id it votes with; close() stops it."""
         n = len(self._autorecovery)
         ar = _Bookie(n, os.path.join(self.dir, f"autorecovery-{n}"), free_ports(1)[0])
         os.makedirs(ar.dir, exist_ok=True)
@@ -443,7 +452,7 @@ class BookKeeperCluster:
         self._autorecovery.append(ar)
         return ar.bookie_id
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """Stop every bookie and autorecovery process (SIGTERM, SIGKILL after a while), our
         ZooKeeper, remove dirs."""
         if self._stopped:
@@ -468,13 +477,13 @@ class BookKeeperCluster:
             self._zk_server.stop()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
-        atexit.unregister(self.stop)
+        atexit.unregister(self.close)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.stop()
+        self.close()
 
     # -- BookieShell --
 

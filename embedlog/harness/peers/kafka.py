@@ -4,7 +4,7 @@ benchmarks/vs_kafka.py measures embedlog against.
     with KafkaCluster(brokers=3) as kc:            # RF 3, min.insync.replicas 2
         kc.create_topic("events", partitions=1)    # rf defaults to min(3, brokers)
         producer = confluent_kafka.Producer({"bootstrap.servers": kc.bootstrap, "acks": "all"})
-        kc.kill(2)                                 # SIGKILL one broker; restart(2) brings it back
+        kc.kill_broker(2)                          # SIGKILL one broker; start_broker(2) brings it back
 
 Each broker is one JVM running ``kafka.Kafka`` from the pinned jars of
 embedlog.harness.peers.jars (``kafka-4.4.0``, fetched into the peers cache), in combined mode
@@ -342,7 +342,7 @@ class KafkaCluster:
                                    f"{timeout_s} s: {md}")
             time.sleep(0.05)
 
-    def kill(self, i: int) -> None:
+    def kill_broker(self, i: int) -> None:
         """SIGKILL broker ``i`` (no controlled shutdown: a crash)."""
         self._kill(self._b(i))
 
@@ -350,13 +350,19 @@ class KafkaCluster:
         """Stop broker ``i`` cleanly (SIGTERM: Kafka's controlled shutdown)."""
         self._stop(self._b(i))
 
-    def restart(self, i: int) -> None:
-        """Start broker ``i`` again on its ports and data; returns when it is listed."""
+    def start_broker(self, i: int) -> None:
+        """Start broker ``i`` again on its ports and data (after kill_broker or
+        stop_broker); returns when it is listed."""
         b = self._b(i)
         if b.running():
             raise IllegalOpError(f"kafka broker {i} is running")
         self._spawn(b)
         self._wait_ready([b])
+
+    def restart_broker(self, i: int) -> None:
+        """Stop broker ``i`` (if running) and start it again on its ports and data."""
+        self.stop_broker(i)
+        self.start_broker(i)
 
     def _kill(self, b: _Broker) -> None:
         if b.running():
@@ -400,8 +406,6 @@ class KafkaCluster:
             self._reap(b)
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    stop = close
 
     def _after_fork(self, _gone) -> None:
         # a forked child: the brokers are the parent's

@@ -29,6 +29,7 @@ import time
 import urllib.error
 import urllib.request
 
+from embedlog.errors import IllegalOpError
 from embedlog.harness.peers import jars
 from embedlog.harness.cluster import LocalCluster
 from embedlog.harness.servers import ZooKeeperServer, die_with_parent, free_ports
@@ -111,8 +112,23 @@ class PulsarCluster:
             raise RuntimeError(f"PulsarClusterMetadataSetup exited {run.returncode}: "
                                f"{(run.stdout + run.stderr)[-2000:]}")
 
-    def start_broker(self) -> None:
-        """Start the broker (after kill_broker) and wait until its admin API answers."""
+    def _one(self, i: int) -> None:
+        if i != 0:
+            raise IllegalOpError(f"no broker {i!r}: a PulsarCluster has one, broker 0")
+
+    def pid(self, i: int = 0) -> int | None:
+        self._one(i)
+        return self._broker.pid if self.is_running(i) else None
+
+    def is_running(self, i: int = 0) -> bool:
+        self._one(i)
+        return self._broker is not None and self._broker.poll() is None
+
+    def start_broker(self, i: int = 0) -> None:
+        """Start the broker (after kill_broker or stop_broker) and wait until its admin
+        API answers."""
+        if self.is_running(i):
+            raise IllegalOpError("the Pulsar broker is running")
         conf = os.path.join(self.dir, "broker.conf")
         with open(conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in self.broker_config.items())
@@ -141,8 +157,22 @@ class PulsarCluster:
         except (urllib.error.URLError, OSError):
             return False
 
-    def kill_broker(self, sig: int = signal.SIGKILL) -> None:
-        if self._broker is not None and self._broker.poll() is None:
+    def kill_broker(self, i: int = 0) -> None:
+        """SIGKILL the broker (a crash); returns once it is gone."""
+        self._signal(i, signal.SIGKILL)
+
+    def stop_broker(self, i: int = 0) -> None:
+        """Stop the broker cleanly (SIGTERM; SIGKILL after STOP_TIMEOUT_S)."""
+        self._signal(i, signal.SIGTERM)
+
+    def restart_broker(self, i: int = 0) -> None:
+        """Stop the broker (if running) and start it again."""
+        self.stop_broker(i)
+        self.start_broker(i)
+
+    def _signal(self, i: int, sig: int) -> None:
+        self._one(i)
+        if self.is_running(i):
             self._broker.send_signal(sig)
             try:
                 self._broker.wait(STOP_TIMEOUT_S)
@@ -163,7 +193,7 @@ class PulsarCluster:
         if self._closed:
             return
         self._closed = True
-        self.kill_broker(signal.SIGTERM)
+        self.stop_broker()
         if self.bookies is not None:
             self.bookies.close()
         if self.zk is not None:
