@@ -17,10 +17,12 @@ from embedlog.errors import EmbedlogError
 
 if TYPE_CHECKING:                     # loaded on first use at run time (__getattr__)
     from embedlog.client import Client
+    from embedlog.client.consumer import Consumer, TopicPartition
     from embedlog.embedded import EmbeddedLog
 
 __version__ = "0.1.0"
-__all__ = ["open", "LedgerId", "Client", "EmbeddedLog", "errors", "EmbedlogError"]
+__all__ = ["open", "LedgerId", "Client", "EmbeddedLog", "Consumer", "TopicPartition", "errors",
+           "EmbedlogError"]
 
 
 def open(path: str | os.PathLike[str], **config: Any) -> EmbeddedLog:
@@ -38,4 +40,7 @@ def __getattr__(name: str) -> object:
     if name == "Client":
         from embedlog.client import Client
         return Client
+    if name in ("Consumer", "TopicPartition"):
+        from embedlog.client import consumer
+        return getattr(consumer, name)
     raise AttributeError(f"module 'embedlog' has no attribute {name!r}")

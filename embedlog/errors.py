@@ -23,7 +23,8 @@ __all__ = [
     "LedgerExistsError", "DirectoryLockedError", "ClientClosedError",
     "LedgerRecoveryError", "ConfigError", "InvalidCookieError", "MetadataUriError",
     "BookieCrashedError", "ForkedProcessError",
-    "LogDirectoryError",
+    "LogDirectoryError", "CommitFailedError", "GroupNotEmptyError",
+    "GroupIdNotFoundError",
     "from_code", "from_wire_code", "Status", "STATUSES", "STATUS", "ERROR_STATUS",
     "V3_TO_EMBEDLOG", "status_of",
 ]
@@ -174,6 +175,29 @@ class LogDirectoryError(ConfigError):
     that is not a log, one this user cannot write, or (read_only=True) one that holds no log;
     the message says which."""
     code = -1010
+
+
+class CommitFailedError(EmbedlogError):
+    """A consumer group refused a commit: the committing member no longer owns the stream
+    under the generation it read it in (the group rebalanced: the member's session
+    expired, another member took the stream over, or the group was reset). Kafka's
+    CommitFailedException; the member's next poll rejoins and reads from the group's
+    committed position."""
+    code = -1011
+
+
+class GroupNotEmptyError(IllegalOpError):
+    """A consumer group operation that needs the group inactive (reset, delete) found live
+    members; the message names them. Kafka's GroupNotEmptyException."""
+    code = -1012
+
+
+class GroupIdNotFoundError(KeyError, EmbedlogError):
+    """No consumer group of that id has a record. Kafka's GroupIdNotFoundException."""
+    code = -1013
+
+    def __str__(self):
+        return Exception.__str__(self)
 
 
 class Status(NamedTuple):

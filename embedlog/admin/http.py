@@ -361,6 +361,7 @@ class AdminServer(BookieRoutes):
             metrics = BookieMetrics(bookie).watch(server)
         self.metrics = metrics
         self.metrics.underreplicated = self._underreplicated_count
+        self.metrics.group_lags = self._group_lags
         self.host, self.port = host, port
         self.advertised_address = advertised_address
         # the wire's shared token, when the bookie has one, guards what changes things here;

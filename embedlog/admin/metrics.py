@@ -220,6 +220,7 @@ class BookieMetrics(ServerObserver):
         self.disk = DiskFigures(bookie)
         self.server = None            # the BookieServer, for its connection figures
         self.underreplicated = None   # () -> int, set by the admin server (cached metadata read)
+        self.group_lags = None        # () -> [dict] | None, the same for consumer groups' lag
         self.autorecovery = None      # the AutoRecovery, when this process runs one
         self.written: WrittenEntries | None = None
         self.registry.register(_Snapshot(self))
@@ -378,6 +379,26 @@ class _Snapshot:
             if count is not None:
                 yield gauge("embedlog_underreplicated_ledgers",
                             "Ledgers marked under-replicated in the metadata store", count)
+        if m.group_lags is not None:
+            rows = m.group_lags()
+            if rows is not None:
+                lag = GaugeMetricFamily(
+                    "embedlog_consumer_group_lag", "Consumer group lag: the stream's end position "
+                    "(LAC + 1) - the group's committed position (every bookie reports the "
+                    "cluster's groups: take max() over instances, not sum())", labels=["group", "stream"])
+                committed = GaugeMetricFamily(
+                    "embedlog_consumer_group_committed_position", "A consumer group's committed "
+                    "position (the next position it reads)", labels=["group", "stream"])
+                end = GaugeMetricFamily("embedlog_consumer_group_end_position", "The end position "
+                                        "(LAC + 1) of a stream a consumer group reads",
+                                        labels=["group", "stream"])
+                for r in rows:
+                    lag.add_metric([r["group"], r["stream"]], r["lag"])
+                    committed.add_metric([r["group"], r["stream"]], r["committed"])
+                    end.add_metric([r["group"], r["stream"]], r["end"])
+                yield lag
+                yield committed
+                yield end
         ar = m.autorecovery
         yield gauge("embedlog_autorecovery_enabled", "1 when this process runs autorecovery", int(ar is not None))
         if ar is not None:

@@ -21,6 +21,7 @@ from embedlog.cli.demo import run
 from embedlog.cli.ledger import ledger
 from embedlog.cli.serve import serve
 from embedlog.cli.shell import shell
+from embedlog.cli.group import group
 from embedlog.cli.stream import stream
 from embedlog.errors import ConfigError
 from embedlog.fileio import file_in_the_way
@@ -241,8 +242,8 @@ def bench(suite, quick, only, out, suite_args):
 def _add_commands():
     # each group lives in its own module; imported here so `embedlog --help` lists them
     from embedlog.cli.config import config
-    for group in (config, ledger, stream, shell):
-        main.add_command(group)
+    for command_group in (config, ledger, stream, group, shell):
+        main.add_command(command_group)
     operate.add_to(main, bookie)
     install_common_options(main)
 

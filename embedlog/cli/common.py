@@ -50,8 +50,10 @@ log = logging.getLogger("embedlog.cli")
 
 def exit_code_for(exc: BaseException) -> int:
     """The exit code of an embedlog error (the table above)."""
-    if isinstance(exc, (E.NoSuchLedgerError, E.NoSuchEntryError)):
+    if isinstance(exc, (E.NoSuchLedgerError, E.NoSuchEntryError, E.GroupIdNotFoundError)):
         return EXIT_NOT_FOUND
+    if isinstance(exc, (E.GroupNotEmptyError, E.CommitFailedError)):
+        return EXIT_REFUSED
     if isinstance(exc, (E.UnauthorizedAccessError, E.LedgerFencedError, E.LedgerClosedError,
                         E.LedgerExistsError, E.BadVersionError, E.InvalidTermError,
                         E.ReadOnlyBookieError)):

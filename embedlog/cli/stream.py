@@ -73,10 +73,14 @@ def stream_create(metadata_uri, name, ensemble_size, write_quorum, ack_quorum, d
 @stream.command("list")
 @metadata_option
 @click.argument("pattern", required=False)
-@click.option("-m", "--print-metadata", "details", is_flag=True, help="Show term and fragments.")
+@click.option("-m", "--print-metadata", "details", is_flag=True,
+              help="Show term, first and end positions, length and fragments.")
 @json_option
 def stream_list(metadata_uri, pattern, details, as_json):
-    """List stream names, or those matching a glob PATTERN."""
+    """List stream names, or those matching a glob PATTERN. With -m: each stream's term,
+    first kept position, end position (its LAC + 1: the position the next entry gets, as
+    Kafka's log end offset), length (end - first: positions kept, no-ops included) and
+    fragments."""
     with open_client(metadata_uri) as client:
         names = client.list_streams(pattern)
         rows = []
@@ -86,8 +90,14 @@ def stream_list(metadata_uri, pattern, details, as_json):
                 if v is None:
                     continue
                 md = metadata_dict(v.value)
+                first = md.get("first_entry_id", 0)
+                try:
+                    end = client.open_stream(n, create=False).last_position() + 1
+                except NoSuchLedgerError:
+                    continue                          # deleted meanwhile
                 rows.append({"name": n, "ledger_qualified_name": md["ledger_qualified_name"],
-                             "term": md["term"], "first_position": md.get("first_entry_id", 0),
+                             "term": md["term"], "first_position": first,
+                             "end_position": end, "length": max(0, end - first),
                              "fragments": md["fragments"]})
             else:
                 rows.append({"name": n})
@@ -98,9 +108,11 @@ def stream_list(metadata_uri, pattern, details, as_json):
         for r in rows:
             click.echo(r["name"])
         return
-    table(["stream", "ledger", "term", "first position", "fragments"],
-          [[r["name"], r["ledger_qualified_name"], r["term"], r["first_position"], len(r["fragments"])]
-           for r in rows], f"{len(rows)} streams", right=("term", "first position", "fragments"))
+    table(["stream", "ledger", "term", "first position", "end position", "length", "fragments"],
+          [[r["name"], r["ledger_qualified_name"], r["term"], r["first_position"],
+            r["end_position"], r["length"], len(r["fragments"])]
+           for r in rows], f"{len(rows)} streams",
+          right=("term", "first position", "end position", "length", "fragments"))
 
 
 @stream.command("delete")

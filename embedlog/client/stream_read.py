@@ -172,6 +172,16 @@ class StreamReading:
             if self._lac < pos:
                 self.refresh()          # the last fragment may have rolled over
 
+    def wait_for(self, position: int, timeout_ms: int = 500) -> int:
+        """Wait until ``position`` is committed (a long poll of the last fragment's
+        bookies), at most ``timeout_ms``; returns the highest LAC seen (below ``position``
+        when it timed out)."""
+        if self._lac < position:
+            self._lac = max(self._lac, self._ctx.run(self._long_poll(position - 1, timeout_ms)))
+            if self._lac < position:
+                self.refresh()          # the last fragment may have rolled over
+        return self._lac
+
     async def _long_poll(self, previous_lac: int, timeout_ms: int) -> int:
         md = self._md
 

@@ -13,10 +13,11 @@ import socket
 import threading
 import uuid
 from typing import Callable
+from urllib.parse import quote, unquote
 
 from embedlog._native.format import LedgerId
 from embedlog.errors import MetadataError
-from embedlog.meta.api import BookieRegistration
+from embedlog.meta.api import BookieRegistration, check_group_id
 
 log = logging.getLogger("embedlog.meta")
 
@@ -216,6 +217,18 @@ class StoreBase:
         self.layout_manager = self
         self.cookies = self
         self.underreplication = self
+        self.consumer_groups = self
+
+
+def group_key(group_id: str) -> str:
+    """The group id as one path or key component: percent-encoded (RFC 3986, nothing
+    left unescaped but letters, digits and ``-_~``; '.' too, so "." and ".." are names),
+    so '/' and '%' never split a path."""
+    return quote(check_group_id(group_id), safe="").replace(".", "%2E")
+
+
+def group_of_key(key: str) -> str:
+    return unquote(key)
 
 
 def merge_missing(old: list[str], new: list[str]) -> list[str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from embedlog._native.format import LedgerId
-from embedlog.errors import MetadataError
+from embedlog.errors import IllegalOpError, MetadataError
 
 METADATA_MAGIC = b"embedlog-ledger-metadata\t"
 METADATA_FORMAT_VERSION = 1
@@ -346,6 +346,42 @@ class UnderreplicationManager(ABC):
         ...
 
 
+def check_group_id(group_id) -> str:
+    """A consumer group id: a non-empty string of at most 255 characters, no control
+    characters (Kafka allows any string; these keep the tools' output readable)."""
+    if (not isinstance(group_id, str) or not group_id or len(group_id) > 255
+            or any(ord(ch) < 32 or ord(ch) == 127 for ch in group_id)):
+        raise IllegalOpError(f"a consumer group id is a non-empty string of at most 255 "
+                             f"printable characters, got {group_id!r:.80}")
+    return group_id
+
+
+class ConsumerGroupStore(ABC):
+    """Consumer groups' records (client/group.py): one record per group id, its bytes
+    opaque to the store (the group's members, generation, assignment and committed
+    positions, as JSON); every write is a compare-and-set on the record's version, as
+    ledger metadata's are. Group ids are checked by ``check_group_id`` (below) and
+    kept percent-encoded where a path or key names them (docs/METADATA.md)."""
+
+    @abstractmethod
+    def read_group(self, group_id: str) -> Versioned | None:
+        """The group's record, or None if the group has none."""
+
+    @abstractmethod
+    def write_group(self, group_id: str, data: bytes, version: Any = None) -> Versioned:
+        """Create (``version`` None) or CAS-update the record: BadVersionError if it exists
+        (create), or is gone or stored at another version (update)."""
+
+    @abstractmethod
+    def remove_group(self, group_id: str, version: Any = None) -> bool:
+        """Delete the record (CAS when ``version`` is given): False if it was absent,
+        BadVersionError if stored at another version."""
+
+    @abstractmethod
+    def list_groups(self) -> list[str]:
+        """Every group id with a record, sorted."""
+
+
 class MetadataStore(ABC):
     """A metadata driver: one connection to one metadata service."""
 
@@ -358,6 +394,7 @@ class MetadataStore(ABC):
     layout_manager: LayoutManager
     cookies: CookieStore
     underreplication: UnderreplicationManager
+    consumer_groups: ConsumerGroupStore
 
     @abstractmethod
     def close(self) -> None:

@@ -13,6 +13,7 @@ calls it the "scope", which is unrelated to the ledger scope id)::
     P/ledgers-scoped/%020d/%020d              scope != 0 (scope, ledger)
     P/underreplication/<qualified name>
     P/deleted-ledgers/<qualified name>        deletion records: "deleted_at_ms ctime_ms" as text
+    P/groups/<percent-encoded group id>       consumer groups' records (client/group.py)
 
 Versions are the key's mod revision: global and never reused, so a stale version from
 before a delete and re-create cannot succeed (a znode version can). A missing key's mod
@@ -40,11 +41,12 @@ from embedlog._native.format import LedgerId
 from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (PollingWatch, StoreBase, check_bookie_id, check_layout,
+                                   group_key, group_of_key,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
                                    deleted_id_message, decode_bookie, decode_underreplicated, encode_bookie_info,
                                    layout_record, log,
                                    merge_missing)
-from embedlog.meta.api import (BookieRegistration, CookieStore, DeletionRecord, LayoutExistsError,
+from embedlog.meta.api import (BookieRegistration, ConsumerGroupStore, CookieStore, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
@@ -62,7 +64,7 @@ def _range_end(prefix: bytes) -> bytes:
 
 class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator,
                         RegistrationManager, RegistrationClient, LayoutManager,
-                        CookieStore, UnderreplicationManager):
+                        CookieStore, UnderreplicationManager, ConsumerGroupStore):
     """``EtcdMetadataStore("127.0.0.1:2379", "/ledgers")``.
 
     Options: ``timeout_s`` (per call and at connect, default 5), ``lease_ttl_s``
@@ -515,6 +517,34 @@ class EtcdMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerat
         with self._errors("list cookies"):
             items = list(self._etcd.get_prefix(prefix, keys_only=True))
         return sorted(meta.key.decode()[len(prefix):] for _, meta in items)
+
+    # ---- ConsumerGroupStore ---------------------------------------------------------
+
+    def read_group(self, group_id: str) -> Versioned | None:
+        value, meta = self._get(self._k("groups", group_key(group_id)))
+        return None if meta is None else Versioned(bytes(value), meta.mod_revision)
+
+    def write_group(self, group_id: str, data: bytes, version: Any = None) -> Versioned:
+        key = self._k("groups", group_key(group_id))
+        if version is None:
+            ok, (_, meta) = self._create(key, bytes(data))
+            if not ok:
+                raise BadVersionError(f"group {group_id} exists; pass its version")
+            return Versioned(bytes(data), meta.mod_revision)
+        try:
+            return Versioned(bytes(data), self._cas(key, bytes(data), version, f"group {group_id}"))
+        except (BadVersionError, NoSuchLedgerError):
+            raise BadVersionError(f"group {group_id}: version {version!r} is stale") from None
+
+    def remove_group(self, group_id: str, version: Any = None) -> bool:
+        return self._delete(self._k("groups", group_key(group_id)), version,
+                            f"remove group {group_id}")
+
+    def list_groups(self) -> list[str]:
+        prefix = self._k("groups", "")
+        with self._errors("list groups"):
+            items = list(self._etcd.get_prefix(prefix, keys_only=True))
+        return sorted(group_of_key(meta.key.decode()[len(prefix):]) for _, meta in items)
 
     # ---- UnderreplicationManager ---------------------------------------------------
 

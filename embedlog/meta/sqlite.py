@@ -12,6 +12,7 @@ the same state. Schema (all tables WITHOUT ROWID)::
             PK(bookie_id, read_only))
     cookies(bookie_id TEXT PK, data BLOB, version INT)
     underreplicated(name TEXT PK, missing TEXT (JSON list), ctime_ms INT)
+    consumer_groups(group_id TEXT PK, data BLOB, version INT)   made at the first write
 
 Ledger rows are keyed by the 32-hex-digit qualified name, so text order is
 (scope id, ledger id) order for ids that use all 64 bits (SQLite integers are signed).
@@ -41,7 +42,7 @@ from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_
                                    decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
                                    owner_is_dead_local_process, owner_token)
-from embedlog.meta.api import (BookieRegistration, CookieStore, DeletionRecord, LayoutExistsError,
+from embedlog.meta.api import (BookieRegistration, ConsumerGroupStore, CookieStore, check_group_id, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
@@ -50,6 +51,8 @@ SCHEMA_VERSION = 1
 LAYOUT_NAME = "sqlite"
 _PAGE = 1000                    # rows per iteration query: no long read transactions
 
+_GROUPS_TABLE = ("CREATE TABLE IF NOT EXISTS consumer_groups (group_id TEXT PRIMARY KEY,"
+                 " data BLOB NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID")
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta_kv (key TEXT PRIMARY KEY, value BLOB NOT NULL,"
     " version INTEGER NOT NULL) WITHOUT ROWID",
@@ -66,6 +69,7 @@ _SCHEMA = (
     " ctime_ms INTEGER NOT NULL) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS deleted_ledgers (name TEXT PRIMARY KEY,"
     " deleted_at_ms INTEGER NOT NULL, ctime_ms INTEGER) WITHOUT ROWID",
+    _GROUPS_TABLE,
 )
 # stores made before deletion records kept the deleted ledger's ctime gain the column at
 # their first deletion (NULL in older rows: read as -1, not known)
@@ -119,7 +123,7 @@ def _wrapped(what: str):
 
 class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator,
                           RegistrationManager, RegistrationClient, LayoutManager,
-                          CookieStore, UnderreplicationManager):
+                          CookieStore, UnderreplicationManager, ConsumerGroupStore):
     """The SQLite driver. ``SqliteMetadataStore("/abs/dir/meta.db")`` creates the file if
     needed (its directory must exist).
 
@@ -595,6 +599,55 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
     def list_cookies(self) -> list[str]:
         return [r[0] for r in self._query("list cookies",
                                           "SELECT bookie_id FROM cookies ORDER BY bookie_id")]
+
+    # ---- ConsumerGroupStore ---------------------------------------------------------
+    # a store made before groups (opened with create=False) gains the table at its first
+    # group write; until then it has no groups
+
+    def _group_rows(self, what: str, sql: str, args: tuple = ()) -> list:
+        try:
+            return self._query(what, sql, args)
+        except MetadataError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise
+
+    def read_group(self, group_id: str) -> Versioned | None:
+        rows = self._group_rows("read group", "SELECT data, version FROM consumer_groups "
+                                "WHERE group_id=?", (check_group_id(group_id),))
+        return Versioned(bytes(rows[0][0]), rows[0][1]) if rows else None
+
+    def write_group(self, group_id: str, data: bytes, version: Any = None) -> Versioned:
+        check_group_id(group_id)
+        with self._write(f"write group {group_id}") as c:
+            c.execute(_GROUPS_TABLE)
+            row = c.execute("SELECT version FROM consumer_groups WHERE group_id=?",
+                            (group_id,)).fetchone()
+            current = None if row is None else row[0]
+            if current != version:
+                raise BadVersionError(f"group {group_id}: expected version {version!r}, "
+                                      f"found {current!r}")
+            new = 0 if row is None else row[0] + 1
+            c.execute("INSERT OR REPLACE INTO consumer_groups VALUES (?, ?, ?)",
+                      (group_id, bytes(data), new))
+        return Versioned(bytes(data), new)
+
+    def remove_group(self, group_id: str, version: Any = None) -> bool:
+        check_group_id(group_id)
+        with self._write(f"remove group {group_id}") as c:
+            c.execute(_GROUPS_TABLE)
+            row = c.execute("SELECT version FROM consumer_groups WHERE group_id=?",
+                            (group_id,)).fetchone()
+            if row is None:
+                return False
+            if version is not None and row[0] != version:
+                raise BadVersionError(f"group {group_id}: version {version!r} is stale")
+            c.execute("DELETE FROM consumer_groups WHERE group_id=?", (group_id,))
+        return True
+
+    def list_groups(self) -> list[str]:
+        return [r[0] for r in self._group_rows(
+            "list groups", "SELECT group_id FROM consumer_groups ORDER BY group_id")]
 
     # ---- UnderreplicationManager ---------------------------------------------------
 

@@ -13,6 +13,7 @@ Under the root (``/ledgers`` by default; docs/METADATA.md has the full tree)::
     idgen-scoped/%020d/...        the same pair per scope != 0 (and idgen-scoped-long/)
     underreplication/ledgers/urL<qualified name>
     deleted/<last 2 hex digits>/<qualified name>   deletion records: "deleted_at_ms ctime_ms"
+    groups/<percent-encoded group id>              consumer groups' records (client/group.py)
     <ledger znodes>               by layout, scope 0:
         flat              L%010d
         hierarchical      %010d split 2-4-4 (00/0000/L0001) below 2^31 - 1, else
@@ -97,6 +98,9 @@ class EmbedlogTree:
 
     def underreplication_base(self) -> str:
         return self.p("underreplication", "ledgers")
+
+    def groups_base(self) -> str:
+        return self.p("groups")
 
     def encode_registration(self, bookie_id: str, info: dict | None) -> bytes:
         return encode_bookie_info(info)

@@ -37,9 +37,10 @@ from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError, TimeoutError)
 from embedlog.meta._common import (LAYOUT_MAGIC, PollingWatch, StoreBase, check_bookie_id,
                                    check_scope, coerce_ledger_id, decentralised_ledger_id,
+                                   group_key, group_of_key,
                                    decode_underreplicated, deleted_id_message, merge_missing,
                                    recorded_layout)
-from embedlog.meta.api import (CookieStore, DeletionRecord, LayoutExistsError, LayoutManager,
+from embedlog.meta.api import (ConsumerGroupStore, CookieStore, DeletionRecord, LayoutExistsError, LayoutManager,
                                LedgerIdGenerator, LedgerManager, LedgerMetadata, MetadataStore,
                                UnderreplicationManager, Versioned)
 from embedlog.meta.bookkeeper import idgen as bkidgen
@@ -59,7 +60,8 @@ _TRANSIENT = (KazooTimeoutError, ConnectionLoss, OperationTimeoutError)
 
 
 class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator,
-                      ZkRegistrations, LayoutManager, CookieStore, UnderreplicationManager):
+                      ZkRegistrations, LayoutManager, CookieStore, UnderreplicationManager,
+                      ConsumerGroupStore):
     """``ZkMetadataStore("127.0.0.1:2181", "/ledgers", layout="hierarchical")``.
 
     Options: ``timeout_s`` (connect and per-call bound, default 5), ``session_timeout_s``
@@ -643,6 +645,40 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
 
     def list_cookies(self) -> list[str]:
         return sorted(name for d in self._tree.cookie_dirs() for name in self._listdir(d))
+
+    # ---- ConsumerGroupStore ---------------------------------------------------------
+
+    def read_group(self, group_id: str) -> Versioned | None:
+        try:
+            data, stat = self._get(f"{self._tree.groups_base()}/{group_key(group_id)}")
+        except NoNodeError:
+            return None
+        return Versioned(bytes(data), stat.version)
+
+    def write_group(self, group_id: str, data: bytes, version: Any = None) -> Versioned:
+        path = f"{self._tree.groups_base()}/{group_key(group_id)}"
+        try:
+            if version is None:
+                self._create(path, bytes(data))
+                return Versioned(bytes(data), 0)
+            return Versioned(bytes(data), self._set(path, bytes(data), version).version)
+        except NodeExistsError:
+            raise BadVersionError(f"group {group_id} exists; pass its version") from None
+        except (NoNodeError, KzBadVersion):
+            raise BadVersionError(f"group {group_id}: version {version!r} is stale") from None
+
+    def remove_group(self, group_id: str, version: Any = None) -> bool:
+        try:
+            self._delete(f"{self._tree.groups_base()}/{group_key(group_id)}",
+                         -1 if version is None else version)
+        except NoNodeError:
+            return False
+        except KzBadVersion:
+            raise BadVersionError(f"group {group_id}: version {version!r} is stale") from None
+        return True
+
+    def list_groups(self) -> list[str]:
+        return sorted(group_of_key(n) for n in self._listdir(self._tree.groups_base()))
 
     # ---- UnderreplicationManager ---------------------------------------------------
 

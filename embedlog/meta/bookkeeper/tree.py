@@ -101,6 +101,9 @@ class BookKeeperTree:
     def deleted_base(self) -> str:
         return self.p(PRIVATE, "deleted")
 
+    def groups_base(self) -> str:
+        return self.p(PRIVATE, "groups")
+
     def underreplication_base(self) -> str:
         return self.p(PRIVATE, "underreplication", "ledgers")
 
