@@ -244,3 +244,31 @@ def test_done_callbacks_chaining_adds_beside_a_call_past_the_bound(tmp_path):
         assert finished.wait(60)
         assert len([f.result(30) for f in big]) == 200
         w.close()
+
+
+def test_the_cpython_future_internals_add_future_relies_on():
+    """AddFuture sets and reads concurrent.futures.Future's private fields (its docstring
+    says why): this fails on a CPython whose Future keeps other ones, names its states
+    otherwise, or stops going through ``self._condition``, so the change is seen here
+    rather than as a lost wake-up or a missing attribute in a client."""
+    import inspect
+    from concurrent.futures import _base
+    base = concurrent.futures.Future
+    fields = {"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"}
+    assert set(vars(base())) == fields, "Future.__init__ sets other fields than AddFuture's"
+    assert (_base.RUNNING, _base.FINISHED) == ("RUNNING", "FINISHED")
+    assert callable(getattr(base, "_invoke_callbacks", None))
+    # every base-class method AddFuture defers to takes the condition first, which is where
+    # AddFuture makes it (the waiters list and callbacks list with it)
+    for name in ("set_result", "set_exception", "result", "exception", "add_done_callback",
+                 "done", "cancelled", "cancel"):
+        assert "with self._condition" in inspect.getsource(getattr(base, name)), name
+    # wait() and as_completed() lock each future's condition and install waiters in _waiters
+    assert "future._condition.acquire()" in inspect.getsource(_base._AcquireFutures)
+    assert "f._waiters" in inspect.getsource(_base._create_and_install_waiters)
+    # and AddFuture still has every field, its condition made only on first use
+    f = AddFuture()
+    assert fields - {"_condition", "_waiters"} <= set(vars(f))
+    assert f._state == _base.RUNNING and f._made is None
+    f._condition
+    assert f._waiters == [] and f._done_callbacks == [] and f._made is not None
