@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """What this machine charges for memory and preallocation (the probes behind
-docs/PERFORMANCE.md's "This VM punishes fresh memory"):
+docs/PERFORMANCE_HISTORY.md's "This VM punishes fresh memory"):
 
     python benchmarks/vm_probe.py [--touch-gib 16] [--write-gib 2]
 
