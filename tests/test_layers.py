@@ -1,4 +1,5 @@
-"""The house keeps its shape: docs/ARCHITECTURE.md's layers, read from the package's own code.
+"""The house keeps its shape: docs/ARCHITECTURE.md's layers, read from the package's own code
+(its .py files, and the cimport and import lines of its compiled modules under pyx/).
 
 Each module imports only its own layer and the layers below it, and none of the layers
 the sideways rules keep apart; no module imports another module's private names, nor
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -109,6 +111,75 @@ def type_checking_lines(tree: ast.AST) -> set:
     return {n.lineno for node in ast.walk(tree)
             if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
             for stmt in node.body for n in ast.walk(stmt) if hasattr(n, "lineno")}
+
+
+# ---- the compiled modules: pyx/ mirrors the package path (pyx/embedlog/_native/x.pyx is
+# embedlog._native.x); Cython's cimport and import lines read as text, strings and comments out
+PYX = PACKAGE.parent / "pyx"
+_STRINGS = re.compile(r'("""|\'\'\')(?:.|\n)*?\1')
+_PYX_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+c?import[ \t]*(\([^)]*\)|[^\n]*)"
+                         r"|c?import[ \t]+([\w.][\w., \t]*))", re.M)
+
+
+def pyx_modules():
+    for path in sorted(PYX.rglob("*.pyx")) + sorted(PYX.rglob("*.pxd")):
+        parts = list(path.relative_to(PYX).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+def pyx_imports(path: pathlib.Path):
+    """(line, imported module, imported names) of every cimport and import in a .pyx/.pxd."""
+    text = _STRINGS.sub(lambda m: "\n" * m.group(0).count("\n"), path.read_text())
+    text = re.sub(r"#[^\n]*", "", text)
+    found = []
+    for m in _PYX_IMPORT.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        if m.group(1):
+            names = [n.split(" as ")[0].strip() for n in m.group(2).strip("()").split(",")]
+            found.append((line, m.group(1), [n for n in names if n]))
+        else:
+            for n in m.group(3).split(","):
+                if n.strip():
+                    found.append((line, n.split(" as ")[0].strip(), []))
+    return found
+
+
+def test_compiled_modules_are_read_too():
+    """The reader finds what a compiled module imports: the layer rules below would pass
+    on a reader that found nothing."""
+    addpath = PYX / "embedlog" / "_native" / "addpath.pyx"
+    got = {(t, tuple(n)) for _, t, n in pyx_imports(addpath)}
+    assert ("embedlog.errors", ("CorruptedDataError", "EmbedlogError", "IllegalOpError")) in got
+    assert any(t == "embedlog._native.format" and "encode_into" in n for t, n in got)
+    assert ("threading", ()) in got
+    scan = {t for _, t, _ in pyx_imports(PYX / "embedlog" / "_native" / "journal_scan.pyx")}
+    assert "corruption" not in scan          # its docstring's "from corruption in ..." is text
+    assert all(layer_of(m) is not None for m, _ in pyx_modules())
+
+
+def test_compiled_modules_import_only_their_layer_and_below():
+    """The layer, sideways and private-module rules, for the .pyx and .pxd files."""
+    found = []
+    for module, path in pyx_modules():
+        mine = RANK[layer_of(module)]
+        where = path.relative_to(PYX.parent)
+        for line, target, names in pyx_imports(path):
+            if not target.startswith("embedlog"):
+                continue
+            for t in sorted(_targets(target, names)):
+                theirs = layer_of(t)
+                if theirs is not None and RANK[theirs] > mine:
+                    found.append(f"{where}:{line} ({layer_of(module)}) imports {t} ({theirs})")
+                for low, high, why in SIDEWAYS:
+                    if _within(module, low) and _within(t, high):
+                        found.append(f"{where}:{line} imports {t}: {why}")
+            owner = _private_module(target)
+            if owner is not None and not (module + ".").startswith(owner + "."):
+                found.append(f"{where}:{line} imports the private module {target}")
+            found += [f"{where}:{line} imports {target}.{n}" for n in names if _private(n)]
+    assert not found, "compiled modules breaking the layer rules:\n" + "\n".join(found)
 
 
 def test_the_table_names_every_module():
