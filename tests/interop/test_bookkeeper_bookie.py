@@ -27,7 +27,7 @@ from embedlog._native import format as F
 from embedlog.errors import EmbedlogError, LedgerFencedError
 from embedlog.harness.peers import jars
 from prestart import Prestart
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 from bk_bookie_tools import (PASSWORD, closed_by_peer, driver_lines, entries, finish,
                              fired_on, java_cookies, java_read_many, lac_body_on_disk,
                              parallel, send_lines)
@@ -35,17 +35,6 @@ from bk_bookie_tools import (PASSWORD, closed_by_peer, driver_lines, entries, fi
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
 VERSIONS = list(jars.BOOKKEEPER_VERSIONS[:2])
-
-
-@pytest.fixture(scope="module")
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    SETUPS.close_unused()                      # before the ZooKeeper they stand on goes
-    server.stop()
 
 
 class Setup:

@@ -17,21 +17,10 @@ import pytest
 from embedlog.harness.peers import jars
 from embedlog.harness.peers.bookkeeper import BookKeeperCluster, DriverResult
 from prestart import Prestart
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)
 PASSWORD = "fixture-pw"
-
-
-@pytest.fixture(scope="module")
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    CLUSTERS.close_unused()                    # before the ZooKeeper they stand on goes
-    server.stop()
 
 
 def make_cluster(version: str, zk_hosts: str) -> BookKeeperCluster:
@@ -56,12 +45,6 @@ def bk(request, zk):
                             ready=lambda v: jars.is_fetched(f"bookkeeper-{v}"))
     yield cluster
     cluster.close()
-
-
-@pytest.fixture
-def cluster(bk):
-    bk.start_all()          # whatever an earlier test killed runs again (no-op otherwise)
-    return bk
 
 
 def parallel(*calls):

@@ -38,7 +38,7 @@ from embedlog.meta.bookkeeper import protobuf as pb
 from embedlog.meta.bookkeeper import textformat as tf
 from embedlog.meta.bookkeeper.cookie import Cookie
 from embedlog.meta.bookkeeper.layout import ledger_levels
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "bookkeeper")
 HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"
@@ -163,16 +163,6 @@ def test_text_format_strings_round_trip_any_bytes():
 
 
 # ---- live: Java bookies, BookieShell and BookKeeper's client ------------------------------
-
-@pytest.fixture(scope="module")
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    server.stop()
-
 
 def _store(zk_hosts: str, root: str, scheme: str = "zk+hierarchical", **options):
     return open_metadata_store(f"{scheme}://{zk_hosts}{root}", timeout_s=10, **options)

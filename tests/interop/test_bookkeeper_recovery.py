@@ -47,7 +47,7 @@ from embedlog.meta.bookkeeper.layout import parse_layout
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from bk_writer_child import payload as py_payload      # the child's own payloads
 from prestart import Prestart
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 PASSWORD = "recovery-pw"
 PW = PASSWORD.encode()
@@ -59,17 +59,6 @@ WATCHDOG_S = 90.0           # a writer still alive this long after its start is 
 def java_payload(i: int) -> bytes:
     """What the Java writers here append as entry i (8 to 60 bytes)."""
     return (b"java-%d;" % i) * (1 + i % 5)
-
-
-@pytest.fixture(scope="module")
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    CLUSTERS.close_unused()                    # before the ZooKeeper they stand on goes
-    server.stop()
 
 
 def make_cluster(version: str, zk_hosts: str):

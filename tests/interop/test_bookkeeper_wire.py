@@ -28,23 +28,12 @@ from embedlog.harness.peers import jars
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import BookKeeperConnection, WriteLac
 from prestart import Prestart
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from servers import ServerMissing, require_peer, skip_unless_ci
 
 PASSWORD = "wire-pw"
 PW = PASSWORD.encode()
 KEY = F.master_key(PW)
 DIGESTS = {"crc32": "CRC32", "crc32c": "CRC32C", "mac": "MAC", "dummy": "DUMMY"}
-
-
-@pytest.fixture(scope="module")
-def zk():
-    try:
-        server = ZooKeeperServer()
-    except ServerMissing as exc:
-        skip_unless_ci(str(exc))
-    yield server
-    STARTED.close_unused()                     # before the ZooKeeper they stand on goes
-    server.stop()
 
 
 # 4.17.2 on the default SortedLedgerStorage; 4.16.6 (Pulsar 3.x's line) on DbLedgerStorage,
@@ -87,12 +76,6 @@ def bk(request, zk):
                            ready=lambda p: jars.is_fetched(f"bookkeeper-{p[0]}"))
     yield cluster
     close_cluster(cluster)
-
-
-@pytest.fixture
-def cluster(bk):
-    bk.start_all()          # whatever an earlier test killed runs again (no-op otherwise)
-    return bk
 
 
 def parallel(*calls):
