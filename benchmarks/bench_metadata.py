@@ -10,7 +10,7 @@ Workloads (named once, inputs built before timing):
 - ``generate_id``: N generate_ledger_id calls
 - ``iterate``: one iterate_ledgers pass over M ledgers (bulk-loaded untimed, see populate)
 
-ZooKeeper and etcd run as child processes on loopback (tests/servers.py), each with one
+ZooKeeper and etcd run as child processes on loopback (tests/support/servers.py), each with one
 client: the figures are round trips of this host, not a cluster's throughput.
 """
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import servers  # noqa: E402
+from support import servers  # noqa: E402
 
 from embedlog._native.format import LedgerId  # noqa: E402
 from embedlog.meta import open_metadata_store  # noqa: E402

@@ -38,7 +38,7 @@ def pytest_sessionstart(session):
 def own_zookeeper():
     """A ZooKeeper server of the test's own, stopped after it (a test that restores it from
     a backup, or whose root must start empty). Missing ZooKeeper fails under CI=true."""
-    from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
+    from support.servers import ServerMissing, ZooKeeperServer, skip_unless_ci
     try:
         server = ZooKeeperServer()
     except ServerMissing as exc:

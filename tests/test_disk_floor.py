@@ -33,7 +33,7 @@ def test_a_benchmark_killed_mid_floor_leaves_no_bookie_behind(tmp_path):
     import signal
     import subprocess
 
-    from cliutil import wait_until
+    from support.cliutil import wait_until
     script = ("import sys; sys.path.append(sys.argv[1]); import disk_floor; "
               "disk_floor.measure(sys.argv[2], 2, seconds=600, group=64 << 10)")
     bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")

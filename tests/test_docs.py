@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from cliutil import ROOT, cli_env
-from servers import skip_unless_ci
+from support.cliutil import ROOT, cli_env
+from support.servers import skip_unless_ci
 
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 

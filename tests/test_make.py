@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from cliutil import ROOT, cli_env
+from support.cliutil import ROOT, cli_env
 
 OPTIONAL = ("kazoo", "etcd3", "pyspark", "pyarrow", "pandas", "lmdb", "rocksdict", "pytest",
             "hypothesis", "trustme", "google_crc32c", "atheris", "pytest_benchmark", "uvloop")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cliutil import ROOT
+from support.cliutil import ROOT
 
 NATIVE = ["format", "journal_format", "journal_buffer", "journal_waiters", "journal_scan",
           "journal_kernels", "memtable", "entrylog", "entrylogger", "index", "reader", "arrowread", "arenas", "bkwire", "bkencode",

@@ -14,14 +14,14 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# crash_child.py is in tests/, test_crash.py (the cycle) in tests/bookie/
+# crash_child.py is in tests/support/, test_crash.py (the cycle) in tests/bookie/
 # (tests/bookie/test_soak_tools.py runs this script, so a move breaks a test)
 for _dir in ("tests/bookie", "tests", ""):
     sys.path.insert(0, os.path.join(HERE, "..", _dir))
 
 import embedlog  # noqa: E402
 from embedlog import LedgerId  # noqa: E402
-from crash_child import payload  # noqa: E402
+from support.crash_child import payload  # noqa: E402
 from test_crash import run_cycle  # noqa: E402
 
 

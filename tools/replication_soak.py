@@ -3,7 +3,7 @@
 
     python tools/replication_soak.py --minutes 120 [--bookies 5] [--seed N]
 
-Runs rounds of tests/replication_chaos.Chaos (kill, suspend, stop, restart bookies on
+Runs rounds of tests/support/replication_chaos.Chaos (kill, suspend, stop, restart bookies on
 a seeded schedule while a writer and a reader run) and checks after each round that
 every acknowledged entry is readable and readers agree. Prints one line per round.
 """
@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from embedlog.harness import LocalCluster  # noqa: E402
-from replication_chaos import Chaos  # noqa: E402
+from support.replication_chaos import Chaos  # noqa: E402
 
 
 def main():

@@ -8,7 +8,7 @@ import socket
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cliutil import admin_addresses, admin_auth, http, http_json, wait_until
+from support.cliutil import admin_addresses, admin_auth, http, http_json, wait_until
 from embedlog import LedgerId
 from embedlog.harness import LocalCluster
 

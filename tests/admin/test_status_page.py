@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from cliutil import ROOT, admin_addresses
+from support.cliutil import ROOT, admin_addresses
 from embedlog.harness import LocalCluster
 
 BROWSER_TIMEOUT_S = 90

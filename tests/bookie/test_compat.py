@@ -4,7 +4,7 @@ import json
 import os
 import tarfile
 
-from cliutil import TESTS
+from support.cliutil import TESTS
 import embedlog
 from embedlog import LedgerId
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cliutil import ROOT
+from support.cliutil import ROOT
 import embedlog
 from embedlog.bookie.cookies import Cookie, check_and_stamp, read_dir_cookie, write_dir_cookie
 from embedlog.errors import InvalidCookieError

@@ -10,17 +10,17 @@ import time
 
 import pytest
 
-from cliutil import ROOT, TESTS
+from support.cliutil import ROOT, SUPPORT, TESTS
 import embedlog
 from embedlog import LedgerId
-from crash_child import payload
-from reopen_child import CONFIG as REOPEN_CONFIG
+from support.crash_child import payload
+from support.reopen_child import CONFIG as REOPEN_CONFIG
 
 
 def run_cycle(path, seed, rnd):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS,
                                                        os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.Popen([sys.executable, os.path.join(TESTS, "crash_child.py"), str(path),
+    child = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "crash_child.py"), str(path),
                               str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
     acked = {}
@@ -70,7 +70,7 @@ def test_sigkill_loses_no_acknowledged_entry(tmp_path):
 
 def run_reopen_child(path, *args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, os.path.join(TESTS, "reopen_child.py"), str(path), *args],
+    proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "reopen_child.py"), str(path), *args],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == -9, (args, proc.returncode, proc.stderr[-2000:])
     return proc.stdout.splitlines()

@@ -1,5 +1,5 @@
 """SIGKILL at each named failure point of the journal, the memtable flush and the
-checkpoint: the writer (tests/crash_child.py) is killed there, the directory is reopened,
+checkpoint: the writer (tests/support/crash_child.py) is killed there, the directory is reopened,
 and every entry it was told was acknowledged reads back with its bytes. A test below fails
 when a failure point exists that no test arms."""
 import glob
@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from cliutil import ROOT, TESTS
+from support.cliutil import ROOT, SUPPORT, TESTS
 import embedlog
 from embedlog import LedgerId, failpoints
-from crash_child import payload
+from support.crash_child import payload
 
 POINTS = ["journal.before_write", "journal.before_sync", "journal.after_sync",
           "journal.prealloc_before_zero", "memtable.before_flush",
@@ -31,7 +31,7 @@ def test_killed_at_a_named_point_loses_nothing(tmp_path, point):
            "CRASH_CHILD_JOURNAL_MB": "1" if reuse else "8",
            "CRASH_CHILD_JOURNAL_BACKUPS": "0" if reuse else "5",
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, os.path.join(TESTS, "crash_child.py"), str(tmp_path), "7"],
+    proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "crash_child.py"), str(tmp_path), "7"],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == -9, (point, proc.returncode, proc.stderr[-2000:])
     acked = {}

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from cliutil import admin_auth, cli, cli_json, http, http_json, wait_until
+from support.cliutil import admin_auth, cli, cli_json, http, http_json, wait_until
 from embedlog import Client
 from embedlog.harness.cluster import LocalCluster
 

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from cliutil import ROOT
+from support.cliutil import ROOT
 import embedlog
 from embedlog import LedgerId
 from embedlog.bookie.disks import DiskMonitor, resolve_dirs
 from embedlog.config import BookieConfig
 from embedlog.errors import ConfigError, ReadOnlyBookieError
 
-from crash_child import payload
-from servers import skip_unless_ci
+from support.crash_child import payload
+from support.servers import skip_unless_ci
 
 
 def big_payload(q: str, e: int, n: int = 16 << 10) -> bytes:
@@ -323,7 +323,7 @@ def test_a_full_journal_disk_recovers_without_a_restart(small_fs):
     acknowledged; once space is freed, adds and fences work again without a restart; a
     restart on an almost full disk replays what it must with no more room than that data."""
     from embedlog.errors import EmbedlogError, LedgerClosedError
-    from crashutil import abandon
+    from support.crashutil import abandon
     cfg = dict(skip_list_size_limit=8 << 20, entry_log_size_limit=16 << 20, journal_max_size_mb=4,
                journal_pre_alloc_size_mb=1, flush_interval_ms=0, disk_usage_threshold=1.0,
                disk_usage_warn_threshold=1.0, disk_usage_lwm_threshold=1.0,
@@ -531,7 +531,7 @@ def test_a_freed_journal_disk_is_writable_within_a_second(small_fs, caplog):
     acknowledged."""
     import logging
     from embedlog.errors import EmbedlogError
-    from crashutil import abandon
+    from support.crashutil import abandon
     cfg = dict(journal_max_size_mb=4, journal_pre_alloc_size_mb=1, flush_interval_ms=100,
                gc_wait_time_ms=0)
     path, ballast = small_fs / "log", small_fs / "ballast"
@@ -593,7 +593,7 @@ def test_a_served_bookie_is_writable_soon_after_its_journal_disk_is_freed(small_
     """Served, the same: the journal's disk fills, adds fail, checkpoints fail (read-only
     until one succeeds); once the space is back the bookie re-registers writable and takes
     adds, without a restart."""
-    from cliutil import wait_until
+    from support.cliutil import wait_until
     from embedlog.errors import EmbedlogError
     with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100) as cluster:
         client = cluster.client()
@@ -624,7 +624,7 @@ def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_f
     read-only, and stayed so across a restart. They are kept now only while the file system
     has room besides them, and given back first when it runs short: a restart on a file
     system something else filled meanwhile is writable at once."""
-    from cliutil import wait_until
+    from support.cliutil import wait_until
     from embedlog.bookie.journal_files import FREE
     journal = small_fs / "journal"
     # 1 MiB journals: the restart's own trim frees one (at most 2 MiB with its zeros), not

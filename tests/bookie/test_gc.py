@@ -12,7 +12,7 @@ from embedlog import LedgerId
 from embedlog.errors import MetadataError, NoSuchLedgerError
 from embedlog.meta.api import LedgerManager
 
-from crash_child import payload
+from support.crash_child import payload
 
 GC_CONFIG = dict(skip_list_size_limit=128 << 10, entry_log_size_limit=512 << 10,
                  journal_max_size_mb=1, journal_pre_alloc_size_mb=1, flush_interval_ms=100,
@@ -261,7 +261,7 @@ def test_gc_config_rules():
 def test_gc_against_zookeeper_hierarchical_and_flat(tmp_path):
     """The scan against a real ZooKeeper: ids spread over several (level1, level2)
     partitions (and the long tree), scope != 0 ledgers in the scoped tree."""
-    import servers
+    from support import servers
     from embedlog.meta.api import DigestType, LedgerMetadata
     try:
         zk = servers.ZooKeeperServer()

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from cliutil import ROOT, TESTS
+from support.cliutil import ROOT, SUPPORT, TESTS
 import embedlog
 from embedlog import LedgerId
 from embedlog.cli.shell import Layout, check_ledger
 
-from crash_child import payload
-from gc_child import CONFIG
+from support.crash_child import payload
+from support.gc_child import CONFIG
 
 POINTS = ["gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
           "compaction.during_copy", "compaction.after_write", "compaction.after_manifest",
@@ -24,7 +24,7 @@ POINTS = ["gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete
 def run_child(path, point):
     env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash",
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
-    child = subprocess.run([sys.executable, os.path.join(TESTS, "gc_child.py"), str(path)],
+    child = subprocess.run([sys.executable, os.path.join(SUPPORT, "gc_child.py"), str(path)],
                            capture_output=True, text=True, env=env, timeout=120)
     live, dead = {}, []
     for line in child.stdout.splitlines():

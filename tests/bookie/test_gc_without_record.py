@@ -28,8 +28,8 @@ from embedlog.meta import open_metadata_store
 from embedlog.meta.api import LedgerMetadata
 from embedlog.meta.bookkeeper import idgen
 
-from cliutil import wait_until
-from servers import ServerMissing, ZooKeeperServer, skip_unless_ci, suspend
+from support.cliutil import wait_until
+from support.servers import ServerMissing, ZooKeeperServer, skip_unless_ci, suspend
 
 WAIT_MS = 1000
 CONFIG = dict(gc_wait_time_ms=0, flush_interval_ms=100, journal_max_size_mb=1,

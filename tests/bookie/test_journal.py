@@ -10,7 +10,7 @@ import pytest
 import embedlog
 from embedlog import failpoints
 from embedlog.errors import JournalCorruptedError
-from crashutil import abandon, copy_dir, journal_records, newest_journal
+from support.crashutil import abandon, copy_dir, journal_records, newest_journal
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0)
 
@@ -397,7 +397,7 @@ def test_journal_headers_of_versions_1_and_2_still_open_and_unknown_versions_do_
 def test_a_flushed_memtable_moves_the_last_log_mark_so_a_crash_replays_little(tmp_path):
     """As BookKeeper's SortedLedgerStorage: a full memtable's flush is followed by a
     checkpoint, without waiting for flush_interval_ms (an hour here)."""
-    from cliutil import wait_until
+    from support.cliutil import wait_until
     log = embedlog.open(tmp_path, skip_list_size_limit=1 << 16, flush_interval_ms=3_600_000)
     w = log.create_ledger()
     start = log.bookie.mark.persisted

@@ -7,7 +7,7 @@ import pytest
 import embedlog
 from embedlog.bookie.journal_files import journal_ids
 from embedlog.errors import JournalCorruptedError
-from crashutil import abandon, journal_records, newest_journal
+from support.crashutil import abandon, journal_records, newest_journal
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0, journal_max_size_mb=1)
 

@@ -10,9 +10,9 @@ import pytest
 import embedlog
 from embedlog import fileio
 from embedlog.bookie.journal_files import PREALLOC_GROUP_BYTES_MAX
-from crash_child import payload
-from crashutil import abandon
-from cliutil import wait_until
+from support.crash_child import payload
+from support.crashutil import abandon
+from support.cliutil import wait_until
 
 CFG = dict(journal_max_size_mb=64, journal_pre_alloc_size_mb=1, flush_interval_ms=0,
            skip_list_size_limit=64 << 20)

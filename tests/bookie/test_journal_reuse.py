@@ -15,9 +15,9 @@ from embedlog.bookie.journal import Journal
 from embedlog.bookie.journal_files import FREE, MAX_FREE, MAX_FREE_BURST, journal_ids
 from embedlog.config import BookieConfig
 from embedlog.errors import EmbedlogError
-from cliutil import wait_until
-from crash_child import payload
-from crashutil import abandon
+from support.cliutil import wait_until
+from support.crash_child import payload
+from support.crashutil import abandon
 
 REUSE = dict(journal_max_size_mb=1, journal_max_backups=0, journal_pre_alloc_size_mb=1,
              skip_list_size_limit=64 << 10, flush_interval_ms=20)

@@ -12,7 +12,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from cliutil import ROOT, TESTS
+from support.cliutil import ROOT, TESTS
 import embedlog
 from embedlog import LedgerId
 from embedlog._native import index as nix

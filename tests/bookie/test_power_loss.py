@@ -13,9 +13,9 @@ import pytest
 import embedlog
 from embedlog import fileio
 from embedlog.errors import EmbedlogError
-from crash_child import payload
-from crashutil import abandon
-from cliutil import wait_until
+from support.crash_child import payload
+from support.crashutil import abandon
+from support.cliutil import wait_until
 
 CFG = dict(skip_list_size_limit=64 << 10, entry_log_size_limit=256 << 10, flush_interval_ms=20,
            journal_max_size_mb=1, journal_pre_alloc_size_mb=1, journal_max_backups=0,

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from cliutil import ROOT
+from support.cliutil import ROOT
 
 
 def test_crash_soak_runs_a_few_cycles(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import embedlog
 from embedlog import failpoints, fileio
 from embedlog.errors import EmbedlogError
-from crashutil import abandon
+from support.crashutil import abandon
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-from cliutil import cli, cli_json, start, wait_until
+from support.cliutil import cli, cli_json, start, wait_until
 from embedlog.harness import LocalCluster
 from embedlog.meta import open_metadata_store
 

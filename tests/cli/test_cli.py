@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from cliutil import ROOT, cli, cli_env, cli_json, http, http_json, start, wait_until
+from support.cliutil import ROOT, cli, cli_env, cli_json, http, http_json, start, wait_until
 from embedlog import LedgerId
 from embedlog.cli.ledger import generated_entry
 from embedlog.client import Client

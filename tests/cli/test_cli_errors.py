@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 
 import embedlog
 from embedlog.harness import LocalCluster
-from cliutil import ROOT, cli, cli_env, start, wait_until
+from support.cliutil import ROOT, cli, cli_env, start, wait_until
 
 
 def no_traceback(r) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 
-from cliutil import cli_json, start
+from support.cliutil import cli_json, start
 from embedlog.meta import open_metadata_store
 
 

@@ -17,7 +17,7 @@ import sqlite3
 
 import pytest
 
-from cliutil import ROOT, admin_auth, cli, cli_json, http, http_json, wait_until
+from support.cliutil import ROOT, admin_auth, cli, cli_json, http, http_json, wait_until
 from embedlog.harness import LocalCluster
 
 
@@ -290,7 +290,7 @@ def test_recover_and_decommission_name_bookkeeper_ledgers_by_their_plain_ids(tmp
     scope 0, and its operators know it by BookKeeper's decimal id: `bookie recover` and
     `bookie decommission` named the ledgers they left by the 32-hex-digit qualified name."""
     from embedlog.meta import open_metadata_store
-    from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
+    from support.servers import ServerMissing, ZooKeeperServer, skip_unless_ci
     try:
         zk = ZooKeeperServer()
     except ServerMissing as exc:

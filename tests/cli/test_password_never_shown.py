@@ -13,7 +13,7 @@ import embedlog
 from embedlog._native.format import master_key
 from embedlog.harness import LocalCluster
 
-from cliutil import admin_addresses, cli, cli_env, http
+from support.cliutil import admin_addresses, cli, cli_env, http
 
 PASSWORD = b"hunter2-secret"
 SECRETS = (PASSWORD, PASSWORD.hex().encode(), PASSWORD.hex().upper().encode(),

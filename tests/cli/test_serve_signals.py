@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import socket
 
-from cliutil import start
+from support.cliutil import start
 from embedlog.client import Client
 
 
@@ -55,8 +55,8 @@ def test_sigterm_while_replaying_stops_cleanly(tmp_path):
     """SIGTERM during the start (here a replay of ~100 MiB of journal) killed the process
     at once (exit -15, nothing said); it now stops as Ctrl-C does, closing what it opened."""
     import embedlog
-    from cliutil import wait_until
-    from crashutil import abandon
+    from support.cliutil import wait_until
+    from support.crashutil import abandon
     directory = tmp_path / "bookie"
     log = embedlog.open(directory, flush_interval_ms=0, skip_list_size_limit=1 << 30)
     w = log.create_ledger()

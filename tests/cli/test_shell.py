@@ -8,7 +8,7 @@ from click.testing import CliRunner
 import embedlog
 from embedlog.cli.shell import shell
 
-from crash_child import payload
+from support.crash_child import payload
 
 CONFIG = dict(skip_list_size_limit=64 << 10, entry_log_size_limit=256 << 10, flush_interval_ms=100)
 

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog._native import addpath
 from embedlog._native.addpath import AddFuture, PendingAdd
 from embedlog._native.format import decode_entry, encode_entry, mac_key, parse_entry_header

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from cliutil import ROOT, TESTS
+from support.cliutil import ROOT, SUPPORT
 from embedlog.harness import LocalCluster
 from embedlog.meta.api import LedgerState
 
@@ -23,7 +23,7 @@ def run_child(cluster, tmp_path, point, scenario, *args):
     acks = tmp_path / f"{scenario}.acks"
     env = dict(os.environ, EMBEDLOG_FAILPOINTS=f"{point}=crash")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, os.path.join(TESTS, "client_child.py"), scenario,
+    proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "client_child.py"), scenario,
                            cluster.metadata_uri, str(acks), *map(str, args)],
                           env=env, capture_output=True, timeout=120)
     assert proc.returncode == -9, (proc.returncode, proc.stderr.decode()[-2000:])

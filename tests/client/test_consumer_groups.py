@@ -1,5 +1,5 @@
 """Consumer groups on streams (issue 51), on real processes: members in processes of their
-own (tests/group_child.py) sharing streams of a LocalCluster; one SIGKILLed, another takes
+own (tests/support/group_child.py) sharing streams of a LocalCluster; one SIGKILLed, another takes
 over from the last committed position; a member paused (SIGSTOP) past its session is a
 zombie whose commit is refused; lag = end - committed on the group's record, the CLI and
 /metrics; a reset while a member runs. Every wait is on a condition."""
@@ -16,7 +16,7 @@ import time
 import pytest
 
 import embedlog
-from cliutil import TESTS, admin_addresses, cli, cli_env, http, wait_until
+from support.cliutil import SUPPORT, admin_addresses, cli, cli_env, http, wait_until
 from embedlog.client import group as G
 from embedlog.errors import CommitFailedError, ConfigError, GroupNotEmptyError
 from embedlog.harness import LocalCluster
@@ -30,11 +30,11 @@ def cluster(tmp_path):
 
 
 class Member:
-    """A group member in its own process (tests/group_child.py); stdout lines are kept."""
+    """A group member in its own process (tests/support/group_child.py); stdout lines are kept."""
 
     def __init__(self, uri, group, streams, mode="loop", session_ms=3000, hb_ms=300, **env):
         self.popen = subprocess.Popen(
-            [sys.executable, os.path.join(TESTS, "group_child.py"), uri, group, str(session_ms),
+            [sys.executable, os.path.join(SUPPORT, "group_child.py"), uri, group, str(session_ms),
              str(hb_ms), mode, *streams], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, env=cli_env(**env))
         self.lines: list[str] = []

@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import Client
 from embedlog.harness.cluster import LocalCluster
 

@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import embedlog
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog.client.schedule import write_set
 from embedlog.errors import (LedgerClosedError, LedgerFencedError,
                              LedgerRecoveryError, NoSuchLedgerError, NotEnoughBookiesError)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import LedgerId
 from embedlog.client.schedule import write_set
 from embedlog.errors import (EmbedlogError, LedgerFencedError, NoSuchEntryError, NotEnoughBookiesError,
@@ -359,7 +359,7 @@ def test_autorecovery_rereplicates_a_killed_bookies_fragments(cluster):
 
 @pytest.mark.parametrize("metadata", ["sqlite", "zk", "etcd"])
 def test_cluster_on_each_metadata_store(tmp_path, metadata):
-    from servers import ServerMissing, skip_unless_ci
+    from support.servers import ServerMissing, skip_unless_ci
     try:
         lc = LocalCluster(bookies=4, metadata=metadata, base_dir=str(tmp_path / "c"))
     except ServerMissing as exc:

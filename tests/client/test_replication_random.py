@@ -3,7 +3,7 @@ and a reader run; afterwards nothing acknowledged is lost and readers agree."""
 import os
 
 from embedlog.harness import LocalCluster
-from replication_chaos import Chaos
+from support.replication_chaos import Chaos
 
 
 def test_random_faults_lose_nothing(tmp_path):

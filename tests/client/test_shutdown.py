@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from cliutil import ROOT, cli_env
+from support.cliutil import ROOT, cli_env
 from embedlog import aio
 from embedlog.errors import ClientClosedError
 from embedlog.harness import LocalCluster

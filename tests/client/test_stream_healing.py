@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cliutil import cli, wait_until
+from support.cliutil import cli, wait_until
 from embedlog.client.autorecovery import AutoRecovery
 from embedlog.client.schedule import write_set
 from embedlog.errors import NoSuchEntryError, NoSuchLedgerError

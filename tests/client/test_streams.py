@@ -337,7 +337,7 @@ def test_embedded_stream(tmp_path):
 
 def test_random_faults_with_writers_taking_over_in_turn(tmp_path):
     import os
-    from stream_chaos import StreamChaos
+    from support.stream_chaos import StreamChaos
     seed = int(os.environ.get("EMBEDLOG_CHAOS_SEED", "7"))
     with LocalCluster(bookies=5, base_dir=str(tmp_path / "c"), autorecovery=False) as lc:
         chaos = StreamChaos(lc, seed, duration_s=float(os.environ.get("EMBEDLOG_CHAOS_SECONDS", "12")))

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from cliutil import ROOT, cli_env, wait_until
+from support.cliutil import ROOT, cli_env, wait_until
 
 CHILD = textwrap.dedent("""
     import os, signal, sys

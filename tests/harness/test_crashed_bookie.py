@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog.errors import BookieCrashedError
 from embedlog.harness import LocalCluster
 

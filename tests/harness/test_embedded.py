@@ -428,7 +428,7 @@ def test_a_read_only_open_in_another_process_sees_what_the_writer_made_durable(t
     writer had made durable by then: a closed ledger whole, an open one up to its LAC, through
     the writer's checkpoints (entry logs and index) and its journal alike."""
     import json
-    from cliutil import cli_env
+    from support.cliutil import cli_env
     path = tmp_path / "log"
     log = embedlog.open(path, flush_interval_ms=3_600_000)
     reader = subprocess.Popen([sys.executable, "-c", READER, str(path)], stdin=subprocess.PIPE,

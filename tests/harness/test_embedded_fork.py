@@ -16,10 +16,8 @@ import pytest
 import embedlog
 from embedlog.errors import ForkedProcessError
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, TESTS)
-
-from fork_child import payload  # noqa: E402
+from support.cliutil import SUPPORT
+from support.fork_child import payload
 
 
 def uses_in_child(log, w, r, stream=None) -> dict:
@@ -183,7 +181,7 @@ async def _nothing():
 
 
 def test_every_acknowledged_entry_survives_a_sigkill_after_a_fork(tmp_path):
-    proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "fork_child.py"), str(tmp_path)],
+    proc = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "fork_child.py"), str(tmp_path)],
                             stdout=subprocess.PIPE, text=True)
     acked, children, after = -1, [], 0
     watchdog = threading.Timer(180, proc.kill)         # a child that hangs fails, not hangs
@@ -232,7 +230,7 @@ print("OK")
 
 
 def test_a_forked_child_leaves_the_parents_local_cluster_alone():
-    from cliutil import ROOT, cli_env
+    from support.cliutil import ROOT, cli_env
     r = subprocess.run([sys.executable, "-c", CLUSTER_CHILD], capture_output=True, text=True,
                        env=cli_env(), cwd=ROOT, timeout=180)
     assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr

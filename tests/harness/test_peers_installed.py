@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from servers import skip_unless_ci
+from support.servers import skip_unless_ci
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JAVA = os.path.join(ROOT, "embedlog", "harness", "peers", "java")

@@ -13,7 +13,7 @@ import pytest
 import embedlog
 from embedlog import failpoints
 from embedlog.errors import EmbedlogError, EntryTooLargeError, IllegalOpError, LedgerClosedError
-from crashutil import abandon
+from support.crashutil import abandon
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0)
 

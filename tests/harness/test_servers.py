@@ -7,7 +7,7 @@ import signal
 import socket
 
 from embedlog.harness import servers
-from servers import ServerMissing, skip_unless_ci
+from support.servers import ServerMissing, skip_unless_ci
 
 
 def test_listens_on_names_the_process_holding_a_port():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prestart import Prestart
-from servers import ServerMissing, ZooKeeperServer, skip_unless_ci
+from support.servers import ServerMissing, ZooKeeperServer, skip_unless_ci
 
 
 @pytest.fixture(scope="module")

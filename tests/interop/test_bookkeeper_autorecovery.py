@@ -9,9 +9,9 @@ ZooKeeper, BookKeeper 4.17.2's AutoRecoveryMain and shell, three embedlog bookie
 CI=true a missing java, jar or ZooKeeper fails."""
 from __future__ import annotations
 
-from cliutil import cli_json, http, http_json, wait_until
+from support.cliutil import cli_json, http, http_json, wait_until
 from embedlog import Client
-from servers import require_peer
+from support.servers import require_peer
 
 VERSION = "4.17.2"
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import Client
 from embedlog._native import bkwire as W
 from embedlog._native import bkencode as E
@@ -27,7 +27,7 @@ from embedlog._native import format as F
 from embedlog.errors import EmbedlogError, LedgerFencedError
 from embedlog.harness.peers import jars
 from prestart import Prestart
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 from bk_bookie_tools import (PASSWORD, closed_by_peer, driver_lines, entries, finish,
                              fired_on, java_cookies, java_read_many, lac_body_on_disk,
                              parallel, send_lines)

@@ -17,10 +17,10 @@ import os
 
 import pytest
 
-from cliutil import admin_auth, http, http_json, wait_until
+from support.cliutil import admin_auth, http, http_json, wait_until
 from embedlog import Client
 from embedlog.harness.peers import jars
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from support.servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 VERSION = max(jars.BOOKKEEPER_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
 WAIT_MS = 1000

@@ -9,10 +9,10 @@ CI=true a missing ZooKeeper or jar fails.
 """
 from __future__ import annotations
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import Client
 from embedlog.harness.peers import jars
-from servers import require_peer
+from support.servers import require_peer
 
 VERSION = max(jars.BOOKKEEPER_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
 

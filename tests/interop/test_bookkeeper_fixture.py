@@ -17,7 +17,7 @@ import pytest
 from embedlog.harness.peers import jars
 from embedlog.harness.peers.bookkeeper import BookKeeperCluster, DriverResult
 from prestart import Prestart
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)
 PASSWORD = "fixture-pw"

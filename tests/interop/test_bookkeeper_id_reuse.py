@@ -27,10 +27,10 @@ import sys
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import Client
 from embedlog.harness.peers import jars
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from support.servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 VERSION = max(jars.BOOKKEEPER_VERSIONS, key=lambda v: tuple(map(int, v.split("."))))
 PASSWORD = "pw"

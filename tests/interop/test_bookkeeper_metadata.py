@@ -38,7 +38,7 @@ from embedlog.meta.bookkeeper import protobuf as pb
 from embedlog.meta.bookkeeper import textformat as tf
 from embedlog.meta.bookkeeper.cookie import Cookie
 from embedlog.meta.bookkeeper.layout import ledger_levels
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "bookkeeper")
 HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1"

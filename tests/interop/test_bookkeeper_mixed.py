@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from embedlog import Client
-from servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
+from support.servers import ServerMissing, ZooKeeperServer, require_peer, skip_unless_ci
 
 VERSION = "4.17.2"
 PASSWORD = "mixed-pw"

@@ -47,7 +47,7 @@ from embedlog.meta.bookkeeper.layout import parse_layout
 from embedlog.meta.bookkeeper.tree import BookKeeperTree
 from bk_writer_child import payload as py_payload      # the child's own payloads
 from prestart import Prestart
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 PASSWORD = "recovery-pw"
 PW = PASSWORD.encode()

@@ -28,7 +28,7 @@ from embedlog.harness.peers import jars
 from embedlog.net import protocol as P
 from embedlog.net.bookkeeper import BookKeeperConnection, WriteLac
 from prestart import Prestart
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 PASSWORD = "wire-pw"
 PW = PASSWORD.encode()

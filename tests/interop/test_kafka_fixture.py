@@ -16,7 +16,7 @@ import time
 import pytest
 
 from embedlog.harness.peers.kafka import KAFKA_PEER, KafkaCluster
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 log = logging.getLogger(__name__)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

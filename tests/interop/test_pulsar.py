@@ -12,7 +12,7 @@ import threading
 import pulsar                                    # the test extra's pulsar-client
 import pytest
 
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/servers.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/support/servers.py
 
-import servers  # noqa: E402
+from support import servers  # noqa: E402
 
 from embedlog.meta import open_metadata_store  # noqa: E402
 

@@ -22,7 +22,7 @@ from embedlog._native import bkencode as E
 from embedlog._native import format as F
 from embedlog.errors import CorruptedDataError, EmbedlogError, EntryTooLargeError, IllegalOpError
 from embedlog.net import protocol as P
-from servers import skip_unless_ci
+from support.servers import skip_unless_ci
 
 KEY = F.master_key(b"pw")
 I64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -459,7 +459,7 @@ def test_what_bookkeeper_cannot_express_is_refused_before_anything_is_sent():
     import ssl
     from embedlog.net.bookkeeper import BookKeeperConnection
     from embedlog.net.transport import BookieUnavailableError
-    from servers import free_port
+    from support.servers import free_port
     address = f"127.0.0.1:{free_port()}"
     e = F.encode_entry(0, 5, 0, -1, 1, F.digest_code("crc32c"), b"x")
     refused = [

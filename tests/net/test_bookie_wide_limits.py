@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog.cli.serve import KEPT_HEAP_TOP
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection, SteadyWriter, rss_bytes

@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import Client
 from embedlog._native import bkencode as E
 from embedlog._native import bkwire as W

@@ -6,7 +6,7 @@ failing is counted, logged and makes the bookie read-only, instead of killing it
 import pytest
 
 import embedlog
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog._native import format as nf
 from embedlog.errors import IllegalOpError
 from embedlog.harness import LocalCluster

@@ -6,7 +6,7 @@ stay. SQLite has no watch: the bookie reads the facts of a held ledger again whe
 over a second old (bookie/descriptors.py), so the test waits for that, on the answer."""
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog._native import format as nf
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection

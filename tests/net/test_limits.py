@@ -11,7 +11,7 @@ import time
 import pytest
 
 import embedlog
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog import failpoints
 from embedlog._native import format as nf
 from embedlog.harness import LocalCluster

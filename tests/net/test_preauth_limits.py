@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from cliutil import wait_until
+from support.cliutil import wait_until
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection, rss_bytes
 from embedlog.net import protocol as P

@@ -99,7 +99,7 @@ def test_shared_token(tmp_path):
 
 
 def test_token_guards_admin_http_changes(tmp_path):
-    from cliutil import admin_addresses, http
+    from support.cliutil import admin_addresses, http
     with _cluster(tmp_path, auth_token="s3cret-token-0123456789-token",
                   bookie_config={"http_server_enabled": True, "http_server_port": 0}) as cluster:
         good, w = _write(cluster)
@@ -124,7 +124,7 @@ def test_token_guards_admin_http_changes(tmp_path):
             assert code == 401, (changing, body)
         assert http(admin, "/api/v1/bookie/state/readonly")[0] == 200      # reading stays open
         # `embedlog bookie readonly` carries the token from the bookies' token file
-        from cliutil import cli, cli_env
+        from support.cliutil import cli, cli_env
         bid = cluster.bookie_id(0)
         md = ("--metadata", cluster.metadata_uri)
         r = cli("bookie", "readonly", "on", bid, *md, env=cli_env())

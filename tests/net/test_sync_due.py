@@ -10,7 +10,7 @@ import pytest
 
 from embedlog import fileio
 from embedlog.net import protocol as P
-from serving import add_frame, answers, bookie_server, connection, serve_all
+from support.serving import add_frame, answers, bookie_server, connection, serve_all
 
 pytestmark = pytest.mark.usefixtures("any_disk_is_quick")      # (conftest.py)
 

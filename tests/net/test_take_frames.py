@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from embedlog.net import protocol as P
-from serving import add_frame, answers, bookie_server, connection
+from support.serving import add_frame, answers, bookie_server, connection
 
 pytestmark = pytest.mark.usefixtures("any_disk_is_quick")      # (conftest.py)
 

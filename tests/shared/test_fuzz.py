@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cliutil import ROOT
+from support.cliutil import ROOT
 from embedlog._native import format as F
 from embedlog._native import journal_format as jformat
 from embedlog.net import protocol as P

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from servers import in_ci, skip_unless_ci
+from support.servers import in_ci, skip_unless_ci
 
 
 def _missing() -> str | None:

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory):
     from conftest import _missing
-    from servers import skip_unless_ci
+    from support.servers import skip_unless_ci
     why = _missing()
     if why is not None:
         skip_unless_ci(why)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from embedlog.harness.peers.kafka import KAFKA_PEER, SPARK_KAFKA_PEER, KafkaCluster
-from servers import ServerMissing, require_peer, skip_unless_ci
+from support.servers import ServerMissing, require_peer, skip_unless_ci
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "benchmarks"))

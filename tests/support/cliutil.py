@@ -10,7 +10,8 @@ import sys
 import threading
 import time
 
-TESTS = os.path.dirname(os.path.abspath(__file__))       # the helpers and child scripts
+SUPPORT = os.path.dirname(os.path.abspath(__file__))     # the helpers and child scripts
+TESTS = os.path.dirname(SUPPORT)
 ROOT = os.path.dirname(TESTS)
 
 

@@ -7,7 +7,7 @@ import sys
 
 import embedlog
 
-from crash_child import payload
+from support.crash_child import payload
 
 CONFIG = dict(skip_list_size_limit=128 << 10, entry_log_size_limit=256 << 10,
               journal_max_size_mb=1, journal_pre_alloc_size_mb=1, flush_interval_ms=50,

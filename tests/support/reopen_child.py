@@ -13,7 +13,7 @@ import threading
 import embedlog
 from embedlog import failpoints
 
-from crash_child import payload
+from support.crash_child import payload
 
 # small memtables, checkpointed as each is flushed: what replay finds is mostly still in memory
 CONFIG = dict(skip_list_size_limit=64 << 10, entry_log_size_limit=256 << 10,

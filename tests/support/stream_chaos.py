@@ -11,7 +11,7 @@ import threading
 import time
 
 from embedlog.errors import EmbedlogError
-from replication_chaos import Chaos
+from support.replication_chaos import Chaos
 
 
 class StreamChaos(Chaos):
