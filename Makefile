@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,bench,zk,etcd,spark
 
-.PHONY: run test test-asan build build-ext build-floor venv venv-core servers peers bench soak clean
+.PHONY: run test test-asan build build-ext build-floor venv venv-core servers peers bench soak soak-pulsar clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -81,6 +81,11 @@ bench: venv build-ext build-floor
 
 soak: venv build-ext
 	$(BIN)/python tools/crash_soak.py --cycles $${CYCLES:-1000}
+
+# a Pulsar broker on embedlog bookies, the whole matrix: subscription types, rollovers,
+# compaction, schemas, the broker SIGKILLed, deletion, BookKeeper's auditor (~8 min)
+soak-pulsar: servers venv build-ext peers
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak tests/interop/test_pulsar_matrix.py
 
 clean:
 	rm -rf build $(VENV) embedlog/_native/*.so pyx/embedlog/_native/*.c

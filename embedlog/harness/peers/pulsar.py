@@ -44,7 +44,11 @@ HEAP = ["-Xms128m", "-Xmx768m", "-XX:MaxDirectMemorySize=512m"]
 class PulsarCluster:
     def __init__(self, bookies: int = 3, base_dir: str | None = None, *,
                  ensemble: tuple[int, int, int] = (2, 2, 2), broker_config: dict | None = None,
-                 bookie_config: dict | None = None):
+                 bookie_config: dict | None = None, java_bookies: int = 0,
+                 java_bookie_config: dict | None = None):
+        """``bookies`` embedlog bookies and ``java_bookies`` Java bookies (BookKeeper's
+        newest peer version, a BookKeeperCluster: ``self.java_bookies``) on the root Pulsar
+        initialised; either may be 0 (``self.bookies`` is then None)."""
         self._own_dir = base_dir is None
         self.dir = base_dir or tempfile.mkdtemp(prefix="embedlog-pulsar-")
         os.makedirs(self.dir, exist_ok=True)
@@ -55,6 +59,7 @@ class PulsarCluster:
             f.write(jars.LOG4J2_WARN)
         self.zk: ZooKeeperServer | None = None
         self.bookies: LocalCluster | None = None
+        self.java_bookies = None
         self._broker: subprocess.Popen | None = None
         self._closed = False
         atexit.register(self.close)
@@ -63,10 +68,19 @@ class PulsarCluster:
             self.broker_port, self.web_port = free_ports(2)
             self.metadata_uri = f"zk+hierarchical://{self.zk.hosts}/ledgers"
             self._setup_metadata()
-            self.bookies = LocalCluster(bookies=bookies, metadata=self.metadata_uri,
-                                        base_dir=os.path.join(self.dir, "bookies"),
-                                        proxies=False, autorecovery=False,
-                                        bookie_config=bookie_config)
+            if bookies:
+                self.bookies = LocalCluster(bookies=bookies, metadata=self.metadata_uri,
+                                            base_dir=os.path.join(self.dir, "bookies"),
+                                            proxies=False, autorecovery=False,
+                                            bookie_config=bookie_config)
+            if java_bookies:
+                from embedlog.harness.peers.bookkeeper import BookKeeperCluster
+                version = max(jars.BOOKKEEPER_VERSIONS,
+                              key=lambda v: tuple(map(int, v.split("."))))
+                self.java_bookies = BookKeeperCluster(
+                    version, bookies=java_bookies, zk_hosts=self.zk.hosts, root="/ledgers",
+                    format=False, bookie_config=java_bookie_config,
+                    base_dir=os.path.join(self.dir, "java-bookies"))
             e, qw, qa = ensemble
             self.broker_config = {
                 "metadataStoreUrl": f"zk:{self.zk.hosts}",
@@ -196,6 +210,8 @@ class PulsarCluster:
         self.stop_broker()
         if self.bookies is not None:
             self.bookies.close()
+        if self.java_bookies is not None:
+            self.java_bookies.close()
         if self.zk is not None:
             self.zk.stop()
         if self._own_dir:
