@@ -218,6 +218,16 @@ def reset_group(metadata, group_id: str, positions: dict, force: bool = False) -
     return update_group(metadata, group_id, change)
 
 
+def record_positions(metadata, group_id: str, positions: dict) -> dict:
+    """Record positions in a group without a member's fencing: the Spark source's progress
+    after each micro-batch (its checkpoint is the source of truth; the group is for the
+    tools and the lag metric). Returns the record written."""
+    def change(rec):
+        set_committed(rec, {s: int(p) for s, p in positions.items()}, None)
+        return rec
+    return update_group(metadata, group_id, change)
+
+
 def delete_group(metadata, group_id: str, force: bool = False) -> bool:
     rec, version = read_group(metadata, group_id)
     if rec is None:

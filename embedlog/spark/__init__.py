@@ -18,14 +18,14 @@ except ImportError as exc:         # pragma: no cover - the extra is missing
     raise ImportError("embedlog.spark needs PySpark 4.3 and pyarrow: "
                       "pip install 'embedlog[spark]'") from exc
 
-from embedlog.errors import EmbedlogError, IllegalOpError
+from embedlog.errors import ConfigError, EmbedlogError, IllegalOpError
 from embedlog.spark.commit import committed_batches, delete_stream
 from embedlog.spark.options import check_at_load, read_options, write_options
 from embedlog.spark.session import local_session
 from embedlog.spark.sink import BatchWriter, StreamWriter
 from embedlog.spark.source import SCHEMA, BatchReader, StreamReader
 
-__all__ = ["EmbedlogDataSource", "register", "SCHEMA", "local_session", "committed_batches",
+__all__ = ["EmbedlogDataSource", "register", "workers_can_import", "SCHEMA", "local_session", "committed_batches",
            "delete_stream"]
 
 
@@ -74,6 +74,46 @@ class EmbedlogDataSource(DataSource):
         return StreamWriter(write_options(self.options, streaming=True), schema)
 
 
-def register(spark) -> None:
-    """Make format("embedlog") known to this SparkSession."""
+def register(spark, check_workers: bool = True) -> None:
+    """Make format("embedlog") known to this SparkSession; first (``check_workers``) run one
+    small job that checks Spark's Python workers can import embedlog, so a session whose
+    workers lack it fails here, saying what to install or set, rather than inside the first
+    query's tasks with ``ModuleNotFoundError: No module named 'embedlog'``."""
+    if check_workers:
+        workers_can_import(spark)
     spark.dataSource.register(EmbedlogDataSource)
+
+
+_PROBE = """
+def probe(_):
+    import importlib.util, socket, sys
+    try:
+        found = importlib.util.find_spec(MODULE) is not None
+    except Exception:
+        found = False
+    return socket.gethostname(), sys.executable, found
+"""
+
+
+def workers_can_import(spark, module: str = "embedlog") -> None:
+    """Run one task per default-parallelism slot that looks for ``module`` in the Python
+    the workers run; ConfigError naming the hosts and Pythons that lack it, and the ways
+    to give it to them."""
+    # the probe is made outside any importable module, so Spark pickles it by value: a
+    # function of embedlog.spark would itself need embedlog on the worker to unpickle
+    namespace = {"__name__": "__embedlog_worker_probe__", "MODULE": module}
+    exec(compile(_PROBE, "<embedlog worker probe>", "exec"), namespace)
+    sc = spark.sparkContext
+    n = max(1, int(sc.defaultParallelism))
+    found = sc.parallelize(range(n), n).map(namespace["probe"]).collect()
+    lacking = sorted({(host, exe) for host, exe, ok in found if not ok})
+    if lacking:
+        where = ", ".join(f"{exe} on {host}" for host, exe in lacking)
+        raise ConfigError(
+            f"embedlog: Spark's Python workers cannot import {module} ({where}). Install it "
+            f"into the Python the workers run (pip install 'embedlog[spark]' on every worker, "
+            f"or point spark.pyspark.python / PYSPARK_PYTHON at a Python that has it), ship it "
+            f"(--py-files or spark.submit.pyFiles with a zip of the package, or "
+            f"spark.sparkContext.addPyFile), or, for a source checkout on a shared path, set "
+            f"spark.executorEnv.PYTHONPATH to it; embedlog.spark.local_session does the last "
+            f"for one host")

@@ -31,6 +31,14 @@ Read (batch and streaming):
                          appended at or after the time
   failOnDataLoss         "true" (default): a start that retention removed (or a linked ledger
                          deleted) fails the query; "false": skip ahead and log how much
+  failOnMissingStreams   streaming: "false" (default): a stream named in streams that does not
+                         exist yet is waited for (read from its beginning once it exists), as
+                         Kafka's source waits for a topic; "true": the query fails at start
+  groupId                streaming: a consumer group (client/group.py) the query records its
+                         progress in after each micro-batch, for `embedlog group describe`
+                         and the lag metric (Kafka's kafka.group.id, accepted as its alias);
+                         the checkpoint stays the source of truth for exactly-once
+  includeHeaders         "false" only: stream entries carry no headers (Kafka's option)
   maxEntriesPerTrigger   streaming: at most this many rows per micro-batch (shared by lag)
   minEntriesPerTrigger   streaming: wait for this many rows, up to maxTriggerDelay
   maxTriggerDelay        streaming, with minEntriesPerTrigger: "15m" (default), "30s", "500ms"
@@ -61,6 +69,7 @@ from dataclasses import dataclass, field
 from embedlog._native.format import LedgerId
 from embedlog.client import Client
 from embedlog.errors import IllegalOpError
+from embedlog.meta.api import check_group_id
 
 CLIENT_KEYS = ("password", "passwordFile", "tlsCaFile", "tlsCertFile", "tlsKeyFile",
                "tlsCheckHostname", "authToken", "authTokenFile")
@@ -69,7 +78,8 @@ READ_KEYS = ("metadataServiceUri", "ledgers", "scope", "streams", "streamPattern
              "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
              "startingOffsetsByTimestampStrategy", "failOnDataLoss",
              "maxEntriesPerTrigger", "minEntriesPerTrigger", "maxTriggerDelay",
-             "entriesPerPartition", "minPartitions") + CLIENT_KEYS
+             "entriesPerPartition", "minPartitions", "failOnMissingStreams", "groupId",
+             "includeHeaders") + CLIENT_KEYS
 WRITE_KEYS = ("metadataServiceUri", "stream", "scope", "sinkId", "batchId", "ensembleSize",
               "writeQuorum", "ackQuorum") + CLIENT_KEYS
 SECRET_KEYS = ("password", "authToken")
@@ -80,6 +90,18 @@ KAFKA_NAMES = {"kafka.bootstrap.servers": "metadataServiceUri", "subscribe": "st
                "minOffsetsPerTrigger": "minEntriesPerTrigger", "topic": "stream",
                "kafka.ssl.truststore.location": "tlsCaFile",
                "kafka.sasl.jaas.config": "authToken or authTokenFile"}
+# Kafka's names embedlog takes as they are: the same meaning under another spelling
+KAFKA_ALIASES = {"kafka.group.id": "groupId"}
+# Kafka's options with no meaning here, and why (refused, every one in one message)
+KAFKA_REFUSED = {
+    "groupIdPrefix": "embedlog makes no group ids: a query records its progress in a group only "
+                     "when groupId (kafka.group.id) names one; its checkpoint is the source of "
+                     "truth either way",
+    "kafka.isolation.level": "readers see only committed (LAC-covered) entries, as read_committed",
+    "fetchOffset.numRetries": "reads retry on other bookies of the ensemble by themselves",
+    "fetchOffset.retryIntervalMs": "reads retry on other bookies of the ensemble by themselves",
+    "kafkaConsumer.pollTimeoutMs": "there is no consumer to poll: tasks read the bookies directly",
+}
 # read options that only a batch read can use (docs/SPARK.md: an error in a streaming read)
 BATCH_ONLY_KEYS = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 # keys Spark itself may pass through to a source or sink
@@ -93,24 +115,43 @@ _UNITS_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3
 
 
 def _canonical(options, allowed) -> dict:
+    """Options by their canonical names; every unknown or refused one is reported in one
+    error (a job with four Kafka options learns of all four from one run)."""
     known = {k.lower(): k for k in allowed + SPARK_KEYS}
+    aliases = {k.lower(): v for k, v in KAFKA_ALIASES.items() if v in allowed}
     out = {}
+    problems = []
     for key, value in dict(options).items():
-        canon = known.get(key.lower())
+        canon = known.get(key.lower()) or aliases.get(key.lower())
         if canon is None:
-            raise IllegalOpError(_unknown(key, allowed))
+            problems.append(_unknown(key, allowed))
+            continue
+        if canon in out and out[canon] != value:
+            problems.append(f"embedlog: option {canon} is given twice (as {canon} and as "
+                            f"Kafka's {key}) with different values")
         out[canon] = value
+    if len(problems) == 1:
+        raise IllegalOpError(problems[0])
+    if problems:
+        raise IllegalOpError(f"embedlog: {len(problems)} options are not embedlog's: "
+                             + "; ".join(p.removeprefix("embedlog: ").split(" Known options:")[0]
+                                         .rstrip(".") for p in problems)
+                             + f". Known options: {', '.join(allowed)}")
     return out
 
 
 def _unknown(key: str, allowed) -> str:
     """The message for an unknown option: Kafka's names (docs/SPARK.md's table) and near
-    misses get "did you mean". Spark hands a Python data source its option names lower-cased
-    (the original spelling never reaches it), so a Kafka name is echoed in Kafka's spelling."""
+    misses get "did you mean"; Kafka's names with no meaning here say why. Spark hands a
+    Python data source its option names lower-cased (the original spelling never reaches
+    it), so a Kafka name is echoed in Kafka's spelling."""
     kafka = {k.lower(): (k, v) for k, v in KAFKA_NAMES.items()}.get(key.lower())
     if kafka is not None and kafka[1].split(" or ")[0] in allowed:
         return (f"embedlog: option {kafka[0]!r} is Kafka's; did you mean {kafka[1]}? "
                 "(docs/SPARK.md, For Kafka users)")
+    refused = {k.lower(): (k, v) for k, v in KAFKA_REFUSED.items()}.get(key.lower())
+    if refused is not None:
+        return f"embedlog: option {refused[0]!r} is Kafka's and has no meaning here: {refused[1]}"
     lower = {k.lower(): k for k in allowed}
     near = difflib.get_close_matches(key.lower(), list(lower), n=1)
     hint = f" Did you mean {lower[near[0]]}?" if near else ""
@@ -256,6 +297,8 @@ class ReadOptions:
     ending_time_ms: int | None = None
     ending_times: dict | None = None
     fail_on_data_loss: bool = True
+    fail_on_missing_streams: bool = False
+    group_id: str | None = None
     max_entries_per_trigger: int | None = None
     min_entries_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
@@ -315,6 +358,19 @@ def read_options(options, streaming: bool = False) -> ReadOptions:
     delay = DEFAULT_MAX_TRIGGER_DELAY_MS
     if opts.get("maxTriggerDelay") is not None:
         delay = duration_ms(opts["maxTriggerDelay"], "maxTriggerDelay")
+    if _bool(opts, "includeHeaders", False):
+        raise IllegalOpError("embedlog: option includeHeaders=true: stream entries carry no "
+                             "headers (a value and its append time only; the rows have no "
+                             "headers column): put what headers held in the payload")
+    group_id = opts.get("groupId")
+    if group_id is not None:
+        if not over_streams:
+            raise IllegalOpError("embedlog: option groupId needs streams (a group's positions "
+                                 "are stream positions)")
+        try:
+            group_id = check_group_id(str(group_id))
+        except IllegalOpError as exc:
+            raise IllegalOpError(f"embedlog: option groupId: {exc}") from None
     password, config = _client_config(opts)
     return ReadOptions(
         uri=_uri(opts), ledgers=ledgers, scope=scope, streams=streams, stream_pattern=pattern,
@@ -325,6 +381,7 @@ def read_options(options, streaming: bool = False) -> ReadOptions:
         ending_time_ms=_int(opts, "endingTimestamp", None, 0, 1 << 62),
         ending_times=parse_times(opts.get("endingOffsetsByTimestamp"), "endingOffsetsByTimestamp"),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        fail_on_missing_streams=_bool(opts, "failOnMissingStreams", False), group_id=group_id,
         max_entries_per_trigger=max_trigger, min_entries_per_trigger=min_trigger,
         max_trigger_delay_ms=delay,
         entries_per_partition=_int(opts, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION,

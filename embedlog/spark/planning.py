@@ -68,17 +68,24 @@ class Source:
         return self.stream.name if self.stream is not None else None
 
 
-def resolve_streams(client, opts) -> list:
-    """Names of the streams the options name; unknown names fail."""
+def resolve_streams(client, opts, missing_ok: bool = False) -> list:
+    """Names of the streams the options name; unknown names fail (or, ``missing_ok``, are
+    left out: a streaming read waits for them)."""
     if opts.streams:
         names = list(opts.streams)
     else:          # a pattern never picks up the commit logs of Spark writes
         names = [n for n in client.list_streams(opts.stream_pattern)
                  if not n.startswith((COMMIT_LOG_PREFIX, SCOPE_LOG_PREFIX))]
+    found = []
     for name in names:
-        if find_stream(client.metadata, name)[0] is None:
-            raise IllegalOpError(f"embedlog: no stream named {name!r} (option streams)")
-    return names
+        if find_stream(client.metadata, name)[0] is not None:
+            found.append(name)
+        elif not missing_ok:
+            raise IllegalOpError(f"embedlog: no stream named {name!r} (option streams; a "
+                                 f"streaming read waits for it unless failOnMissingStreams=true)"
+                                 if opts.fail_on_missing_streams else
+                                 f"embedlog: no stream named {name!r} (option streams)")
+    return found
 
 
 def stream_source(client, opts, name: str) -> Source:

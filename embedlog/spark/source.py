@@ -16,6 +16,7 @@ methods that run there and closed before they return.
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -27,11 +28,14 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
 from embedlog._native.format import LedgerId
-from embedlog.errors import IllegalOpError, NoSuchEntryError, NoSuchLedgerError
+from embedlog.client.group import record_positions
+from embedlog.errors import EmbedlogError, IllegalOpError, NoSuchEntryError, NoSuchLedgerError
 from embedlog.spark.options import client_for
 from embedlog.spark.planning import (CHUNK_POSITIONS, Source, Split, check_keys, data_loss,
                                      plan_batch, plan_range, resolve_streams, start_of,
                                      stream_source, with_min_partitions)
+
+log = logging.getLogger("embedlog.spark")
 
 SCHEMA = ("scope_id long, ledger_id long, qualified_name string, entry_id long, "
           "payload binary, stream string, position long, index long, timestamp timestamp")
@@ -346,18 +350,28 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # minEntriesPerTrigger: when the last batch was let through (None: never, so the first
         # is not held back; Kafka compares with 0 on the wall clock, so its first batch runs)
         self._last_trigger_ms = None
+        self._waiting: set = set()   # named streams not there yet (logged once each)
+        self._recorded: dict = {}    # what groupId was last given
         client = client_for(opts)
         try:
-            names = resolve_streams(client, opts)      # unknown streams fail while planning
+            # unknown streams fail while planning with failOnMissingStreams; else, as Kafka's
+            # source does with a topic, the query waits for them
+            names = resolve_streams(client, opts, missing_ok=not opts.fail_on_missing_streams)
             for what, value in (("startingOffsets", opts.starting),
                                 ("startingOffsetsByTimestamp", opts.starting_times)):
-                check_keys(value, names, what)
+                check_keys(value, list(names) + list(opts.streams), what)
         finally:
             client.close()
 
     def _sources(self, client, known) -> dict:
-        """{name: Source} of the subscribed streams and those in ``known``."""
-        out = {n: stream_source(client, self.opts, n) for n in resolve_streams(client, self.opts)}
+        """{name: Source} of the subscribed streams and those in ``known``; a named stream
+        that does not exist (yet) is left out, and read from its beginning once it does."""
+        names = resolve_streams(client, self.opts, missing_ok=True)
+        for name in set(self.opts.streams) - set(names) - self._waiting:
+            log.warning("embedlog: stream %r does not exist yet; the query reads it once it "
+                        "does (failOnMissingStreams=true fails instead)", name)
+            self._waiting.add(name)
+        out = {n: stream_source(client, self.opts, n) for n in names}
         for name in known:
             if name not in out:
                 out[name] = stream_source(client, self.opts, name)
@@ -386,6 +400,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start, limit):
         start = check_offset(start, "start")
+        # Spark plans batch N + 1 only once batch N is done and in the commit log, and it
+        # calls commit() for batch N only when it constructs batch N + 1 with data: the group
+        # learns the last batch's end here, so an idle query's group shows no stale lag
+        self._record(start)
         return self._with_sources(start, lambda sources: self._latest_offset(sources, start, limit))
 
     def _latest_offset(self, sources: dict, start: dict, limit) -> dict:
@@ -446,4 +464,20 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_split(self.opts, partition)
 
     def commit(self, end):
-        pass
+        """Spark has recorded ``end`` in the checkpoint: with groupId, record the positions
+        in that consumer group too, for `embedlog group describe` and the lag metric (the
+        checkpoint stays the source of truth: a failure here is logged, never fatal)."""
+        self._record(check_offset(end, "end"))
+
+    def _record(self, positions: dict) -> None:
+        if self.opts.group_id is None or not positions or positions == self._recorded:
+            return
+        client = client_for(self.opts)
+        try:
+            record_positions(client.metadata, self.opts.group_id, positions)
+            self._recorded = dict(positions)
+        except EmbedlogError as exc:
+            log.warning("embedlog: could not record the query's positions in consumer group "
+                        "%r: %s", self.opts.group_id, exc)
+        finally:
+            client.close()
