@@ -73,7 +73,8 @@ def admin(pc, path: str, method: str = "GET", body=None):
     return json.loads(raw) if raw else None
 
 
-def produce(client, topic: str, n: int, *, batching: bool = False, key=None, **kw) -> list[bytes]:
+def produce(client, topic: str, n: int, *, batching: bool = False, key=None, midway=None,
+            **kw) -> list[bytes]:
     """n messages sent asynchronously; those the broker acknowledged, in send order."""
     producer = client.create_producer(topic, batching_enabled=batching, block_if_queue_full=True,
                                       send_timeout_millis=60_000, **kw)
@@ -86,6 +87,8 @@ def produce(client, topic: str, n: int, *, batching: bool = False, key=None, **k
     for i, p in enumerate(payloads):
         producer.send_async(p, lambda res, mid, i=i: done(res, mid, i),
                             partition_key=None if key is None else key(i))
+        if midway is not None and i == n // 3:
+            midway()
     producer.flush()
     producer.close()
     return [p for i, p in enumerate(payloads) if i in acked]
@@ -289,13 +292,7 @@ def test_the_broker_sigkilled_and_restarted_loses_no_acknowledged_message(pc):
     pc.start_broker()                       # topics reopen through BookKeeper recovery
     again = pulsar.Client(pc.service_url, operation_timeout_seconds=60)
     try:
-        def subscribed():            # until the old broker's session and bundles are gone
-            try:
-                return again.subscribe(topic, "kept",
-                                       initial_position=pulsar.InitialPosition.Earliest)
-            except pulsar.Timeout:
-                return None
-        c = wait_until(subscribed, 240, "the topic served again")
+        c = subscribe_when_served(again, topic, "kept")
         got = [m.data() for m in drain(c, 5000)]
         c.close()
         # the cursor resumes at or before message 1000 (its mark is persisted lazily), with
@@ -305,6 +302,59 @@ def test_the_broker_sigkilled_and_restarted_loses_no_acknowledged_message(pc):
         assert start <= 1_000 and got == sent[start:], (start, len(got))
     finally:
         again.close()
+
+
+def subscribe_when_served(client, topic: str, name: str):
+    """Subscribe from the earliest, retrying while a restarted broker takes its bundles."""
+    def subscribed():
+        try:
+            return client.subscribe(topic, name, initial_position=pulsar.InitialPosition.Earliest)
+        except pulsar.Timeout:
+            return None
+    return wait_until(subscribed, 240, f"{topic} served again")
+
+
+def test_a_bookie_made_read_only_mid_produce(pc, client):
+    """The broker's writes go round a bookie an operator turns read-only (SIGUSR1, as
+    `embedlog bookie readonly on`): nothing acknowledged is lost."""
+    topic = f"{NS}/read-only"
+    pid = pc.bookies.pid(1)
+    try:
+        sent = produce(client, topic, 3_000, midway=lambda: os.kill(pid, signal.SIGUSR1))
+        assert len(sent) == 3_000
+        with Client(pc.metadata_uri) as meta:
+            readonly = {r.bookie_id for r in meta.metadata.registration_client.get_all_bookies()
+                        if r.read_only}
+        assert readonly == {pc.bookies.bookie_id(1)}, readonly
+    finally:
+        os.kill(pid, signal.SIGUSR2)
+    c = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
+    assert [m.data() for m in receive_all(c, 3_000)] == sent
+    c.close()
+
+
+def test_a_bookie_and_the_broker_killed_together(pc):
+    topic = f"{NS}/both-killed"
+    before = pulsar.Client(pc.service_url, operation_timeout_seconds=60)
+    try:
+        sent = produce(before, topic, 2_000, batching=True)
+    finally:
+        before.close()
+    pc.bookies.kill_bookie(2)
+    pc.kill_broker()
+    try:
+        pc.start_broker()
+        again = pulsar.Client(pc.service_url, operation_timeout_seconds=60)
+        try:
+            c = subscribe_when_served(again, topic, "after")
+            assert [m.data() for m in drain(c, 5000)] == sent
+            c.close()
+            # and the topic takes new messages on the three bookies left
+            assert len(produce(again, topic, 100)) == 100
+        finally:
+            again.close()
+    finally:
+        pc.bookies.restart_bookie(2)
 
 
 def _bookie_admin(pc, i: int) -> str:
