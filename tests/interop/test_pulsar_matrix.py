@@ -365,6 +365,41 @@ def _bookie_admin(pc, i: int) -> str:
     return ""
 
 
+def test_retention_keeps_what_a_consumer_never_acked(pc, client):
+    """A namespace without retention: what a subscription has not acknowledged stays on
+    the bookies through trims; once acknowledged, the ledgers go and the bookies free them."""
+    admin(pc, "namespaces/public/noretention", "PUT")
+    admin(pc, "namespaces/public/noretention/retention", "POST",
+          {"retentionTimeInMinutes": 0, "retentionSizeInMB": 0})
+    topic = "persistent://public/noretention/lazy"
+    lazy = client.subscribe(topic, "lazy", receiver_queue_size=10)
+    sent = produce(client, topic, 4 * ROLL)
+    path = "persistent/public/noretention/lazy"
+    ledgers = [row["ledgerId"] for row in admin(pc, f"{path}/internalStats")["ledgers"]]
+    assert len(ledgers) >= 4
+    admin(pc, f"{path}/trim", "POST")
+    assert [row["ledgerId"] for row in admin(pc, f"{path}/internalStats")["ledgers"]] == ledgers
+    assert set(ledgers[:-1]) <= held_ledgers(pc)
+    got = receive_all(lazy, len(sent), ack=False)
+    assert [m.data() for m in got] == sent
+    lazy.acknowledge_cumulative(got[-1])
+
+    def trimmed():
+        admin(pc, f"{path}/trim", "POST")
+        left = {row["ledgerId"] for row in admin(pc, f"{path}/internalStats")["ledgers"]}
+        return not set(ledgers[:-1]) & left
+    wait_until(trimmed, 120, "the acknowledged ledgers trimmed", interval_s=1)
+    lazy.close()
+    gone = set(ledgers[:-1])
+    wait_until(lambda: not gone & held_ledgers(pc), 120, "the bookies' GC freeing them")
+
+
+def held_ledgers(pc) -> set:
+    return set().union(*(
+        {r["ledger_id"] for r in http_json(_bookie_admin(pc, i), "/api/v1/bookie/ledgers")["ledgers"]}
+        for i in range(4)))
+
+
 def test_a_deleted_topics_ledgers_are_freed_by_the_bookies(pc):
     c = pulsar.Client(pc.service_url, operation_timeout_seconds=60)
     try:
@@ -373,9 +408,7 @@ def test_a_deleted_topics_ledgers_are_freed_by_the_bookies(pc):
         c.close()
     ledgers = set(topic_ledgers(pc, "doomed"))
     assert len(ledgers) >= 3
-    held = lambda: set().union(*(                                     # noqa: E731
-        {r["ledger_id"] for r in http_json(_bookie_admin(pc, i), "/api/v1/bookie/ledgers")["ledgers"]}
-        for i in range(4)))
+    held = lambda: held_ledgers(pc)                                     # noqa: E731
     assert ledgers & held()
     admin(pc, "persistent/public/default/doomed?force=true", "DELETE")
     with Client(pc.metadata_uri) as meta:
