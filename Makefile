@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 EXTRAS := test,bench,zk,etcd,spark
 
-.PHONY: run test test-asan build build-ext build-floor venv venv-core servers peers bench soak soak-pulsar clean
+.PHONY: run test test-asan build build-ext build-floor venv venv-core servers peers bench soak soak-pulsar soak-tests clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -86,6 +86,11 @@ soak: venv build-ext
 # compaction, schemas, the broker SIGKILLed, deletion, BookKeeper's auditor (~8 min)
 soak-pulsar: servers venv build-ext peers
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak tests/interop/test_pulsar_matrix.py
+
+# every test marked soak: the Pulsar matrix, the Spark standalone cluster killed and
+# restarted, the Kafka and Spark side-by-side checks (~15 min)
+soak-tests: servers venv build-ext peers
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m soak
 
 clean:
 	rm -rf build $(VENV) embedlog/_native/*.so pyx/embedlog/_native/*.c

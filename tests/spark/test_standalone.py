@@ -2,7 +2,8 @@
 distribution on this host, each worker a JVM of its own with its own executors and Python
 workers. The example pipeline reads and writes bookie processes (LocalCluster: `embedlog
 bookie serve`), is SIGKILLed after a few micro-batches and restarted from its checkpoint,
-and its output must be exact."""
+and its output must be exact. Marked soak (`make soak-tests`, about 2.5 min): the suite
+keeps the same pipeline's restart from its checkpoint on local[2] (test_streaming.py)."""
 from __future__ import annotations
 
 import os
@@ -28,6 +29,7 @@ def standalone(tmp_path_factory):
         yield sc
 
 
+@pytest.mark.soak
 def test_pipeline_killed_and_restarted_on_a_standalone_cluster(standalone, tmp_path):
     status = standalone.status()
     assert status["aliveworkers"] == 2
