@@ -136,17 +136,24 @@ def rebalance(rec: dict, streams: list[str]) -> bool:
               for s in sorted(streams)}
     wanted = {s: ms for s, ms in wanted.items() if ms}
     old = rec["assignment"]
-    cap = math.ceil(len(wanted) / len(members)) if members else 0
+    # balanced: every member holds floor(n / m) or ceil(n / m) streams, at most n % m of
+    # them the ceiling; a stream stays with a live owner that has room (sticky)
+    low, extra = divmod(len(wanted), len(members)) if members else (0, 0)
     load = {m: 0 for m in members}
     new: dict = {}
-    for s, candidates in wanted.items():          # keep a live owner within its share
+
+    def room(m) -> bool:
+        at_ceiling = sum(1 for n in load.values() if n > low)
+        return load[m] < low or (load[m] == low and at_ceiling < extra)
+
+    for s, candidates in wanted.items():          # keep a live owner that has room
         owner = old.get(s, {}).get("member")
-        if owner in candidates and load[owner] < cap:
+        if owner in candidates and room(owner):
             new[s] = owner
             load[owner] += 1
     for s, candidates in wanted.items():
         if s not in new:
-            owner = min(candidates, key=lambda m: (load[m], m))
+            owner = min(candidates, key=lambda m: (not room(m), load[m], m))
             new[s] = owner
             load[owner] += 1
     if {s: old.get(s, {}).get("member") for s in old} == new:
