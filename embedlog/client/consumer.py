@@ -54,7 +54,8 @@ _DEFAULTS = {
     "metadata.uri": None, "group.id": None, "client.id": "embedlog-consumer",
     "enable.auto.commit": True, "auto.commit.interval.ms": 5000,
     "auto.offset.reset": "latest", "session.timeout.ms": 45000,
-    "heartbeat.interval.ms": 3000, "max.poll.records": 500, "stream.password": b"",
+    "heartbeat.interval.ms": 3000, "max.poll.records": 500, "max.poll.interval.ms": 300000,
+    "stream.password": b"",
 }
 
 
@@ -141,7 +142,7 @@ def parse_config(conf: dict) -> dict:
                           f"{', '.join(sorted(_RESETS))}")
     out["auto.offset.reset"] = reset
     for key in ("auto.commit.interval.ms", "session.timeout.ms", "heartbeat.interval.ms",
-                "max.poll.records"):
+                "max.poll.records", "max.poll.interval.ms"):
         try:
             out[key] = int(out[key])
             if out[key] < 1:
@@ -198,6 +199,7 @@ class Consumer:
         self._stop = threading.Event()
         self._heartbeats: threading.Thread | None = None
         self._closed = False
+        self._last_poll = time.monotonic()
 
     # -- membership --------------------------------------------------------------------------
 
@@ -303,6 +305,14 @@ class Consumer:
         streams = self._streams_now()
         session = self._conf["session.timeout.ms"]
         evicted = False
+        # a member whose thread has not polled for max.poll.interval.ms stops keeping its
+        # session, as Kafka's leaves the group: its streams move to members that poll, and
+        # its next poll rejoins
+        stalled = (time.monotonic() - self._last_poll) * 1000 > self._conf["max.poll.interval.ms"]
+        if stalled:
+            log.warning("consumer group %r: member %s has not polled for max.poll.interval.ms "
+                        "(%d ms): letting its session expire", self.group_id, me,
+                        self._conf["max.poll.interval.ms"])
 
         def change(rec):
             nonlocal evicted
@@ -310,7 +320,8 @@ class Consumer:
             if me not in rec["members"]:
                 evicted = True
                 return None
-            rec["members"][me]["expires_ms"] = now + session
+            if not stalled:
+                rec["members"][me]["expires_ms"] = now + session
             G.expire_members(rec, now)
             G.rebalance(rec, streams)
             return rec
@@ -413,6 +424,7 @@ class Consumer:
         if not self._assignment and not self._subscription and not self._manual:
             raise IllegalOpError("consume: subscribe() or assign() first")
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        self._last_poll = time.monotonic()
         self._maybe_auto_commit()
         while True:
             self._sync()
@@ -426,10 +438,12 @@ class Consumer:
                     same = nxt is not None and nxt._stream == m._stream and nxt._position == m._position
                     self._positions[m._stream] = m._position if same else m._position + 1
                     out.append(m)
+                self._last_poll = time.monotonic()
                 return out
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return []
+            self._last_poll = time.monotonic()      # waiting in poll is polling
             self._wait(0.5 if left is None else min(left, 0.5))
 
     def _fetch(self) -> None:

@@ -346,3 +346,40 @@ def test_commits_racing_rebalances_never_move_a_position_back_or_skip(cluster):
     # and nothing they committed was lost (the final positions are the ends)
     print("refused commits: third member", refused,
           "members", sum(line.startswith("REFUSED") for line in a.lines + b.lines))
+
+
+def test_a_member_that_stops_polling_gives_its_streams_up(cluster):
+    """max.poll.interval.ms, as Kafka's: a member whose thread stops polling (its heartbeat
+    thread still alive) lets its session expire; the other member takes its stream over
+    from the committed position, and the stalled one's next poll rejoins (and, its commit
+    refused meanwhile, reads from the committed positions)."""
+    client = cluster.client()
+    writers = {n: client.open_stream(n) for n in ("stall-0", "stall-1")}
+    produce(writers, 0, 10)
+    conf = {"group.id": "stall", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+            "session.timeout.ms": 3000, "heartbeat.interval.ms": 200,
+            "max.poll.interval.ms": 1000}
+    c1 = embedlog.Consumer(conf, client=client)
+    c2 = embedlog.Consumer(conf, client=client)
+    try:
+        c1.subscribe(["stall-*"])
+        c2.subscribe(["stall-*"])
+        wait_until(lambda: c1.consume(10, 0.2) is not None and len(c1.assignment()) == 1
+                   and c2.consume(10, 0.2) is not None and len(c2.assignment()) == 1,
+                   30, "one stream each")
+        mine = c1.assignment()[0].topic
+        # c1 stops polling; c2 keeps polling and gets c1's stream
+        wait_until(lambda: c2.consume(10, 0.2) is not None and len(c2.assignment()) == 2,
+                   60, "c2 takes the stalled member's stream")
+        assert c1.member_id not in group_record(client, "stall")["members"]
+        with pytest.raises(CommitFailedError):
+            c1.commit(offsets=[embedlog.TopicPartition(mine, 0, 5)])
+        # c1 polls again: it rejoins and the group shares the streams again
+        wait_until(lambda: c1.consume(10, 0.2) is not None and len(c1.assignment()) == 1
+                   and c2.consume(10, 0.2) is not None and len(c2.assignment()) == 1,
+                   60, "c1 back with one stream")
+    finally:
+        c1.close()
+        c2.close()
+        for w in writers.values():
+            w.close()
