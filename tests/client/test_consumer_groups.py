@@ -383,3 +383,35 @@ def test_a_member_that_stops_polling_gives_its_streams_up(cluster):
         c2.close()
         for w in writers.values():
             w.close()
+
+
+def test_a_forced_reset_while_member_processes_run(cluster):
+    """Attack: `embedlog group reset --to-earliest --execute --force` while two member
+    processes loop (consume, commit). Each re-reads its stream from the first position
+    (the reset re-stamps the streams: their next poll takes the reset position up) and the
+    group ends committed at the ends again."""
+    client = cluster.client()
+    names = ["reset-0", "reset-1"]
+    writers = {n: client.open_stream(n) for n in names}
+    positions = produce(writers, 0, 50)
+    uri = cluster.metadata_uri
+    a = Member(uri, "resetting", ["reset-*"])
+    b = Member(uri, "resetting", ["reset-*"])
+    try:
+        ends = {n: positions[n][-1] + 1 for n in names}
+        wait_until(lambda: committed(client, "resetting") == ends, 60, "everything committed")
+        got_before = {n: len(a.got(n)) + len(b.got(n)) for n in names}
+        r = cli("group", "reset", "resetting", "--to-earliest", "--execute", "--force",
+                "--metadata", uri)
+        assert r.returncode == 0, r.stderr
+        wait_until(lambda: all(len(a.got(n)) + len(b.got(n)) >= got_before[n] + 50 for n in names),
+                   60, "each stream read again from its first position")
+        wait_until(lambda: committed(client, "resetting") == ends, 60, "committed to the ends again")
+        for n in names:
+            again = (a.got(n) + b.got(n))
+            assert [p for _, p, _ in again].count(positions[n][0]) >= 2, n
+    finally:
+        a.close()
+        b.close()
+        for w in writers.values():
+            w.close()
