@@ -415,3 +415,42 @@ def test_a_forced_reset_while_member_processes_run(cluster):
         b.close()
         for w in writers.values():
             w.close()
+
+
+@pytest.mark.parametrize("metadata", ["zk", "etcd"])
+def test_groups_on_zookeeper_and_etcd(tmp_path, metadata):
+    """The group's record on the other drivers: two member processes share two streams, one
+    is SIGKILLed, the other takes its stream over and reads it to the end."""
+    from support.servers import ServerMissing, skip_unless_ci
+    try:
+        lc = LocalCluster(bookies=2, metadata=metadata, base_dir=str(tmp_path / "cluster"),
+                          autorecovery=False)
+    except ServerMissing as exc:
+        skip_unless_ci(str(exc))
+    with lc:
+        client = lc.client()
+        names = ["kv-0", "kv-1"]
+        writers = {n: client.open_stream(n, ensemble_size=2, write_quorum=2, ack_quorum=2)
+                   for n in names}
+        a = Member(lc.metadata_uri, "kv", names)
+        b = Member(lc.metadata_uri, "kv", names)
+        try:
+            wait_until(lambda: sorted(collections.Counter(owners(client, "kv").values()).values())
+                       == [1, 1], 60, "one stream each")
+            first = produce(writers, 0, 20)
+            wait_until(lambda: all(committed(client, "kv").get(n) == first[n][-1] + 1
+                                   for n in names), 60, "first commits")
+            a.kill()
+            a.popen.wait(30)
+            more = produce(writers, 20, 10)
+            wait_until(lambda: all(committed(client, "kv").get(n) == more[n][-1] + 1
+                                   for n in names), 90, "B commits both streams to the end")
+            assert set(owners(client, "kv").values()) == {b.member_id}
+            for n in names:
+                values = {v for _, _, v in a.got(n)} | {v for _, _, v in b.got(n)}
+                assert values == {f"{n}-{i}" for i in range(30)}
+        finally:
+            a.close()
+            b.close()
+            for w in writers.values():
+                w.close()
