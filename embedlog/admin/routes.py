@@ -450,12 +450,13 @@ class BookieRoutes:
             if time.monotonic() - at < GROUP_LAG_CACHE_S:
                 return rows
             try:
-                ctx = self.client_ctx()
                 ends: dict = {}
 
                 def end(name):
+                    # the client context is made only when a group has positions to compare
                     if name not in ends:
                         v, _ = find_stream(self.meta, name)
+                        ctx = self.client_ctx()
                         ends[name] = (None if v is None else
                                       ctx.run(read_lac(ctx, v.value, f"stream {name!r}")) + 1)
                     return ends[name]
