@@ -212,9 +212,9 @@ def reset_group(metadata, group_id: str, positions: dict, force: bool = False) -
         if live and not force:
             raise GroupNotEmptyError(
                 f"consumer group {group_id!r} has {len(live)} live member(s) "
-                f"({', '.join(sorted(live))}): stop them first, or force the reset (their "
-                f"commits of older positions are then refused and they read from the reset "
-                f"position)")
+                f"({', '.join(sorted(live))}): stop them first, or force the reset (--force; "
+                f"their commits of older positions are then refused and they read from the "
+                f"reset position)")
         gen = rec["generation"] + 1
         rec["generation"] = gen
         for stream in positions:
