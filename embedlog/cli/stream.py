@@ -14,7 +14,9 @@ from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, Stop
                                  confirm_delete, emit, follow, format_option, json_option,
                                  metadata_option, open_client, print_entry, progress_option, table)
 from embedlog.cli.ledger import BATCH_ENTRIES, DIGESTS, generated_entry, password_option
+from embedlog.client.consumer import Consumer, TopicPartition
 from embedlog.client.stream import find_stream
+from embedlog.client.stream_format import StreamEntry
 from embedlog.errors import EmbedlogError, IllegalOpError, LedgerExistsError, NoSuchLedgerError
 from embedlog.meta.views import ledger_ref, metadata_dict
 
@@ -233,20 +235,51 @@ def stream_read(metadata_uri, name, password, start, end, fmt, as_json):
 @click.argument("name")
 @password_option
 @click.option("--from", "start", type=click.IntRange(min=0), default=None,
-              help="First position (default: after the last committed one).")
+              help="First position (default: after the last committed one; with --group, "
+                   "the group's committed position).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after this many entries.")
+@click.option("--group", "group_id", default=None, metavar="GROUP_ID",
+              help="Read as a member of this consumer group (Kafka's console consumer "
+                   "--group): from its committed position (none: the end), committing what "
+                   "was printed every second and at the end. Another member holding the "
+                   "stream keeps it: this one waits.")
 @format_option
 @json_option
-def stream_tail(metadata_uri, name, password, start, count, fmt, as_json):
+def stream_tail(metadata_uri, name, password, start, count, group_id, fmt, as_json):
     """Follow stream NAME, printing entries as they are committed, until Ctrl-C (exit 130)
     or --count entries (exit 0)."""
     with open_client(metadata_uri) as client:
         s = client.open_stream(name, create=False, password=password)
+        show = lambda e: print_entry("position", e.position, e.data, fmt, as_json)  # noqa: E731
+        if group_id is not None:
+            with StopOnInterrupt("stopping") as stop:
+                _tail_in_group(client, name, password, start, count, group_id, stop, show)
+            return
         if start is None:
             start = s.last_position() + 1
         with StopOnInterrupt("stopping") as stop:
-            follow(s.tail(start, poll_timeout_ms=500, stop=stop), stop, count,
-                   lambda e: print_entry("position", e.position, e.data, fmt, as_json))
+            follow(s.tail(start, poll_timeout_ms=500, stop=stop), stop, count, show)
+
+
+def _tail_in_group(client, name, password, start, count, group_id, stop, show) -> None:
+    consumer = Consumer({"group.id": group_id, "auto.offset.reset": "latest",
+                         "auto.commit.interval.ms": 1000, "stream.password": password,
+                         "client.id": "embedlog-stream-tail"}, client=client)
+    try:
+        consumer.subscribe([name])
+        if start is not None:
+            if not consumer.assignment():
+                raise IllegalOpError(f"--from: stream {name!r} is another member's of group "
+                                     f"{group_id!r}")
+            consumer.seek(TopicPartition(name, 0, start))
+
+        def entries():
+            while not stop():
+                for m in consumer.consume(1, 0.5):
+                    yield StreamEntry(m.offset(), m.value(), m.timestamp()[1])
+        follow(entries(), stop, count, show)
+    finally:
+        consumer.close()                 # commits what was printed, leaves the group
 
 
 @stream.command("take-over")

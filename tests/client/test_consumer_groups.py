@@ -454,3 +454,21 @@ def test_groups_on_zookeeper_and_etcd(tmp_path, metadata):
             b.close()
             for w in writers.values():
                 w.close()
+
+
+def test_stream_tail_with_a_group_resumes_where_it_stopped(cluster):
+    """`embedlog stream tail NAME --group G`, Kafka's console consumer with --group: it
+    commits what it printed, and the next run goes on from there."""
+    client = cluster.client()
+    s = client.open_stream("console")
+    first = s.append_many([b"c%d" % i for i in range(10)]) - 9
+    s.close()
+    md = ["--metadata", cluster.metadata_uri]
+    r = cli("stream", "tail", "console", "--group", "con", "--from", str(first), "--count", "3", *md)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(first), "c0", str(first + 1), "c1", str(first + 2), "c2"]
+    assert committed(client, "con") == {"console": first + 3}
+    r = cli("stream", "tail", "console", "--group", "con", "--count", "4", *md)
+    assert r.stdout.split()[::2] == [str(first + k) for k in range(3, 7)], r.stderr
+    assert committed(client, "con") == {"console": first + 7}
+    assert group_record(client, "con")["members"] == {}
