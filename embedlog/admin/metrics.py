@@ -3,7 +3,9 @@ no module-level singletons, so two bookies can share a process).
 
 Figures BookKeeper operators watch, with BookKeeper's stat beside each (docs/OPERATIONS.md):
 
-    embedlog_bookie_request_latency_seconds{op}    histogram, request in -> reply out
+    embedlog_bookie_request_latency_seconds{op}    histogram, request in -> reply out, on
+                                                   every protocol (embedlog's, BookKeeper's
+                                                   v2 and v3: Java and Pulsar traffic too)
                                                    (ADD_ENTRY_REQUEST, READ_ENTRY_REQUEST);
                                                    long-poll reads are left out (they wait
                                                    on purpose)
@@ -45,7 +47,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from embedlog._native.format import LedgerId
 from embedlog.errors import EmbedlogError, NoSuchLedgerError
-from embedlog.net import protocol as P
 from embedlog.net.server import ServerObserver
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -235,21 +236,22 @@ class BookieMetrics(ServerObserver):
         if fsync_s is not None:
             self.fsync_latency.observe(fsync_s)
 
-    def observe_request(self, op: str, status: int, seconds: float) -> None:
-        self._latency_of[op].observe(seconds)
+    def observe_request(self, op: str, status: int, seconds: float, requests: int = 1) -> None:
+        latency = self._latency_of[op]
+        for _ in range(requests):
+            latency.observe(seconds)
         count = self._requests_of.get((op, status))
         if count is None:
             count = self._requests_of[op, status] = self.requests.labels(op, str(status))
-        count.inc()
+        count.inc(requests)
 
-    def request_done(self, req, status: int, seconds: float) -> None:
-        # long-poll reads wait on purpose: their time says nothing of the bookie's speed
-        op = P.OPS.get(req.op)
-        if op in TIMED_OPS and not (req.flags & P.FLAG_LONG_POLL):
-            self.observe_request(op, status, seconds)
-        if (self.written is not None and req.op == P.ADD and status == P.EOK
-                and not req.flags & P.FLAG_RECOVERY_ADD and len(req.body) >= 4):
-            self.written.add((req.scope, req.ledger), P.U32.unpack_from(req.body)[0])
+    def request_done(self, op: str, status: int, seconds: float | None, key=None,
+                     entries: int = 0, requests: int = 1) -> None:
+        """Requests answered, on any protocol (net/server.py's ServerObserver)."""
+        if op in TIMED_OPS and seconds is not None:
+            self.observe_request(op, status, seconds, requests)
+        if entries and key is not None and self.written is not None and status == 0:
+            self.written.add(key, entries)
 
     def count_written_entries(self, meta) -> "BookieMetrics":
         """Count the entries clients wrote (WrittenEntries), with ``meta`` for write quorums."""

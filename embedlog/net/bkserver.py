@@ -45,6 +45,7 @@ What differs from embedlog's connections, as BookKeeper's clients need:
 from __future__ import annotations
 
 import logging
+import time
 
 from embedlog._native import bkserve as S
 from embedlog._native import bkwire as W
@@ -53,7 +54,7 @@ from embedlog._native.format import LedgerId
 from embedlog._native.wire_sizes import MASTER_KEY_BYTES, MAX_FRAME_BYTES
 from embedlog import failpoints
 from embedlog.errors import STATUS, EmbedlogError, NoSuchEntryError, NoSuchLedgerError, status_of
-from embedlog.net.bkreply import FaultyReply, Reply
+from embedlog.net.bkreply import FaultyReply, ObservedReply, Reply
 
 log = logging.getLogger("embedlog.server.bookkeeper")
 
@@ -84,11 +85,13 @@ def _v3(exc: BaseException) -> int:
 
 class _AddRun:
     """Consecutive adds of one ledger from one read of a connection (module doc)."""
-    __slots__ = ("lid", "key", "recovery", "version", "bodies", "txns", "eids", "sizes")
+    __slots__ = ("lid", "key", "recovery", "version", "bodies", "txns", "eids", "sizes",
+                 "started")
 
     def __init__(self, lid: int, key: bytes, recovery: bool, version: int):
         self.lid, self.key, self.recovery, self.version = lid, key, recovery, version
         self.bodies, self.txns, self.eids, self.sizes = [], [], [], []
+        self.started = time.perf_counter()
 
 
 class BookKeeperSession:
@@ -242,6 +245,11 @@ class BookKeeperSession:
             code = W.EOK if error is None else _v3(error)
             data = E.v3_add_responses(run.txns, code, run.lid, run.eids)
         server.send(self.writer, data)
+        if server.observers:
+            status = 0 if error is None else status_of(error).embedlog
+            server.observe("add", status, time.perf_counter() - run.started, (0, run.lid),
+                           0 if run.recovery or error is not None else len(run.eids),
+                           len(run.eids))
 
     def _add_one(self, run: _AddRun, i: int, reply) -> None:
         lid, eid, txn, version = run.lid, run.eids[i], run.txns[i], run.version
@@ -262,6 +270,8 @@ class BookKeeperSession:
             n = len(req.body) + V3_OVERHEAD_BYTES if req.body is not None else V3_OVERHEAD_BYTES
         server.hold(conn, 1, n)
         reply = Reply(server, conn, n)
+        if server.observers:
+            reply = self._observed(req, reply)
         if failpoints.active():
             reply = self._faulty(req, reply)
             if reply is None:
@@ -274,6 +284,29 @@ class BookKeeperSession:
         except Exception as exc:            # every failure becomes a status; the server goes on
             log.exception("BookKeeper request %r failed", req)
             self._fail(req, reply, exc)
+
+    def _observed(self, req, reply):
+        """The reply that tells the server's observers of its answer (ObservedReply), for the
+        operations embedlog's metrics name."""
+        if self.v2:
+            op, flags, lid = req[0], req[2], req[3]
+            if op == S.ADDENTRY:
+                return ObservedReply(reply, "add", (0, lid),
+                                     0 if flags & S.FLAG_RECOVERY_ADD else 1, True)
+            if op in (S.READENTRY, S.BATCH_READ_ENTRY):
+                return ObservedReply(reply, "read", (0, lid), 0, True)
+            return reply
+        op, lid = req.operation, req.ledger_id or 0
+        if op == W.ADD_ENTRY:
+            return ObservedReply(reply, "add", (0, lid),
+                                 0 if req.flag == W.RECOVERY_ADD else 1, False)
+        if op == W.READ_ENTRY:
+            return ObservedReply(reply, "read", (0, lid), 0, False,
+                                 timed=req.previous_lac is None)
+        if op in (W.READ_LAC, W.WRITE_LAC):
+            return ObservedReply(reply, "read_lac" if op == W.READ_LAC else "write_lac",
+                                 (0, lid), 0, False)
+        return reply
 
     def _faulty(self, req, reply):
         """The reply an armed message failpoint makes of an add's or read's (tests only):

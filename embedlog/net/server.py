@@ -90,8 +90,14 @@ class ServerObserver:
     metrics are one): subclass it or give the same methods. They run on the server's event
     loop, so they must be quick and never block."""
 
-    def request_done(self, req, status: int, seconds: float) -> None:
-        """A request was answered with ``status`` (EOK = 0), ``seconds`` after it was read."""
+    def request_done(self, op: str, status: int, seconds: float | None, key=None,
+                     entries: int = 0, requests: int = 1) -> None:
+        """``requests`` requests were answered alike, whatever their protocol (a run of a
+        BookKeeper client's adds is answered at once): ``op`` as embedlog's protocol names
+        it ("add", "read", "read_lac", "write_lac", ...), ``status`` embedlog's code (EOK =
+        0), ``seconds`` after they were read (None for a long poll: it waits on purpose),
+        ``key`` their ledger's (scope, id), ``entries`` the entries a writer's adds wrote
+        (0 for recovery adds: a copy, not a write)."""
 
     def bookie_info(self) -> dict:
         """Figures to add to this bookie's BOOKIE_INFO answer."""
@@ -734,11 +740,21 @@ class BookieServer:
                     conn.writer.write(P.goaway())
 
     def _observe(self, req, data, started: float) -> None:
-        seconds = time.perf_counter() - started
+        """An embedlog request's answer, told to the observers (observe)."""
         status = P.RESP_HEAD.unpack_from(data, 4)[4] if len(data) >= 4 + P.RESP_HEAD.size else P.EIO
+        entries = 0
+        if req.op == P.ADD and status == P.EOK and not req.flags & P.FLAG_RECOVERY_ADD \
+                and len(req.body) >= 4:
+            entries = P.U32.unpack_from(req.body)[0]
+        seconds = None if req.flags & P.FLAG_LONG_POLL else time.perf_counter() - started
+        self.observe(P.OPS.get(req.op, "other"), status, seconds, (req.scope, req.ledger), entries)
+
+    def observe(self, op: str, status: int, seconds: float | None, key=None,
+                entries: int = 0, requests: int = 1) -> None:
+        """Tell the observers requests were answered (ServerObserver.request_done)."""
         for observer in self.observers:
             try:
-                observer.request_done(req, status, seconds)
+                observer.request_done(op, status, seconds, key, entries, requests)
             except Exception:              # an observer's bug must not cost the reply path
                 log.exception("server observer %r failed", observer)
 

@@ -65,7 +65,9 @@ def make_setup(version: str, zk_hosts: str) -> Setup:
     try:
         bk.driver_command()[1]()
         lc = LocalCluster(bookies=4, metadata=bk.metadata_uri, proxies=False,
-                          autorecovery=False, bookie_config={"connection_idle_timeout_ms": 1000})
+                          autorecovery=False, bookie_config={"connection_idle_timeout_ms": 1000,
+                                                             "http_server_enabled": True,
+                                                             "http_server_port": 0})
     except BaseException:
         bk.close()
         raise
@@ -139,6 +141,45 @@ def test_java_client_v3_and_v2_every_digest(setup):
     for lid, (d, _) in zip(lids, shapes):
         r = setup.client.open_ledger(lid, PW)
         assert [e.data for e in r.read(0, 29)] == entries(30, d)
+
+
+def _metric_sums(setup) -> dict:
+    """Each (metric sample name, labels) summed over the embedlog bookies' /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from support.cliutil import http
+    sums: dict = {}
+    for r in setup.client.metadata.registration_client.get_all_bookies():
+        text = http(r.info["http"], "/metrics")[2].decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                sums[key] = sums.get(key, 0.0) + sample.value
+    return sums
+
+
+def test_java_traffic_counts_in_the_bookies_metrics(setup):
+    """Adds and reads of BookKeeper's client, v3 and v2 (Pulsar's), count in requests_total,
+    the request latency histogram and written_entries_total as embedlog's client's do:
+    docs/OPERATIONS.md's write-rate and add-p99 queries see Java and Pulsar traffic."""
+    bk = setup.bk
+    before = _metric_sums(setup)
+    made = [bk.java_client("create", ensemble=3, write_quorum=3, ack_quorum=2, count=40,
+                           password=PASSWORD, v2=v2) for v2 in (False, True)]
+    bk.java_client("read", made[1].ledger_id, password=PASSWORD, v2=True)
+    after = {}
+
+    def grew(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    def every_add_counted():           # the third replica's answers may come after close
+        after.update(_metric_sums(setup))
+        return grew("embedlog_bookie_requests_total", op="add", status="0") >= 2 * 40 * 3
+    wait_until(every_add_counted, 30, "every replica's add counted")
+    assert grew("embedlog_bookie_request_latency_seconds_count", op="add") >= 2 * 40 * 3
+    assert grew("embedlog_bookie_requests_total", op="read", status="0") >= 40
+    # each replica counts 1/Qw: the two ledgers' 80 entries, once
+    assert 2 * 40 - 0.01 <= grew("embedlog_bookie_written_entries_total") <= 2 * 40 + 0.01
 
 
 def test_java_long_poll_tail_over_v3_of_a_v2_writer(setup):

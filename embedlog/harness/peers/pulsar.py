@@ -31,6 +31,7 @@ import urllib.request
 
 from embedlog.errors import IllegalOpError
 from embedlog.harness.peers import jars
+from embedlog.harness.peers.bookkeeper import BookKeeperCluster
 from embedlog.harness.cluster import LocalCluster
 from embedlog.harness.servers import ZooKeeperServer, die_with_parent, free_ports
 
@@ -74,7 +75,6 @@ class PulsarCluster:
                                             proxies=False, autorecovery=False,
                                             bookie_config=bookie_config)
             if java_bookies:
-                from embedlog.harness.peers.bookkeeper import BookKeeperCluster
                 version = max(jars.BOOKKEEPER_VERSIONS,
                               key=lambda v: tuple(map(int, v.split("."))))
                 self.java_bookies = BookKeeperCluster(
