@@ -1,6 +1,6 @@
 // BkDriver: BookKeeper's own Java client, driven line by line from a Python test.
 //
-// Used by embedlog/harness/bookkeeper.py for what BookieShell cannot drive (our code, run
+// Used by embedlog/harness/peers/bookkeeper.py for what BookieShell cannot drive (our code, run
 // against the jars of one BookKeeper version; compiled once per version into the jar cache).
 //
 //   BkDriver --metadata-uri URI [--v2] [--zk-timeout-ms T] [--throttle R] COMMAND ARGS
