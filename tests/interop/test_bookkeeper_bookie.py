@@ -357,6 +357,7 @@ def test_idle_java_connections_are_kept_past_the_idle_timeout(setup):
                                              for v in result.ensembles.values()), result.ensembles
 
 
+@pytest.mark.newest_bookkeeper
 def test_idle_v3_connections_give_their_slots_to_a_new_java_client(setup):
     """1,152 BookKeeper v3 connections (max_connections + 128) to every embedlog bookie, each
     of which sent one GET_BOOKIE_INFO and went idle: a new Java client still makes all 20 of
@@ -476,6 +477,7 @@ def test_pulsar_settings_then_the_explicit_lac_survives_sigkill(setup):
 MESSAGE_FAULTS = "bkserver.add=delay:3:800|error:12|drop:20,bkserver.read=error:1|drop:2|delay:3:800"
 
 
+@pytest.mark.newest_bookkeeper
 def test_message_faults_on_java_connections_lose_nothing(setup):
     """Two Java writers (v3 and v2, one add at a time, 3 s add timeout) on 3/3/3 ledgers
     whose ensembles share bookie X; X is restarted with message failpoints armed

@@ -418,10 +418,12 @@ def test_atheris_runs_each_target_briefly(tmp_path):
         assert r["executions"] and r["executions"] > 10, r
 
 
+@pytest.mark.soak
 def test_the_cython_parsers_coverage_is_visible(tmp_path):
     """The entry-log and index targets are Cython through and through: atheris sees their
     coverage only through clang's hooks, which the runner builds by default (issue: with
-    the regular build they ran blind). Both runs start from the same seeds with the same
+    the regular build they ran blind). A check of the fuzzing tool's build, not of the
+    code (a minute: two instrumented builds): `make soak-tests`. Both runs start from the same seeds with the same
     libFuzzer seed; the default one must see the native edges."""
     import shutil
     assert shutil.which("clang") or shutil.which("clang-14"), "make test installs clang"
