@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, fields
 
+from embedlog._native.wire_sizes import FRAME_HEADERS_BYTES, MAX_FRAME_BYTES
 from embedlog.errors import ConfigError
 
 
@@ -103,7 +104,7 @@ class BookieConfig:
         10_000, "ms between checkpoints that flush entry logs and index and move the "
         "LastLogMark (flushInterval). Lower: faster restart, more syncs.", 0, 86_400_000)
     max_entry_size_bytes: int = _key(
-        5 * 1024 * 1024, "largest payload accepted (BookKeeper's frame limit, "
+        MAX_FRAME_BYTES, "largest payload accepted (BookKeeper's frame limit, "
         "nettyMaxFrameSizeBytes, is 5 MiB).", 1, 1 << 30)
     # -- directories (docs/FORMATS.md, "Bookie directory") ---------------------------------
     journal_directory: str = _key(
@@ -195,7 +196,7 @@ class BookieConfig:
         "", "HOST:PORT clients should use (advertisedAddress); empty: the listening address.")
     # -- connections and resource limits (docs/SECURITY.md) -------------------------
     max_frame_size_bytes: int = _key(
-        5 * 1024 * 1024 + 4096, "largest frame a bookie reads; a longer one gets EBADREQ and "
+        MAX_FRAME_BYTES + FRAME_HEADERS_BYTES, "largest frame a bookie reads; a longer one gets EBADREQ and "
         "the connection is closed (nettyMaxFrameSizeBytes, plus room for headers).",
         1 << 16, 1 << 30)
     max_connections: int = _key(

@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from embedlog._native.wire_sizes import MAX_FRAME_BYTES
 from embedlog.cli.common import (EXIT_INTERRUPTED, U64_MAX, EmbedlogGroup, Progress,
                                  StopOnInterrupt, confirm_delete, emit, follow, format_option,
                                  json_option, ledger_id_options, metadata_option, open_client,
@@ -56,7 +57,7 @@ def ledger():
 @click.option("--custom", multiple=True, metavar="KEY=VALUE", help="Custom metadata (repeatable).")
 @click.option("--entries", type=click.IntRange(min=0), default=0, show_default=True,
               help="Write this many generated entries (see --entry-size), then close.")
-@click.option("--entry-size", type=click.IntRange(1, 5 * 1024 * 1024), default=100, show_default=True)
+@click.option("--entry-size", type=click.IntRange(1, MAX_FRAME_BYTES), default=100, show_default=True)
 @click.option("--input", "input_file", type=click.File("rb"), default=None,
               help="Write each line of this file ('-' for stdin) as an entry, then close.")
 @click.option("--keep-open", is_flag=True, help="Leave the ledger OPEN (for another writer's recovery).")

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from embedlog._native.wire_sizes import MAX_FRAME_BYTES
 from embedlog.cli.common import (EXIT_INTERRUPTED, EmbedlogGroup, Progress, StopOnInterrupt,
                                  confirm_delete, emit, follow, format_option, json_option,
                                  metadata_option, open_client, print_entry, progress_option, table)
@@ -139,7 +140,7 @@ def stream_delete(metadata_uri, name, yes, as_json):
               help="Append each line of this file ('-' for stdin).")
 @click.option("--entries", type=click.IntRange(min=0), default=0,
               help="Append this many generated entries (see --entry-size).")
-@click.option("--entry-size", type=click.IntRange(1, 5 * 1024 * 1024), default=100, show_default=True)
+@click.option("--entry-size", type=click.IntRange(1, MAX_FRAME_BYTES), default=100, show_default=True)
 @click.option("--create/--no-create", default=False, show_default=True,
               help="Create the stream if it does not exist.")
 @progress_option

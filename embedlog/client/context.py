@@ -21,6 +21,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from embedlog import failpoints, forking
+from embedlog._native.wire_sizes import MAX_FRAME_BYTES
 from embedlog.errors import ClientClosedError, NotEnoughBookiesError
 from embedlog.net import loop as event_loop
 from embedlog.net import security
@@ -34,7 +35,7 @@ class ClientConfig:
     read_timeout_s: float = 10.0          # BookKeeper readEntryTimeout
     connect_timeout_s: float = 2.0
     max_pending_adds: int = 20_000        # back-pressure on append_async
-    max_entry_size_bytes: int = 5 * 1024 * 1024   # the bookies' default: larger adds are refused here
+    max_entry_size_bytes: int = MAX_FRAME_BYTES   # the bookies' default: larger adds are refused here
     max_entries_per_frame: int = 1000      # entries per ADD frame (bytes are bounded below too)
     max_frame_payload_bytes: int = 4 * 1024 * 1024   # under the bookie's 5 MiB frame limit
     ensemble_change_retries: int = 16
