@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 
+import numpy as np
 from sortedcontainers import SortedDict
 
 from embedlog._native import entrylogger as nelg
@@ -75,6 +76,11 @@ class SortedLedgerStorage:
                       "entry_log_bytes_dropped_from_cache": 0}
         self.on_flush_error = None           # (exc) -> None: e.g. a disk check
         self.on_flushed = None               # () -> None, cv held: a snapshot is in the logs
+        # layout 2: a flush sets index locations into the journal's segments and copies
+        # nothing; these come from the journal (bookie.py wires them)
+        self.segments = False
+        self.wait_journal = None             # (seq, locked) -> None: seq is written
+        self.segment_locations = None        # (seqs) -> locations (bit 63 set), or None
 
     # -- the flusher ---------------------------------------------------------------------
 
@@ -115,9 +121,12 @@ class SortedLedgerStorage:
                 self.flush_error = None
                 self._finish(snap, seq)
 
-    def _flush(self, snap) -> None:
-        """Write a snapshot into the entry logs and set its index locations."""
+    def _flush(self, snap, locked: bool = False) -> None:
+        """Write a snapshot into the entry logs and set its index locations (layout 2: only
+        set them, pointing into the journal's segments)."""
         failpoints.hit("memtable.before_flush")
+        if self.segments and self._flush_to_segments(snap, locked):
+            return
         with self.lock:
             before = self.entry_logger.last_log_id
 
@@ -131,6 +140,42 @@ class SortedLedgerStorage:
             self.stats["entry_log_bytes_written"] += written
             self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
             self.stats["entry_log_bytes_dropped_from_cache"] = self.entry_logger.dropped_bytes
+
+    def _flush_to_segments(self, snap, locked: bool) -> bool:
+        """Layout 2's flush: each entry's journal record becomes its location. False (nothing
+        done) when an entry has none (put without a journal record) or lies past what a
+        32-bit offset names: the entry logs take that snapshot instead."""
+        scopes, lids, eids, wheres = snap.flush_wheres()
+        if not len(wheres) or not wheres.all():
+            return not len(wheres)
+        pending = wheres < nelg.SEGMENT_BIT            # a journal seq + 1, not yet a location
+        if pending.any():
+            seqs = wheres[pending] - 1
+            # a location must not name bytes the journal has not written yet: readers
+            # go to it once the snapshot is cleared
+            self.wait_journal(int(seqs.max()) + 1, locked)
+            locs = self.segment_locations(seqs)
+            if locs is None:
+                return False
+            wheres[pending] = locs
+        cuts = np.flatnonzero((scopes[1:] != scopes[:-1]) | (lids[1:] != lids[:-1])) + 1
+        with self.lock:
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(eids)]):
+                idx = self.ledgers.get((int(scopes[a]), int(lids[a])))
+                if idx is not None:                   # deleted while in the memtable: drop
+                    idx.set_locations(eids[a:b], wheres[a:b])
+            self.stats["memtable_flushes"] += 1
+        return True
+
+    def segments_in_use(self) -> set:
+        """The segment numbers some index location names (GC frees the others)."""
+        with self.cv:
+            indexes = list(self.ledgers.values())
+        used = set()
+        with self.lock:
+            for idx in indexes:
+                used.update(idx.segments())
+        return used
 
     def _finish(self, snap, seq: int) -> None:
         # locations are set: readers find these entries in the index from now on
@@ -156,7 +201,7 @@ class SortedLedgerStorage:
         if self._thread is None:
             snap = self.active
             self._swap(seq)
-            self._flush(snap)
+            self._flush(snap, locked=True)
             self._finish(snap, seq)
             return
         if self.snapshot is not None:
