@@ -703,6 +703,7 @@ class Bookie:
             out = dict(self.stats)
             out.update(self.storage.stats)
             out["journal"] = dict(self.journal.stats)
+            out["layout"] = self.layout
             st = self.storage
             out["memtable_bytes"] = st.mt_a.size_bytes + st.mt_b.size_bytes
             out["memtable_entries"] = st.mt_a.count + st.mt_b.count
