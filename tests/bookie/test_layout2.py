@@ -156,3 +156,81 @@ def test_gc_frees_a_segment_no_index_names(tmp_path):
         check(log, live)
     with embedlog.open(tmp_path, **CONFIG) as log:
         check(log, live)
+
+
+@pytest.mark.parametrize("point", ["gc.before_delete_ledger", "gc.after_delete_ledger"])
+def test_sigkill_in_gc_over_segments_loses_nothing(tmp_path, point):
+    from embedlog import LedgerId
+    from embedlog.cli.shell import Layout, check_ledger
+    env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash", "GC_CHILD_LAYOUT": "2",
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    # journals of 1 MiB: the child's writes leave segments, some holding only dead ledgers
+    child = subprocess.run([sys.executable, os.path.join(TESTS, "gc_child.py"), str(tmp_path)],
+                           capture_output=True, text=True, env=env, timeout=120)
+    live = {p[1]: int(p[2]) for p in map(str.split, child.stdout.splitlines()) if p[0] == "LIVE"}
+    dead = [p[1] for p in map(str.split, child.stdout.splitlines()) if p[0] == "DEAD"]
+    assert len(live) == 4 and len(dead) == 5
+    assert child.returncode == -9, child.stderr[-2000:]
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        b = log.bookie
+        assert b.layout == 2
+
+        def check():
+            for q, n in live.items():
+                got = log.open_ledger(LedgerId.parse(q)).read_batch(0, n - 1)
+                assert got == [payload(q, e) for e in range(n)], (point, q)
+        check()
+        b.gc.run_once(force_major=True)
+        assert not any(b.has_ledger(LedgerId.parse(q)) for q in dead)
+        b.checkpoint()
+        b.gc.run_once()
+        check()
+        # every segment left is named by a live ledger's index
+        used = b.storage.segments_in_use()
+        from embedlog.bookie.journal_files import read_segment
+        journal = b.journal_dir
+        left = {read_segment(os.path.join(journal, n)) for n in files(journal, ".seg")}
+        assert left <= used, (left, used)
+        layout = Layout(str(tmp_path), b.ledger_dirs, b.journal_dir, None)
+        for q in live:                 # the shell's consistency check reads layout 2
+            lid = LedgerId.parse(q)
+            r = check_ledger(layout, (lid.scope_id, lid.ledger_id), {})
+            assert r["errors"] == [] and r["good"] == live[q], r
+
+
+SEGMENT_CHILD = textwrap.dedent("""
+    import sys, embedlog
+    from crash_child import payload
+    log = embedlog.open(sys.argv[1], **eval(sys.argv[2]))
+    dead, live = log.create_ledger(), log.create_ledger()
+    for e in range(2500):                 # segments holding only the dead ledger
+        dead.append(bytes(1024))
+    for e in range(300):
+        live.append(payload(live.ledger_id.qualified_name, e))
+    dead.close(); live.close()
+    log.bookie.checkpoint()
+    log.delete_ledger(dead.ledger_id)
+    log.bookie.checkpoint()
+    print(live.ledger_id.qualified_name, flush=True)
+    log.bookie.gc.run_once()
+    print("DONE", flush=True)
+""")
+
+
+def test_sigkill_before_a_segment_is_deleted_loses_nothing_and_leaks_nothing(tmp_path):
+    from embedlog import LedgerId
+    env = {**os.environ, "EMBEDLOG_FAILPOINTS": "gc.before_delete_segment=crash",
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", SEGMENT_CHILD, str(tmp_path), repr(CONFIG)],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert child.returncode == -9, child.stderr[-2000:]
+    q = child.stdout.split()[0]
+    journal = os.path.join(tmp_path, "journal")
+    before = files(journal, ".seg")
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        r = log.open_ledger(LedgerId.parse(q))
+        assert r.read_batch(0, 299) == [payload(q, e) for e in range(300)]
+        report = log.bookie.gc.run_once()
+        assert report["segments"]["deleted"], report
+        assert len(files(journal, ".seg")) < len(before)
+        assert r.read_batch(0, 299) == [payload(q, e) for e in range(300)]
