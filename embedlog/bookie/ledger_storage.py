@@ -315,7 +315,8 @@ class SortedLedgerStorage:
         wins for an entry id written twice), replacing the damaged file at ``path``."""
         os.replace(path, path + ".damaged")
         eids, locs = scrub.ledger_entries(
-            [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()], key)
+            [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
+            + self._segment_files(), key)
         idx = self.index_cache.open(key[0], key[1], False, current)
         found = len(eids)
         if found:
@@ -325,9 +326,19 @@ class SortedLedgerStorage:
         self.damaged[key] = {"file": path, "set_aside": path + ".damaged", "error": str(error),
                              "entries_found": found}
         log.error("ledger %r: index file %s is damaged (%s); set aside as %s.damaged and "
-                  "rebuilt from the entry logs (%d entries); the ledger is read-only here",
+                  "rebuilt from the entry logs and journal segments (%d entries); the ledger is read-only here",
                   LedgerId(*key), path, error, path, found)
         return idx
+
+    def _segment_files(self) -> list:
+        """[(log id, path)] of layout 2's journal segments, oldest first (none in layout 1)."""
+        out = []
+        for segment, stem in sorted((self.entry_logger.segment_files or {}).items()):
+            for suffix in (".txn", ".seg"):
+                if os.path.exists(stem + suffix):
+                    out.append((segment | scrub.SEGMENT_LOG_BIT, stem + suffix))
+                    break
+        return out
 
     def restore_unindexed(self, keep) -> None:
         """Start-up, after every entry log is sealed and before replay: a ledger the entry

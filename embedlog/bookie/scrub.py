@@ -102,15 +102,20 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
     return out
 
 
+SEGMENT_LOG_BIT = 0x80000000        # a log id naming a journal segment (layout 2)
+
+
 def ledger_entries(logs, key, first: int = 0):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
-    entry logs ``logs`` ([(log id, path)], ascending), one per id, ascending: an id written
+    entry logs ``logs`` ([(log id, path)], ascending; a log id with bit 31 set is a journal
+    segment, layout 2's storage), one per id, ascending: an id written
     twice (a compaction's copy) takes the newest log's location. Unreadable logs are skipped
     (damaged_records reports them)."""
     eids_all, locs_all = [np.empty(0, np.int64)], [np.empty(0, np.uint64)]
     for log_id, path in logs:
         try:
-            m = nel.MappedLog.open_existing(path, log_id)
+            m = (nel.MappedLog.open_segment(path, log_id) if log_id & SEGMENT_LOG_BIT else
+                 nel.MappedLog.open_existing(path, log_id))
         except (CorruptedDataError, OSError):
             continue
         try:

@@ -234,3 +234,17 @@ def test_sigkill_before_a_segment_is_deleted_loses_nothing_and_leaks_nothing(tmp
         assert report["segments"]["deleted"], report
         assert len(files(journal, ".seg")) < len(before)
         assert r.read_batch(0, 299) == [payload(q, e) for e in range(300)]
+
+
+def test_a_damaged_index_file_is_rebuilt_from_the_segments(tmp_path):
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log)
+        log.bookie.checkpoint()
+        lid = ledgers[1]
+        idx_path = log.bookie.ledgers[(lid.scope_id, lid.ledger_id)].path
+    with open(idx_path, "r+b") as f:
+        f.write(b"XXXX")                        # its magic
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        key = (lid.scope_id, lid.ledger_id)
+        assert log.bookie.storage.damaged[key]["entries_found"] == 600
+        check(log, ledgers)                     # every entry, from the segments

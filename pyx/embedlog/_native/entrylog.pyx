@@ -319,8 +319,11 @@ cdef class MappedLog:
 
     def entry_table(self):
         """Every entry of the log as numpy arrays (locations, sizes, scopes, ledgers, entry ids),
-        in file order; the ids are read from each entry's header without checking its digest."""
+        in file order; the ids are read from each entry's header without checking its digest.
+        A journal segment's: its entry records up to the first that fails its crc."""
         import numpy as np
+        if self.segment:
+            return self._segment_table()
         cdef Py_ssize_t pos = HEADER_SIZE, count = 0, i
         cdef uint32_t n
         while pos + 4 <= self.position:
@@ -352,6 +355,31 @@ cdef class MappedLog:
             eids[i] = ei
             pos += 4 + n
         return locs_a, sizes_a, scopes_a, lids_a, eids_a
+
+    def _segment_table(self):
+        import numpy as np
+        cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body
+        cdef uint64_t sc, li
+        cdef int64_t ei
+        cdef int t
+        rows = []
+        while self.base != NULL and pos + RECORD_HEADER_SIZE <= self.position:
+            body = _valid_record(self.base + pos, self.position - pos, self.position, self.salt)
+            if body <= 0:
+                break                   # the end of the log, a torn tail or damage
+            t = self.base[pos + 8]
+            if t == REC_ENTRY or t == REC_ENTRY_CRC32C:
+                try:
+                    parse_ids(self.base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei)
+                except CorruptedDataError:
+                    pass
+                else:
+                    rows.append(((self.log_id << 32) | <uint64_t>pos, body, sc, li, ei))
+            pos += RECORD_HEADER_SIZE + body
+        cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
+        return (np.array(cols[0], dtype=np.uint64), np.array(cols[1], dtype=np.uint32),
+                np.array(cols[2], dtype=np.uint64), np.array(cols[3], dtype=np.uint64),
+                np.array(cols[4], dtype=np.int64))
 
     def scanned_ledgers(self):
         """{(scope, ledger): bytes} counted from the entries (a log without a ledgers map)."""
