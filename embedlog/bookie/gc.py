@@ -552,6 +552,10 @@ class GarbageCollector:
                 os.unlink(path)
             except FileNotFoundError:
                 continue
+            try:
+                os.unlink(path[:-len(journal_files.SEG)] + journal_files.SEG_MAP)
+            except FileNotFoundError:
+                pass
             deleted.append(i)
             self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1
             self.stats["segment_bytes_deleted"] = self.stats.get("segment_bytes_deleted", 0) + size

@@ -19,9 +19,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
+
+import numpy as np
 import threading
 import time
 
+from embedlog._native import entrylog as nel, format as nformat
 from embedlog._native import journal_format as jformat, journal_buffer as jbuffer
 from embedlog import failpoints, fileio
 from embedlog.errors import EmbedlogError
@@ -65,6 +69,45 @@ def read_segment(path: str) -> int:
     except (OSError, ValueError):
         return 0
     return jformat.file_segment(header)
+
+
+SEG_MAP = ".seg.map"              # the ledgers a segment holds (the entry log's map grammar)
+_MAP_HEAD = struct.Struct(">II")
+_MAP_ROW = struct.Struct(">QQQ")
+
+
+def write_segment_map(path: str, segment: int) -> None:
+    """``<id>.seg.map`` for journal file ``path`` (``<id>.txn``): {(scope, ledger): bytes} of
+    its entry records, ``0xFFFFFFFF count (scope ledger bytes)* crc32c``, so a start finds the
+    ledgers a segment holds without reading it."""
+    m = nel.MappedLog.open_segment(path, (1 << 31) | segment)
+    try:
+        _locs, sizes, scopes, lids, _eids = m.entry_table()
+    finally:
+        m.close()
+    keys, inverse = np.unique(np.stack([scopes, lids], axis=1).reshape(-1, 2), axis=0,
+                              return_inverse=True)
+    sums = np.bincount(inverse.ravel(), weights=sizes.astype(np.float64) + 9, minlength=len(keys))
+    body = _MAP_HEAD.pack(0xFFFFFFFF, len(keys)) + b"".join(
+        _MAP_ROW.pack(int(s), int(l), int(n)) for (s, l), n in zip(keys.tolist(), sums.tolist()))
+    fileio.atomic_write(os.path.splitext(path)[0] + SEG_MAP,
+                        body + nformat.crc32c(body).to_bytes(4, "big"))
+
+
+def read_segment_map(stem: str) -> dict | None:
+    """The ledgers map of segment ``<stem>.seg``: None if missing or damaged."""
+    try:
+        with open(stem + SEG_MAP, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    if len(data) < 12 or nformat.crc32c(data[:-4]).to_bytes(4, "big") != data[-4:]:
+        return None
+    marker, count = _MAP_HEAD.unpack_from(data)
+    if marker != 0xFFFFFFFF or len(data) != 12 + 24 * count:
+        return None
+    rows = (_MAP_ROW.unpack_from(data, 8 + 24 * i) for i in range(count))
+    return {(s, l): n for s, l, n in rows}
 
 
 def prealloc_floor(prealloc_bytes: int) -> int:
@@ -424,9 +467,12 @@ class JournalFiles:
             # rename leaves a .txn below the mark, renamed by the next trim; replay never
             # reads below the mark, and readers open either name
             for i in old:
+                path = os.path.join(self.directory, "%x.txn" % i)
                 try:
-                    fileio.reuse(os.path.join(self.directory, "%x.txn" % i),
-                                 os.path.join(self.directory, "%x%s" % (i, SEG)))
+                    segment = read_segment(path)
+                    if segment:             # its map first: a crash leaves it beside the .txn
+                        write_segment_map(path, segment)
+                    fileio.reuse(path, os.path.join(self.directory, "%x%s" % (i, SEG)))
                 except FileNotFoundError:
                     pass
             if old:

@@ -27,7 +27,7 @@ from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
-from embedlog.bookie import scrub
+from embedlog.bookie import journal_files, scrub
 from embedlog.fileio import atomic_write, private_dir
 from embedlog.errors import CorruptedDataError, EmbedlogError, NoSuchEntryError, NoSuchLedgerError
 
@@ -351,8 +351,16 @@ class SortedLedgerStorage:
             return idx.path if idx is not None and os.path.exists(idx.path) else None
 
         logs = [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
+        # layout 2: each segment's map names its ledgers (a .txn below the mark has none
+        # until the next trim renames it: its ledgers' index files were synced before then)
+        segments = []
+        for log_id, path in self._segment_files():
+            held = journal_files.read_segment_map(path[:-4]) if path.endswith(".seg") else None
+            if held is not None:
+                segments.append((log_id, path, held))
         found = scrub.unindexed_entries(
-            logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)))
+            logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)),
+            segments)
         for key, r in found.items():
             idx = self.ledgers.get(key)
             if idx is None:
