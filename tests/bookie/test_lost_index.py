@@ -20,8 +20,8 @@ from embedlog._native.format import master_key
 from embedlog.cli.shell import shell
 from embedlog.errors import CorruptedDataError
 
-# layout 1: an index is rebuilt from the entry logs' maps; rebuilding one from layout 2's
-# segments needs a map per segment, not built yet (docs/FORMATS.md, "Layout 2")
+# layout 1: an index rebuilt from the entry logs' maps (layout 2's segments and their maps:
+# tests/bookie/test_layout2.py)
 CFG = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=64 << 10,
            entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000, storage_layout=1)
 
