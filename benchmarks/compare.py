@@ -59,6 +59,18 @@ REFERENCES = ("file", "floor", "design")
 STORES = ("embedlog",) + PEERS + REFERENCES
 MB = 1_000_000
 perf = time.perf_counter
+EMBEDLOG_DEFAULTS: dict = {}         # --storage-layout
+
+
+def index_bytes(directory: str) -> int:
+    """Bytes the index files take on disk (what their pages cost; a page rewritten by
+    several checkpoints counts once)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(directory):
+        for n in names:
+            if n.endswith(".idx"):
+                total += os.stat(os.path.join(dirpath, n)).st_blocks * 512
+    return total
 
 
 def payload_pool(size: int, n: int = 1000, seed: int = 7) -> list:
@@ -80,7 +92,7 @@ class EmbedlogStore:
 
     def __init__(self, path: str, nledgers: int = NLEDGERS, **config):
         import embedlog
-        self.log = embedlog.open(path, **config)
+        self.log = embedlog.open(path, **{**EMBEDLOG_DEFAULTS, **config})
         self.writers = [self.log.create_ledger(digest="crc32c") for _ in range(nledgers)]
         self.readers = None
 
@@ -767,6 +779,7 @@ class Runner:
                         break
                 base = s.log.statistics()
                 base["payload"] = sum(state["embedlog"]) * size
+                base["index"] = index_bytes(s._dir)
                 self.notes.append(f"{work} / embedlog: timed after {base['payload'] / 2**20:,.0f} "
                                   f"MiB untimed, once {base['journal']['files_reused']} journals "
                                   "had been reused")
@@ -781,7 +794,9 @@ class Runner:
                 # memtable gained (still to be flushed), less what it held when the clock
                 # started (flushed during the timed part, but the untimed part's)
                 logged = st["entry_log_bytes_written"] - base["entry_log_bytes_written"]
-                held = st["memtable_bytes"] - base["memtable_bytes"]
+                # layout 2 never copies the memtable: its entries' storage is the journal
+                held = st["memtable_bytes"] - base["memtable_bytes"] if st.get("layout", 1) == 1 else 0
+                index = index_bytes(stores["embedlog"]._dir) - base.get("index", 0)
                 self.notes.append(
                     f"{work} / embedlog: {j['bytes_written'] / 2**20:,.0f} MiB journalled, "
                     f"{st['memtable_flushes']} memtable flushes, {st['checkpoints']} checkpoints, "
@@ -789,7 +804,9 @@ class Runner:
                     f"written per payload byte: journal {per(j['bytes_written']):.2f} + "
                     f"preallocation zeros {per(j['zeros_written']):.2f} + entry logs "
                     f"{per(logged + held):.2f} (written {per(logged):.2f}, the memtable's change "
-                    f"{held / 2**20:+,.0f} MiB); journals reused {j['files_reused']}")
+                    f"{held / 2**20:+,.0f} MiB) + index files {per(index):.2f} = "
+                    f"{per(j['bytes_written'] + j['zeros_written'] + logged + held + index):.2f}"
+                    f" (layout {st.get('layout', 1)}); journals reused {j['files_reused']}")
         finally:
             self.close_all(work, stores)
 
@@ -1250,7 +1267,11 @@ def main(argv=None):
     ap.add_argument("--only", help="comma-separated work items to run (for debugging)")
     ap.add_argument("--build-floor", action="store_true",
                     help="build the floor's native module (benchmarks/floor.pyx) and exit")
+    ap.add_argument("--storage-layout", type=int, choices=(1, 2),
+                    help="embedlog's storage_layout for its new directories (default: its own)")
     args = ap.parse_args(argv)
+    if args.storage_layout:
+        EMBEDLOG_DEFAULTS["storage_layout"] = args.storage_layout
     if args.build_floor:
         print(f"floor: {load_floor().__file__}")
         return 0
@@ -1286,7 +1307,8 @@ def main(argv=None):
     finally:
         shutil.rmtree(root, ignore_errors=True)
     elapsed = perf() - t_start
-    cmd = "python benchmarks/compare.py" + (" --quick" if args.quick else "")
+    cmd = "python benchmarks/compare.py" + (" --quick" if args.quick else "") + (
+        f" --storage-layout {args.storage_layout}" if args.storage_layout else "")
     lines = [f"Command: `{cmd}` ({elapsed:.0f} s; {budget:g} s per work item and store, "
              f"in {r.rounds} round-robin segments)", ""]
     lines += facts + [f"- load average at end {loadavg()}", ""]

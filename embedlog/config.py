@@ -83,6 +83,11 @@ class BookieConfig:
         False, "SAFETY: on replay, step over a corrupt journal record in the middle (and "
         "report it) instead of refusing to start. A torn tail is always repaired.")
     # -- ledger storage --------------------------------------------------------
+    storage_layout: int = _key(
+        1, "layout of a new bookie directory (current/LAYOUT records it; an existing directory "
+        "keeps its own): 2 keeps the journal's files as the storage of the entries they hold "
+        "(each entry written once, index locations point into them); 1 copies every entry "
+        "into entry logs at each memtable flush (BookKeeper's layout).", 1, 2)
     skip_list_size_limit: int = _key(
         64 * 1024 * 1024, "bytes of entries the memtable holds before it is flushed to "
         "entry logs (skipListSizeLimit). Memory used is about this.", 1 << 16, 1 << 34)

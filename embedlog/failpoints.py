@@ -31,6 +31,7 @@ POINTS = (
     "memtable.before_flush",
     # garbage collection (embedlog/bookie/gc.py) and compaction (compaction.py)
     "gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
+    "gc.before_delete_segment",                  # layout 2: an unnamed journal segment
     "gc.before_absence_check",
     "compaction.during_copy", "compaction.after_write", "compaction.after_manifest",
     "compaction.after_rename", "compaction.after_index_flush", "compaction.after_delete_sources",

@@ -10,6 +10,7 @@ HEADER_SIZE: int
 MAX_MASTER_KEY: int
 MAGIC: bytes
 FORMAT_VERSION: int
+SEGMENT_VERSION: int
 READABLE_VERSIONS: tuple[int, ...]
 RECORD_TYPES: dict[int, str]
 ENTRY: int
@@ -26,7 +27,9 @@ TRIM: int
 class JournalHeaderError(JournalCorruptedError, ValueError): ...
 
 def file_header(log_id: int, prev_log_id: int = 0, min_size: int = 0, recycled_from: int = 0,
-                salt: int = 0) -> bytes: ...
+                salt: int = 0, segment: int = 0) -> bytes: ...
+def file_segment(data: Any) -> int:
+    """The segment number of a journal header (0: none, layout 1)."""
 def file_salt(data: Any) -> tuple[int, int]:
     """(recycled_from, salt): (0, 0) for a new file or a header from before recycling."""
 def new_salt(log_id: int, old_salt: int) -> int: ...

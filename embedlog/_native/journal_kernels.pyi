@@ -28,4 +28,5 @@ def check_encoded_entries(entries: list[Any], start: int, ledger: tuple[int, int
 
 def replay_entries(data: Any, records: Records, i: int, mt: MemTable,
                    seen: dict[tuple[int, int], int],
-                   refused: list[tuple[int, int, int, int]] | None = ...) -> int: ...
+                   refused: list[tuple[int, int, int, int]] | None = ...,
+                   segment_base: int = ...) -> int: ...

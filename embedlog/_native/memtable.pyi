@@ -11,6 +11,7 @@ MT_BLOCK_BYTES: int
 class MemTable:
     @property
     def limit_bytes(self) -> int: ...
+    next_where: int
     def __init__(self, limit_bytes: int = ...) -> None: ...
     def add_encoded(self, entry: _Buffer) -> bool:
         """False when the memtable is full."""
@@ -36,3 +37,5 @@ class MemTable:
     def sorted_records(self) -> Any:
         """A numpy structured array (scope, ledger, entry, offset, size), in flush order."""
     def arena_view(self) -> memoryview: ...
+    def flush_wheres(self) -> tuple[Any, Any, Any, Any]:
+        """(scopes, ledgers, entry ids, wheres) of the live records in flush order."""

@@ -29,7 +29,7 @@ import uuid
 from embedlog._native import journal_format as jformat, journal_kernels as jkernels
 from embedlog._native.reader import LedgerReader
 from embedlog._native.format import MAX_ENTRY_ID, LedgerId, parse_entry_header
-from embedlog.bookie import cookies, disks, gc
+from embedlog.bookie import cookies, disks, gc, layout
 from embedlog.fileio import atomic_write, no_space as _no_space, private_dir
 from embedlog.bookie.tombstones import DeletedLedgers
 from embedlog.bookie.checkpoint import Checkpointer
@@ -125,6 +125,12 @@ class Bookie:
             self.ledger_currents, self.config, self.cv, self._lock,
             choose_current=lambda: os.path.join(self.disks.choose_dir(limit), "current"))
         self.ledgers = self.storage.ledgers          # (scope, lid) -> LedgerIndex
+        self.layout = layout.open_layout(self.ledger_currents, self.journal_dir,
+                                         self.config.storage_layout)
+        if self.layout == 2:
+            # every journal and segment file is readable storage from the start (replay,
+            # and the reads of entries whose locations point into them)
+            layout.use_segments(self.storage, self.journal_dir)
         self.mark = LastLogMark(self.ledger_currents)
         # the journal replay will read comes into the page cache meanwhile (replay.py)
         self._stop_prefetch = prefetch(self.journal_dir, self.mark.read())
@@ -146,6 +152,11 @@ class Bookie:
         self._restore_unindexed()                      # every log is sealed now
         self.journal = Journal(self.journal_dir, self.config, self.cv, self._lock)
         self.descriptors.journal = self.journal
+        if self.layout == 2:
+            self.journal.files.segments = True
+            self.journal.files.on_segment = self.storage.entry_logger.add_segment
+            self.storage.wait_journal = self.journal.wait_written
+            self.storage.segment_locations = self.journal.segment_locations
         # the flusher runs during replay: a full memtable goes to the entry logs in the
         # background while replay fills the other one (as adds do)
         self.storage.start()
@@ -693,6 +704,7 @@ class Bookie:
             out = dict(self.stats)
             out.update(self.storage.stats)
             out["journal"] = dict(self.journal.stats)
+            out["layout"] = self.layout
             st = self.storage
             out["memtable_bytes"] = st.mt_a.size_bytes + st.mt_b.size_bytes
             out["memtable_entries"] = st.mt_a.count + st.mt_b.count

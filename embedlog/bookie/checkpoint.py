@@ -67,6 +67,8 @@ class Checkpointer:
             b.journal.wait_durable_locked(covered)
             mark = b.journal.position_of(covered)
         b.storage.sync()
+        if b.storage.segments:
+            b.journal.sync_written()     # layout 2: the entries below the mark are stored there
         b.deleted.persist()          # deletes before the mark are replayed no more
         failpoints.hit("checkpoint.before_lastmark")
         moved = b.mark.persist(mark)

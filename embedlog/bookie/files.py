@@ -12,7 +12,8 @@ _COMPACTION_SUFFIXES = (".log.compacting", ".compaction")
 
 
 def list_files(ledger_currents: list, journal_dir: str, kinds=KINDS) -> list:
-    """[{"kind", "path", "bytes", "allocated_bytes"}] of the journal files (``<hex>.txn``),
+    """[{"kind", "path", "bytes", "allocated_bytes"}] of the journal files (``<hex>.txn``, and
+    layout 2's segments ``<hex>.seg``: journals kept as the storage of their entries),
     entry logs (``<hex>.log``), compaction files and index files (``*.idx``), sorted by
     kind and path; files that vanish while listed are left out."""
     out = []
@@ -26,7 +27,8 @@ def list_files(ledger_currents: list, journal_dir: str, kinds=KINDS) -> list:
                     "allocated_bytes": st.st_blocks * 512})
 
     if "journal" in kinds:
-        for name in sorted((n for n in _names(journal_dir) if n.endswith(".txn")), key=_hex_order):
+        for name in sorted((n for n in _names(journal_dir) if n.endswith((".txn", ".seg"))),
+                           key=_hex_order):
             add("journal", os.path.join(journal_dir, name))
     for current in ledger_currents:
         for name in _names(current):

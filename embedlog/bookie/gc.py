@@ -56,6 +56,7 @@ from sortedcontainers import SortedDict
 from embedlog._native import entrylog as nel
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
+from embedlog.bookie import journal_files
 from embedlog.bookie.absence import AbsentLedgers
 from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
 from embedlog.fileio import fsync_dir
@@ -182,6 +183,8 @@ class GarbageCollector:
                 return {"stopped": True}
             report = {"ledgers": self.gc_ledgers()}
             report["entry_logs"] = self.gc_entry_logs()
+            if self.storage.segments:
+                report["segments"] = self.gc_segments()
             report["compaction"] = self.maybe_compact(force_major, force_minor)
             self.stats["cycles"] += 1
             gone, logs = report["ledgers"].get("deleted", 0), report["entry_logs"].get("deleted", [])
@@ -523,6 +526,41 @@ class GarbageCollector:
             deleted.append(log_id)
             self.stats["entry_logs_deleted"] += 1
             self.stats["entry_log_bytes_deleted"] += size
+        return {"deleted": deleted}
+
+    def gc_segments(self) -> dict:
+        """Layout 2: delete the journal segments (``<id>.seg``, below the LastLogMark) that
+        no index location names any more. Nothing can come to name one: a flush names only
+        records after the mark, and the index pages naming it were synced before the mark
+        passed it, so a crash after the unlink finds no location into the file."""
+        directory = self.bookie.journal_dir
+        ids = journal_files.journal_ids(directory, journal_files.SEG)
+        if not ids:
+            return {"deleted": []}
+        used = self.storage.segments_in_use()
+        deleted = []
+        for i in ids:
+            path = os.path.join(directory, "%x%s" % (i, journal_files.SEG))
+            segment = journal_files.read_segment(path)
+            if segment in used or segment == 0 or self._stop.is_set():
+                continue                    # 0: its header is unreadable; never guess
+            failpoints.hit("gc.before_delete_segment")
+            with self.storage.lock:
+                self.storage.entry_logger.drop_segment(segment)
+            try:
+                size = os.path.getsize(path)
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            try:
+                os.unlink(path[:-len(journal_files.SEG)] + journal_files.SEG_MAP)
+            except FileNotFoundError:
+                pass
+            deleted.append(i)
+            self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1
+            self.stats["segment_bytes_deleted"] = self.stats.get("segment_bytes_deleted", 0) + size
+        if deleted:
+            fsync_dir(directory)
         return {"deleted": deleted}
 
     # -- 3. compaction ----------------------------------------------------------------------------------

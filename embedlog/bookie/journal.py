@@ -24,6 +24,8 @@ import logging
 import threading
 import time
 
+import numpy as np
+
 from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
                               journal_waiters as jwaiters)
 from embedlog import failpoints
@@ -93,6 +95,7 @@ class Journal:
         # fsync seconds or None) -- the admin server's histograms
         self.group_observer = None
         self._starts: list[tuple[int, int, int]] = []   # (start seq, journal id, start offset)
+        self._segment_starts: list[tuple[int, int, int]] = []   # (start seq, segment, offset)
         self.files = JournalFiles(directory, config, self.stats)
         self._rolling = False
         self._reserved_end = 0            # file offset the write in progress will reach
@@ -128,6 +131,9 @@ class Journal:
         """The current file begins at ``start_seq`` (for position_of)."""
         self._starts.append((start_seq, self.files.file_id, jformat.HEADER_SIZE))
         del self._starts[:-64]
+        if self.files.segment:
+            self._segment_starts.append((start_seq, self.files.segment, jformat.HEADER_SIZE))
+            del self._segment_starts[:-4096]
 
     @property
     def started(self) -> bool:
@@ -160,6 +166,54 @@ class Journal:
         return file_id, start_off
 
     # -- appending (callers hold cv) ---------------------------------------------
+
+    def segment_locations(self, seqs):
+        """Layout 2: the locations (bit 63 | segment << 32 | offset) of the records at
+        journal seqs ``seqs`` (a numpy uint64 array, every one written), or None when one
+        lies before the files known or past a 32-bit offset."""
+        starts = list(self._segment_starts)
+        if not starts or int(seqs.min()) < starts[0][0]:
+            return None
+        first = np.array([s for s, _g, _o in starts], dtype=np.uint64)
+        k = np.searchsorted(first, seqs, side="right") - 1
+        segs = np.array([g for _s, g, _o in starts], dtype=np.uint64)[k]
+        offs = np.array([o for _s, _g, o in starts], dtype=np.uint64)[k] + (seqs - first[k])
+        if int(offs.max()) > 0xFFFFFFFF:
+            return None
+        return np.uint64(1 << 63) | (segs << np.uint64(32)) | offs
+
+    def wait_written(self, seq: int, locked: bool) -> None:
+        """Block until the journal has written ``seq`` (cv held if ``locked``). A group a
+        full disk failed counts as written: its entries left the memtable with it."""
+        if not locked:
+            with self.cv:
+                return self.wait_written(seq, True)
+        while self.written_seq < seq:
+            try:
+                if not self._step(seq, None):
+                    self.cv.wait(1.0)
+            except EmbedlogError:
+                if self.written_seq < seq:
+                    raise
+
+    def sync_written(self) -> None:
+        """With journal_sync_data off, fdatasync what the journal wrote (a layout 2
+        checkpoint: the records below the mark are the entries' only copy). Every roll
+        synced the files before the current one."""
+        if self.config.journal_sync_data:
+            return
+        with self.cv:
+            while self._syncing or self._rolling:
+                self.cv.wait()
+            if self.files.fd < 0:
+                return
+            self._syncing = True          # no leader writes or rolls under this sync
+        try:
+            self.files.sync()
+        finally:
+            with self.cv:
+                self._syncing = False
+                self.cv.notify_all()
 
     def note_appended(self) -> int:
         """Account for records framed into ``buffer``; returns the new end seq."""
@@ -232,6 +286,7 @@ class Journal:
         group = _Group(buf, self.written_seq, buf.nrecords,
                        self._needs_roll or self.files.full(buf.nbytes))
         self._taken_seq = group.end_seq
+        self.buffer.seq0 = self._taken_seq      # the seqs the add kernels give its records
         self._syncing = True
         self._oldest_pending = None
         # never write where the preallocator is writing zeros, nor roll under it

@@ -19,9 +19,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
+
+import numpy as np
 import threading
 import time
 
+from embedlog._native import entrylog as nel, format as nformat
 from embedlog._native import journal_format as jformat, journal_buffer as jbuffer
 from embedlog import failpoints, fileio
 from embedlog.errors import EmbedlogError
@@ -30,6 +34,7 @@ from embedlog.fileio import fsync_dir, no_space, private_dir
 log = logging.getLogger("embedlog.bookie")
 ALIGN = jbuffer.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
 FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
+SEG = ".seg"                      # layout 2: a trimmed journal kept as the storage of its entries
 MAX_FREE = 8                      # journals kept for reuse, or as many as one trim frees ...
 MAX_FREE_BURST = 16               # ... up to this: a lagging checkpoint lets the journal roll
                                   # more files than MAX_FREE, and a pool of eight ran dry then
@@ -53,6 +58,56 @@ def journal_ids(directory: str, suffix: str = ".txn") -> list[int]:
             except ValueError:
                 pass
     return sorted(ids)
+
+
+def read_segment(path: str) -> int:
+    """The segment number in a journal file's header (0: none, or no readable header)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(jformat.HEADER_SIZE)
+        jformat.check_file_header(header)
+    except (OSError, ValueError):
+        return 0
+    return jformat.file_segment(header)
+
+
+SEG_MAP = ".seg.map"              # the ledgers a segment holds (the entry log's map grammar)
+_MAP_HEAD = struct.Struct(">II")
+_MAP_ROW = struct.Struct(">QQQ")
+
+
+def write_segment_map(path: str, segment: int) -> None:
+    """``<id>.seg.map`` for journal file ``path`` (``<id>.txn``): {(scope, ledger): bytes} of
+    its entry records, ``0xFFFFFFFF count (scope ledger bytes)* crc32c``, so a start finds the
+    ledgers a segment holds without reading it."""
+    m = nel.MappedLog.open_segment(path, (1 << 31) | segment)
+    try:
+        _locs, sizes, scopes, lids, _eids = m.entry_table()
+    finally:
+        m.close()
+    keys, inverse = np.unique(np.stack([scopes, lids], axis=1).reshape(-1, 2), axis=0,
+                              return_inverse=True)
+    sums = np.bincount(inverse.ravel(), weights=sizes.astype(np.float64) + 9, minlength=len(keys))
+    body = _MAP_HEAD.pack(0xFFFFFFFF, len(keys)) + b"".join(
+        _MAP_ROW.pack(int(s), int(l), int(n)) for (s, l), n in zip(keys.tolist(), sums.tolist()))
+    fileio.atomic_write(os.path.splitext(path)[0] + SEG_MAP,
+                        body + nformat.crc32c(body).to_bytes(4, "big"))
+
+
+def read_segment_map(stem: str) -> dict | None:
+    """The ledgers map of segment ``<stem>.seg``: None if missing or damaged."""
+    try:
+        with open(stem + SEG_MAP, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    if len(data) < 12 or nformat.crc32c(data[:-4]).to_bytes(4, "big") != data[-4:]:
+        return None
+    marker, count = _MAP_HEAD.unpack_from(data)
+    if marker != 0xFFFFFFFF or len(data) != 12 + 24 * count:
+        return None
+    rows = (_MAP_ROW.unpack_from(data, 8 + 24 * i) for i in range(count))
+    return {(s, l): n for s, l, n in rows}
 
 
 def prealloc_floor(prealloc_bytes: int) -> int:
@@ -86,6 +141,12 @@ class JournalFiles:
         self.max_bytes = config.journal_max_size_mb * 1024 * 1024
         self.prealloc_bytes = config.journal_pre_alloc_size_mb * 1024 * 1024
         self._spares_lock = threading.Lock()
+        # layout 2: each journal gets a segment number (its header's) that index locations
+        # name it by; trimmed journals become <id>.seg instead of being deleted or reused
+        self.segments = False
+        self.segment = 0                  # the current file's
+        self._last_segment = None
+        self.on_segment = None            # (segment, path without suffix): before any write
 
     @property
     def direct_writes(self) -> bool:
@@ -123,10 +184,15 @@ class JournalFiles:
         """Open the next journal file (a kept one reused, or a new one) and make it
         current; its first group lands right after the header."""
         existing = journal_ids(self.directory)
-        new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing])
+        new_id = max([int(time.time() * 1000)] + [i + 1 for i in existing]
+                     + [i + 1 for i in journal_ids(self.directory, SEG)])
         path = os.path.join(self.directory, "%x.txn" % new_id)
         prev = max(existing, default=0)
-        reused = self._reuse_file(new_id, prev, path) if self.config.journal_reuse_files else None
+        segment = self._next_segment() if self.segments else 0
+        if segment and self.on_segment is not None:
+            self.on_segment(segment, path[:-len(".txn")])
+        reused = (self._reuse_file(new_id, prev, path, segment)
+                  if self.config.journal_reuse_files and not self.segments else None)
         if reused is not None:
             fd, header, zero_end, salt = reused
             dfd = -1
@@ -138,8 +204,9 @@ class JournalFiles:
                 os.close(fd)
                 raise
         else:
-            fd, dfd, header, zero_end = self._new_file(new_id, prev, path)
+            fd, dfd, header, zero_end = self._new_file(new_id, prev, path, segment)
             salt = 0
+        self.segment = segment
         for old in (self.fd, self.dfd):
             if old >= 0:
                 os.close(old)
@@ -150,12 +217,26 @@ class JournalFiles:
         self.path = path
         self.zero_end = zero_end
 
-    def _new_file(self, new_id: int, prev: int, path: str):
+    def _next_segment(self) -> int:
+        """The next segment number: one past every journal and segment file's (numbers are
+        not reused while a file holds them; a freed one's may be, no index names it)."""
+        if self._last_segment is None:
+            top = 0
+            for suffix in (".txn", SEG):
+                for i in journal_ids(self.directory, suffix):
+                    top = max(top, read_segment(os.path.join(self.directory, "%x%s" % (i, suffix))))
+            self._last_segment = top
+        self._last_segment += 1
+        if self._last_segment >= 1 << 31:
+            raise EmbedlogError("journal segment numbers exhausted (31-bit)")
+        return self._last_segment
+
+    def _new_file(self, new_id: int, prev: int, path: str, segment: int = 0):
         """A new journal file, its header and zeros written ahead: (fd, O_DIRECT fd or -1,
         header, end of the zeros)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         dfd = -1
-        header = jformat.file_header(new_id, prev)
+        header = jformat.file_header(new_id, prev, segment=segment)
         try:
             # the header's whole block, so O_DIRECT writes start on block boundaries after it
             if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
@@ -170,7 +251,7 @@ class JournalFiles:
             else:
                 # the header says how long the zeros made the file: replay takes a file found
                 # shorter as cut (records after the cut would be lost without a word)
-                header = jformat.file_header(new_id, prev, zero_end)
+                header = jformat.file_header(new_id, prev, zero_end, segment=segment)
                 os.pwrite(fd, header, 0)
                 self.stats["zeros_written"] += zero_end - ALIGN
             fileio.sync(fd, path, jformat.HEADER_SIZE, size=os.fstat(fd).st_size, data_only=False,
@@ -185,15 +266,15 @@ class JournalFiles:
             raise
         return fd, dfd, header, zero_end
 
-    def _reuse_file(self, new_id: int, prev: int, path: str):
+    def _reuse_file(self, new_id: int, prev: int, path: str, segment: int = 0):
         """A trimmed journal made journal ``new_id``, or None if none is kept: its new header
         (a salt its previous life's records do not check with) is synced under its old name,
         then it is renamed, so a crash leaves either a kept file or a whole new journal.
         Returns (fd, header, its size, salt)."""
         with self._spares_lock:
-            return self._reuse_spare(new_id, prev, path)
+            return self._reuse_spare(new_id, prev, path, segment)
 
-    def _reuse_spare(self, new_id: int, prev: int, path: str):
+    def _reuse_spare(self, new_id: int, prev: int, path: str, segment: int = 0):
         for old_id in journal_ids(self.directory, FREE):
             free = os.path.join(self.directory, "%x%s" % (old_id, FREE))
             try:
@@ -209,7 +290,7 @@ class JournalFiles:
                 except ValueError:
                     old_salt = 0
                 salt = jformat.new_salt(new_id, old_salt)
-                header = jformat.file_header(new_id, prev, size, old_id, salt)
+                header = jformat.file_header(new_id, prev, size, old_id, salt, segment)
                 failpoints.hit("journal.reuse_before_header")
                 if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
                     raise OSError(errno.ENOSPC, "short write of a journal header")
@@ -380,6 +461,23 @@ class JournalFiles:
 
     def _trim(self, mark_file_id: int) -> list[int]:
         old = [i for i in journal_ids(self.directory) if i < mark_file_id]
+        if self.segments:
+            # the entries below the mark are stored here and nowhere else: keep the files
+            # as segments (GC deletes one once no index points into it). A crash before a
+            # rename leaves a .txn below the mark, renamed by the next trim; replay never
+            # reads below the mark, and readers open either name
+            for i in old:
+                path = os.path.join(self.directory, "%x.txn" % i)
+                try:
+                    segment = read_segment(path)
+                    if segment:             # its map first: a crash leaves it beside the .txn
+                        write_segment_map(path, segment)
+                    fileio.reuse(path, os.path.join(self.directory, "%x%s" % (i, SEG)))
+                except FileNotFoundError:
+                    pass
+            if old:
+                fsync_dir(self.directory)
+            return old
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
         kept = journal_ids(self.directory, FREE)

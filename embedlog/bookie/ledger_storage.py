@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 
+import numpy as np
 from sortedcontainers import SortedDict
 
 from embedlog._native import entrylogger as nelg
@@ -26,7 +27,7 @@ from embedlog._native import index as nix
 from embedlog._native import memtable as nmt
 from embedlog._native.format import LedgerId
 from embedlog import failpoints
-from embedlog.bookie import scrub
+from embedlog.bookie import journal_files, scrub
 from embedlog.fileio import atomic_write, private_dir
 from embedlog.errors import CorruptedDataError, EmbedlogError, NoSuchEntryError, NoSuchLedgerError
 
@@ -75,6 +76,11 @@ class SortedLedgerStorage:
                       "entry_log_bytes_dropped_from_cache": 0}
         self.on_flush_error = None           # (exc) -> None: e.g. a disk check
         self.on_flushed = None               # () -> None, cv held: a snapshot is in the logs
+        # layout 2: a flush sets index locations into the journal's segments and copies
+        # nothing; these come from the journal (bookie.py wires them)
+        self.segments = False
+        self.wait_journal = None             # (seq, locked) -> None: seq is written
+        self.segment_locations = None        # (seqs) -> locations (bit 63 set), or None
 
     # -- the flusher ---------------------------------------------------------------------
 
@@ -115,9 +121,12 @@ class SortedLedgerStorage:
                 self.flush_error = None
                 self._finish(snap, seq)
 
-    def _flush(self, snap) -> None:
-        """Write a snapshot into the entry logs and set its index locations."""
+    def _flush(self, snap, locked: bool = False) -> None:
+        """Write a snapshot into the entry logs and set its index locations (layout 2: only
+        set them, pointing into the journal's segments)."""
         failpoints.hit("memtable.before_flush")
+        if self.segments and self._flush_to_segments(snap, locked):
+            return
         with self.lock:
             before = self.entry_logger.last_log_id
 
@@ -131,6 +140,42 @@ class SortedLedgerStorage:
             self.stats["entry_log_bytes_written"] += written
             self.stats["entry_log_rolls"] += self.entry_logger.last_log_id - before
             self.stats["entry_log_bytes_dropped_from_cache"] = self.entry_logger.dropped_bytes
+
+    def _flush_to_segments(self, snap, locked: bool) -> bool:
+        """Layout 2's flush: each entry's journal record becomes its location. False (nothing
+        done) when an entry has none (put without a journal record) or lies past what a
+        32-bit offset names: the entry logs take that snapshot instead."""
+        scopes, lids, eids, wheres = snap.flush_wheres()
+        if not len(wheres) or not wheres.all():
+            return not len(wheres)
+        pending = wheres < nelg.SEGMENT_BIT            # a journal seq + 1, not yet a location
+        if pending.any():
+            seqs = wheres[pending] - 1
+            # a location must not name bytes the journal has not written yet: readers
+            # go to it once the snapshot is cleared
+            self.wait_journal(int(seqs.max()) + 1, locked)
+            locs = self.segment_locations(seqs)
+            if locs is None:
+                return False
+            wheres[pending] = locs
+        cuts = np.flatnonzero((scopes[1:] != scopes[:-1]) | (lids[1:] != lids[:-1])) + 1
+        with self.lock:
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(eids)]):
+                idx = self.ledgers.get((int(scopes[a]), int(lids[a])))
+                if idx is not None:                   # deleted while in the memtable: drop
+                    idx.set_locations(eids[a:b], wheres[a:b])
+            self.stats["memtable_flushes"] += 1
+        return True
+
+    def segments_in_use(self) -> set:
+        """The segment numbers some index location names (GC frees the others)."""
+        with self.cv:
+            indexes = list(self.ledgers.values())
+        used = set()
+        with self.lock:
+            for idx in indexes:
+                used.update(idx.segments())
+        return used
 
     def _finish(self, snap, seq: int) -> None:
         # locations are set: readers find these entries in the index from now on
@@ -156,7 +201,7 @@ class SortedLedgerStorage:
         if self._thread is None:
             snap = self.active
             self._swap(seq)
-            self._flush(snap)
+            self._flush(snap, locked=True)
             self._finish(snap, seq)
             return
         if self.snapshot is not None:
@@ -270,7 +315,8 @@ class SortedLedgerStorage:
         wins for an entry id written twice), replacing the damaged file at ``path``."""
         os.replace(path, path + ".damaged")
         eids, locs = scrub.ledger_entries(
-            [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()], key)
+            [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
+            + self._segment_files(), key)
         idx = self.index_cache.open(key[0], key[1], False, current)
         found = len(eids)
         if found:
@@ -280,9 +326,19 @@ class SortedLedgerStorage:
         self.damaged[key] = {"file": path, "set_aside": path + ".damaged", "error": str(error),
                              "entries_found": found}
         log.error("ledger %r: index file %s is damaged (%s); set aside as %s.damaged and "
-                  "rebuilt from the entry logs (%d entries); the ledger is read-only here",
+                  "rebuilt from the entry logs and journal segments (%d entries); the ledger is read-only here",
                   LedgerId(*key), path, error, path, found)
         return idx
+
+    def _segment_files(self) -> list:
+        """[(log id, path)] of layout 2's journal segments, oldest first (none in layout 1)."""
+        out = []
+        for segment, stem in sorted((self.entry_logger.segment_files or {}).items()):
+            for suffix in (".txn", ".seg"):
+                if os.path.exists(stem + suffix):
+                    out.append((segment | scrub.SEGMENT_LOG_BIT, stem + suffix))
+                    break
+        return out
 
     def restore_unindexed(self, keep) -> None:
         """Start-up, after every entry log is sealed and before replay: a ledger the entry
@@ -295,8 +351,16 @@ class SortedLedgerStorage:
             return idx.path if idx is not None and os.path.exists(idx.path) else None
 
         logs = [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
+        # layout 2: each segment's map names its ledgers (a .txn below the mark has none
+        # until the next trim renames it: its ledgers' index files were synced before then)
+        segments = []
+        for log_id, path in self._segment_files():
+            held = journal_files.read_segment_map(path[:-4]) if path.endswith(".seg") else None
+            if held is not None:
+                segments.append((log_id, path, held))
         found = scrub.unindexed_entries(
-            logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)))
+            logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)),
+            segments)
         for key, r in found.items():
             idx = self.ledgers.get(key)
             if idx is None:

@@ -98,9 +98,13 @@ def replay_bookie(bookie, live: bool = False) -> dict:
         """A run of entry records, put into the memtable in one native loop (the common
         case: most of a journal is entries)."""
         storage, seen, refused = bookie.storage, {}, []
+        # layout 2: each entry's location is its record in this file, set again as often
+        # as the file is replayed (the same segment and offset each time)
+        segment = jformat.file_segment(mm[:jformat.HEADER_SIZE]) if storage.segments else 0
+        base = (1 << 63) | (segment << 32) if segment else 0
         while True:
             try:
-                j = jkernels.replay_entries(mm, records, i, storage.active, seen, refused)
+                j = jkernels.replay_entries(mm, records, i, storage.active, seen, refused, base)
             except JournalCorruptedError as exc:
                 raise JournalCorruptedError(f"journal {path} {exc}") from exc
             for off, scope, lid, eid in refused:

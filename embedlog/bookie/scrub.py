@@ -51,15 +51,19 @@ def damaged_records(logs) -> list:
     return out
 
 
-def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
+def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments=()) -> dict:
     """Entries the entry logs hold that a ledger's index file should hold and cannot: the
     file is missing, or cut: shorter than the length its header records (a file from
     before that record: cut to its header, or inside a page, as it held whole pages). ``logs``: [(log id, path)]; ``find_index(key)``: the ledger's index file, or
     None; ``keep(key, missing)``: whether to look at a suspect (a missing file may be a
     deleted ledger's). Every log names its ledgers (its map; a log without one, such as
     the unsealed last one, is scanned). Returns {key: {"file", "problem", "eids", "locs"}}:
-    the entries past the pages the file holds (newest log wins for an id written twice)."""
+    the entries past the pages the file holds (newest log wins for an id written twice).
+    ``segments``: [(log id, path, {key: bytes})] of layout 2's segments and their maps."""
     named: dict = {}
+    for log_id, path, held in segments:
+        for key in held:
+            named.setdefault(key, []).append((log_id, path))
     for log_id, path in sorted(logs):
         try:
             m = nel.MappedLog.open_existing(path, log_id)
@@ -102,15 +106,20 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True) -> dict:
     return out
 
 
+SEGMENT_LOG_BIT = 0x80000000        # a log id naming a journal segment (layout 2)
+
+
 def ledger_entries(logs, key, first: int = 0):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
-    entry logs ``logs`` ([(log id, path)], ascending), one per id, ascending: an id written
+    entry logs ``logs`` ([(log id, path)], ascending; a log id with bit 31 set is a journal
+    segment, layout 2's storage), one per id, ascending: an id written
     twice (a compaction's copy) takes the newest log's location. Unreadable logs are skipped
     (damaged_records reports them)."""
     eids_all, locs_all = [np.empty(0, np.int64)], [np.empty(0, np.uint64)]
     for log_id, path in logs:
         try:
-            m = nel.MappedLog.open_existing(path, log_id)
+            m = (nel.MappedLog.open_segment(path, log_id) if log_id & SEGMENT_LOG_BIT else
+                 nel.MappedLog.open_existing(path, log_id))
         except (CorruptedDataError, OSError):
             continue
         try:

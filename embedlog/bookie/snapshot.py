@@ -14,7 +14,7 @@ import os
 import threading
 
 from embedlog._native import memtable as nmt
-from embedlog.bookie import disks
+from embedlog.bookie import disks, layout
 from embedlog.bookie.bookie import Bookie
 from embedlog.bookie.descriptors import LedgerDescriptors
 from embedlog.bookie.lastmark import LastLogMark
@@ -68,6 +68,8 @@ class BookieSnapshot(Bookie):
                                                 self._lock, rebuild_damaged=False)
         st.mt_a = st.active = nmt.MemTable(_UNBOUNDED)
         st.mt_b = nmt.MemTable(_UNBOUNDED)
+        if layout.read_layout(self.ledger_currents) == 2:
+            layout.use_segments(st, self.journal_dir)
         self.ledgers = st.ledgers
         self.deleted: set = set()
         # the writer deleted what replay deletes: forget it here, leave its files to the writer

@@ -26,7 +26,7 @@ from embedlog._native import journal_format as jformat, journal_scan as jscan
 from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, parse_entry_header
 from embedlog.bookie.cookies import read_dir_cookie
 from embedlog.bookie.files import list_files
-from embedlog.bookie.journal_files import journal_ids
+from embedlog.bookie.journal_files import journal_ids, read_segment
 from embedlog.bookie.scrub import damaged_records, unindexed_entries
 from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
@@ -118,6 +118,18 @@ def _open_index(layout: Layout, key):
     if current is None:
         return None
     return nix.IndexCache(current, 1 << 20).open(key[0], key[1], True, current)
+
+
+def _segment_paths(layout: Layout) -> dict:
+    """Layout 2's journal segments: location id (bit 31 | segment number) -> file."""
+    out = {}
+    for suffix in (".txn", ".seg"):
+        for i in journal_ids(layout.journal_dir, suffix):
+            path = os.path.join(layout.journal_dir, "%x%s" % (i, suffix))
+            segment = read_segment(path)
+            if segment:
+                out[segment | 0x80000000] = path
+    return out
 
 
 def _log_paths(layout: Layout) -> dict:
@@ -531,12 +543,14 @@ def check_ledger(layout: Layout, key, logs: dict, digest=None, mac_key=None) -> 
         log_id = loc >> 32
         m = logs.get(log_id)
         if m is None:
-            path = _log_paths(layout).get(log_id)
+            segment = log_id & 0x80000000
+            path = (_segment_paths if segment else _log_paths)(layout).get(log_id)
             if path is not None:
-                m = logs[log_id] = nel.MappedLog.open_existing(path, log_id)
+                m = logs[log_id] = (nel.MappedLog.open_segment(path, log_id) if segment else
+                                    nel.MappedLog.open_existing(path, log_id))
         if m is None:
             report["errors"].append({"entry_id": e, "location": loc,
-                                     "error": f"entry log {log_id:x} is missing"})
+                                     "error": f"entry log (or journal segment) {log_id:x} is missing"})
             continue
         try:
             data = m.read_at(loc)

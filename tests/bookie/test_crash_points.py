@@ -30,6 +30,8 @@ def test_killed_at_a_named_point_loses_nothing(tmp_path, point):
     env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash:{3 if reuse else 5}",
            "CRASH_CHILD_JOURNAL_MB": "1" if reuse else "8",
            "CRASH_CHILD_JOURNAL_BACKUPS": "0" if reuse else "5",
+           # journals are reused in layout 1 only (layout 2 keeps them as segments)
+           "CRASH_CHILD_LAYOUT": "1" if reuse else "2",
            "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "crash_child.py"), str(tmp_path), "7"],
                           capture_output=True, text=True, env=env, timeout=300)

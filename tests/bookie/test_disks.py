@@ -128,7 +128,8 @@ def test_several_ledger_dirs_and_a_separate_journal_dir(tmp_path):
     d1, d2, j = tmp_path / "disk1", tmp_path / "disk2", tmp_path / "jdisk"
     cfg = dict(ledger_directories=f"{d1},{d2}", journal_directory=str(j),
                skip_list_size_limit=128 << 10, entry_log_size_limit=256 << 10,
-               flush_interval_ms=100, gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000)
+               flush_interval_ms=100, gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000,
+               storage_layout=1)        # entry logs spread over the ledger directories
     home = tmp_path / "home"
     expected = {}
     with embedlog.open(home, **cfg) as log:
@@ -468,7 +469,8 @@ def test_a_restart_on_a_full_disk_starts_read_only(small_fs, tmp_path):
     import sys
     path = small_fs / "log"
     cfg = dict(journal_pre_alloc_size_mb=1, disk_check_interval_ms=0, gc_wait_time_ms=0,
-               metadata_uri="sqlite://" + str(tmp_path / "meta.db"))   # not on the full disk
+               metadata_uri="sqlite://" + str(tmp_path / "meta.db"),   # not on the full disk
+               storage_layout=1)                                     # an entry log's seal
     log = embedlog.open(path, **cfg)
     w = log.create_ledger()
     w.append_many([payload(0, i) for i in range(100)])
@@ -629,8 +631,9 @@ def test_journal_files_kept_for_reuse_never_take_the_journals_last_space(small_f
     journal = small_fs / "journal"
     # 1 MiB journals: the restart's own trim frees one (at most 2 MiB with its zeros), not
     # the 5% of the file system that would make it writable without the spares
+    # layout 1: in layout 2 the journal's file system holds the entries themselves
     with _served_journal_on(small_fs, tmp_path, flush_interval_ms=100, journal_max_size_mb=1,
-                            journal_max_backups=0) as cluster:
+                            journal_max_backups=0, storage_layout=1) as cluster:
         client = cluster.client()
         w = client.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
         entry = bytes(32 << 10)

@@ -40,7 +40,8 @@ def resident_bytes(path: str, size: int | None = None) -> int:
 
 def _write(path, cache_bytes):
     cfg = dict(skip_list_size_limit=1 * MiB, entry_log_page_cache_bytes=cache_bytes,
-               entry_log_size_limit=8 * MiB)           # the budget spans sealed logs too
+               entry_log_size_limit=8 * MiB,           # the budget spans sealed logs too
+               storage_layout=1)                       # entry logs: layout 1's storage
     payloads = [os.urandom(1000) + i.to_bytes(24, "big") for i in range(24_000)]
     with embedlog.open(path, **cfg) as log:
         w = log.create_ledger()
@@ -99,7 +100,8 @@ def test_a_log_whose_pages_were_dropped_is_sealed_and_read_after_sigkill(tmp_pat
     import sys
     path = str(tmp_path / "killed")
     cfg = dict(skip_list_size_limit=1 * MiB, entry_log_page_cache_bytes=2 * MiB,
-               entry_log_size_limit=64 * MiB)           # one log, left unsealed
+               entry_log_size_limit=64 * MiB,           # one log, left unsealed
+               storage_layout=1)
     p = subprocess.run([sys.executable, "-c", CHILD, path, repr(cfg)], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == -9, p.stderr[-2000:]

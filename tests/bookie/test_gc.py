@@ -16,7 +16,8 @@ from support.crash_child import payload
 
 GC_CONFIG = dict(skip_list_size_limit=128 << 10, entry_log_size_limit=512 << 10,
                  journal_max_size_mb=1, journal_pre_alloc_size_mb=1, flush_interval_ms=100,
-                 gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000)
+                 gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000,
+                 storage_layout=1)      # entry logs and their compaction (layout 2: test_layout2)
 
 
 def log_bytes(log) -> int:

@@ -390,8 +390,13 @@ def test_journal_headers_of_versions_1_and_2_still_open_and_unknown_versions_do_
     assert jformat.check_file_header(jformat.file_header(0x1234)) == 0x1234
     assert jformat.check_file_header(with_version(1)) == 0x1234
     assert jformat.check_file_header(with_version(2)) == 0x1234
-    with pytest.raises(JournalCorruptedError, match="unknown journal format version 4"):
-        jformat.check_file_header(with_version(4))
+    # version 4: layout 2's segment number, behind its own crc
+    seg = jformat.file_header(0x1234, segment=7)
+    assert seg[4:8] == (4).to_bytes(4, "big")
+    assert jformat.check_file_header(seg) == 0x1234 and jformat.file_segment(seg) == 7
+    assert jformat.file_segment(jformat.file_header(0x1234)) == 0
+    with pytest.raises(JournalCorruptedError, match="unknown journal format version 5"):
+        jformat.check_file_header(with_version(5))
 
 
 def test_a_flushed_memtable_moves_the_last_log_mark_so_a_crash_replays_little(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 
 import embedlog
 from embedlog.bookie.journal_files import journal_ids
-from embedlog.errors import JournalCorruptedError
+from embedlog.errors import CorruptedDataError, JournalCorruptedError
 from support.crashutil import abandon, journal_records, newest_journal
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0, journal_max_size_mb=1)
@@ -101,10 +101,12 @@ def test_a_zeroed_length_in_the_middle_is_corruption_not_the_end(tmp_path):
         assert log.bookie.read_last_entry_id(lid) == 29
 
 
-def test_a_journal_cut_before_the_last_mark_is_named_not_a_bare_value_error(tmp_path):
+@pytest.mark.parametrize("layout", [1, 2])
+def test_a_journal_cut_before_the_last_mark_is_named_not_a_bare_value_error(tmp_path, layout):
     # a checkpoint wrote the mark into the journal; the file is then cut below the mark.
     # Was: ValueError: madvise start out of bounds
     import struct
+    CFG = dict(globals()["CFG"], storage_layout=layout)
     with embedlog.open(tmp_path, **CFG) as log:
         w = log.create_ledger()
         for i in range(40):
@@ -121,4 +123,10 @@ def test_a_journal_cut_before_the_last_mark_is_named_not_a_bare_value_error(tmp_
         # the operator accepts the loss: entries before the mark were checkpointed, so none is
         assert (path, 4096, mark_off - 4096) in log.bookie.replay_report["skipped"]
         r = log.open_ledger(w.ledger_id)
-        assert r.read_batch(0, 39) == [b"%06d" % i + bytes(1000) for i in range(40)]
+        if layout == 1:
+            assert r.read_batch(0, 39) == [b"%06d" % i + bytes(1000) for i in range(40)]
+        else:
+            # layout 2: the cut took the entries' only copy; reads say so, never serve bytes
+            assert r.read_entry(0) == b"%06d" % 0 + bytes(1000)      # below 4096: kept
+            with pytest.raises(CorruptedDataError):
+                r.read_entry(39)

@@ -93,7 +93,7 @@ def test_extended_journals_are_kept_for_reuse(tmp_path):
     extended ends short of journal_max_size_mb; it is still kept for reuse, and once the
     pool has files no zeros are written at all."""
     data = os.urandom(1000)
-    cfg = dict(CFG, journal_max_size_mb=4, journal_max_backups=0, flush_interval_ms=20,
+    cfg = dict(CFG, journal_max_size_mb=4, journal_max_backups=0, flush_interval_ms=20, storage_layout=1,
                skip_list_size_limit=1 << 20)
     with embedlog.open(tmp_path / "d", **cfg) as log:
         _direct_or_skip(log)

@@ -20,7 +20,8 @@ from support.crash_child import payload
 from support.crashutil import abandon
 
 REUSE = dict(journal_max_size_mb=1, journal_max_backups=0, journal_pre_alloc_size_mb=1,
-             skip_list_size_limit=64 << 10, flush_interval_ms=20)
+             skip_list_size_limit=64 << 10, flush_interval_ms=20,
+             storage_layout=1)          # layout 2 keeps trimmed journals as segments
 
 
 def _life(path, log_id, salt, bodies, recycled_from=0, terminate=True):

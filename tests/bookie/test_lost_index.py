@@ -20,13 +20,15 @@ from embedlog._native.format import master_key
 from embedlog.cli.shell import shell
 from embedlog.errors import CorruptedDataError
 
+# layout 1: an index rebuilt from the entry logs' maps (layout 2's segments and their maps:
+# tests/bookie/test_layout2.py)
 CFG = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=64 << 10,
-           entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000)
+           entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000, storage_layout=1)
 
 CHILD = r"""
 import sys, time, embedlog
 cfg = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=64 << 10,
-           entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000)
+           entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000, storage_layout=1)
 log = embedlog.open(sys.argv[1], **cfg)
 w = log.create_ledger(digest=sys.argv[2])
 w.append_many([b"%06d" % i + bytes(300) for i in range(1500)])
@@ -145,7 +147,7 @@ def test_a_rebuilt_open_ledger_stays_readable_and_recoverable(tmp_path):
 CHILD_UNCHECKPOINTED = r"""
 import sys, embedlog
 cfg = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=64 << 10,
-           entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000)
+           entry_log_size_limit=1 << 20, flush_interval_ms=3_600_000, storage_layout=1)
 log = embedlog.open(sys.argv[1], **cfg)
 w = log.create_ledger()
 print(w.ledger_id.qualified_name, flush=True)

@@ -68,7 +68,8 @@ def test_power_loss_keeps_every_acknowledged_entry(tmp_path, seed):
                 assert got == [payload(lid.qualified_name, e) for e in ids], (lid, cut)
 
 
-def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", [1, 2])
+def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch, layout):
     """fileio records durability in the call that syncs (its only fsync and fdatasync), so
     what power_loss keeps of each file is what a real sync of that file covered: the
     journal's groups, rolls and preallocation, entry logs and their seals, index files,
@@ -89,7 +90,7 @@ def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch):
     path = tmp_path / "d"
     fileio.record_durable(True)
     try:
-        log = embedlog.open(path, **CFG)
+        log = embedlog.open(path, **dict(CFG, storage_layout=layout))
         gone, kept = log.create_ledger(), log.create_ledger()
         acked = []
         for i in range(600):             # interleaved: every entry log holds both ledgers
@@ -98,7 +99,8 @@ def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch):
         gone.close()
         log.delete_ledger(gone.ledger_id)
         log.bookie.gc.run_once(force_major=True)   # kept's entries move: its index is rewritten
-        assert log.bookie.gc.stats["compactions"] >= 1
+        # layout 2: no compaction of segments yet; GC frees a segment only at zero live bytes
+        assert log.bookie.gc.stats["compactions"] >= 1 or layout == 2
         for i in range(600, 700):
             acked.append(kept.append(payload(kept.ledger_id.qualified_name, i)))
         wait_until(lambda: log.bookie.statistics()["checkpoints"] >= 4, timeout_s=60,
@@ -113,8 +115,8 @@ def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch):
         # an atomic write syncs <file>.tmp, compaction <file>.compacting, then renames; a
         # journal kept for reuse (<id>.free) was synced as <id>.txn
         names = [file + suffix for suffix in ("", ".tmp", ".compacting")]
-        if file.endswith(".free"):
-            names.append(file[:-len(".free")] + ".txn")
+        if file.endswith((".free", ".seg")):          # and a segment (layout 2) too
+            names.append(os.path.splitext(file)[0] + ".txn")
         covered = max(synced.get(os.path.realpath(name), -1) for name in names)
         assert covered >= max(length, size), (file, length, size, covered)
     with embedlog.open(path, **CFG) as log:

@@ -5,7 +5,7 @@ import os
 import pytest
 
 import embedlog
-from embedlog.errors import DigestMismatchError, NoSuchEntryError
+from embedlog.errors import CorruptedDataError, DigestMismatchError, NoSuchEntryError
 
 
 def payloads(n, seed=0):
@@ -37,15 +37,18 @@ def test_every_read_path_returns_the_same_payloads_from_memtable_and_entry_logs(
             r.read_arrays(0, 3500)
 
 
-def test_read_arrays_checks_digests_in_the_entry_logs(tmp_path):
-    with embedlog.open(tmp_path, flush_interval_ms=0) as log:
+@pytest.mark.parametrize("layout", [1, 2])
+def test_read_arrays_checks_digests_in_the_entry_logs(tmp_path, layout):
+    # layout 2: the entry's storage is its journal record, whose crc is checked first
+    suffixes, error = ((".log",), DigestMismatchError) if layout == 1 else ((".txn", ".seg"), CorruptedDataError)
+    with embedlog.open(tmp_path, flush_interval_ms=0, storage_layout=layout) as log:
         w = log.create_ledger(digest="crc32c")
         marker = b"find-me-" + os.urandom(24)
         w.append_many([os.urandom(64) for _ in range(10)] + [marker] + [os.urandom(64)])
         w.close()
         log.bookie.checkpoint()
         lid = w.ledger_id
-    logs = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".log")]
+    logs = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path) for f in fs if f.endswith(suffixes)]
     for path in logs:
         data = bytearray(open(path, "rb").read())
         at = data.find(marker)
@@ -58,7 +61,7 @@ def test_read_arrays_checks_digests_in_the_entry_logs(tmp_path):
     with embedlog.open(tmp_path, flush_interval_ms=0) as log:
         r = log.open_ledger(lid)
         assert len(split(*r.read_arrays(0, 9))) == 10
-        with pytest.raises(DigestMismatchError):
+        with pytest.raises(error):
             r.read_arrays(0, 11)
-        with pytest.raises(DigestMismatchError):
+        with pytest.raises(error):
             r.read_batch(5, 11)

@@ -10,7 +10,9 @@ from embedlog.cli.shell import shell
 
 from support.crash_child import payload
 
-CONFIG = dict(skip_list_size_limit=64 << 10, entry_log_size_limit=256 << 10, flush_interval_ms=100)
+# layout 1: readlog reads entry logs (layout 2's segments: tests/bookie/test_layout2.py)
+CONFIG = dict(skip_list_size_limit=64 << 10, entry_log_size_limit=256 << 10, flush_interval_ms=100,
+              storage_layout=1)
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ def main():
                journal_max_size_mb=int(os.environ.get("CRASH_CHILD_JOURNAL_MB", "1")),
                journal_pre_alloc_size_mb=1,
                journal_max_backups=int(os.environ.get("CRASH_CHILD_JOURNAL_BACKUPS", "5")),
-               flush_interval_ms=rnd.choice([20, 100, 1000]))
+               flush_interval_ms=rnd.choice([20, 100, 1000]),
+               storage_layout=int(os.environ.get("CRASH_CHILD_LAYOUT", "2")))
     out = sys.stdout
     with embedlog.open(path, **cfg) as log:
         scope = rnd.choice([0, 0, 12345])

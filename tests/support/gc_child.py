@@ -3,6 +3,7 @@ compaction, to be killed (SIGKILL) at a named failure point (EMBEDLOG_FAILPOINTS
 
 Usage: gc_child.py DIR. Prints "LIVE <qualified name> <entries>" and "DEAD <qualified
 name>" for each ledger, then "GC" just before the cycle, "DONE" after it."""
+import os
 import sys
 
 import embedlog
@@ -11,7 +12,8 @@ from support.crash_child import payload
 
 CONFIG = dict(skip_list_size_limit=128 << 10, entry_log_size_limit=256 << 10,
               journal_max_size_mb=1, journal_pre_alloc_size_mb=1, flush_interval_ms=50,
-              gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000)
+              gc_wait_time_ms=0, compaction_rate_by_entries=1_000_000,
+              storage_layout=int(os.environ.get("GC_CHILD_LAYOUT", "1")))   # 1: entry logs
 ENTRIES = 150
 DEAD = (0, 2, 3, 5, 7)
 

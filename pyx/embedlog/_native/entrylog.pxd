@@ -12,6 +12,8 @@ cdef class MappedLog:
     cdef readonly Py_ssize_t mapped
     cdef readonly Py_ssize_t position      # end of the entries written so far
     cdef readonly bint writable
+    cdef readonly bint segment              # a journal file kept as storage (layout 2)
+    cdef uint32_t salt                      # its records' crcs are xored with this
     cdef Py_ssize_t synced
     cdef Py_ssize_t allocated               # blocks allocated (fallocate) up to here
     # block checksums checked on read: crcs[k] of block k < nblocks_known (from the sealed
@@ -31,6 +33,7 @@ cdef class MappedLog:
     cdef int _load_block_crcs(self) except -1
     cdef int _verify_block(self, Py_ssize_t k) except -1
     cdef const uint8_t *checked_entry_at(self, uint32_t offset, Py_ssize_t *n) except? NULL
+    cdef const uint8_t *_segment_entry(self, uint32_t offset, Py_ssize_t *n) except? NULL
     cdef int reserve(self, Py_ssize_t n) except -1
     cdef _unmap(self)
     cdef int _map(self, int prot) except -1

@@ -44,6 +44,8 @@ from posix.mman cimport (mmap, munmap, msync, madvise, MAP_SHARED, PROT_READ, PR
                          MAP_FAILED, MS_SYNC, MADV_SEQUENTIAL)
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
+from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
+from embedlog._native.journal_scan cimport _valid_record
 from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
                                       el_crc_init, parse_ids)
 
@@ -53,6 +55,7 @@ from embedlog.errors import CorruptedDataError, NoSuchEntryError
 el_crc_init()
 
 HEADER_SIZE = LOG_HEADER_SIZE
+cdef Py_ssize_t JOURNAL_HEADER_BYTES = 512      # journal_format.HEADER_SIZE
 CRC_BLOCK = CRC_BLOCK_BYTES
 ALLOC_CHUNK = 8 << 20          # bytes of an entry log's blocks allocated ahead of its writes
 errno_ENOSPC = _errno.ENOSPC
@@ -249,6 +252,8 @@ cdef class MappedLog:
         """entry_at, with the blocks the record spans checked against their checksums the
         first time one is read (CorruptedDataError if they do not match). Blocks without a
         checksum yet (the one being written) are read as they are."""
+        if self.segment:
+            return self._segment_entry(offset, n)
         cdef const uint8_t *p = self.entry_at(offset, n)
         cdef Py_ssize_t k, last
         if p == NULL or self.nblocks_known == 0:
@@ -262,6 +267,51 @@ cdef class MappedLog:
             k += 1
         return p
 
+    cdef const uint8_t *_segment_entry(self, uint32_t offset, Py_ssize_t *n) except? NULL:
+        """The entry of the journal record at ``offset`` of a segment, its crc checked on
+        every read (a segment has no block table); NULL past the mapped end (the file grew
+        since it was mapped: map it again). A record there that fails its crc, or is no
+        entry, is damage: CorruptedDataError, never its bytes."""
+        cdef Py_ssize_t avail, body
+        if self.base == NULL or offset < JOURNAL_HEADER_BYTES or \
+                <Py_ssize_t>offset + RECORD_HEADER_SIZE > self.position:
+            return NULL
+        avail = self.position - offset
+        body = el_get32(self.base + offset)
+        if body == 0 or body > avail - RECORD_HEADER_SIZE:
+            return NULL
+        if (_valid_record(self.base + offset, avail, avail, self.salt) != body or
+                (self.base[offset + 8] != REC_ENTRY and self.base[offset + 8] != REC_ENTRY_CRC32C)):
+            raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
+                                     "fails its checksum")
+        n[0] = body
+        return self.base + offset + RECORD_HEADER_SIZE
+
+    @staticmethod
+    def open_segment(path, uint64_t log_id):
+        """Map a journal file read-only as the storage of the entries it holds (layout 2),
+        up to its current size."""
+        from embedlog._native import journal_format as jformat
+        cdef MappedLog m = MappedLog()
+        m.log_id = log_id
+        m.path = path
+        m.segment = True
+        m.fd = os.open(path, os.O_RDONLY)
+        m.mapped = os.fstat(m.fd).st_size
+        if m.mapped < JOURNAL_HEADER_BYTES:
+            m._unmap()
+            raise CorruptedDataError(f"journal segment {path} is shorter than its header")
+        m._map(PROT_READ)
+        header = PyBytes_FromStringAndSize(<const char *>m.base, JOURNAL_HEADER_BYTES)
+        try:
+            jformat.check_file_header(header)
+        except ValueError as exc:
+            m._unmap()
+            raise CorruptedDataError(f"journal segment {path} offset 0: {exc}") from None
+        m.salt = jformat.file_salt(header)[1]
+        m.position = m.mapped
+        return m
+
     @property
     def sealed(self):
         """True if the header points at a ledgers map."""
@@ -269,8 +319,11 @@ cdef class MappedLog:
 
     def entry_table(self):
         """Every entry of the log as numpy arrays (locations, sizes, scopes, ledgers, entry ids),
-        in file order; the ids are read from each entry's header without checking its digest."""
+        in file order; the ids are read from each entry's header without checking its digest.
+        A journal segment's: its entry records up to the first that fails its crc."""
         import numpy as np
+        if self.segment:
+            return self._segment_table()
         cdef Py_ssize_t pos = HEADER_SIZE, count = 0, i
         cdef uint32_t n
         while pos + 4 <= self.position:
@@ -302,6 +355,31 @@ cdef class MappedLog:
             eids[i] = ei
             pos += 4 + n
         return locs_a, sizes_a, scopes_a, lids_a, eids_a
+
+    def _segment_table(self):
+        import numpy as np
+        cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body
+        cdef uint64_t sc, li
+        cdef int64_t ei
+        cdef int t
+        rows = []
+        while self.base != NULL and pos + RECORD_HEADER_SIZE <= self.position:
+            body = _valid_record(self.base + pos, self.position - pos, self.position, self.salt)
+            if body <= 0:
+                break                   # the end of the log, a torn tail or damage
+            t = self.base[pos + 8]
+            if t == REC_ENTRY or t == REC_ENTRY_CRC32C:
+                try:
+                    parse_ids(self.base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei)
+                except CorruptedDataError:
+                    pass
+                else:
+                    rows.append(((self.log_id << 32) | <uint64_t>pos, body, sc, li, ei))
+            pos += RECORD_HEADER_SIZE + body
+        cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
+        return (np.array(cols[0], dtype=np.uint64), np.array(cols[1], dtype=np.uint32),
+                np.array(cols[2], dtype=np.uint64), np.array(cols[3], dtype=np.uint64),
+                np.array(cols[4], dtype=np.int64))
 
     def scanned_ledgers(self):
         """{(scope, ledger): bytes} counted from the entries (a log without a ledgers map)."""
@@ -441,7 +519,8 @@ cdef class MappedLog:
         cdef const uint8_t *p
         if <uint64_t>(location >> 32) != self.log_id:
             raise CorruptedDataError(f"location {location:#x} is not in entry log {self.log_id:x}")
-        p = self.entry_at(<uint32_t>location, &n)
+        p = (self._segment_entry(<uint32_t>location, &n) if self.segment else
+             self.entry_at(<uint32_t>location, &n))
         if p == NULL:
             raise CorruptedDataError(f"no entry at offset {location & 0xFFFFFFFF} of {self.path}")
         return PyBytes_FromStringAndSize(<const char *>p, n)

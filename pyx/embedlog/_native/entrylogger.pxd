@@ -10,6 +10,7 @@ cdef class EntryLogger:
     cdef readonly Py_ssize_t size_limit
     cdef readonly MappedLog current
     cdef dict logs                # log id -> MappedLog
+    cdef readonly dict segment_files     # segment number -> its journal file, without suffix
     cdef readonly dict current_ledgers   # (scope, ledger) -> bytes in the current log
     cdef readonly uint64_t last_log_id
     cdef public Py_ssize_t page_cache_bytes   # written bytes left in the page cache (0: all)

@@ -46,6 +46,10 @@ from embedlog._native.format import ledger_name
 from embedlog.errors import CorruptedDataError
 
 
+# a location with bit 63 set names a journal segment: segment << 32 | record offset
+cdef uint64_t SEGMENT_LOG_BIT = 0x80000000
+SEGMENT_BIT = 1 << 63
+
 cdef class EntryLogger:
     """The entry logs of one ledger directory: one being written, the rest mapped read-only."""
 
@@ -93,7 +97,7 @@ cdef class EntryLogger:
                         found[log_id] = d
         self.log_dirs = found
         ids = set(found)
-        ids.update(self.logs)
+        ids.update(i for i in self.logs if not i & SEGMENT_LOG_BIT)   # segments are no logs
         return sorted(ids)
 
     def path_of(self, uint64_t log_id):
@@ -105,8 +109,8 @@ cdef class EntryLogger:
     def allocate_log_id(self):
         """The next log id (for a compaction target); ids are never reused."""
         self.last_log_id += 1
-        if self.last_log_id >= (1 << 32):
-            raise CorruptedDataError("entry log ids exhausted (32-bit)")
+        if self.last_log_id >= SEGMENT_LOG_BIT:
+            raise CorruptedDataError("entry log ids exhausted (31-bit: bit 31 names segments)")
         return self.last_log_id
 
     def register(self, uint64_t log_id, directory):
@@ -119,10 +123,15 @@ cdef class EntryLogger:
         self.log_dirs.pop(log_id, None)
 
     def mapped_ids(self):
-        return list(self.logs)
+        return [i for i in self.logs if not i & SEGMENT_LOG_BIT]
 
     cdef MappedLog _log(self, uint64_t log_id):
         cdef MappedLog m = self.logs.get(log_id)
+        if (m is None or m.base == NULL) and log_id & SEGMENT_LOG_BIT:
+            m = self._segment(log_id)
+            if m is not None:
+                self.logs[log_id] = m
+            return m
         if m is None or m.base == NULL:          # never opened, or unmapped by a seal
             try:
                 m = MappedLog.open_existing(self.path_of(log_id), log_id)
@@ -130,6 +139,33 @@ cdef class EntryLogger:
                 return None
             self.logs[log_id] = m
         return m
+
+    def _segment(self, uint64_t log_id):
+        """A journal segment mapped read-only: ``<id>.txn`` while the journal holds it,
+        ``<id>.seg`` once trimmed; None if neither is there (freed: no index points at it)."""
+        if self.segment_files is None:
+            return None
+        stem = self.segment_files.get(log_id & ~SEGMENT_LOG_BIT)
+        if stem is None:
+            return None
+        for suffix in (".txn", ".seg"):
+            try:
+                return MappedLog.open_segment(stem + suffix, log_id)
+            except FileNotFoundError:
+                continue
+        return None
+
+    def add_segment(self, uint32_t segment, stem):
+        """Journal file ``stem`` (+ .txn or .seg) holds segment ``segment`` (layout 2)."""
+        if self.segment_files is None:
+            self.segment_files = {}
+        self.segment_files[segment] = stem
+
+    def drop_segment(self, uint32_t segment):
+        """Unmap a segment and forget it (GC deletes its file)."""
+        self.forget(<uint64_t>segment | SEGMENT_LOG_BIT)
+        if self.segment_files is not None:
+            self.segment_files.pop(segment, None)
 
     def roll(self):
         """Seal the current log and start the next one (ids are never reused)."""
@@ -167,9 +203,16 @@ cdef class EntryLogger:
 
     cdef const uint8_t *locate(self, uint64_t location, Py_ssize_t *n) except? NULL:
         cdef MappedLog m = self._log(location >> 32)
+        cdef const uint8_t *p
         if m is None:
             return NULL
-        return m.checked_entry_at(<uint32_t>location, n)
+        p = m.checked_entry_at(<uint32_t>location, n)
+        if p == NULL and m.segment:         # the journal grew since it was mapped
+            self.forget(location >> 32)
+            m = self._log(location >> 32)
+            if m is not None:
+                p = m.checked_entry_at(<uint32_t>location, n)
+        return p
 
     def read_encoded(self, uint64_t location):
         cdef Py_ssize_t n = 0

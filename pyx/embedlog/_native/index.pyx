@@ -398,6 +398,19 @@ cdef class LedgerIndex:
                 out.extend((p * ENTRIES_PER_PAGE + np.flatnonzero(page)).tolist())
         return out
 
+    def segments(self):
+        """The journal segments (layout 2) this ledger's locations point into: a set of
+        segment numbers, from every page in memory or on disk."""
+        cdef int64_t top = max(self.max_page_on_disk, max(self.pages) if self.pages else -1)
+        out = set()
+        for p in self._pages_between(0, top):
+            page = self._page(p, False)
+            if page is not None:
+                locs = page[page >= (1 << 63)]
+                if len(locs):
+                    out.update(np.unique((locs >> 32) & 0x7FFFFFFF).tolist())
+        return out
+
     def match_locations(self, eids, locations):
         """A bool array: True where the index holds exactly that location for the entry id
         (the entry copy at that location is the live one)."""

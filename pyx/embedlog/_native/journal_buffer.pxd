@@ -10,5 +10,6 @@ cdef class JournalBuffer:
     cdef Py_ssize_t size
     cdef Py_ssize_t capacity
     cdef Py_ssize_t records
+    cdef public uint64_t seq0   # journal sequence number of data[0] (the journal sets it)
     cdef uint8_t *reserve(self, Py_ssize_t n) except NULL
     cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil

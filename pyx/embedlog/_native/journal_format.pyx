@@ -5,9 +5,14 @@ everywhere else (the buffer frames records, the scanner checks them, replay deco
 Grammar (big-endian; see docs/FORMATS.md)::
 
     journal_file := header(512) record* zeros*
-    header       := "ELJN" version:u32(=3; 2 before recycling, 1 before ENTRY_CRC32C)
+    header       := "ELJN" version:u32(=4 in layout 2; 3 before, 2 before recycling,
+                    1 before ENTRY_CRC32C)
                     log_id:u64 header_crc:u32 prev_log_id:u64 chain_crc:u32
-                    min_size:u64 size_crc:u32 recycled_from:u64 salt:u32 salt_crc:u32 zeros(452)
+                    min_size:u64 size_crc:u32 recycled_from:u64 salt:u32 salt_crc:u32
+                    segment:u32 segment_crc:u32 zeros(444)
+                    # segment: the number index locations name this file by (layout 2,
+                    # the journal's segments are the entries' storage), segment_crc =
+                    # crc32c(bytes 0..63); 0, 0 in layout 1
                     # header_crc = crc32c(bytes 0..15); chain_crc = crc32c(bytes 0..27): the
                     # journal written before this one (0: none), so a missing file is seen;
                     # size_crc = crc32c(bytes 0..39): min_size, the size its preallocated
@@ -58,7 +63,8 @@ HEADER_SIZE = 512
 MAX_MASTER_KEY = 64            # what an index file can hold (index.pyx MAX_KEY)
 MAGIC = b"ELJN"
 FORMAT_VERSION = 3            # 3: salted record crcs (recycled files); 2: ENTRY_CRC32C records
-READABLE_VERSIONS = (1, 2, 3)
+SEGMENT_VERSION = 4           # a segment number: an older embedlog must not trim such a file
+READABLE_VERSIONS = (1, 2, 3, 4)
 RECORD_TYPES = {REC_ENTRY: "entry", REC_ENTRY_CRC32C: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
                 REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
                 REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim"}
@@ -71,14 +77,15 @@ ENTRY_TYPES = (REC_ENTRY, REC_ENTRY_CRC32C)
 
 def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
                 unsigned long long min_size=0, unsigned long long recycled_from=0,
-                uint32_t salt=0):
+                uint32_t salt=0, uint32_t segment=0):
     """The 512-byte header of journal file ``log_id``, written after ``prev_log_id``, whose
     preallocation (or previous life) made it ``min_size`` bytes long; a recycled file names
-    the journal it was (``recycled_from``) and the ``salt`` its records' crcs are xored with."""
+    the journal it was (``recycled_from``) and the ``salt`` its records' crcs are xored with;
+    ``segment``: its number as layout 2's storage (0: layout 1)."""
     cdef bytearray h = bytearray(512)
     cdef uint8_t *p = h
     memcpy(p, b"ELJN", 4)
-    el_put32(p + 4, FORMAT_VERSION)
+    el_put32(p + 4, SEGMENT_VERSION if segment else FORMAT_VERSION)
     el_put64(p + 8, log_id)
     el_put32(p + 16, el_crc32c(0, p, 16))
     el_put64(p + 20, prev_log_id)
@@ -88,7 +95,19 @@ def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
     el_put64(p + 44, recycled_from)
     el_put32(p + 52, salt)
     el_put32(p + 56, el_crc32c(0, p, 56))
+    if segment:
+        el_put32(p + 60, segment)
+        el_put32(p + 64, el_crc32c(0, p, 64))
     return bytes(h)
+
+
+def file_segment(data):
+    """The segment number of a journal header (0: none, layout 1; call check_file_header
+    first)."""
+    cdef const uint8_t[::1] v = data
+    if v.shape[0] < 68 or el_get32(&v[64]) != el_crc32c(0, &v[0], 64):
+        return 0
+    return el_get32(&v[60])
 
 
 def file_salt(data):

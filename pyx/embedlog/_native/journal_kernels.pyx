@@ -110,11 +110,13 @@ def check_payloads(list payloads, uint64_t scope, int digest, Py_ssize_t max_ent
 cdef Py_ssize_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const uint8_t **src,
                                const Py_ssize_t *lens, Py_ssize_t count, uint64_t scope,
                                uint64_t lid, int64_t eid, int64_t lac, int64_t *length,
-                               int digest) noexcept nogil:
+                               int digest, uint64_t seq) noexcept nogil:
     """add_payloads' pass: each entry framed as a journal record at ``rec`` and copied into
     the memtable at ``dst`` (room made beforehand); ``length`` becomes the ledger length
     after them. Returns how many were framed: fewer than count only if the memtable
-    refused a commit (prepare made too little room), before that entry's record counts."""
+    refused a commit (prepare made too little room), before that entry's record counts.
+    ``seq``: the journal sequence number of ``rec`` (each entry's ``where`` is its record's
+    seq + 1, so 0 stays "none")."""
     cdef Py_ssize_t i, k, n, enc
     cdef uint8_t *body
     cdef uint32_t c
@@ -142,8 +144,10 @@ cdef Py_ssize_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const ui
             c = el_crc32c(el_crc32c(0, rec, 4), rec + 8, 1 + enc)
         el_put32(rec + 4, c)
         memcpy(dst, body, enc)
+        mt.next_where = seq + 1
         if mt.commit(scope, lid, eid, dst, enc) < 0:
             return i
+        seq += RECORD_HEADER_SIZE + enc
         length[0] += n
         dst += enc
         rec += RECORD_HEADER_SIZE + enc
@@ -172,6 +176,7 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
     cdef const uint8_t **src
     cdef Py_ssize_t *lens
     cdef uint8_t *rec
+    cdef uint64_t seq
     cdef uint8_t *dst
     if start >= total:
         return 0, length
@@ -223,6 +228,7 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
             check_payloads(payloads, scope, digest, max_entry_size, mt.limit_bytes, start + count)
         mt.prepare(count, count // 64 + 2)
         rec = jb.reserve(mbytes + count * RECORD_HEADER_SIZE)
+        seq = jb.seq0 + <uint64_t>(rec - jb.data)
         dst = mt.reserve(mbytes)
         if dst == NULL:
             raise MemoryError()
@@ -232,10 +238,10 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
         if mbytes >= NOGIL_MIN_BYTES:
             with nogil:
                 framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid,
-                                        lac, &length, digest)
+                                        lac, &length, digest, seq)
         else:
             framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid, lac,
-                                    &length, digest)
+                                    &length, digest, seq)
         if framed < count:          # never with the room prepare made; refuse, write nothing more
             mbytes = 0
             for i in range(framed):
@@ -291,6 +297,7 @@ def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t li
                     &view[0] if n else NULL, n)
         jb.seal(rec, enc, REC_ENTRY)
         memcpy(dst, rec + RECORD_HEADER_SIZE, enc)
+        mt.next_where = jb.seq0 + <uint64_t>(rec - jb.data) + 1
         if mt.commit(scope, lid, eid, dst, enc) < 0:
             jb.size -= RECORD_HEADER_SIZE + enc     # take the sealed record back
             jb.records -= 1
@@ -361,6 +368,7 @@ cdef bint _put_encoded(JournalBuffer jb, MemTable mt, const uint8_t *p, Py_ssize
     rec = jb.reserve(RECORD_HEADER_SIZE + n)
     memcpy(rec + RECORD_HEADER_SIZE, p, n)
     memcpy(dst, p, n)
+    mt.next_where = jb.seq0 + <uint64_t>(rec - jb.data) + 1
     if mt.commit(s, l, e, dst, n) < 0:
         raise MemoryError("memtable: no room reserved for an entry")
     jb.seal(rec, n, REC_ENTRY)
@@ -502,13 +510,15 @@ def check_encoded_entries(list entries, Py_ssize_t start, object ledger, object 
 # -- replay: runs of entry records straight from the mapped journal into the memtable --------
 
 def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen,
-                   list refused=None):
+                   list refused=None, uint64_t segment_base=0):
     """Put the entries of records[i:] (scan()'s, over ``data``) into the memtable,
     up to the first record that is not an entry or that the memtable has no room for;
     returns its index. ``seen`` gets {(scope, ledger): highest entry id} of what was put.
     An entry whose id is outside 0..MAX_ENTRY_ID (journalled before bookies bounded ids)
     is not put: ``refused`` gets (offset, scope, ledger, entry id) for it.
-    JournalCorruptedError ("offset N: ...") for an entry whose header does not parse."""
+    JournalCorruptedError ("offset N: ...") for an entry whose header does not parse.
+    ``segment_base``: layout 2's location of the file (bit 63 | segment << 32; 0: layout 1),
+    each entry's ``where`` being that location of its record, set again idempotently."""
     cdef const uint8_t[::1] v = data
     cdef Py_ssize_t n = records.n
     cdef uint64_t s, l, cs = 0, cl = 0
@@ -531,6 +541,8 @@ def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen,
                     refused.append((rec.off, s, l, e))
                 i += 1
                 continue
+            if segment_base and 0 <= rec.off <= 0xFFFFFFFF:
+                mt.next_where = segment_base | <uint64_t>rec.off
             if mt.put(s, l, e, &v[rec.body_start], rec.body_len) < 0:
                 break
         except (CorruptedDataError, EntryTooLargeError) as exc:

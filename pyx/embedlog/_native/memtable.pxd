@@ -6,6 +6,7 @@ ctypedef struct mt_rec:
     int64_t eid
     uint64_t offset
     uint32_t size
+    uint64_t where          # layout 2: journal seq of its record, or its location (bit 63)
 
 ctypedef struct mt_block:
     uint64_t scope
@@ -28,6 +29,7 @@ cdef class MemTable:
     cdef Py_ssize_t last_block
     cdef Py_ssize_t live
     cdef readonly Py_ssize_t limit_bytes
+    cdef public uint64_t next_where     # the next commit's ``where`` (then reset to 0)
     cdef Py_ssize_t _find_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil
     cdef int prepare(self, Py_ssize_t count, Py_ssize_t new_blocks) except -1
     cdef bint fits(self, Py_ssize_t n, Py_ssize_t new_blocks) noexcept nogil

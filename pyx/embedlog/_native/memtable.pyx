@@ -255,6 +255,8 @@ cdef class MemTable:
         r.eid = eid
         r.offset = <uint64_t>(data - self.arena)
         r.size = <uint32_t>n
+        r.where = self.next_where
+        self.next_where = 0
         self.arena_used += n
         self.nrecs += 1
         if self.blocks[blk].slot[eid & 63] == 0:
@@ -442,12 +444,36 @@ cdef class MemTable:
         cdef int32_t[::1] order = order_a
         cdef Py_ssize_t i, k = self.flush_order(&order[0], order.shape[0])
         dt = np.dtype([("scope", "<u8"), ("lid", "<u8"), ("eid", "<i8"), ("offset", "<u8"),
-                       ("size", "<u4")], align=True)
+                       ("size", "<u4"), ("where", "<u8")], align=True)
         out = np.empty(k, dtype=dt)
         cdef mt_rec *dst = <mt_rec *>cnp.PyArray_DATA(out)
         for i in range(k):
             dst[i] = self.recs[order[i]]
         return out
+
+    def flush_wheres(self):
+        """(scopes, ledgers, entry ids, wheres) of the live records in flush order, as numpy
+        arrays: what a layout 2 flush turns into index locations without copying an entry.
+        A ``where`` is 0 for an entry with no journal record (it goes to the entry log)."""
+        order_a = np.empty(max(self.live, 1), dtype=np.int32)
+        cdef int32_t[::1] order = order_a
+        cdef Py_ssize_t i, k = self.flush_order(&order[0], order.shape[0])
+        scopes_a = np.empty(k, dtype=np.uint64)
+        lids_a = np.empty(k, dtype=np.uint64)
+        eids_a = np.empty(k, dtype=np.int64)
+        wheres_a = np.empty(k, dtype=np.uint64)
+        cdef uint64_t[::1] scopes = scopes_a
+        cdef uint64_t[::1] lids = lids_a
+        cdef int64_t[::1] eids = eids_a
+        cdef uint64_t[::1] wheres = wheres_a
+        cdef const mt_rec *r
+        for i in range(k):
+            r = &self.recs[order[i]]
+            scopes[i] = r.scope
+            lids[i] = r.lid
+            eids[i] = r.eid
+            wheres[i] = r.where
+        return scopes_a, lids_a, eids_a, wheres_a
 
     def arena_view(self):
         """A read-only view of the arena bytes in use (valid until the next add or clear)."""

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The read fast path: one C-level call per read, from memtable or entry log.
+"""The read fast path: one C-level call per read, from memtable, entry log or journal segment
+(layout 2: a location with bit 63 set is a journal record, its crc checked on each read).
 
 A LedgerReader holds the bookie's memtable, entry logger and the ledger's index
 and reads without the bookie lock. That is safe because each read runs under
@@ -126,6 +127,11 @@ cdef class LedgerReader:
                 p = m.checked_entry_at(<uint32_t>loc, n)     # its block's crc, once per block
             if p != NULL:
                 return p
+            if loc >> 63:
+                # a journal segment mapped before this record was written: map it again
+                self.el.forget(loc >> 32)
+                self.last_log = None
+                continue
             # compaction may have moved the entry and deleted its old log since the page
             # was read (a held copy): look the location up in the index again
             locs = self._page_locs(page_no, True)
