@@ -45,7 +45,7 @@ from posix.mman cimport (mmap, munmap, msync, madvise, MAP_SHARED, PROT_READ, PR
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
-from embedlog._native.journal_scan cimport _valid_record
+from embedlog._native.journal_scan cimport valid_record
 from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
                                       el_crc_init, parse_ids)
 
@@ -280,7 +280,7 @@ cdef class MappedLog:
         body = el_get32(self.base + offset)
         if body == 0 or body > avail - RECORD_HEADER_SIZE:
             return NULL
-        if (_valid_record(self.base + offset, avail, avail, self.salt) != body or
+        if (valid_record(self.base + offset, avail, avail, self.salt) != body or
                 (self.base[offset + 8] != REC_ENTRY and self.base[offset + 8] != REC_ENTRY_CRC32C)):
             raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
                                      "fails its checksum")
@@ -364,7 +364,7 @@ cdef class MappedLog:
         cdef int t
         rows = []
         while self.base != NULL and pos + RECORD_HEADER_SIZE <= self.position:
-            body = _valid_record(self.base + pos, self.position - pos, self.position, self.salt)
+            body = valid_record(self.base + pos, self.position - pos, self.position, self.salt)
             if body <= 0:
                 break                   # the end of the log, a torn tail or damage
             t = self.base[pos + 8]

@@ -11,5 +11,5 @@ cdef class Records:
     cdef Py_ssize_t n, cap
     cdef int push(self, int64_t off, int rtype, int64_t body_len) noexcept nogil
 
-cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len,
+cdef Py_ssize_t valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len,
                               uint32_t salt) noexcept nogil

@@ -6,7 +6,7 @@ it finds; the kernels (journal_kernels.pyx) put runs of entries into the memtabl
 from the ``Records`` it returns.
 
 Bounds: a record's length is checked against what is left of the mapping and against
-``max_record_size`` before its checksum is read (``_valid_record``); ``Records.push`` grows
+``max_record_size`` before its checksum is read (``valid_record``); ``Records.push`` grows
 by doubling and reports failure instead of writing.
 """
 
@@ -28,7 +28,7 @@ cdef bint _all_zero(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     return True
 
 
-cdef Py_ssize_t _valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len,
+cdef Py_ssize_t valid_record(const uint8_t *p, Py_ssize_t avail, Py_ssize_t max_len,
                               uint32_t salt) noexcept nogil:
     """Body length of a good record at p, 0 at end of log, -1 if bad or torn. ``salt``: the
     file's (journal_format: every record crc of a recycled file's life is xored with it)."""
@@ -122,7 +122,7 @@ def scan(data, Py_ssize_t start=512, Py_ssize_t max_record_size=64 << 20, bint s
     while off < total:
         with nogil:         # the memtable flusher and the prefetcher run meanwhile
             while off < total:
-                n = _valid_record(base + off, total - off, max_record_size, salt)
+                n = valid_record(base + off, total - off, max_record_size, salt)
                 if n <= 0:
                     break
                 if records.push(off, base[off + 8], n) < 0:
@@ -174,7 +174,7 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
             if t == 0 or t > REC_ENTRY_CRC32C:
                 off += 1
                 continue
-        if _valid_record(base + off, total - off, max_len, salt) > 0:
+        if valid_record(base + off, total - off, max_len, salt) > 0:
             return off
         off += 1
     return -1
