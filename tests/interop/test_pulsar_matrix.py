@@ -116,6 +116,16 @@ def drain(consumer, quiet_ms: int = 3000) -> list:
         consumer.acknowledge(msg)
 
 
+def read_from_earliest(client, topic: str) -> list[bytes]:
+    """Every message of the topic, by a reader from the earliest."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(timeout_millis=60_000).data())
+    reader.close()
+    return got
+
+
 def topic_ledgers(pc, name: str) -> list[int]:
     stats = admin(pc, f"persistent/public/default/{name}/internalStats")
     return [row["ledgerId"] for row in stats["ledgers"]]
@@ -226,12 +236,7 @@ def test_a_reader_from_the_earliest_across_rollovers_after_an_unload(pc, client)
     sent = produce(client, topic, 10 * ROLL + 7)
     assert len(topic_ledgers(pc, "rolled")) >= 10
     admin(pc, "persistent/public/default/rolled/unload", "PUT")   # the broker's cache goes
-    reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    got = []
-    while reader.has_message_available():
-        got.append(reader.read_next(timeout_millis=60_000).data())
-    reader.close()
-    assert got == sent
+    assert read_from_earliest(client, topic) == sent
 
 
 def test_topic_compaction_keeps_the_last_value_of_each_key(pc, client):
@@ -440,12 +445,7 @@ def test_bookkeepers_auditor_re_replicates_a_lost_embedlog_bookie(pc, client):
             wait_until(healed, 300, "the auditor re-replicating the lost bookie's ledgers",
                        interval_s=2)
             admin(pc, "persistent/public/default/healed/unload", "PUT")
-            reader = client.create_reader(topic, pulsar.MessageId.earliest)
-            got = []
-            while reader.has_message_available():
-                got.append(reader.read_next(timeout_millis=60_000).data())
-            reader.close()
-            assert got == sent
+            assert read_from_earliest(client, topic) == sent
         finally:
             pc.bookies.restart_bookie(3)
 
@@ -466,12 +466,7 @@ def test_one_broker_over_java_and_embedlog_bookies(tmp_path):
             sent = produce(client, f"{NS}/mixed", 4 * ROLL + 3)
             assert len(sent) == 4 * ROLL + 3
             admin(mixed, "persistent/public/default/mixed/unload", "PUT")
-            reader = client.create_reader(f"{NS}/mixed", pulsar.MessageId.earliest)
-            got = []
-            while reader.has_message_available():
-                got.append(reader.read_next(timeout_millis=60_000).data())
-            reader.close()
-            assert got == sent
+            assert read_from_earliest(client, f"{NS}/mixed") == sent
         finally:
             client.close()
         java = set(mixed.java_bookies.bookie_ids)
