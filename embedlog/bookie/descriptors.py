@@ -45,7 +45,8 @@ import threading
 import time
 
 from embedlog._native import bkencode, journal_format as jformat, journal_kernels as jkernels
-from embedlog._native.format import DIGEST_CODES, LedgerId, mac_key as derive_mac, master_key as derive_key
+from embedlog._native.format import (DIGEST_CODES, LedgerId, mac_key as derive_mac,
+                                     master_key as derive_key)
 from embedlog._native.index import MAX_LAC_BODY
 from embedlog.errors import (CorruptedDataError, IllegalOpError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
@@ -415,8 +416,9 @@ class LedgerDescriptors:
         anything that may create the ledger here), FENCE (a fencing or term-carrying read)
         or READ. The facts are read again when missing or untrustworthy: never looked up
         since start or dropped by a watch (CREATE and FENCE; READ for a ledger held here),
-        their session gone (any kind, for a ledger held here), older than FACTS_RECHECK_S and unwatched (FENCE and READ,
-        for a ledger held here: one metadata read a second at most, per ledger read)."""
+        their session gone (any kind, for a ledger held here), older than FACTS_RECHECK_S
+        and unwatched (FENCE and READ, for a ledger held here: one metadata read a second
+        at most, per ledger read)."""
         if self.metadata is None:
             return False
         facts = self._facts.get(key)
