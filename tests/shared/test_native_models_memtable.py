@@ -294,7 +294,7 @@ class MemTableMachine(RuleBasedStateMachine):
         recs = mt.sorted_records().tolist()
         assert [r[:3] for r in recs] == sorted(model)
         arena = bytes(mt.arena_view())
-        for s, l, e, off, size in recs:
+        for s, l, e, off, size, _where in recs:      # where: layout 2's location
             assert arena[off:off + size] == model[(s, l, e)]
         # the limit holds, but for one entry of any size in an empty memtable
         assert mt.used_bytes <= mt.limit_bytes or self.nrecs <= 1

@@ -101,7 +101,7 @@ class StorageMachine(RuleBasedStateMachine):
         def on_location(scope, lid, eids_, locs):
             self.index((scope, lid)).set_locations(eids_, locs)
         # what is in the memtable now moves to the logs: the model does not change
-        for s, l, e, _off, _size in mt.sorted_records().tolist():
+        for s, l, e, _off, _size, _where in mt.sorted_records().tolist():
             self.flushed[(s, l)][e] = mt.get_encoded(s, l, e)
         self.el.flush_memtable(mt, on_location)
         mt.clear()
