@@ -155,31 +155,31 @@ def cluster_up(bookies, metadata, base_dir, keep, http, fault_proxies, as_json):
     try:
         with LocalCluster(bookies=bookies, metadata=metadata, base_dir=base_dir,
                           bookie_config=config, proxies=fault_proxies) as lc:
-            admin = {}
-            if http:
-                with lc.client() as c:
-                    rc = c.metadata.registration_client
-                    admin = {r.bookie_id: (r.info or {}).get("http") for r in rc.get_all_bookies()}
-            rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.address(i),
-                     "dir": lc.bookie_dir(i), "http": admin.get(lc.bookie_id(i))}
-                    for i in range(len(lc))]
-            if as_json:
-                click.echo(json.dumps({"metadata_uri": lc.metadata_uri, "dir": base_dir,
-                                       "fault_proxies": fault_proxies, "bookies": rows}))
-            else:
-                click.echo(f"metadata: {lc.metadata_uri}")
-                if fault_proxies:
-                    click.echo("clients reach each bookie through a fault proxy in this process "
-                               "(--fault-proxies): slower than direct, for fault tests")
-                for r in rows:
-                    extra = f", status page http://{r['http']}/status" if r["http"] else ""
-                    click.echo(f"bookie {r['index']}: {r['bookie_id']} at {r['address']} "
-                               f"(dir {r['dir']}){extra}")
-                click.echo(f"export {METADATA_ENV}={lc.metadata_uri}")
-            sys.stdout.flush()
-            removal = ("is removed" if made and not keep else "is kept") + f" when it stops ({base_dir})"
-            click.echo(f"Ctrl-C stops the cluster; its data {removal}.", err=True)
-            try:
+            try:           # the cluster is up: Ctrl-C from here on stops it cleanly
+                admin = {}
+                if http:
+                    with lc.client() as c:
+                        rc = c.metadata.registration_client
+                        admin = {r.bookie_id: (r.info or {}).get("http") for r in rc.get_all_bookies()}
+                rows = [{"index": i, "bookie_id": lc.bookie_id(i), "address": lc.address(i),
+                         "dir": lc.bookie_dir(i), "http": admin.get(lc.bookie_id(i))}
+                        for i in range(len(lc))]
+                if as_json:
+                    click.echo(json.dumps({"metadata_uri": lc.metadata_uri, "dir": base_dir,
+                                           "fault_proxies": fault_proxies, "bookies": rows}))
+                else:
+                    click.echo(f"metadata: {lc.metadata_uri}")
+                    if fault_proxies:
+                        click.echo("clients reach each bookie through a fault proxy in this process "
+                                   "(--fault-proxies): slower than direct, for fault tests")
+                    for r in rows:
+                        extra = f", status page http://{r['http']}/status" if r["http"] else ""
+                        click.echo(f"bookie {r['index']}: {r['bookie_id']} at {r['address']} "
+                                   f"(dir {r['dir']}){extra}")
+                    click.echo(f"export {METADATA_ENV}={lc.metadata_uri}")
+                sys.stdout.flush()
+                removal = ("is removed" if made and not keep else "is kept") + f" when it stops ({base_dir})"
+                click.echo(f"Ctrl-C stops the cluster; its data {removal}.", err=True)
                 while not stop.wait(WATCH_INTERVAL_S):
                     _say_crashed(lc, as_json)
             except KeyboardInterrupt:
