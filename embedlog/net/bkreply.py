@@ -42,8 +42,9 @@ class ObservedReply(Reply):
     a long poll."""
     __slots__ = ("op", "key", "entries", "started", "v2")
 
-    def __init__(self, reply: Reply, op: str, key, entries: int, v2: bool, timed: bool = True):
-        super().__init__(reply.server, reply.conn, reply.nbytes)
+    def __init__(self, server, conn, nbytes: int, op: str, key, entries: int, v2: bool,
+                 timed: bool = True):
+        super().__init__(server, conn, nbytes)
         self.op, self.key, self.entries, self.v2 = op, key, entries, v2
         self.started = time.perf_counter() if timed else None
 

@@ -228,9 +228,7 @@ class BookKeeperSession:
         else:
             n = len(req.body) + V3_OVERHEAD_BYTES if req.body is not None else V3_OVERHEAD_BYTES
         server.hold(conn, 1, n)
-        reply = Reply(server, conn, n)
-        if server.observers:
-            reply = self._observed(req, reply)
+        reply = self._observed(req, n) if server.observers else Reply(server, conn, n)
         if failpoints.active():
             reply = self._faulty(req, reply)
             if reply is None:
@@ -244,28 +242,29 @@ class BookKeeperSession:
             log.exception("BookKeeper request %r failed", req)
             self._fail(req, reply, exc)
 
-    def _observed(self, req, reply):
-        """The reply that tells the server's observers of its answer (ObservedReply), for the
-        operations embedlog's metrics name."""
+    def _observed(self, req, n: int):
+        """The reply of a request holding ``n`` bytes that tells the server's observers of
+        its answer (ObservedReply), for the operations embedlog's metrics name."""
+        server, conn = self.server, self.conn
         if self.v2:
             op, flags, lid = req[0], req[2], req[3]
             if op == S.ADDENTRY:
-                return ObservedReply(reply, "add", (0, lid),
+                return ObservedReply(server, conn, n, "add", (0, lid),
                                      0 if flags & S.FLAG_RECOVERY_ADD else 1, True)
             if op in (S.READENTRY, S.BATCH_READ_ENTRY):
-                return ObservedReply(reply, "read", (0, lid), 0, True)
-            return reply
+                return ObservedReply(server, conn, n, "read", (0, lid), 0, True)
+            return Reply(server, conn, n)
         op, lid = req.operation, req.ledger_id or 0
         if op == W.ADD_ENTRY:
-            return ObservedReply(reply, "add", (0, lid),
+            return ObservedReply(server, conn, n, "add", (0, lid),
                                  0 if req.flag == W.RECOVERY_ADD else 1, False)
         if op == W.READ_ENTRY:
-            return ObservedReply(reply, "read", (0, lid), 0, False,
+            return ObservedReply(server, conn, n, "read", (0, lid), 0, False,
                                  timed=req.previous_lac is None)
         if op in (W.READ_LAC, W.WRITE_LAC):
-            return ObservedReply(reply, "read_lac" if op == W.READ_LAC else "write_lac",
+            return ObservedReply(server, conn, n, "read_lac" if op == W.READ_LAC else "write_lac",
                                  (0, lid), 0, False)
-        return reply
+        return Reply(server, conn, n)
 
     def _faulty(self, req, reply):
         """The reply an armed message failpoint makes of an add's or read's (tests only):
