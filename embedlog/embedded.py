@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
+from embedlog._native.journal_kernels import payload_count
 from embedlog.bookie import Bookie
 from embedlog.bookie.bookie import MAX_BOUNDED_ENTRY_ID
 from embedlog.bookie.snapshot import BookieSnapshot
@@ -433,7 +434,7 @@ class WriteHandle:
                 self._deliver(self._next_entry_id - 1)
                 start = end
 
-    def _frame(self, first: int, payloads: list):
+    def _frame(self, first: int, payloads):
         try:
             return self._bookie.add_payloads(self.ledger_id, self._master_key, first, self._lac,
                                              self._length, self._digest, self._mac_key, payloads)
@@ -589,7 +590,7 @@ class WriteHandle:
             wake.acquire()
             while True:
                 with self._lock:
-                    got = p.queue.take(self._take_bytes, True)
+                    got = p.queue.take_packed(self._take_bytes, True)
                     if got is None:
                         break
                     self._frame_batch(p, got)
@@ -599,23 +600,24 @@ class WriteHandle:
     def _frame_batch(self, p: Producer, got) -> None:
         """Journal one taken batch (handle lock held); its range settles when durable."""
         first, payloads, nbytes = got
-        last = first + len(payloads) - 1
+        count = payload_count(payloads)
+        last = first + count - 1
         if self._closed or self._broken is not None:
-            p.settle(first, last, len(payloads), nbytes,
+            p.settle(first, last, count, nbytes,
                      self._broken or LedgerClosedError(f"ledger {self.ledger_id} is closed"))
             return
         try:
             seq, self._length = self._frame(first, payloads)
         except BaseException as exc:
             self._broken = self._broken or exc
-            p.settle(first, last, len(payloads), nbytes, exc)
+            p.settle(first, last, count, nbytes, exc)
             return
         self._next_entry_id = last + 1
-        self._bookie.on_durable(seq, _RangeDelivery(self, p, first, last, len(payloads), nbytes))
+        self._bookie.on_durable(seq, _RangeDelivery(self, p, first, last, count, nbytes))
 
     def _reserve_locked(self, p: Producer, total: int) -> None:
         while (first := p.queue.reserve(total)) < 0:
-            self._frame_batch(p, p.queue.take(self._take_bytes))
+            self._frame_batch(p, p.queue.take_packed(self._take_bytes))
         p.skip(first, first + total - 1)
         if self._broken is not None:
             self._check_producing()
@@ -640,7 +642,7 @@ class WriteHandle:
                 return
             p = self._prod
             while p is not None and p.queue.staged:     # produced before the close: covered
-                self._frame_batch(p, p.queue.take(self._take_bytes))
+                self._frame_batch(p, p.queue.take_packed(self._take_bytes))
             self._closed = True
             framed = self._next_entry_id - 1
             try:

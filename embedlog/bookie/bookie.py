@@ -355,8 +355,9 @@ class Bookie:
     # -- adds ---------------------------------------------------------------------------
 
     def add_payloads(self, ledger_id, master_key: bytes, first_entry_id: int, lac: int,
-                     length: int, digest: int, mac_key, payloads: list) -> tuple[int, int]:
+                     length: int, digest: int, mac_key, payloads) -> tuple[int, int]:
         """Encode and journal payloads as entries first_entry_id, ...; the embedded fast path.
+        ``payloads``: a list of bytes-like objects or a packed batch (journal_kernels.add_payloads).
 
         Returns (journal seq to wait for, ledger length after the last entry). An error
         raised after part of the batch was framed carries ``entries_framed`` (how many).
@@ -364,7 +365,8 @@ class Bookie:
         lid = LedgerId.coerce(ledger_id)
         key = (lid.scope_id, lid.ledger_id)
         _check_entry_id(first_entry_id)
-        _check_entry_id(first_entry_id + max(len(payloads), 1) - 1)
+        total = jkernels.payload_count(payloads)
+        _check_entry_id(first_entry_id + max(total, 1) - 1)
         d = self.descriptors
         with self.cv:
             self._ensure_writable()
@@ -374,7 +376,6 @@ class Bookie:
                 raise LedgerFencedError(f"ledger {lid} is fenced")
             self.journal.make_room()
             done = 0
-            total = len(payloads)
             start_length = length
             try:
                 while True:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -25,7 +26,7 @@ from embedlog._native import format as nf
 from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
 from embedlog._native import memtable as nm
 from embedlog._native.format import MAX_ENTRY_ID
-from embedlog.errors import EmbedlogError
+from embedlog.errors import EmbedlogError, IllegalOpError
 
 EXAMPLES = int(os.environ.get("EMBEDLOG_HYPOTHESIS_EXAMPLES", "0"))
 MACHINE = settings(max_examples=EXAMPLES or 20, stateful_step_count=20, deadline=None,
@@ -154,9 +155,14 @@ class MemTableMachine(RuleBasedStateMachine):
         scope, lid = ledger
         first = min(first, MAX_ENTRY_ID + 1 - n)    # ids past the top: bad_ids_are_refused
         payloads = [self.payload(data.draw(self.sizes())) for _ in range(n)]
-        kinds = data.draw(st.sampled_from(["bytes", "bytearray", "memoryview"]))
-        if kinds != "bytes":
-            payloads = [bytearray(p) if kinds == "bytearray" else memoryview(p) for p in payloads]
+        kinds = data.draw(st.sampled_from(["bytes", "bytearray", "memoryview", "packed"]))
+        given = payloads
+        if kinds == "packed":       # ProduceQueue.take_packed's form: one buffer, int64 ends
+            given = (b"".join(payloads),
+                     np.cumsum([len(p) for p in payloads], dtype=np.int64).tobytes())
+        elif kinds != "bytes":
+            payloads = given = [bytearray(p) if kinds == "bytearray" else memoryview(p)
+                                for p in payloads]
         mac = MAC_KEY if digest == nf.digest_code("mac") else None
         lac, length = first - 1, data.draw(st.sampled_from([0, 12345, 1 << 40]))
         max_entry = data.draw(st.sampled_from([1 << 30, 1 << 30, 100]))
@@ -168,7 +174,7 @@ class MemTableMachine(RuleBasedStateMachine):
             before = self.snapshot()
             try:
                 k, new_length = jkernels.add_payloads(self.jb, self.mt, scope, lid, first + done, lac,
-                                                length, digest, mac, payloads, done, max_entry)
+                                                length, digest, mac, given, done, max_entry)
             except EmbedlogError:
                 assert too_big and too_big[0] >= done, "refused a batch that fits"
                 # a refusal leaves nothing half written: no record framed, nothing stored
@@ -316,6 +322,22 @@ def _in_subprocess(code):
     test session down with it."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120)
+
+
+@pytest.mark.parametrize("packed", [
+    (b"abcdef", np.array([2, 1], dtype=np.int64).tobytes()),       # an end before the last
+    (b"abcdef", np.array([2, 7], dtype=np.int64).tobytes()),       # an end past the data
+    (b"abcdef", np.array([-1], dtype=np.int64).tobytes()),         # a negative end
+    (b"abcdef", b"\0" * 7),                                         # ends not whole int64s
+    (bytearray(b"abcdef"), np.array([6], dtype=np.int64).tobytes()),  # data not bytes
+    (b"abcdef",)])
+def test_a_packed_batch_with_bad_offsets_is_refused_before_anything_is_framed(packed):
+    # the offsets come from a caller: each is checked against the data before it is read
+    jb, mt = jbuffer.JournalBuffer(), nm.MemTable(1 << 20)
+    with pytest.raises(IllegalOpError):
+        jkernels.add_payloads(jb, mt, 0, 1, 0, -1, 0, nf.digest_code("crc32c"), None, packed, 0,
+                              1 << 20)
+    assert jb.nrecords == 0 and mt.is_empty()
 
 
 @pytest.mark.parametrize("first", [MAX_ENTRY_ID - 1, MAX_EID - 1])

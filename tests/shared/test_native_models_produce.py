@@ -6,12 +6,15 @@ kicks must be the model's, and every refusal the model's refusal, with nothing c
 tools/sanitize.py runs this file under ASan + UBSan (it takes tests/shared/test_native_models*)."""
 from __future__ import annotations
 
+import itertools
 import os
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from embedlog._native import journal_kernels as jkernels
 from embedlog._native.produce_queue import ProduceQueue
 from embedlog.errors import EntryTooLargeError, IllegalOpError
 
@@ -101,6 +104,8 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("add"), payloads),
     st.tuples(st.just("add_prefixed"), st.tuples(st.binary(max_size=20), payloads)),
     st.tuples(st.just("take"), st.tuples(st.integers(0, 400), st.booleans(), st.integers(-1, 4))),
+    st.tuples(st.just("take_packed"),
+              st.tuples(st.integers(0, 400), st.booleans(), st.integers(-1, 4))),
     st.tuples(st.just("reserve"), st.integers(0, 5)),
     st.tuples(st.just("settle"), st.integers(0, 3)),
     st.tuples(st.just("discard"), st.none())), max_size=120)
@@ -138,6 +143,16 @@ def test_queue_matches_model(first, max_messages, max_bytes, entry_max, id_room,
         elif op == "take":
             got = q.take(*arg)
             assert got == m.take(*arg)
+        elif op == "take_packed":
+            got, want = q.take_packed(*arg), m.take(*arg)
+            if want is None:
+                assert got is None
+            else:           # the same messages, back to back, with their int64 end offsets
+                first, messages, size = want
+                assert got[0] == first and got[2] == size
+                assert got[1] == (b"".join(messages), struct.pack(
+                    f"={len(messages)}q", *itertools.accumulate(map(len, messages))))
+                assert jkernels.unpack_payloads(got[1]) == messages
         elif op == "reserve":
             assert _call(q.reserve, arg) == m.reserve(arg)
         elif op == "settle":

@@ -14,7 +14,8 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
 
-from cpython.bytes cimport PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport (PyBytes_Check, PyBytes_AS_STRING, PyBytes_GET_SIZE,
+                           PyBytes_FromStringAndSize)
 from cpython.buffer cimport PyBuffer_Release, PyBUF_FULL_RO
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.exc cimport PyErr_Clear
@@ -157,106 +158,187 @@ cdef Py_ssize_t _frame_entries(uint8_t *rec, uint8_t *dst, MemTable mt, const ui
 
 def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
                  int64_t first_eid, int64_t lac, int64_t length, int digest, object mac_key,
-                 list payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
+                 object payloads, Py_ssize_t start, Py_ssize_t max_entry_size):
     """Encode payloads[start:] as entries first_eid, first_eid+1, ... into the journal
     buffer and the memtable, stopping early when the memtable is full.
 
-    One pass per entry (_frame_entries), without the GIL for batches of NOGIL_MIN_BYTES or
-    more: header, then the payload copied and checksummed together (CRC32C digests; the
-    record's own checksum then covers only the header, see ENTRY_CRC32C), then the encoded
-    entry copied into the memtable. The GIL is held only to take the payloads' addresses
-    and sizes first. Returns (count, length): how many were taken and the ledger length
-    after them.
+    ``payloads``: a list of bytes-like objects, or a packed batch ``(data, ends)`` (one
+    bytes object holding the payloads back to back and a bytes object of native int64 end
+    offsets into it, as ProduceQueue.take_packed gives them: no Python object per entry).
+    Every payload is checked (size, and for a list its type) before any is framed, so a
+    refusal frames nothing. One pass per entry (_frame_entries), without the GIL for
+    batches of NOGIL_MIN_BYTES or more: header, then the payload copied and checksummed
+    together (CRC32C digests; the record's own checksum then covers only the header, see
+    ENTRY_CRC32C), then the encoded entry copied into the memtable. Returns (count, length):
+    how many were taken and the ledger length after them.
     """
-    cdef Py_ssize_t total = PyList_GET_SIZE(payloads)
-    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
-    cdef Py_ssize_t i, n, enc, count = 0, mbytes = 0, framed, nbytes
-    cdef object item
-    cdef const uint8_t[::1] view
+    cdef Py_ssize_t total = payload_count(payloads)
+    cdef Py_ssize_t avail = total - start
     cdef const uint8_t **src
     cdef Py_ssize_t *lens
-    cdef uint8_t *rec
-    cdef uint64_t seq
-    cdef uint8_t *dst
-    if start >= total:
+    if start < 0:
+        raise ValueError(f"start {start} is negative")
+    if avail <= 0:
         return 0, length
-    _check_entry_ids(first_eid, first_eid + (total - start - 1))
+    _check_entry_ids(first_eid, first_eid + (avail - 1))
     if scope == 0 and lid >= V1_LEDGER_LIMIT:
         raise IllegalOpError(f"scope-0 ledger ids are below 2^63, got {lid}")
     if length < 0:
         raise IllegalOpError(f"a ledger's length is not negative, got {length}")
     if digest == DIGEST_MAC:
+        if type(payloads) is tuple:     # hmac needs the GIL and an object per entry anyway
+            payloads = unpack_payloads(payloads)
         return _add_payloads_mac(jb, mt, scope, lid, first_eid, lac, length, mac_key, payloads,
                                  start, max_entry_size)
-    src = <const uint8_t **>malloc((total - start) * sizeof(void *))
-    lens = <Py_ssize_t *>malloc((total - start) * sizeof(Py_ssize_t))
+    src = <const uint8_t **>malloc(avail * sizeof(void *))
+    lens = <Py_ssize_t *>malloc(avail * sizeof(Py_ssize_t))
     held = []                   # buffers of non-bytes items stay exported (not resizable)
     try:
         if src == NULL or lens == NULL:
             raise MemoryError()
-        for i in range(start, total):
-            item = <object>PyList_GET_ITEM(payloads, i)
-            if PyBytes_Check(item):
-                src[count] = <const uint8_t *>PyBytes_AS_STRING(item)
-                n = PyBytes_GET_SIZE(item)
-            else:
-                item = _payload_view(item)
-                view = item
-                held.append(item)
-                n = view.shape[0]
-                src[count] = &view[0] if n else NULL
-            if n > max_entry_size:
-                raise EntryTooLargeError(
-                    f"entry of {n} bytes exceeds max_entry_size_bytes={max_entry_size}")
-            enc = hdr + n
-            # consecutive ids of one ledger: entries first_eid .. first_eid + count touch the
-            # blocks first_eid >> 6 .. (first_eid + count) >> 6, which count against the limit
-            if not mt.fits(mbytes + enc, ((first_eid + count) >> 6) - (first_eid >> 6) + 1):
-                if count == 0 and mt.nrecs == 0:       # an empty memtable takes one entry
-                    if enc > mt.limit_bytes:
-                        raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
-                else:
-                    break
-            lens[count] = n
-            mbytes += enc
-            count += 1
-        if count == 0:
-            return 0, length
-        if length > MAX_LENGTH - mbytes:
-            raise IllegalOpError(f"the ledger's length {length} would pass 2^63 - 1")
-        if start + count < total:       # the rest waits for another pass: check it now
-            check_payloads(payloads, scope, digest, max_entry_size, mt.limit_bytes, start + count)
-        mt.prepare(count, count // 64 + 2)
-        rec = jb.reserve(mbytes + count * RECORD_HEADER_SIZE)
-        seq = jb.seq0 + <uint64_t>(rec - jb.data)
-        dst = mt.reserve(mbytes)
-        if dst == NULL:
-            raise MemoryError()
-        # the GIL goes only for batches worth it: another thread takes it for its whole
-        # time slice, and a one-entry add then waits that long (16 threads appending)
-        nbytes = length
-        if mbytes >= NOGIL_MIN_BYTES:
-            with nogil:
-                framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid,
-                                        lac, &length, digest, seq)
+        if type(payloads) is tuple:
+            _packed_sources(payloads, start, avail, src, lens)
         else:
-            framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid, lac,
-                                    &length, digest, seq)
-        if framed < count:          # never with the room prepare made; refuse, write nothing more
-            mbytes = 0
-            for i in range(framed):
-                mbytes += hdr + lens[i]
-            jb.size += mbytes + framed * RECORD_HEADER_SIZE
-            jb.records += framed
-            if framed == 0:
-                raise MemoryError("memtable: no room reserved for the entries")
-            return framed, length
-        jb.size += mbytes + count * RECORD_HEADER_SIZE
-        jb.records += count
-        return count, length
+            _list_sources(payloads, start, avail, src, lens, held)
+        _check_sizes(lens, avail, encoded_size(scope, digest, 0), max_entry_size, mt.limit_bytes)
+        return _add_run(jb, mt, scope, lid, first_eid, lac, length, digest, src, lens, avail)
     finally:
         free(src)
         free(lens)
+
+
+def payload_count(object payloads) -> int:
+    """How many payloads a list or a packed batch ``(data, ends)`` holds."""
+    if type(payloads) is tuple:
+        return PyBytes_GET_SIZE(_packed_ends(payloads)) // 8
+    return PyList_GET_SIZE(payloads)
+
+
+def unpack_payloads(tuple packed) -> list:
+    """A packed batch ``(data, ends)`` as a list of bytes, one per payload."""
+    cdef Py_ssize_t n = payload_count(packed)
+    cdef const uint8_t **src = <const uint8_t **>malloc((n or 1) * sizeof(void *))
+    cdef Py_ssize_t *lens = <Py_ssize_t *>malloc((n or 1) * sizeof(Py_ssize_t))
+    cdef Py_ssize_t i
+    try:
+        if src == NULL or lens == NULL:
+            raise MemoryError()
+        _packed_sources(packed, 0, n, src, lens)
+        return [PyBytes_FromStringAndSize(<const char *>src[i], lens[i]) for i in range(n)]
+    finally:
+        free(src)
+        free(lens)
+
+
+cdef bytes _packed_ends(tuple packed):
+    if len(packed) != 2 or type(packed[0]) is not bytes or type(packed[1]) is not bytes or \
+            PyBytes_GET_SIZE(packed[1]) % 8:
+        raise IllegalOpError("a packed batch is (data: bytes, ends: bytes of int64 offsets)")
+    return packed[1]
+
+
+cdef int _packed_sources(tuple packed, Py_ssize_t start, Py_ssize_t avail,
+                         const uint8_t **src, Py_ssize_t *lens) except -1:
+    """src/lens of payloads start..start+avail of a packed batch; every end offset is
+    checked (ascending, within data) before it is used."""
+    cdef bytes ends_b = _packed_ends(packed)
+    cdef bytes data = packed[0]
+    cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t size = PyBytes_GET_SIZE(data)
+    cdef const int64_t *ends = <const int64_t *>PyBytes_AS_STRING(ends_b)
+    cdef Py_ssize_t i
+    cdef int64_t at = ends[start - 1] if start else 0
+    for i in range(avail):
+        if ends[start + i] < at or ends[start + i] > size:
+            raise IllegalOpError(f"packed batch: end offset {ends[start + i]} of payload "
+                                 f"{start + i} is outside {at}..{size}")
+        src[i] = base + at
+        lens[i] = <Py_ssize_t>(ends[start + i] - at)
+        at = ends[start + i]
+    return 0
+
+
+cdef int _list_sources(list payloads, Py_ssize_t start, Py_ssize_t avail,
+                       const uint8_t **src, Py_ssize_t *lens, list held) except -1:
+    cdef Py_ssize_t i
+    cdef object item
+    cdef const uint8_t[::1] view
+    for i in range(avail):
+        item = <object>PyList_GET_ITEM(payloads, start + i)
+        if PyBytes_Check(item):
+            src[i] = <const uint8_t *>PyBytes_AS_STRING(item)
+            lens[i] = PyBytes_GET_SIZE(item)
+        else:
+            item = _payload_view(item)
+            view = item
+            held.append(item)
+            lens[i] = view.shape[0]
+            src[i] = &view[0] if lens[i] else NULL
+    return 0
+
+
+cdef int _check_sizes(const Py_ssize_t *lens, Py_ssize_t avail, Py_ssize_t hdr,
+                      Py_ssize_t max_entry_size, Py_ssize_t memtable_limit) except -1:
+    cdef Py_ssize_t i
+    for i in range(avail):
+        if lens[i] > max_entry_size:
+            raise EntryTooLargeError(
+                f"entry of {lens[i]} bytes exceeds max_entry_size_bytes={max_entry_size}")
+        if hdr + lens[i] > memtable_limit:
+            raise EntryTooLargeError(f"entry of {lens[i]} bytes exceeds the memtable limit")
+    return 0
+
+
+cdef tuple _add_run(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
+                    int64_t first_eid, int64_t lac, int64_t length, int digest,
+                    const uint8_t **src, const Py_ssize_t *lens, Py_ssize_t avail):
+    """add_payloads' framing of checked payloads: as many as the memtable takes."""
+    cdef Py_ssize_t hdr = encoded_size(scope, digest, 0)
+    cdef Py_ssize_t i, enc, count = 0, mbytes = 0, framed
+    cdef uint8_t *rec
+    cdef uint8_t *dst
+    cdef uint64_t seq
+    for i in range(avail):
+        enc = hdr + lens[i]
+        # consecutive ids of one ledger: entries first_eid .. first_eid + count touch the
+        # blocks first_eid >> 6 .. (first_eid + count) >> 6, which count against the limit;
+        # an empty memtable takes one entry whatever its size
+        if not mt.fits(mbytes + enc, ((first_eid + count) >> 6) - (first_eid >> 6) + 1) and \
+                not (count == 0 and mt.nrecs == 0):
+            break
+        mbytes += enc
+        count += 1
+    if count == 0:
+        return 0, length
+    if length > MAX_LENGTH - mbytes:
+        raise IllegalOpError(f"the ledger's length {length} would pass 2^63 - 1")
+    mt.prepare(count, count // 64 + 2)
+    rec = jb.reserve(mbytes + count * RECORD_HEADER_SIZE)
+    seq = jb.seq0 + <uint64_t>(rec - jb.data)
+    dst = mt.reserve(mbytes)
+    if dst == NULL:
+        raise MemoryError()
+    # the GIL goes only for batches worth it: another thread takes it for its whole
+    # time slice, and a one-entry add then waits that long (16 threads appending)
+    if mbytes >= NOGIL_MIN_BYTES:
+        with nogil:
+            framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid,
+                                    lac, &length, digest, seq)
+    else:
+        framed = _frame_entries(rec, dst, mt, src, lens, count, scope, lid, first_eid, lac,
+                                &length, digest, seq)
+    if framed < count:          # never with the room prepare made; refuse, write nothing more
+        mbytes = 0
+        for i in range(framed):
+            mbytes += hdr + lens[i]
+        jb.size += mbytes + framed * RECORD_HEADER_SIZE
+        jb.records += framed
+        if framed == 0:
+            raise MemoryError("memtable: no room reserved for the entries")
+        return framed, length
+    jb.size += mbytes + count * RECORD_HEADER_SIZE
+    jb.records += count
+    return count, length
 
 
 def _add_payloads_mac(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,

@@ -214,22 +214,31 @@ cdef class ProduceQueue:
             self.kick()
         return eid
 
+    cdef Py_ssize_t _fitting(self, Py_ssize_t max_bytes, bint arm, Py_ssize_t max_count):
+        # how many staged messages from the first fit in max_bytes (at least one) and
+        # max_count; 0 when none is staged (arming the kick if asked)
+        cdef Py_ssize_t k = 0
+        cdef Py_ssize_t most = self.count if max_count < 0 or max_count > self.count else max_count
+        cdef int64_t *ends = self.ends + self.head
+        if most == 0:
+            if arm and self.count == 0:
+                self.armed = True
+            return 0
+        while k < most and (k == 0 or ends[k] - self.data_head <= max_bytes):
+            k += 1
+        return k
+
     def take(self, Py_ssize_t max_bytes, bint arm=False, Py_ssize_t max_count=-1):
         """The staged messages from the first on, as many as fit in ``max_bytes`` (at least
         one) and, given, ``max_count``: (first id, list of bytes, their bytes); they stay in
         flight until settle(). None when nothing is staged (or max_count is 0), and then,
         with ``arm``, the next add() kicks."""
-        cdef Py_ssize_t k = 0, i, start, total
-        cdef Py_ssize_t most = self.count if max_count < 0 or max_count > self.count else max_count
+        cdef Py_ssize_t k = self._fitting(max_bytes, arm, max_count), i, start, total
         cdef list out
-        if most == 0:
-            if arm and self.count == 0:
-                self.armed = True
+        if k == 0:
             return None
         cdef int64_t *ends = self.ends + self.head
         cdef Py_ssize_t base = self.data_head
-        while k < most and (k == 0 or ends[k] - base <= max_bytes):
-            k += 1
         out = [None] * k
         start = base
         for i in range(k):
@@ -239,6 +248,25 @@ cdef class ProduceQueue:
         first = self.first_id
         self._drop(k)
         return first, out, total
+
+    def take_packed(self, Py_ssize_t max_bytes, bint arm=False, Py_ssize_t max_count=-1):
+        """take() without an object per message: (first id, (data, ends), their bytes), data
+        the payloads back to back in one bytes object and ends their native int64 end
+        offsets into it (journal_kernels.add_payloads takes the pair as it is)."""
+        cdef Py_ssize_t k = self._fitting(max_bytes, arm, max_count), i
+        if k == 0:
+            return None
+        cdef int64_t *ends = self.ends + self.head
+        cdef Py_ssize_t base = self.data_head
+        cdef Py_ssize_t total = ends[k - 1] - base
+        cdef bytes data = PyBytes_FromStringAndSize(<char *>self.data + base, total)
+        cdef bytes rel = PyBytes_FromStringAndSize(NULL, k * sizeof(int64_t))
+        cdef int64_t *out = <int64_t *>PyBytes_AS_STRING(rel)
+        for i in range(k):
+            out[i] = ends[i] - base
+        first = self.first_id
+        self._drop(k)
+        return first, (data, rel), total
 
     cdef void _drop(self, Py_ssize_t k) noexcept:
         # the first k staged messages leave the staged batch (in flight still): head moves
