@@ -13,9 +13,12 @@ MAX_ENTRY_ID: int
 DIGEST_SIZES: dict[int, int]
 
 def add_payloads(jb: JournalBuffer, mt: MemTable, scope: int, lid: int, first_eid: int, lac: int,
-                 length: int, digest: int, mac_key: bytes | None, payloads: list[Any], start: int,
+                 length: int, digest: int, mac_key: bytes | None,
+                 payloads: list[Any] | tuple[bytes, bytes], start: int,
                  max_entry_size: int) -> tuple[int, int]:
-    """(entries taken, ledger length after them)."""
+    """(entries taken, ledger length after them); payloads a list or a packed batch."""
+def payload_count(payloads: list[Any] | tuple[bytes, bytes]) -> int: ...
+def unpack_payloads(packed: tuple[bytes, bytes]) -> list[bytes]: ...
 def check_payloads(payloads: list[Any], scope: int, digest: int, max_entry_size: int,
                    memtable_limit: int, start: int = 0) -> None:
     """Raise what add_payloads would for the first payload it would refuse."""
