@@ -22,9 +22,12 @@ by its bookies before they answer) and two writers, one at a time:
 
 Each cell: a new ledger of E/Qw/Qa with digest CRC32C and an empty password, ``--warmup``
 adds waited for before the clock starts, then ``--adds`` adds of ``--sizes`` bytes (built
-before the clock) timed until the last is acknowledged. Latency of an add: from its
-append call to its completion callback (Java: ``whenComplete``; embedlog: a done-callback
-on its future), p50 and p99 over the timed adds. CPU: the writer's process over the timed
+before the clock) timed until the last is acknowledged. Latency of an add: from the moment it holds a
+slot of the window to its completion callback (Java: stamped after the Semaphore's
+``acquire()``, just before ``appendAsync``, completed at ``whenComplete``; embedlog: stamped
+as ``append_async`` returns, having taken its slot, completed at a done-callback on its
+future), p50 and p99 over the timed adds. Until 2026-11-29 embedlog's stamp came before the
+call, so its latency also held the wait for a slot, which Java's never did. CPU: the writer's process over the timed
 adds (Java: every JVM thread, JIT and GC included; embedlog: this process, the caller's
 thread and the client's loop), as µs per add; the progress lines on stderr also split
 embedlog's into the caller's thread and the loop thread (their CPU clocks). BookKeeper's
@@ -137,8 +140,29 @@ def java_cell(bk, quorum: tuple, size: int, adds: int, warmup: int, outstanding:
                b.get("cpu_s", float("nan")), outstanding)
 
 
-def _stamp(done: list, i: int, _fut) -> None:
-    done[i] = time.perf_counter()
+class _Stamps:
+    """Each add's completion time by index, and the first failure: what BkDriver keeps (a
+    long per add), so neither side holds an object per add past its completion (50,000
+    futures kept alive made this process's collector walk them all, and its p99 doubled)."""
+    __slots__ = ("done", "left", "all_done", "failed", "first_error")
+
+    def __init__(self, adds: int):
+        self.done = [0.0] * adds
+        self.left = adds
+        self.all_done = threading.Event()   # every callback ran (a future's result() can
+        self.failed = 0                     # return before its callbacks do)
+        self.first_error = None
+
+    def callback(self, i: int):
+        def stamp(fut, done=self.done, clock=time.perf_counter):
+            done[i] = clock()
+            if fut.exception() is not None:
+                self.failed += 1
+                self.first_error = self.first_error or fut.exception()
+            self.left -= 1                  # callbacks run on the client's one loop thread
+            if self.left == 0:
+                self.all_done.set()
+        return stamp
 
 
 def _thread_clocks() -> dict:
@@ -159,32 +183,31 @@ def embedlog_cell(client, quorum: tuple, size: int, adds: int, warmup: int) -> R
         if warmup:
             futs = [w.append_async(data) for _ in range(warmup)]
             futs[-1].result(ANSWER_TIMEOUT_S)           # acknowledged in order: all are
+            del futs
         sent = [0.0] * adds
-        done = [0.0] * adds
-        futs = [None] * adds
+        stamps = _Stamps(adds)
+        on_done = stamps.callback
         clock = time.perf_counter
         append = w.append_async
-        stamp = _stamp
-        partial = functools.partial
         clocks = _thread_clocks()
         thread0 = {k: time.clock_gettime(c) for k, c in clocks.items()}
         cpu0 = time.process_time()
         t0 = clock()
         for i in range(adds):
-            sent[i] = clock()
             f = append(data)
-            f.add_done_callback(partial(stamp, done, i))
-            futs[i] = f
-        futs[-1].result(ANSWER_TIMEOUT_S)
+            sent[i] = clock()       # after the call took its slot, as BkDriver stamps after acquire()
+            f.add_done_callback(on_done(i))
+        f.result(ANSWER_TIMEOUT_S)
         elapsed = clock() - t0
+        if not stamps.all_done.wait(ANSWER_TIMEOUT_S):
+            raise RuntimeError(f"{stamps.left} adds' callbacks never ran")
         cpu = time.process_time() - cpu0
         threads = {k: time.clock_gettime(c) - thread0[k] for k, c in clocks.items()}
-        failed = [f.exception() for f in futs if f.exception() is not None]
-        if failed:
-            raise RuntimeError(f"{len(failed)} adds failed, the first: {failed[0]!r}")
+        if stamps.failed:
+            raise RuntimeError(f"{stamps.failed} adds failed, the first: {stamps.first_error!r}")
     finally:
         w.close()
-    lat = sorted(d - s for s, d in zip(sent, done))
+    lat = sorted(d - s for s, d in zip(sent, stamps.done))
     return Row("embedlog", quorum, size, adds, elapsed, _pct(lat, 0.50), _pct(lat, 0.99), cpu,
                outstanding, thread_cpu_s=threads)
 
