@@ -128,9 +128,12 @@ class Producer:
 
     def add_future(self, eid: int, fut) -> None:
         """append_async's future for message ``eid``, completed when its range settles."""
-        with self._lock:
-            self.futures.append((eid, fut))
-            if eid <= self.settled:
+        # no lock to append: deque.append is atomic under the GIL, and settle() moves
+        # ``settled`` before it looks at the futures, so a future appended after that look
+        # finds its id settled here and is completed under the lock
+        self.futures.append((eid, fut))
+        if eid <= self.settled:
+            with self._lock:
                 self._complete_futures()
 
     # -- the caller's side -----------------------------------------------------------------
