@@ -47,7 +47,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
 from embedlog._native.journal_scan cimport valid_record
 from embedlog._native.format cimport (el_put32, el_put64, el_get32, el_get64, el_crc32c,
-                                      el_crc_init, parse_ids)
+                                      el_crc_init, parse_ids, V1_HEADER_SIZE, V2_HEADER_SIZE)
 
 from embedlog import fileio
 from embedlog.errors import CorruptedDataError, NoSuchEntryError
@@ -61,6 +61,88 @@ ALLOC_CHUNK = 8 << 20          # bytes of an entry log's blocks allocated ahead 
 errno_ENOSPC = _errno.ENOSPC
 MAGIC = b"ELLO"
 MAP_MARKER = 0xFFFFFFFF
+
+
+cdef inline bint _record_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope,
+                              uint64_t *lid, int64_t *eid) noexcept nogil:
+    """parse_ids without the GIL: False where parse_ids would refuse the entry's header."""
+    if n >= 1 and buf[0] & 0x80:
+        if n < V2_HEADER_SIZE or (buf[0] >> 4) & 7 != 2:
+            return False
+        scope[0] = el_get64(buf + 1)
+        lid[0] = el_get64(buf + 9)
+        eid[0] = <int64_t>el_get64(buf + 17)
+        return scope[0] != 0
+    if n < V1_HEADER_SIZE:
+        return False
+    scope[0] = 0
+    lid[0] = el_get64(buf)
+    eid[0] = <int64_t>el_get64(buf + 8)
+    return True
+
+
+cdef Py_ssize_t _walk_segment(const uint8_t *base, Py_ssize_t position, uint32_t salt,
+                              uint64_t log_id, uint64_t *locs, uint32_t *sizes,
+                              uint64_t *scopes, uint64_t *lids, int64_t *eids,
+                              Py_ssize_t cap) noexcept nogil:
+    """The entry records of a journal segment mapped at ``base`` (``position`` bytes), in
+    file order up to the first record that fails its crc (the end, a torn tail or damage);
+    those whose entry header cannot be read are passed over. Returns how many; with ``locs``
+    given, the first ``cap`` are written out (location, body size, ids)."""
+    cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body, count = 0
+    cdef uint64_t sc, li
+    cdef int64_t ei
+    cdef int t
+    while pos + RECORD_HEADER_SIZE <= position:
+        body = valid_record(base + pos, position - pos, position, salt)
+        if body <= 0:
+            break
+        t = base[pos + 8]
+        if (t == REC_ENTRY or t == REC_ENTRY_CRC32C) and \
+                _record_ids(base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei):
+            if locs != NULL:
+                if count >= cap:
+                    break
+                locs[count] = (log_id << 32) | <uint64_t>pos
+                sizes[count] = <uint32_t>body
+                scopes[count] = sc
+                lids[count] = li
+                eids[count] = ei
+            count += 1
+        pos += RECORD_HEADER_SIZE + body
+    return count
+
+
+cdef Py_ssize_t _walk_runs(const uint8_t *base, Py_ssize_t position, uint32_t salt,
+                           uint64_t *scopes, uint64_t *lids, uint64_t *nbytes,
+                           Py_ssize_t cap) noexcept nogil:
+    """_walk_segment's records as runs of one ledger (a segment's writers append runs):
+    returns how many runs; with ``scopes`` given, the first ``cap`` are written out with
+    their bytes (records and record headers)."""
+    cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body, runs = 0
+    cdef uint64_t sc, li, cur_sc = 0, cur_li = 0
+    cdef int64_t ei
+    cdef int t
+    while pos + RECORD_HEADER_SIZE <= position:
+        body = valid_record(base + pos, position - pos, position, salt)
+        if body <= 0:
+            break
+        t = base[pos + 8]
+        if (t == REC_ENTRY or t == REC_ENTRY_CRC32C) and \
+                _record_ids(base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei):
+            if runs == 0 or sc != cur_sc or li != cur_li:
+                if scopes != NULL and runs >= cap:
+                    break
+                cur_sc, cur_li = sc, li
+                if scopes != NULL:
+                    scopes[runs] = sc
+                    lids[runs] = li
+                    nbytes[runs] = 0
+                runs += 1
+            if scopes != NULL:
+                nbytes[runs - 1] += <uint64_t>(RECORD_HEADER_SIZE + body)
+        pos += RECORD_HEADER_SIZE + body
+    return runs
 
 
 cdef class MappedLog:
@@ -357,29 +439,53 @@ cdef class MappedLog:
         return locs_a, sizes_a, scopes_a, lids_a, eids_a
 
     def _segment_table(self):
+        # two C passes over the records (count, then fill), no Python object per record:
+        # a 2 GiB segment of 1 KiB entries holds two million of them
         import numpy as np
-        cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body
-        cdef uint64_t sc, li
-        cdef int64_t ei
-        cdef int t
-        rows = []
-        while self.base != NULL and pos + RECORD_HEADER_SIZE <= self.position:
-            body = valid_record(self.base + pos, self.position - pos, self.position, self.salt)
-            if body <= 0:
-                break                   # the end of the log, a torn tail or damage
-            t = self.base[pos + 8]
-            if t == REC_ENTRY or t == REC_ENTRY_CRC32C:
-                try:
-                    parse_ids(self.base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei)
-                except CorruptedDataError:
-                    pass
-                else:
-                    rows.append(((self.log_id << 32) | <uint64_t>pos, body, sc, li, ei))
-            pos += RECORD_HEADER_SIZE + body
-        cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
-        return (np.array(cols[0], dtype=np.uint64), np.array(cols[1], dtype=np.uint32),
-                np.array(cols[2], dtype=np.uint64), np.array(cols[3], dtype=np.uint64),
-                np.array(cols[4], dtype=np.int64))
+        cdef Py_ssize_t count = 0
+        if self.base != NULL:
+            count = _walk_segment(self.base, self.position, self.salt, self.log_id,
+                                  NULL, NULL, NULL, NULL, NULL, 0)
+        locs_a = np.empty(count, dtype=np.uint64)
+        sizes_a = np.empty(count, dtype=np.uint32)
+        scopes_a = np.empty(count, dtype=np.uint64)
+        lids_a = np.empty(count, dtype=np.uint64)
+        eids_a = np.empty(count, dtype=np.int64)
+        cdef uint64_t[::1] locs = locs_a
+        cdef uint32_t[::1] sizes = sizes_a
+        cdef uint64_t[::1] scopes = scopes_a
+        cdef uint64_t[::1] lids = lids_a
+        cdef int64_t[::1] eids = eids_a
+        if count:
+            _walk_segment(self.base, self.position, self.salt, self.log_id, &locs[0],
+                          &sizes[0], &scopes[0], &lids[0], &eids[0], count)
+        return locs_a, sizes_a, scopes_a, lids_a, eids_a
+
+    def ledger_runs(self):
+        """A journal segment's entry records as runs of one ledger each, in file order:
+        numpy arrays (scopes, ledgers, bytes with their record headers). The walk runs
+        without the GIL (a server's loop goes on meanwhile), so only the thread that opened
+        this map may use it: no other may close it during the call."""
+        import numpy as np
+        cdef Py_ssize_t count = 0
+        if not self.segment:
+            raise CorruptedDataError(f"{self.path} is not a journal segment")
+        cdef const uint8_t *base = self.base
+        cdef Py_ssize_t position = self.position
+        cdef uint32_t salt = self.salt
+        if base != NULL:
+            with nogil:
+                count = _walk_runs(base, position, salt, NULL, NULL, NULL, 0)
+        scopes_a = np.empty(count, dtype=np.uint64)
+        lids_a = np.empty(count, dtype=np.uint64)
+        bytes_a = np.empty(count, dtype=np.uint64)
+        cdef uint64_t[::1] scopes = scopes_a
+        cdef uint64_t[::1] lids = lids_a
+        cdef uint64_t[::1] nbytes = bytes_a
+        if count:
+            with nogil:
+                _walk_runs(base, position, salt, &scopes[0], &lids[0], &nbytes[0], count)
+        return scopes_a, lids_a, bytes_a
 
     def scanned_ledgers(self):
         """{(scope, ledger): bytes} counted from the entries (a log without a ledgers map)."""

@@ -1,0 +1,91 @@
+"""A journal segment read in C: its entry table (GC, compaction, scrub and the shell read it)
+and the runs of one ledger a trim sums into the segment's ledgers map (without the GIL:
+benchmarks/produce_threads.py's served rows stalled for seconds at each trim before). Both
+must agree record for record, stop at the first damaged record, and the map a trim writes
+must count every byte of every entry record."""
+import os
+
+import numpy as np
+
+import embedlog
+from embedlog._native import entrylog as nel
+from embedlog.bookie import journal_files as jf
+
+from support.crash_child import payload
+
+CONFIG = dict(storage_layout=2, skip_list_size_limit=128 << 10, journal_max_size_mb=1,
+              journal_pre_alloc_size_mb=1, flush_interval_ms=100, gc_wait_time_ms=0)
+
+
+def segment_of(tmp_path):
+    """A journal of interleaved ledgers (runs of 1 to 7 entries each), closed: its path and
+    segment number, and what was written per ledger."""
+    written = {}
+    with embedlog.open(tmp_path, **dict(CONFIG, journal_max_size_mb=64)) as log:
+        handles = [log.create_ledger() for _ in range(3)]
+        for i in range(400):
+            h = handles[i % 3]
+            run = [payload(h.ledger_id.qualified_name, i * 8 + k) for k in range(1 + i % 7)]
+            h.append_many(run)
+            written[h.ledger_id] = written.get(h.ledger_id, 0) + len(run)
+        for h in handles:
+            h.close()
+    journal = os.path.join(tmp_path, "journal")
+    (name,) = [n for n in os.listdir(journal) if n.endswith(".txn")]
+    path = os.path.join(journal, name)
+    return path, jf.read_segment(path), written
+
+
+def table_and_runs(path, segment):
+    m = nel.MappedLog.open_segment(path, (1 << 31) | segment)
+    try:
+        return m.entry_table(), m.ledger_runs()
+    finally:
+        m.close()
+
+
+def per_ledger_from_table(table):
+    _locs, sizes, scopes, lids, _eids = table
+    out = {}
+    for s, l, n in zip(scopes.tolist(), lids.tolist(), sizes.tolist()):
+        out[(s, l)] = out.get((s, l), 0) + n + 9        # the record's header is 9 bytes
+    return out
+
+
+def per_ledger_from_runs(runs):
+    out = {}
+    for s, l, n in zip(*(a.tolist() for a in runs)):
+        out[(s, l)] = out.get((s, l), 0) + n
+    return out
+
+
+def test_table_and_runs_agree_and_the_map_counts_every_record(tmp_path):
+    path, segment, written = segment_of(tmp_path)
+    table, runs = table_and_runs(path, segment)
+    counts = {}
+    for s, l in zip(table[2].tolist(), table[3].tolist()):
+        counts[(s, l)] = counts.get((s, l), 0) + 1
+    assert {k[1]: v for k, v in counts.items()} == \
+        {lid.ledger_id: n for lid, n in written.items()}
+    assert per_ledger_from_runs(runs) == per_ledger_from_table(table)
+    # runs are maximal: two neighbours never name the same ledger
+    keys = list(zip(runs[0].tolist(), runs[1].tolist()))
+    assert all(a != b for a, b in zip(keys, keys[1:]))
+    # locations are in file order and each names its record
+    assert np.all(np.diff(table[0].astype(np.int64)) > 0)
+    jf.write_segment_map(path, segment)
+    assert jf.read_segment_map(os.path.splitext(path)[0]) == per_ledger_from_table(table)
+
+
+def test_both_stop_at_the_first_damaged_record(tmp_path):
+    path, segment, _written = segment_of(tmp_path)
+    whole, _ = table_and_runs(path, segment)
+    cut = int(whole[0][len(whole[0]) // 2]) & 0xFFFFFFFF      # a record in the middle
+    with open(path, "r+b") as f:
+        f.seek(cut + 20)
+        byte = f.read(1)
+        f.seek(cut + 20)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    table, runs = table_and_runs(path, segment)
+    assert len(table[0]) == len(whole[0]) // 2
+    assert per_ledger_from_runs(runs) == per_ledger_from_table(table)
