@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from embedlog._native.addpath import frame_buffer
+from embedlog._native.frames import frame_buffer
 
 
 class FrameReader(asyncio.StreamReader):
