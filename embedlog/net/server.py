@@ -646,9 +646,12 @@ class BookieServer:
         frame leads, a waiting one leads: it reads on past the shares until it is whole, so
         frames waiting for each other's room always finish. The lead is one whose rest is
         already in its socket if there is one (a client that sent its whole frame; one that
-        keeps its last bytes back is not), else the one whose bytes came last: frames that
-        have been waiting longest are the likeliest to have stopped coming (a stalled lead
-        is closed after IDLE_FRAME_S and the next one leads)."""
+        keeps its last bytes back is not), else the frame that began last: frames that have
+        been arriving longest are the likeliest to have stopped coming (a stalled lead is
+        closed after IDLE_FRAME_S and the next one leads). Not the frame read last: a
+        partial frame given freed room reads on from what its socket already holds, which
+        says nothing of its client, and so outranked a whole frame waiting behind it, once
+        per stalled lead, past the whole frame's client's timeout."""
         now = self._loop.time()
         if now - self._room_made_at < ROOM_RECHECK_S and self._lead is not None:
             return
@@ -675,7 +678,7 @@ class BookieServer:
 
             def rank(c):
                 q = queued[c] if c in queued else _queued_bytes(c)
-                return (q >= c.frame_left, c.progress_at)
+                return (q >= c.frame_left, c.frame_started or 0.0)
             self._lead = max(waiting, key=rank)
             self._room_freed.set()
 
