@@ -182,6 +182,9 @@ class BookieServer:
         # frames cannot hold more than it bookie-wide; together they may hold half of it,
         # so whole frames always find the other half, and one address a share of that half
         self.reading_bytes = 0
+        # bytes of partial frames whose connection went before they were whole, ever: the
+        # serving process gives the heap they held back to the system (cli/serve.py)
+        self.dropped_frame_bytes = 0
         self.arriving_share = max(1, self.max_bytes // 2)
         self.address_share = min(self.arriving_share, max(self.max_bytes // 8, self.max_frame_bytes))
         self._arriving: set = set()          # connections holding bytes of a partial frame
@@ -377,15 +380,15 @@ class BookieServer:
                 conn.refusing = not admitted
             try:
                 if admitted:
-                    try:
-                        if frames.prefixed:      # the decoder reads the length with the frame
-                            message = await reader.read_frame(4 + n, head=head + peek)
-                        elif peek:
-                            message = peek + await reader.read_frame(n - len(peek))
-                        else:
-                            message = await reader.read_frame(n)
-                    finally:
-                        self.set_arriving(conn, 0)
+                    if frames.prefixed:      # the decoder reads the length with the frame
+                        message = await reader.read_frame(4 + n, head=head + peek)
+                    elif peek:
+                        message = peek + await reader.read_frame(n - len(peek))
+                    else:
+                        message = await reader.read_frame(n)
+                    # whole: its bytes are the request's now (a read that failed ends the
+                    # connection, and _drop gives them back as dropped_frame_bytes)
+                    self.set_arriving(conn, 0)
                 else:
                     # refused: its header is all the answer needs; the rest is read
                     # and dropped a little at a time, never held whole
@@ -705,6 +708,7 @@ class BookieServer:
             self._per_address[conn.address] = left
         else:
             self._per_address.pop(conn.address, None)
+        self.dropped_frame_bytes += conn.arriving
         conn.closed = True
         self.in_flight_requests -= conn.requests
         self.in_flight_bytes -= conn.bytes
