@@ -11,9 +11,11 @@ import threading
 import pytest
 
 from support.cliutil import wait_until
+from support.serving import Writer, bookie_server
 from embedlog.harness import LocalCluster
 from embedlog.harness.hostile import RawConnection, SteadyWriter, rss_bytes
 from embedlog.net import protocol as P
+from embedlog.net.server import _Connection
 
 MiB = 1024 * 1024
 # RSS a bookie may keep after the partial frames went: its own objects for the connections
@@ -130,6 +132,29 @@ def test_partial_frames_of_real_bytes_leave_whole_frames_their_half(cluster):
             c.sock.close()
     finally:
         writer.stop()
+
+
+def test_the_lead_is_the_frame_that_began_last(tmp_path):
+    """Of the frames waiting for room, the one that reads on past the shares is the one
+    that began last, not the one read last: a partial frame given freed room reads on from
+    what its socket already holds (its last read is recent whatever its client does), and
+    ranked by that it outranked a whole frame waiting behind it, once per stalled lead, past
+    the whole frame's client's add timeout (the test above, 1 run in 3)."""
+    bookie, loop, server = bookie_server(tmp_path)
+    try:
+        now = loop.time()
+        stalled = _Connection(Writer(), now - 5, True, "127.0.9.1")
+        stalled.frame_started, stalled.progress_at = now - 5, now - 0.01
+        whole = _Connection(Writer(), now - 2, True, "127.0.9.2")
+        whole.frame_started, whole.progress_at = now - 2, now - 0.5
+        for c in (stalled, whole):
+            c.held_back, c.arriving, c.frame_left = True, MiB, MiB
+            server._arriving.add(c)
+        server._make_arrival_room()
+        assert server._lead is whole
+    finally:
+        bookie.close()
+        loop.close()
 
 
 def _server_stats(cluster, client) -> dict:
