@@ -15,7 +15,7 @@ from support.cliutil import ROOT
 
 NATIVE = ["format", "journal_format", "journal_buffer", "journal_waiters", "journal_scan",
           "journal_kernels", "memtable", "entrylog", "entrylogger", "index", "reader", "arrowread", "arenas", "bkwire", "bkencode",
-          "bkserve", "addpath", "produce_queue", "wire_sizes"]
+          "bkserve", "addpath", "frames", "produce_queue", "wire_sizes"]
 CONFIG = """[mypy-embedlog.*]
 ignore_errors = True
 [mypy-embedlog._native.*]

@@ -317,8 +317,10 @@ class LocalCluster:
     def bookie_dir(self, i: int) -> str:
         return self._b(i).directory
 
-    def pid(self, i: int) -> int:
-        return self._running(i).pid
+    def pid(self, i: int) -> int | None:
+        """Bookie ``i``'s process id; None when it is not running."""
+        b = self._b(i)
+        return b.process.pid if self.is_running(i) else None
 
     def index_of(self, bookie_id: str) -> int:
         for b in self._bookies:

@@ -11,8 +11,9 @@ the operations embedlog's protocol uses too (no second copy of the bookie's logi
 answer encoded here: adds (runs of them, the recovery and priority flags), fence-then-read,
 reads and long polls, READ_LAC and WRITE_LAC, FORCE_LEDGER, GET_BOOKIE_INFO, the facts a
 create fetches first, every durable answer by one path, errors mapped by one table
-(errors.STATUSES: each error's v2 and v3 code). The bytes are read by the server's loop for
-decoded frames (BookieServer.serve_frames), which keeps the limits and the flow control.
+(errors.STATUSES: each error's v2 and v3 code). The bytes are read by the server's one read
+loop (BookieServer._read_frames), which keeps the limits and the flow control and hands
+each frame to this decoder.
 
 What differs from embedlog's connections, as BookKeeper's clients need:
 
@@ -95,9 +96,9 @@ class _AddRun:
 
 class BookKeeperSession:
     """One BookKeeper client's connection (module doc): the server's read loop
-    (BookieServer.serve_frames) hands it the bytes read (``decode``) and the requests
-    decoded from them (``take``); it calls the server's RequestProcessor and encodes the
-    answers."""
+    (BookieServer._read_frames) hands it whole frames (``decode_frame``, or ``take_at``
+    and ``flush`` for the frames of one read) and the requests decoded from them
+    (``take``); it calls the server's RequestProcessor and encodes the answers."""
 
     def __init__(self, server, conn, writer, protocol: str):
         self.server, self.conn, self.writer = server, conn, writer
@@ -109,12 +110,52 @@ class BookKeeperSession:
 
     # -- decode ----------------------------------------------------------------------------
 
-    def decode(self, buf):
-        """(requests, bytes taken, error or None) of the whole frames at the front of ``buf``."""
+    # what the server's read loop (BookieServer._read_frames) asks of a decoder
+    prefixed = True                   # frames are handed over with their length
+    refuses = False                   # back-pressure only (module doc)
+    min_frame_bytes = 1
+    refused_head = 0
+
+    def frame_limit(self) -> int:
+        return self.max_frame_bytes
+
+    def bad_size(self, n: int, limit: int) -> None:
+        log.warning("BookKeeper %s connection from %s: a frame of %d bytes (limit %d); "
+                    "closing it", self.protocol, self.conn.address, n, limit)
+
+    def decode_frame(self, frame):
+        """(requests, None) of one whole frame, or (None, the error) when malformed."""
         try:
-            return self._decode(buf, 0, -1, self.max_frame_bytes)
+            reqs, pos, err = self._decode(frame, 0, -1, self.max_frame_bytes)
         except EmbedlogError as exc:
-            return [], 0, exc
+            return None, exc
+        if err is None and pos != len(frame):
+            err = EmbedlogError(f"a frame of {len(frame)} bytes decoded as {pos}")
+        return (None, err) if err is not None else (reqs, None)
+
+    defers = True                     # the frames of one read are decoded and taken together
+
+    def take_at(self, view, at: int, n: int, copy: bool) -> bool:
+        """A whole frame the server walked: decoded with the others of its read (flush)."""
+        return True
+
+    def flush(self, view, end: int) -> int:
+        """Decode the frames the server walked, ``view[:end]``, and take their requests (runs
+        of adds form across them); the bytes taken: up to the first malformed frame, which
+        is left for decode_frame (the connection is closed). The decoders copy what they
+        keep."""
+        try:
+            reqs, pos, _err = self._decode(view, 0, end, self.max_frame_bytes)
+        except EmbedlogError:
+            return 0
+        if reqs:
+            self.server.stats["requests"] += len(reqs)
+            self.take(reqs)
+        return pos
+
+    def malformed(self, exc) -> None:
+        log.warning("BookKeeper %s connection from %s: %s; closing it",
+                    self.protocol, self.conn.address, exc)
 
     def take(self, reqs) -> None:
         """The requests of one read, in order; runs of adds go together (module doc)."""

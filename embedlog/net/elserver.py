@@ -1,6 +1,7 @@
 """embedlog's own protocol (net/protocol.py) on a BookieServer: each request decoded, handed
-to the server's RequestProcessor (net/processor.py), and its answer encoded. The server
-(net/server.py) reads the frames, keeps the limits and AUTH, and calls ``dispatch``;
+to the server's RequestProcessor (net/processor.py), and its answer encoded. The server's
+read loop (net/server.py) reads the frames and keeps the limits; EmbedlogFrames decodes
+them for it, checks AUTH and hands each request to ``dispatch``;
 InProcessConnection (net/transport.py) calls it too, without a socket.
 
 What only embedlog's protocol has: scopes (128-bit ledger ids), terms (a stream's recovery
@@ -22,6 +23,88 @@ from embedlog.net import protocol as P
 
 log = logging.getLogger("embedlog.server")
 MAX_READ_ENTRIES = P.MAX_READ_ENTRIES
+
+
+PRE_AUTH_MAX_FRAME = 4096   # bytes a frame may have before AUTH succeeds (AUTH is tiny)
+
+
+class EmbedlogFrames:
+    """embedlog's frames for one connection of the server's read loop
+    (BookieServer._read_frames): its limits (a frame's size, and a smaller one before AUTH),
+    its answers to a frame it will not serve (an error reply with the reason, then the
+    connection is closed; ETOOMANYREQUESTS past the throttle time), AUTH, and its requests
+    decoded and handed to the server (BookieServer.admit, then EmbedlogRequests.dispatch)."""
+
+    protocol = "embedlog"
+    prefixed = False                  # frames are handed over without their length
+    refuses = True                    # past max_throttle_time_ms: ETOOMANYREQUESTS
+    min_frame_bytes = P.REQ_HEAD.size
+    refused_head = P.REQ_HEAD.size    # what of a refused frame is read for its answer
+
+    def __init__(self, server, conn):
+        self.server, self.conn = server, conn
+        self.max_frame_bytes = server.max_frame_bytes
+
+    def frame_limit(self) -> int:
+        return self.max_frame_bytes if self.conn.authenticated else PRE_AUTH_MAX_FRAME
+
+    def bad_size(self, n: int, limit: int) -> bytes:
+        return P.error_response(0, 0, 0, P.EBADREQ, 0, 0,
+                                f"frame of {n} bytes is outside {P.REQ_HEAD.size}..{limit}"
+                                + ("" if self.conn.authenticated else " before AUTH"))
+
+    def decode_frame(self, message):
+        """([(request, frame bytes)], None), or (None, the error) when malformed."""
+        try:
+            return [(P.parse_request(message), len(message))], None
+        except EmbedlogError as exc:
+            return None, exc
+
+    defers = False                    # take_at takes each request at once
+
+    def take_at(self, view, at: int, n: int, copy: bool) -> bool:
+        """Take the request of the whole frame of ``n`` bytes at ``view[at]`` (its limits
+        checked by the server); False, taking nothing, when it is malformed (the server's
+        loop answers it). ``copy``: the frame is not the whole read, so it is copied out, and
+        the request does not keep the read, and what follows its frame, alive."""
+        message = view[at + 4:at + 4 + n]
+        try:
+            req = P.parse_request(bytes(message) if copy else message)
+        except EmbedlogError:
+            return False
+        self.server.stats["requests"] += 1
+        self.server.admit(self.conn, req, n)
+        return True
+
+    def flush(self, view, end: int) -> int:
+        """The frames take_at took end at ``end``: nothing more to take."""
+        return end
+
+    def malformed(self, exc) -> bytes:
+        return P.error_response(0, 0, 0, exc.wire_code or P.EBADREQ, 0, 0, str(exc))
+
+    def refusal(self, reqs) -> bytes:
+        req = reqs[0][0]
+        return P.error_response(req.op, req.flags, req.request_id, P.ETOOMANYREQUESTS,
+                                req.scope, req.ledger, "too many requests in flight")
+
+    def authenticate(self, reqs) -> bool:
+        """The first request of a connection to a bookie with a token: AUTH with the right
+        token lets it through (the AUTH handler answers EOK); anything else gets EUA."""
+        req, conn, server = reqs[0][0], self.conn, self.server
+        if req.op == P.AUTH and hmac.compare_digest(bytes(req.body), server.auth_token):
+            conn.authenticated = True
+            return True
+        server.stats["auth_failures"] += 1
+        conn.auth_failures += 1
+        conn.writer.write(P.error_response(req.op, req.flags, req.request_id, P.EUA,
+                                           req.scope, req.ledger, "not authenticated"))
+        return False
+
+    def take(self, reqs) -> None:
+        admit, conn = self.server.admit, self.conn
+        for req, n in reqs:
+            admit(conn, req, n)
 
 
 class EmbedlogRequests:
@@ -185,7 +268,7 @@ class EmbedlogRequests:
                                        json.dumps(info).encode()))
 
     def _auth(self, req, writer) -> None:
-        # the first AUTH was checked by the server (BookieServer._authenticate); a later one
+        # the first AUTH was checked by EmbedlogFrames.authenticate; a later one
         # (or one to a bookie without a token) is answered the same way and changes nothing
         token = self.server.auth_token
         if token is None or hmac.compare_digest(bytes(req.body), token):

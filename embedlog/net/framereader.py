@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from embedlog._native.addpath import frame_buffer
+from embedlog._native.frames import frame_buffer
 
 
 class FrameReader(asyncio.StreamReader):
     """The embedlog server's StreamReader: ``read_frame`` hands a frame's message over with
     at most one copy of its bytes (StreamReader.readexactly makes two in Python 3.11: a
     slice of its buffer, then bytes of that). Everything else is StreamReader's, so a
-    connection read by BookieServer.serve_frames (BookKeeper's) reads as before.
+    connection reads as any StreamReader's.
 
     A frame not yet whole when ``read_frame`` asks for it is gathered as the socket's reads
     come (each read's bytes kept as they are, no copy) and copied once into the frame's own
@@ -34,7 +34,8 @@ class FrameReader(asyncio.StreamReader):
     room = None                       # async room(): returns once more may be read
     # set while the connection's task waits between frames: ``take_frames(data)`` answers
     # the whole frames at the front of a read at once and returns the bytes it took
-    # (BookieServer._take_frames); what it leaves is buffered for the task as usual
+    # (BookieServer._take_frames, whatever the protocol); what it leaves is buffered for
+    # the task as usual
     take_frames = None
 
     def feed_data(self, data) -> None:
@@ -69,6 +70,16 @@ class FrameReader(asyncio.StreamReader):
             self._held = True
             self._transport.pause_reading()
             self._wakeup_waiter()         # read_frame waits for room() instead
+
+    def take_buffered(self, take) -> None:
+        """``take(buffer)`` (take_frames' kind) on what is buffered, before the task reads
+        on: the bytes it took are dropped from the buffer."""
+        buf = self._buffer
+        if buf:
+            taken = take(buf)
+            if taken:
+                del buf[:taken]
+                self._maybe_resume_transport()
 
     def frame_left(self) -> int:
         """Bytes of the frame read_frame gathers still to come (0 between frames)."""

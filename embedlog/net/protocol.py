@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import struct
 
-from embedlog._native.addpath import add_request  # noqa: F401  (ADD frames: built in one C pass)
-from embedlog._native.addpath import split_add_body
+from embedlog._native.frames import add_request  # noqa: F401  (ADD frames: built in one C pass)
+from embedlog._native.frames import split_add_body
 from embedlog._native.wire_sizes import (FRAME_HEADERS_BYTES, MASTER_KEY_BYTES, MAX_FRAME_BYTES,
                                          REQ_HEAD_BYTES)
 from embedlog.errors import STATUS, CorruptedDataError, EntryTooLargeError, IllegalOpError
@@ -70,7 +70,7 @@ MAX_READ_ENTRIES = 1024                                # entries one READ asks f
 
 LENGTH = struct.Struct(">I")
 REQ_HEAD = struct.Struct(f">BBHQQQ{MASTER_KEY_BYTES}sQ")
-if REQ_HEAD.size != REQ_HEAD_BYTES:              # the size addpath.pyx frames ADDs with
+if REQ_HEAD.size != REQ_HEAD_BYTES:              # the size frames.pyx frames ADDs with
     raise ImportError(f"protocol.REQ_HEAD has {REQ_HEAD.size} bytes, wire_sizes.pxd says {REQ_HEAD_BYTES}")
 RESP_HEAD = struct.Struct(">BBHQiQQ")            # 32 bytes
 U32 = struct.Struct(">I")
@@ -161,7 +161,7 @@ def parse_request(message) -> Request:
 def parse_add_body(body) -> list:
     """The entries of an ADD body, as views of it (``body`` is a memoryview).
     CorruptedDataError for a body cut short, with trailing bytes or without a count;
-    IllegalOpError for one without entries. One C pass (addpath.split_add_body): this
+    IllegalOpError for one without entries. One C pass (frames.split_add_body): this
     loop ran once per entry on the bookie's event loop."""
     return split_add_body(body)
 

@@ -1,12 +1,13 @@
 """The bookie server: one Bookie's connections on asyncio, their limits and flow control.
 
-What a request does is the RequestProcessor's (net/processor.py), whatever its protocol;
-the server reads frames and hands them to a protocol's codec: embedlog's
-(net/protocol.py, answered by net/elserver.py), or BookKeeper's v3 and v2 (net/bkserver.py),
-told apart by the first byte of a connection's first message. embedlog's frames are read
-here with AUTH, refusals past the throttle time and the whole frames of a read answered in
-its callback (_take_frames); BookKeeper's by ``serve_frames``, a loop that hands what it
-reads to the protocol's decoder, with back-pressure only.
+What a request does is the RequestProcessor's (net/processor.py), whatever its protocol.
+Every connection has one read loop here (_read_frames), which reads each frame's length,
+keeps the limits and the flow control, and hands the frame to its protocol's decoder:
+embedlog's (net/elserver.py's EmbedlogFrames: AUTH, and refusals past the throttle time),
+or BookKeeper's v3 and v2 (net/bkserver.py's BookKeeperSession: back-pressure only), told
+apart by the first byte of a connection's first message. The whole frames of a read that
+comes while the loop waits between frames are taken in the transport's callback
+(_take_frames), whatever the protocol.
 
 Adds are framed and journalled on the event loop (the bookie's lock is held only to
 frame them); the reply is sent once they are durable. The adds of one loop step wait
@@ -30,17 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import hmac
 import logging
 import struct
 import termios
 import time
 
-from embedlog.errors import EmbedlogError
 from embedlog.net import protocol as P
 from embedlog.net.bkserver import BookKeeperSession, first_byte_protocol
 from embedlog.net.completions import Completions
-from embedlog.net.elserver import EmbedlogRequests
+from embedlog.net.elserver import EmbedlogFrames, EmbedlogRequests
 from embedlog.net.framereader import FrameReader
 from embedlog.net.longpolls import LongPolls
 from embedlog.net.processor import RequestProcessor
@@ -51,7 +50,6 @@ log = logging.getLogger("embedlog.server")
 AUTH_TIMEOUT_S = 10.0       # to finish the TLS handshake, and to AUTH when a token is set
 MAX_AUTH_FAILURES = 10      # refused requests before an unauthenticated connection is closed
 GOAWAY_GRACE_S = 2.0        # after GOAWAY, requests already on their way are still served
-PRE_AUTH_MAX_FRAME = 4096   # bytes a frame may have before AUTH succeeds (AUTH is tiny)
 READ_BUFFER_BYTES = 64 * 1024   # what a connection's reader holds ahead of the frame asked for
 SKIP_CHUNK = 64 * 1024      # a refused frame is read and dropped this much at a time
 UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request before a
@@ -60,7 +58,6 @@ UNPROVEN_GRACE_S = 1.0      # a new connection's time to send its first request 
 IDLE_FRAME_S = 1.0          # a partial frame that got no byte for this long gives its bytes
                             # (and its connection) back when another frame needs the room
 ROOM_RECHECK_S = 0.1        # a frame waiting for room looks again for idle frames this often
-READ_CHUNK = 64 * 1024      # bytes a decoded-frames connection reads from its socket at a time
 
 
 class _Connection:
@@ -185,6 +182,9 @@ class BookieServer:
         # frames cannot hold more than it bookie-wide; together they may hold half of it,
         # so whole frames always find the other half, and one address a share of that half
         self.reading_bytes = 0
+        # bytes of partial frames whose connection went before they were whole, ever: the
+        # serving process gives the heap they held back to the system (cli/serve.py)
+        self.dropped_frame_bytes = 0
         self.arriving_share = max(1, self.max_bytes // 2)
         self.address_share = min(self.arriving_share, max(self.max_bytes // 8, self.max_frame_bytes))
         self._arriving: set = set()          # connections holding bytes of a partial frame
@@ -286,34 +286,67 @@ class BookieServer:
         conn = _Connection(writer, self._loop.time(), self.auth_token is None, address)
         self._conns[writer] = conn
         self._per_address[address] = self._per_address.get(address, 0) + 1
-        first_frame = True
-
-        def take_frames(data) -> int:
-            return self._take_frames(conn, reader, data)
-
         # a frame not whole at once is charged as its bytes come (FrameReader.charge)
         reader.charge = lambda k: self._arrived(conn, k, reader.frame_left())
         reader.room = lambda: self.wait_arrival_room(conn, reader)
-
         try:
-            while True:
+            await self._read_frames(conn, reader, writer)
+        finally:
+            self._drop(conn)
+            writer.close()
+
+    def _frames_of(self, conn, writer, kind: str):
+        """The frame decoder of a connection whose first message began as ``kind`` says."""
+        if kind == "embedlog":
+            return EmbedlogFrames(self, conn)
+        conn.kind = "bookkeeper"
+        conn.authenticated = True
+        key = f"bk_{kind}_connections"
+        self.stats[key] = self.stats.get(key, 0) + 1
+        return BookKeeperSession(self, conn, writer, kind)
+
+    async def _read_frames(self, conn, reader, writer) -> None:
+        """A connection's one read loop, whatever its protocol: each frame's length read, its
+        size checked against the decoder's limits, room waited for in the in-flight limits
+        (at most max_throttle_time_ms, then refused, for a decoder that ``refuses``;
+        otherwise as long as it takes), the frame read (counted as its bytes arrive) and
+        handed to the decoder, which decodes it and takes its requests. Between frames, the
+        whole frames of a read that comes (or is already buffered) are taken at once
+        (_take_frames). The decoder (``frames``) is told by the first byte of the first
+        message (bkserver.first_byte_protocol): embedlog's (net/elserver.py) or BookKeeper's
+        v3 and v2 (net/bkserver.py)."""
+        stats, loop = self.stats, self._loop
+        frames = None if self.bookkeeper_protocols else EmbedlogFrames(self, conn)
+        first_frame = True
+
+        def take_frames(data) -> int:
+            return self._take_frames(conn, frames, reader, data, False)
+
+        def take_buffered(data) -> int:
+            return self._take_frames(conn, frames, reader, data, True)
+
+        while True:
+            try:
+                if conn.authenticated and not first_frame:
+                    if reader.has_data():
+                        reader.take_buffered(take_buffered)
+                    reader.take_frames = take_frames
+                # a frame's clock starts at its first byte: a trickled frame is cut off
+                # (the sweeper), an idle connection between frames is not
+                self.sync_before_read(reader)
                 try:
-                    # a frame's clock starts at its first byte: a trickled frame is cut off
-                    # (the sweeper), an idle connection between frames is not
-                    self.sync_before_read(reader)
-                    if conn.authenticated and not first_frame:
-                        reader.take_frames = take_frames
-                    try:
-                        first = await reader.readexactly(1)
-                    finally:
-                        reader.take_frames = None
-                    conn.frame_started = conn.progress_at = self._loop.time()
-                    head = first + await reader.readexactly(3)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                (n,) = P.LENGTH.unpack(head)
-                peek = b""
-                if first_frame and self.bookkeeper_protocols and n >= 1:
+                    first = await reader.readexactly(1)
+                finally:
+                    reader.take_frames = None
+                conn.frame_started = conn.progress_at = loop.time()
+                head = first + await reader.readexactly(3)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            (n,) = P.LENGTH.unpack(head)
+            peek = b""
+            if frames is None:
+                kind = "embedlog"
+                if n >= 1:
                     # the first message's first byte: embedlog's version (0x01), a v3
                     # Request's header tag (0x0A) or a v2 packet's version (2, 3)
                     try:
@@ -321,161 +354,94 @@ class BookieServer:
                     except (asyncio.IncompleteReadError, ConnectionError):
                         return
                     kind = first_byte_protocol(peek[0])
-                    if kind != "embedlog":
-                        conn.kind = "bookkeeper"
-                        conn.authenticated = True
-                        await self.serve_frames(conn, reader, writer, head + peek,
-                                                BookKeeperSession(self, conn, writer, kind))
-                        return
-                first_frame = False
-                limit = self.max_frame_bytes if conn.authenticated else PRE_AUTH_MAX_FRAME
-                if n > limit or n < P.REQ_HEAD.size:
-                    self.stats["bad_frames"] += 1
-                    writer.write(P.error_response(0, 0, 0, P.EBADREQ, 0, 0,
-                                                  f"frame of {n} bytes is outside "
-                                                  f"{P.REQ_HEAD.size}..{limit}"
-                                                  + ("" if conn.authenticated else " before AUTH")))
+                frames = self._frames_of(conn, writer, kind)
+            first_frame = False
+            limit = frames.frame_limit()
+            if n > limit or n < frames.min_frame_bytes:
+                stats["bad_frames"] += 1
+                answer = frames.bad_size(n, limit)
+                if answer is not None:
+                    writer.write(answer)
                     await writer.drain()
+                return
+            # back-pressure: while a limit is reached, the rest of the frame stays in the
+            # socket (and TCP pushes back on the client); past the throttle time, refuse
+            if self._has_room(conn, n):
+                admitted, conn.refusing = True, False
+            elif not frames.refuses:
+                await self._hold_back(conn, n)
+                if conn.closed:
                     return
-                # back-pressure: while a limit is reached, the rest of the frame stays in the
-                # socket (and TCP pushes back on the client); past the throttle time, refuse
-                if self._has_room(conn, n):
-                    admitted, conn.refusing = True, False
-                elif conn.refusing:
-                    admitted = False
-                else:
-                    admitted = await self._throttle(conn, n)
-                    conn.refusing = not admitted
-                try:
-                    if admitted:
-                        try:
-                            if peek:
-                                message = peek + await reader.read_frame(n - len(peek))
-                            else:
-                                message = await reader.read_frame(n)
-                        finally:
-                            self.set_arriving(conn, 0)
-                    else:
-                        # refused: its header is all the answer needs; the rest is read
-                        # and dropped a little at a time, never held whole
-                        message = peek + await reader.readexactly(P.REQ_HEAD.size - len(peek))
-                        left = n - P.REQ_HEAD.size
-                        while left:
-                            left -= len(await reader.readexactly(min(left, SKIP_CHUNK)))
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    self.stats["bad_frames"] += 1
-                    return
-                conn.frame_started = None
-                conn.last_active = self._loop.time()
-                try:
-                    req = P.parse_request(message)
-                except EmbedlogError as exc:
-                    self.stats["bad_frames"] += 1
-                    writer.write(P.error_response(0, 0, 0, exc.wire_code or P.EBADREQ, 0, 0, str(exc)))
-                    await writer.drain()
-                    return
-                self.stats["requests"] += 1
-                if not admitted:
-                    self.stats["rejected_requests"] += 1
-                    writer.write(P.error_response(req.op, req.flags, req.request_id, P.ETOOMANYREQUESTS,
-                                                  req.scope, req.ledger, "too many requests in flight"))
-                elif conn.authenticated or self._authenticate(conn, req):
-                    self._admit(conn, req, n)
-                elif conn.auth_failures >= MAX_AUTH_FAILURES:
-                    await writer.drain()
-                    return
-                if writer.transport.get_write_buffer_size() > self.max_frame_bytes:
-                    await writer.drain()      # a slow reader gets back-pressure, not memory
-        finally:
-            self._drop(conn)
-            writer.close()
-
-    async def serve_frames(self, conn, reader, writer, first: bytes, session) -> None:
-        """The read loop of a connection whose frames a ``session`` decodes (BookKeeper's v3
-        and v2: net/bkserver.py): what is read is kept in one buffer, the session decodes
-        the whole frames at its front (``session.decode(buf)``: requests, bytes taken, error)
-        and takes their requests (``session.take``, which holds their shares of the limits).
-        ``first``: the bytes read to tell the protocol. Back-pressure only (never a refusal):
-        while there is no room, the socket is not read; a malformed frame closes it."""
-        try:
-            await self._serve_frames(conn, reader, writer, bytearray(first), session)
-        finally:
-            self.set_arriving(conn, 0)
-
-    async def _serve_frames(self, conn, reader, writer, buf, session) -> None:
-        stats, loop = self.stats, self._loop
-        max_frame_bytes = session.max_frame_bytes
-        key = f"bk_{session.protocol}_connections"
-        stats[key] = stats.get(key, 0) + 1
-        while True:
-            if len(buf) >= 4:
-                reqs, pos, err = session.decode(buf)
-                if pos:
-                    del buf[:pos]
-                    self.frame_whole(conn)
-                    conn.frame_started = None     # the next frame's deadline is its own
-                if reqs:
-                    stats["requests"] += len(reqs)
-                    conn.proven = True
-                    conn.last_active = loop.time()
-                    session.take(reqs)
-                if err is not None:
-                    stats["bad_frames"] += 1
-                    log.warning("BookKeeper %s connection from %s: %s; closing it",
-                                session.protocol, conn.address, err)
-                    return
-            # what is here of frames not yet whole counts against the bookie-wide limits
-            # (reading_bytes, as embedlog's frames do) as it arrives, until decoded
-            self.set_arriving(conn, len(buf))
-            rest = 4 + int.from_bytes(buf[:4], "big") - len(buf) if len(buf) >= 4 else 0
-            conn.frame_left = rest
-            if buf:
-                # back-pressure, never a refusal: while there is no room for more of the
-                # frame, the socket is not read (the frame's deadline still runs)
-                if not self.arrival_room(conn):
-                    await self.wait_arrival_room(conn, reader)
-                    if conn.closed:
-                        return
+                admitted = True
+            elif conn.refusing:
+                admitted = False
             else:
-                # between frames: while a request limit holds, the socket is not read
-                while not self._has_room(conn, 0):
-                    # waiting holds no frame, so it is not a slow frame (frame_started)
-                    conn.frame_started = None
-                    stats["throttled"] += 1
-                    self._throttled += 1
-                    conn.held_back = True
-                    try:
-                        self._room_freed.clear()
-                        await self._room_freed.wait()
-                    finally:
-                        conn.held_back = False
-                        self._throttled -= 1
-                    if conn.closed:
-                        return
-            if buf:
-                if conn.frame_started is None:
-                    conn.frame_started = conn.progress_at = loop.time()
-            else:
-                conn.frame_started = None
-            if writer.transport.get_write_buffer_size() > max_frame_bytes:
-                await writer.drain()     # a client that does not read its answers
-            self.sync_before_read(reader)
+                admitted = await self._throttle(conn, n)
+                conn.refusing = not admitted
             try:
-                if rest > READ_CHUNK:
-                    # a large frame: the rest is gathered as it comes (charged by the
-                    # reader) and copied once, with what is here of it, into its own buffer
-                    buf = await reader.read_frame(len(buf) + rest, head=buf)
-                    continue
-                data = await reader.read(READ_CHUNK)
+                if admitted:
+                    if frames.prefixed:      # the decoder reads the length with the frame
+                        message = await reader.read_frame(4 + n, head=head + peek)
+                    elif peek:
+                        message = peek + await reader.read_frame(n - len(peek))
+                    else:
+                        message = await reader.read_frame(n)
+                    # whole: its bytes are the request's now (a read that failed ends the
+                    # connection, and _drop gives them back as dropped_frame_bytes)
+                    self.set_arriving(conn, 0)
+                else:
+                    # refused: its header is all the answer needs; the rest is read
+                    # and dropped a little at a time, never held whole
+                    message = peek + await reader.readexactly(frames.refused_head - len(peek))
+                    left = n - frames.refused_head
+                    while left:
+                        left -= len(await reader.readexactly(min(left, SKIP_CHUNK)))
             except (asyncio.IncompleteReadError, ConnectionError):
+                stats["bad_frames"] += 1
                 return
-            if not data:
+            conn.frame_started = None
+            conn.last_active = loop.time()
+            reqs, error = frames.decode_frame(message)
+            if error is not None:
+                stats["bad_frames"] += 1
+                answer = frames.malformed(error)
+                if answer is not None:
+                    writer.write(answer)
+                    await writer.drain()
                 return
-            buf += data
+            stats["requests"] += len(reqs)
+            if not admitted:
+                stats["rejected_requests"] += len(reqs)
+                writer.write(frames.refusal(reqs))
+            elif conn.authenticated or frames.authenticate(reqs):
+                conn.proven = True
+                frames.take(reqs)
+            elif conn.auth_failures >= MAX_AUTH_FAILURES:
+                await writer.drain()
+                return
+            if writer.transport.get_write_buffer_size() > self.max_frame_bytes:
+                await writer.drain()      # a slow reader gets back-pressure, not memory
 
-    def _admit(self, conn, req, n: int) -> None:
-        """Dispatch a request let in: it holds its share of the in-flight limits until answered."""
-        conn.proven = True
+    async def _hold_back(self, conn, n: int) -> None:
+        """Back-pressure only (a decoder that never refuses): the connection is not read
+        until there is room for ``n`` more bytes, however long; waiting holds no frame, so
+        it is not a slow frame (frame_started)."""
+        conn.frame_started = None
+        self.stats["throttled"] += 1
+        self._throttled += 1
+        conn.held_back = True
+        try:
+            while not self._has_room(conn, n) and not conn.closed:
+                self._room_freed.clear()
+                await self._room_freed.wait()
+        finally:
+            conn.held_back = False
+            self._throttled -= 1
+        conn.frame_started = conn.progress_at = self._loop.time()
+
+    def admit(self, conn, req, n: int) -> None:
+        """Dispatch an embedlog request let in: it holds its share of the in-flight limits
+        until answered (its _Exchange's first reply)."""
         self.hold(conn, 1, n)
         if self.observers:
             exchange = _Exchange(self, conn, n, req, time.perf_counter())
@@ -483,51 +449,50 @@ class BookieServer:
             exchange = _Exchange(self, conn, n)
         self.dispatch(req, exchange)
 
-    def _take_frames(self, conn, reader, data) -> int:
+    def _take_frames(self, conn, frames, reader, data, buffered: bool) -> int:
         """The whole frames at the front of ``data``, a read that came while the connection's
-        task waits between frames, answered here in the transport's callback: a lone add no
-        longer waits a loop step for the task to wake and read its frame in three awaits.
-        Returns the bytes taken. The task gets the rest from the first frame that needs it:
-        one not whole, outside the frame limits, without room in flight, malformed, or
-        behind a write buffer that wants draining; it handles that frame as before."""
+        task waits between frames (or what its reader holds when the task comes back for
+        the next frame: ``buffered``, then every request is copied out of it), taken here:
+        a lone add does not wait a loop step for the task to wake and read its frame in
+        three awaits. Each frame is checked against the limits and handed to the decoder
+        (``take_at``: embedlog's takes its request at once, BookKeeper's decodes the frames
+        of the read together in ``flush``, so runs of adds form). Returns the bytes taken.
+        The task gets the rest from the first frame that needs it: one not whole, outside
+        the frame limits, without room in flight, malformed, or behind a write buffer that
+        wants draining; it handles that frame as any other."""
+        if conn.closed or conn.refusing:
+            return 0
         at, end = 0, len(data)
         view = memoryview(data)
-        transport = conn.writer.transport
-        while end - at >= 4 and not conn.closed and not conn.refusing:
+        buffered_out = conn.writer.transport.get_write_buffer_size
+        high, low, take_at = frames.max_frame_bytes, frames.min_frame_bytes, frames.take_at
+        # a decoder that takes its requests at the end (``defers``) holds nothing yet: what
+        # its frames will hold counts against the limits as they are walked
+        defers = frames.defers
+        count = held = 0
+        while end - at >= 4:
             (n,) = P.LENGTH.unpack_from(view, at)
-            if (n > self.max_frame_bytes or n < P.REQ_HEAD.size or n > end - at - 4
-                    or not self._has_room(conn, n)
-                    or transport.get_write_buffer_size() > self.max_frame_bytes):
-                break
-            message = view[at + 4:at + 4 + n]
-            if n + 4 < end:
-                # one of several frames in the read: a copy, as the task's read makes, so
-                # a view does not keep the whole read (and what follows the frame) alive
-                message = bytes(message)
-            try:
-                req = P.parse_request(message)
-            except EmbedlogError:
+            # a request answered at once (a read) may fill the write buffer: past a frame's
+            # worth the rest waits for the task, which drains it (a slow reader gets
+            # back-pressure, not memory)
+            if n > high or n < low or n > end - at - 4 or conn.closed or conn.refusing or \
+                    not self._has_room(conn, n, count, held) or \
+                    buffered_out() > self.max_frame_bytes or \
+                    not take_at(view, at, n, buffered or n + 4 < end):
                 break
             at += 4 + n
-            self.stats["requests"] += 1
-            self._admit(conn, req, n)
+            if defers:
+                count += 1
+                held += n
         if at:
-            conn.last_active = self._loop.time()
-            if at == end:
-                self.sync_before_read(reader)
+            at = frames.flush(view, at)
+        if not at:
+            return 0
+        conn.proven = True
+        conn.last_active = self._loop.time()
+        if at == end and not buffered:
+            self.sync_before_read(reader)
         return at
-
-    def _authenticate(self, conn, req) -> bool:
-        """The first request of a connection to a bookie with a token: AUTH with the right
-        token lets it through (the AUTH handler answers EOK); anything else gets EUA."""
-        if req.op == P.AUTH and hmac.compare_digest(bytes(req.body), self.auth_token):
-            conn.authenticated = True
-            return True
-        self.stats["auth_failures"] += 1
-        conn.auth_failures += 1
-        conn.writer.write(P.error_response(req.op, req.flags, req.request_id, P.EUA,
-                                           req.scope, req.ledger, "not authenticated"))
-        return False
 
     def _evict_idle(self, address) -> bool:
         """Make room for a new connection (from ``address``, or any): close an idle one. First
@@ -598,12 +563,6 @@ class BookieServer:
         if self._throttled:
             self._room_freed.set()
 
-    def frame_whole(self, conn) -> None:
-        """A frame of ``conn`` is whole (what follows it may still be arriving): if it led,
-        the lead goes to the next frame that waits."""
-        if self._lead is conn:
-            self._lead = None
-
     def arrival_room(self, conn) -> bool:
         """May ``conn`` take more of the frame it is reading? Within max_in_flight_bytes
         (bytes in flight and arriving), and, but for the lead, within the half of it frames
@@ -646,9 +605,12 @@ class BookieServer:
         frame leads, a waiting one leads: it reads on past the shares until it is whole, so
         frames waiting for each other's room always finish. The lead is one whose rest is
         already in its socket if there is one (a client that sent its whole frame; one that
-        keeps its last bytes back is not), else the one whose bytes came last: frames that
-        have been waiting longest are the likeliest to have stopped coming (a stalled lead
-        is closed after IDLE_FRAME_S and the next one leads)."""
+        keeps its last bytes back is not), else the frame that began last: frames that have
+        been arriving longest are the likeliest to have stopped coming (a stalled lead is
+        closed after IDLE_FRAME_S and the next one leads). Not the frame read last: a
+        partial frame given freed room reads on from what its socket already holds, which
+        says nothing of its client, and so outranked a whole frame waiting behind it, once
+        per stalled lead, past the whole frame's client's timeout."""
         now = self._loop.time()
         if now - self._room_made_at < ROOM_RECHECK_S and self._lead is not None:
             return
@@ -675,19 +637,21 @@ class BookieServer:
 
             def rank(c):
                 q = queued[c] if c in queued else _queued_bytes(c)
-                return (q >= c.frame_left, c.progress_at)
+                return (q >= c.frame_left, c.frame_started or 0.0)
             self._lead = max(waiting, key=rank)
             self._room_freed.set()
 
-    def _has_room(self, conn, n: int) -> bool:
+    def _has_room(self, conn, n: int, count: int = 0, nbytes: int = 0) -> bool:
+        # ``count`` requests of ``nbytes`` taken with it but not yet held count as held;
         # a frame is always let in when nothing else is in flight or arriving, so one larger
         # than a byte limit is not refused for ever; frames still arriving count up to their
         # share (the reads that crossed it while it filled hold the rest), so whole frames
         # always find the other half
-        held = self.in_flight_bytes + min(self.reading_bytes, self.arriving_share)
-        return (conn.requests < self.max_requests_per_conn
-                and (conn.bytes == 0 or conn.bytes + n <= self.max_bytes_per_conn)
-                and self.in_flight_requests < self.max_requests
+        held = self.in_flight_bytes + nbytes + min(self.reading_bytes, self.arriving_share)
+        mine = conn.bytes + nbytes
+        return (conn.requests + count < self.max_requests_per_conn
+                and (mine == 0 or mine + n <= self.max_bytes_per_conn)
+                and self.in_flight_requests + count < self.max_requests
                 and (held == 0 or held + n <= self.max_bytes))
 
     async def _throttle(self, conn, n: int) -> bool:
@@ -744,6 +708,7 @@ class BookieServer:
             self._per_address[conn.address] = left
         else:
             self._per_address.pop(conn.address, None)
+        self.dropped_frame_bytes += conn.arriving
         conn.closed = True
         self.in_flight_requests -= conn.requests
         self.in_flight_bytes -= conn.bytes

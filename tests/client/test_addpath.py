@@ -1,5 +1,6 @@
-"""The client's add path kernels (embedlog._native.addpath) against the Python they replaced:
-the same frames and entries, the same acknowledgement rules, futures completed in order."""
+"""The client's add path kernels (embedlog._native.addpath) and the ADD frame
+(embedlog._native.frames.add_request) against the Python they replaced: the same frames and
+entries, the same acknowledgement rules, futures completed in order."""
 from __future__ import annotations
 
 import collections
@@ -10,7 +11,7 @@ import threading
 import pytest
 
 from support.cliutil import wait_until
-from embedlog._native import addpath
+from embedlog._native import addpath, frames
 from embedlog._native.addpath import AddFuture, PendingAdd
 from embedlog._native.format import decode_entry, encode_entry, mac_key, parse_entry_header
 from embedlog.client.schedule import stripe
@@ -39,7 +40,7 @@ def test_an_add_frame_is_byte_for_byte_the_structs_frame(seed):
         entries.append(rng.choice([bytes, bytearray, memoryview])(data))
     args = (rng.getrandbits(64), rng.getrandbits(64), rng.getrandbits(64), rng.randbytes(20),
             entries, rng.getrandbits(16), rng.getrandbits(64))
-    frame = addpath.add_request(*args)
+    frame = frames.add_request(*args)
     assert frame == python_add_request(*args)
     # and the bookie's parser takes it back apart
     req = P.parse_request(frame[4:])
@@ -49,11 +50,11 @@ def test_an_add_frame_is_byte_for_byte_the_structs_frame(seed):
 
 def test_an_add_frame_refuses_what_does_not_fit_its_fields():
     with pytest.raises(IllegalOpError, match="master key of 19 bytes"):
-        addpath.add_request(1, 0, 1, KEY[:19], [b"x"])
+        frames.add_request(1, 0, 1, KEY[:19], [b"x"])
     with pytest.raises(IllegalOpError, match="16 bits"):
-        addpath.add_request(1, 0, 1, KEY, [b"x"], flags=1 << 16)
+        frames.add_request(1, 0, 1, KEY, [b"x"], flags=1 << 16)
     with pytest.raises(OverflowError):
-        addpath.add_request(-1, 0, 1, KEY, [b"x"])
+        frames.add_request(-1, 0, 1, KEY, [b"x"])
 
 
 @pytest.mark.parametrize("scope,digest", [(0, 3), (7, 3), (0, 1), (5, 2), (0, 4)])

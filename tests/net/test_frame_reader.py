@@ -255,9 +255,9 @@ def test_eof_or_an_error_while_a_frame_is_being_filled():
 
 
 def test_a_frame_buffer_is_its_size_and_refuses_a_negative_one():
-    """read_frame's bytearray is not zero-filled (addpath.frame_buffer): what a read has not
+    """read_frame's bytearray is not zero-filled (frames.frame_buffer): what a read has not
     filled is never handed over (the EOF case above gives only the bytes received)."""
-    from embedlog._native.addpath import frame_buffer
+    from embedlog._native.frames import frame_buffer
     assert len(frame_buffer(0)) == 0 and len(frame_buffer(1 << 20)) == 1 << 20
     with pytest.raises(ValueError):
         frame_buffer(-1)
@@ -266,7 +266,7 @@ def test_a_frame_buffer_is_its_size_and_refuses_a_negative_one():
 def test_a_spare_frame_is_handed_out_again_only_once_nobody_holds_it():
     """frame_buffer keeps the large frames it handed out (their pages already faulted in)
     and hands one out again only when no frame, memoryview or entry view holds it."""
-    from embedlog._native.addpath import frame_buffer, split_add_body
+    from embedlog._native.frames import frame_buffer, split_add_body
     n = 3 << 20                        # no spare of another test's size takes it
     first = frame_buffer(n)
     first[:] = b"a" * n

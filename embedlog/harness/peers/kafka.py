@@ -304,8 +304,10 @@ class KafkaCluster:
     def port(self, i: int) -> int:
         return self._b(i).port
 
-    def pid(self, i: int) -> int:
-        return self._b(i).process.pid
+    def pid(self, i: int) -> int | None:
+        """Broker ``i``'s process id; None when it is not running."""
+        b = self._b(i)
+        return b.process.pid if b.running() else None
 
     def data_dir(self, i: int) -> str:
         return self._b(i).data_dir
