@@ -71,6 +71,19 @@ def test_layout_1_directory_keeps_opening_as_layout_1(tmp_path):
         assert files(os.path.join(tmp_path, "journal"), ".seg") == []
 
 
+def test_a_lost_layout_file_is_read_from_the_journal(tmp_path, caplog):
+    """Opened as layout 1, a layout 2 directory's journals would be trimmed and reused."""
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log)
+        log.bookie.checkpoint()
+    os.unlink(os.path.join(tmp_path, "current", "LAYOUT"))
+    with embedlog.open(tmp_path, **dict(CONFIG, storage_layout=1)) as log:
+        assert log.bookie.layout == 2
+        check(log, ledgers)
+    assert "LAYOUT is missing" in caplog.text
+    assert open(os.path.join(tmp_path, "current", "LAYOUT")).read() == "2\n"
+
+
 CHILD = textwrap.dedent("""
     import sys, embedlog
     from support.crash_child import payload
