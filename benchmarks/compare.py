@@ -743,7 +743,9 @@ class Runner:
     def batches(self, work, batch, size, mbs=False, steady=False):
         """Durable batches over the 8 ledgers. ``steady``: embedlog with 32 MiB journals and
         no backups kept, timed only once eight journals in a row were reused with no zeros
-        written (untimed batches until then), so what it writes is the steady state's: no preallocation."""
+        written (untimed batches until then), so what it writes is the steady state's: no
+        preallocation. Layout 2 reuses no journal (a trimmed one is a segment): timed once
+        eight new journals in a row were made, and their segments kept as storage."""
         pool = payload_pool(size, max(batch, 1000))[:batch]
         state = {}
 
@@ -768,9 +770,14 @@ class Runner:
             if steady and "embedlog" in stores:
                 s = stores["embedlog"]
                 warm, mark = perf(), None
+                layout2 = s.log.statistics().get("layout", 1) == 2
                 while perf() - warm < 180:        # until 8 reuses in a row wrote no zeros
                     segment("embedlog", s, 0.2)
                     j = s.log.statistics()["journal"]
+                    if layout2:
+                        if j.get("files_created", 0) >= 9:
+                            break
+                        continue
                     if j["files_reused"] < 2:
                         continue
                     if mark is None or j["zeros_written"] != mark[1]:
@@ -782,7 +789,7 @@ class Runner:
                 base["index"] = index_bytes(s._dir)
                 self.notes.append(f"{work} / embedlog: timed after {base['payload'] / 2**20:,.0f} "
                                   f"MiB untimed, once {base['journal']['files_reused']} journals "
-                                  "had been reused")
+                                  f"had been reused ({base['journal'].get('files_created', 0)} made)")
             units = [("entries/s", 1)] + ([("MB/s", size / MB)] if mbs else [])
             self.rounds_of(work, stores, segment, units)
             if "embedlog" in stores:

@@ -84,7 +84,7 @@ class BookieConfig:
         "report it) instead of refusing to start. A torn tail is always repaired.")
     # -- ledger storage --------------------------------------------------------
     storage_layout: int = _key(
-        1, "layout of a new bookie directory (current/LAYOUT records it; an existing directory "
+        2, "layout of a new bookie directory (current/LAYOUT records it; an existing directory "
         "keeps its own): 2 keeps the journal's files as the storage of the entries they hold "
         "(each entry written once, index locations point into them); 1 copies every entry "
         "into entry logs at each memtable flush (BookKeeper's layout).", 1, 2)

@@ -27,6 +27,14 @@ The index moves only after the target is durable (steps 1-3), and only entries t
 index still places in a source move, so an entry rewritten, truncated or deleted
 meanwhile keeps what it has; nothing is lost and nothing is left behind.
 
+Layout 2: a source may be a journal segment (``<id>.seg`` in the journal directory, below
+the LastLogMark), named by its log id ``1 << 31 | segment`` as its index locations name it.
+Its live entries are copied into the target entry log like an entry log's; step 5 deletes
+the ``.seg`` and its ``.seg.map``, unless some index location still names the segment
+(entries its scan could not reach, past a damaged record): that segment is kept, and
+GC's segment deletion frees it once nothing names it. A ``.txn`` file is never a source:
+the journal may still replay it.
+
 Manifest (text)::
 
     manifest := "embedlog-compaction\\t1\\n" "target=" hex "\\n" "sources=" hex ("," hex)* "\\n"
@@ -44,6 +52,7 @@ from embedlog._native import entrylog as nel
 from embedlog._native.format import crc32c
 from embedlog import failpoints
 from embedlog import fileio
+from embedlog.bookie import journal_files
 from embedlog.fileio import atomic_write, fsync_dir, no_space
 from embedlog.errors import CorruptedDataError
 
@@ -52,21 +61,34 @@ log = logging.getLogger("embedlog.bookie.compaction")
 MANIFEST_MAGIC = b"embedlog-compaction\t1\n"
 MAP_ENTRY_BYTES = 24
 MAP_FIXED_BYTES = 12
+SEGMENT_LOG = 1 << 31             # a log id with this bit names a journal segment (layout 2)
+ENTRY_LOG_RECORD = 4              # bytes an entry costs beside its own in an entry log (size)
+SEGMENT_RECORD = 9                # ... and in a journal segment (len, crc, type)
+
+
+def is_segment(log_id: int) -> bool:
+    return bool(log_id & SEGMENT_LOG)
 
 
 class EntryLogMeta:
     """What GC knows of one sealed entry log: bytes per ledger, and exact live bytes per
     ledger once recounted against the index."""
 
-    __slots__ = ("log_id", "ledgers", "total_bytes", "exact", "recount", "file_bytes")
+    __slots__ = ("log_id", "ledgers", "total_bytes", "exact", "recount", "file_bytes", "path")
 
-    def __init__(self, log_id: int, ledgers: dict, recount: bool, file_bytes: int):
+    def __init__(self, log_id: int, ledgers: dict, recount: bool, file_bytes: int, path=None):
         self.log_id = log_id
         self.ledgers = ledgers
         self.total_bytes = sum(ledgers.values())
         self.exact: dict = {}
         self.recount = recount
         self.file_bytes = file_bytes
+        self.path = path                  # a segment's file (an entry log's is the logger's)
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes each entry costs beside its own in this file (its map counts them)."""
+        return SEGMENT_RECORD if is_segment(self.log_id) else ENTRY_LOG_RECORD
 
     def live_bytes(self, live_keys) -> int:
         exact = self.exact
@@ -174,11 +196,24 @@ class Compactor:
 
     # -- planning ---------------------------------------------------------------------------
 
+    def segment_path(self, log_id: int) -> str | None:
+        """A segment's ``.seg`` file (None if it has none: freed, or still a ``.txn`` the
+        journal may replay, which is never compacted)."""
+        stem = (self.entry_logger.segment_files or {}).get(log_id & ~SEGMENT_LOG)
+        if stem is None or not os.path.exists(stem + journal_files.SEG):
+            return None
+        return stem + journal_files.SEG
+
     def plan(self, log_id: int) -> _Plan | None:
         el = self.entry_logger
-        path = el.path_of(log_id)
         try:
-            mapped = nel.MappedLog.open_existing(path, log_id)
+            if is_segment(log_id):
+                path = self.segment_path(log_id)
+                if path is None:
+                    return None
+                mapped = nel.MappedLog.open_segment(path, log_id)
+            else:
+                mapped = nel.MappedLog.open_existing(el.path_of(log_id), log_id)
         except FileNotFoundError:
             return None
         try:
@@ -227,7 +262,7 @@ class Compactor:
                             # where intact); the rest of the candidates go on
                             self.bad_logs.add(log_id)
                             self.stats["compaction_errors"] = self.stats.get("compaction_errors", 0) + 1
-                            log.error("cannot compact entry log %x: %s", log_id, exc)
+                            log.error("cannot compact %s: %s", _name(log_id), exc)
                             continue
                     if p is None:
                         continue
@@ -317,8 +352,8 @@ class Compactor:
         self.stats["compactions"] += 1
         self.stats["compacted_logs"] += len(plans)
         self.stats["reclaimed_bytes"] += max(0, freed)
-        log.info("compacted entry logs %s into %x (%d bytes given back)",
-                 ",".join("%x" % s for s in sources), target_id, freed)
+        log.info("compacted %s into entry log %x (%d bytes given back)",
+                 ", ".join(map(_name, sources)), target_id, freed)
         return max(0, freed)
 
     def _choose_current(self, need_bytes: int) -> str:
@@ -361,7 +396,13 @@ class Compactor:
             _fsync_file(path)
         failpoints.hit("compaction.after_index_flush")
         dirs = set()
+        named = st.segments_in_use() if any(map(is_segment, sources)) else set()
         for s in sources:                                  # step 5
+            if is_segment(s):
+                d = self._delete_segment(s, named)
+                if d is not None:
+                    dirs.add(d)
+                continue
             with st.lock:
                 d = el.dir_of(s)
                 spath = el.path_of(s)
@@ -373,6 +414,28 @@ class Compactor:
         failpoints.hit("compaction.after_delete_sources")
         _unlink(manifest)                                  # step 6
         fsync_dir(current)
+
+    def _delete_segment(self, log_id: int, named: set) -> str | None:
+        """Step 5 for a segment source: its ``.seg`` and ``.seg.map`` go, unless an index
+        location still names it (then it stays for GC). Returns the directory to sync."""
+        segment = log_id & ~SEGMENT_LOG
+        if segment in named:
+            # entries the plan's scan did not reach (past a record that fails its crc):
+            # never delete what an index names; GC frees the segment once nothing does
+            self.bad_logs.add(log_id)
+            log.warning("journal segment %d still holds indexed entries after its compaction; "
+                        "it is kept", segment)
+            return None
+        with self.storage.lock:
+            stem = (self.entry_logger.segment_files or {}).get(segment)
+            self.entry_logger.drop_segment(segment)
+        if stem is None:
+            return None
+        gone = _unlink(stem + journal_files.SEG)
+        _unlink(stem + journal_files.SEG_MAP)
+        if gone:
+            self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1
+        return os.path.dirname(stem)
 
     # -- start-up ---------------------------------------------------------------------------------
 
@@ -444,6 +507,11 @@ class Compactor:
             finally:
                 m.close()
         return report
+
+
+def _name(log_id: int) -> str:
+    return ("journal segment %d" % (log_id & ~SEGMENT_LOG) if is_segment(log_id)
+            else "entry log %x" % log_id)
 
 
 class _Abandoned(Exception):

@@ -39,10 +39,13 @@ GarbageCollectorThread:
    succeeded; deletions start only then. Deletion records older than
    ``deleted_ledger_retention_ms`` are purged from the store (at most hourly).
 2. **Entry logs**: each sealed log's ledgers map (read once, kept in memory) against the
-   ledgers still held; a log holding none of them is deleted.
+   ledgers still held; a log holding none of them is deleted. Layout 2's journal segments
+   (``<id>.seg``, below the LastLogMark): one no index location names is deleted.
 3. **Compaction** (embedlog/bookie/compaction.py): major when due and no disk is in
    warning, else minor when due and no disk is full (unless
-   ``is_force_gc_allow_when_no_space``).
+   ``is_force_gc_allow_when_no_space``). A segment is a candidate as a sealed entry log
+   is: its usage from its ``.seg.map`` (bytes per ledger) against the ledgers held; its
+   live entries go into a compaction target entry log and the segment is deleted.
 """
 from __future__ import annotations
 
@@ -58,7 +61,8 @@ from embedlog._native.format import LedgerId
 from embedlog import failpoints
 from embedlog.bookie import journal_files
 from embedlog.bookie.absence import AbsentLedgers
-from embedlog.bookie.compaction import Compactor, EntryLogMeta, RateLimiter, live_mask
+from embedlog.bookie.compaction import (SEGMENT_LOG, Compactor, EntryLogMeta, RateLimiter,
+                                        is_segment, live_mask)
 from embedlog.fileio import fsync_dir
 from embedlog.bookie.rollback import DeletionHalt
 from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError, TimeoutError
@@ -106,6 +110,8 @@ class GarbageCollector:
         self._cycle_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.log_meta: dict[int, EntryLogMeta] = {}
+        self.segment_meta: dict[int, EntryLogMeta] = {}    # layout 2: by log id (bit 31 set)
+        self._segment_of: dict[int, int] = {}              # .seg file id -> its log id
         self.stats = {
             "cycles": 0, "cycle_errors": 0, "aborted_scans": 0, "ledgers_deleted": 0,
             "entry_logs_deleted": 0, "entry_log_bytes_deleted": 0, "recounts": 0,
@@ -472,11 +478,59 @@ class GarbageCollector:
                 m.close()
         return self.log_meta
 
+    def refresh_segment_meta(self) -> dict[int, EntryLogMeta]:
+        """Layout 2: the ledgers map of every ``.seg`` file (below the LastLogMark: the
+        journal replays none of it) not seen yet, from its ``.seg.map`` (counted from its
+        records without one); forget freed ones. A ``.txn`` is never here."""
+        if not self.storage.segments:
+            return {}
+        directory = self.bookie.journal_dir
+        present = set()
+        for file_id in journal_files.journal_ids(directory, journal_files.SEG):
+            stem = os.path.join(directory, "%x" % file_id)
+            log_id = self._segment_of.get(file_id)
+            if log_id is None:
+                segment = journal_files.read_segment(stem + journal_files.SEG)
+                if not segment:
+                    continue                 # its header is unreadable: never guess
+                log_id = self._segment_of[file_id] = segment | SEGMENT_LOG
+            present.add(log_id)
+            if log_id in self.segment_meta:
+                continue
+            ledgers = journal_files.read_segment_map(stem)
+            recount = ledgers is None
+            try:
+                if recount:
+                    m = nel.MappedLog.open_segment(stem + journal_files.SEG, log_id)
+                    try:
+                        _locs, sizes, scopes, lids, _eids = m.entry_table()
+                    finally:
+                        m.close()
+                    ledgers = {}
+                    for sc, li, n in zip(scopes.tolist(), lids.tolist(), sizes.tolist()):
+                        ledgers[(sc, li)] = ledgers.get((sc, li), 0) + n + 9
+                size = os.path.getsize(stem + journal_files.SEG)
+            except FileNotFoundError:
+                present.discard(log_id)
+                continue
+            self.segment_meta[log_id] = EntryLogMeta(log_id, ledgers, recount, size,
+                                                     stem + journal_files.SEG)
+        for log_id in list(self.segment_meta):
+            if log_id not in present:
+                del self.segment_meta[log_id]
+        for file_id, log_id in list(self._segment_of.items()):
+            if log_id not in present:
+                del self._segment_of[file_id]
+        return self.segment_meta
+
     def _recount(self, meta: EntryLogMeta) -> None:
         """Exact live bytes per ledger: entries whose index still points at them."""
         el = self.storage.entry_logger
         try:
-            m = nel.MappedLog.open_existing(el.path_of(meta.log_id), meta.log_id)
+            if is_segment(meta.log_id):
+                m = nel.MappedLog.open_segment(meta.path, meta.log_id)
+            else:
+                m = nel.MappedLog.open_existing(el.path_of(meta.log_id), meta.log_id)
         except FileNotFoundError:
             return
         try:
@@ -485,15 +539,17 @@ class GarbageCollector:
             m.close()
         mask = live_mask(self.storage, self.bookie.ledgers, scopes, lids, eids, locs)
         exact = {k: 0 for k in meta.ledgers}
+        extra = meta.record_bytes
         for s, l, n in zip(scopes[mask].tolist(), lids[mask].tolist(), sizes[mask].tolist()):
-            exact[(s, l)] = exact.get((s, l), 0) + n + 4
+            exact[(s, l)] = exact.get((s, l), 0) + n + extra
         meta.exact = exact
         meta.recount = False
         self.stats["recounts"] += 1
 
     def usages(self) -> dict[int, float]:
-        """Usage (live fraction) of every sealed entry log, recounting where needed."""
-        metas = self.refresh_log_meta()
+        """Usage (live fraction) of every sealed entry log and (layout 2) every journal
+        segment below the mark, by log id, recounting where needed."""
+        metas = {**self.refresh_log_meta(), **self.refresh_segment_meta()}
         st = self.storage
         with self.bookie.cv:
             erased, st.erased = st.erased, set()
@@ -508,8 +564,8 @@ class GarbageCollector:
         deleted = []
         el = self.storage.entry_logger
         for log_id, usage in sorted(usages.items()):
-            if usage > 0 or self._stop.is_set():
-                continue
+            if usage > 0 or is_segment(log_id) or self._stop.is_set():
+                continue                     # segments: gc_segments asks the index instead
             failpoints.hit("gc.before_delete_log")
             with self.storage.lock:
                 if el.current is not None and el.current.log_id == log_id:
@@ -557,6 +613,7 @@ class GarbageCollector:
             except FileNotFoundError:
                 pass
             deleted.append(i)
+            self.segment_meta.pop(segment | SEGMENT_LOG, None)
             self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1
             self.stats["segment_bytes_deleted"] = self.stats.get("segment_bytes_deleted", 0) + size
         if deleted:
@@ -601,7 +658,10 @@ class GarbageCollector:
         with self.storage.lock:
             present = set(self.storage.entry_logger.log_ids())
         for _u, i in candidates:
-            if i not in present:
+            if is_segment(i):
+                if self.compactor.segment_path(i) is None:
+                    self.segment_meta.pop(i, None)
+            elif i not in present:
                 self.log_meta.pop(i, None)
         if kind == "major":
             self.last_major = self.last_minor = now

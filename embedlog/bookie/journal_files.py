@@ -118,7 +118,8 @@ def prealloc_floor(prealloc_bytes: int) -> int:
 
 class JournalFiles:
     """The current journal file of ``directory`` and what comes after it. ``stats`` is the
-    journal's dict (zeros_written, files_reused, spares_given_back are counted here)."""
+    journal's dict (zeros_written, files_reused, files_created, spares_given_back are
+    counted here)."""
 
     def __init__(self, directory: str, config, stats: dict):
         self.directory = directory
@@ -264,6 +265,7 @@ class JournalFiles:
                 os.close(dfd)
             os.unlink(path)
             raise
+        self.stats["files_created"] = self.stats.get("files_created", 0) + 1
         return fd, dfd, header, zero_end
 
     def _reuse_file(self, new_id: int, prev: int, path: str, segment: int = 0):

@@ -8,6 +8,7 @@ new one (no journal file, no mark, no entry log, no index) takes ``storage_layou
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from embedlog.bookie.journal_files import SEG, journal_ids, read_segment
@@ -15,6 +16,7 @@ from embedlog.errors import CorruptedDataError
 from embedlog.fileio import atomic_write
 
 NAME = "LAYOUT"
+log = logging.getLogger("embedlog.bookie")
 
 
 def _read(current: str) -> int | None:
@@ -40,15 +42,39 @@ def _fresh(currents: list[str], journal_dir: str) -> bool:
     return True
 
 
+def _journal_says_2(journal_dir: str) -> bool:
+    """Whether the journal's files are layout 2's: a ``.seg`` file, or a journal whose
+    header carries a segment number (layout 1 never writes one)."""
+    if not os.path.isdir(journal_dir):
+        return False
+    if journal_ids(journal_dir, SEG):
+        return True
+    return any(read_segment(os.path.join(journal_dir, "%x.txn" % i))
+               for i in journal_ids(journal_dir))
+
+
 def open_layout(currents: list[str], journal_dir: str, wanted: int) -> int:
     """The layout of these directories: the one their LAYOUT files name (written into a
     ledger directory added since), or for new directories ``wanted`` (recorded before
-    anything else is written, so a crash leaves a new directory or a marked one)."""
+    anything else is written, so a crash leaves a new directory or a marked one). A
+    directory that lost its LAYOUT files but whose journal is layout 2's opens as layout 2
+    (and LAYOUT is written again): opened as layout 1, its journal would be trimmed and
+    reused, and the entries stored only there lost."""
     found = {c: _read(c) for c in currents}
     named = {v for v in found.values() if v is not None}
     if len(named) > 1:
         raise CorruptedDataError(f"ledger directories name different layouts: {found}")
-    layout = named.pop() if named else (wanted if _fresh(currents, journal_dir) else 1)
+    if named:
+        layout = named.pop()
+    elif _fresh(currents, journal_dir):
+        layout = wanted
+    elif _journal_says_2(journal_dir):
+        log.error("%s is missing, but the journal %s holds layout 2's segments: opened as "
+                  "layout 2, and %s written again", os.path.join(currents[0], NAME),
+                  journal_dir, NAME)
+        layout = 2
+    else:
+        layout = 1
     if layout == 2:
         for c, v in found.items():
             if v is None:

@@ -71,6 +71,19 @@ def test_layout_1_directory_keeps_opening_as_layout_1(tmp_path):
         assert files(os.path.join(tmp_path, "journal"), ".seg") == []
 
 
+def test_a_lost_layout_file_is_read_from_the_journal(tmp_path, caplog):
+    """Opened as layout 1, a layout 2 directory's journals would be trimmed and reused."""
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log)
+        log.bookie.checkpoint()
+    os.unlink(os.path.join(tmp_path, "current", "LAYOUT"))
+    with embedlog.open(tmp_path, **dict(CONFIG, storage_layout=1)) as log:
+        assert log.bookie.layout == 2
+        check(log, ledgers)
+    assert "LAYOUT is missing" in caplog.text
+    assert open(os.path.join(tmp_path, "current", "LAYOUT")).read() == "2\n"
+
+
 CHILD = textwrap.dedent("""
     import sys, embedlog
     from support.crash_child import payload
@@ -267,3 +280,68 @@ def test_a_lost_index_file_is_found_from_the_segment_maps(tmp_path):
         assert 0 < found < 600
         got = log.open_ledger(lid).read_batch(0, found - 1)
         assert got == [payload(lid.qualified_name, e) for e in range(found)]
+
+
+def test_compaction_frees_segments_a_long_lived_ledger_pins(tmp_path):
+    """One live ledger interleaved with dead ones keeps every segment named: compaction
+    copies its entries into an entry log and frees the segments (usage from .seg.map)."""
+    from embedlog.cli.shell import Layout, check_ledger
+    cfg = dict(CONFIG, entry_log_size_limit=4 << 20, compaction_rate_by_entries=1_000_000)
+    with embedlog.open(tmp_path, **cfg) as log:
+        b = log.bookie
+        live, dead = log.create_ledger(), [log.create_ledger() for _ in range(9)]
+        for e in range(400):
+            live.append(payload(live.ledger_id.qualified_name, e))
+            for h in dead:
+                h.append(bytes(1000))
+        for h in (live, *dead):
+            h.close()
+        b.checkpoint()
+        journal = b.journal_dir
+        segs = files(journal, ".seg")
+        assert len(segs) >= 3
+        for h in dead:
+            log.delete_ledger(h.ledger_id)
+        b.checkpoint()
+        report = b.gc.run_once()
+        assert report["segments"]["deleted"] == []          # the live ledger names them all
+        usages = {i: u for i, u in b.gc.usages().items() if i >> 31}
+        assert len(usages) == len(segs) and all(0 < u < 0.2 for u in usages.values()), usages
+        report = b.gc.run_once(force_minor=True)
+        assert report["compaction"]["kind"] == "minor" and report["compaction"]["freed_bytes"] > 0
+        assert files(journal, ".seg") == [] and files(journal, ".seg.map") == []
+        assert entry_logs(tmp_path)                          # made by compaction
+        assert b.gc.stats["segments_deleted"] == len(segs)
+        key = (live.ledger_id.scope_id, live.ledger_id.ledger_id)
+        assert not b.storage.location(key, 0) >> 63          # an entry log's location now
+        check(log, [live.ledger_id], 400)
+        b.checkpoint()
+        layout = Layout(str(tmp_path), b.ledger_dirs, b.journal_dir, None)
+        r = check_ledger(layout, key, {})
+        assert r["errors"] == [] and r["good"] == 400, r
+    with embedlog.open(tmp_path, **cfg) as log:
+        assert log.bookie.layout == 2
+        check(log, [live.ledger_id], 400)
+
+
+def test_a_segment_above_the_threshold_is_kept_and_the_newest_journal_never_compacted(tmp_path):
+    with embedlog.open(tmp_path, **dict(CONFIG, compaction_rate_by_entries=1_000_000)) as log:
+        b = log.bookie
+        ledgers = fill(log)
+        b.checkpoint()
+        log.delete_ledger(ledgers[0])
+        b.checkpoint()
+        before = files(b.journal_dir, ".seg")
+        txn = files(b.journal_dir, ".txn")
+        usages = {i: u for i, u in b.gc.usages().items() if i >> 31}
+        assert len(usages) == len(before) and all(0.5 < u < 0.8 for u in usages.values()), usages
+        report = b.gc.run_once(force_minor=True)             # 0.2: none is under it
+        assert report["compaction"]["candidates"] == 0
+        assert files(b.journal_dir, ".seg") == before
+        report = b.gc.run_once(force_major=True)             # 0.8: every .seg, no .txn
+        assert report["compaction"]["candidates"] == len(before)
+        assert files(b.journal_dir, ".seg") == []
+        assert set(txn) <= set(files(b.journal_dir, ".txn"))
+        check(log, ledgers[1:])
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        check(log, ledgers[1:])

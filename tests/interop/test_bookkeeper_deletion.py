@@ -27,7 +27,11 @@ WAIT_MS = 1000
 LOG_LIMIT = 1 << 16          # small entry logs: the deleted ledger fills some of its own
 BOOKIE_CONFIG = {"gc_wait_time_ms": 0, "gc_missing_ledger_wait_time_ms": WAIT_MS,
                  "entry_log_size_limit": LOG_LIMIT, "skip_list_size_limit": LOG_LIMIT,
-                 "flush_interval_ms": 100, "http_server_enabled": True, "http_server_port": 0}
+                 "flush_interval_ms": 100, "http_server_enabled": True, "http_server_port": 0,
+                 # layout 1: what this test sees given back is the entry logs the deleted
+                 # ledger filled (layout 2 frees journal segments once the mark has passed
+                 # them: tests/bookie/test_layout2.py)
+                 "storage_layout": 1}
 
 
 class Setup:
