@@ -63,6 +63,15 @@ MAGIC = b"ELLO"
 MAP_MARKER = 0xFFFFFFFF
 
 
+cdef tuple _entry_arrays(Py_ssize_t count):
+    """entry_table's five arrays for ``count`` entries: locations, sizes, scopes, ledgers,
+    entry ids."""
+    import numpy as np
+    return (np.empty(count, dtype=np.uint64), np.empty(count, dtype=np.uint32),
+            np.empty(count, dtype=np.uint64), np.empty(count, dtype=np.uint64),
+            np.empty(count, dtype=np.int64))
+
+
 cdef inline bint _record_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope,
                               uint64_t *lid, int64_t *eid) noexcept nogil:
     """parse_ids without the GIL: False where parse_ids would refuse the entry's header."""
@@ -81,68 +90,74 @@ cdef inline bint _record_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope,
     return True
 
 
+cdef Py_ssize_t _next_entry(const uint8_t *base, Py_ssize_t position, uint32_t salt,
+                            Py_ssize_t *pos, uint64_t *sc, uint64_t *li, int64_t *ei) noexcept nogil:
+    """The next entry record of a journal segment mapped at ``base`` (``position`` bytes)
+    from ``pos[0]`` on: its body size, with ``pos[0]`` at its record and its ids read; 0 at
+    the first record that fails its crc (the end, a torn tail or damage). Records of other
+    kinds, and entries whose header cannot be read, are passed over."""
+    cdef Py_ssize_t body
+    cdef int t
+    while pos[0] + RECORD_HEADER_SIZE <= position:
+        body = valid_record(base + pos[0], position - pos[0], position, salt)
+        if body <= 0:
+            return 0
+        t = base[pos[0] + 8]
+        if (t == REC_ENTRY or t == REC_ENTRY_CRC32C) and \
+                _record_ids(base + pos[0] + RECORD_HEADER_SIZE, body, sc, li, ei):
+            return body
+        pos[0] += RECORD_HEADER_SIZE + body
+    return 0
+
+
 cdef Py_ssize_t _walk_segment(const uint8_t *base, Py_ssize_t position, uint32_t salt,
                               uint64_t log_id, uint64_t *locs, uint32_t *sizes,
                               uint64_t *scopes, uint64_t *lids, int64_t *eids,
                               Py_ssize_t cap) noexcept nogil:
-    """The entry records of a journal segment mapped at ``base`` (``position`` bytes), in
-    file order up to the first record that fails its crc (the end, a torn tail or damage);
-    those whose entry header cannot be read are passed over. Returns how many; with ``locs``
-    given, the first ``cap`` are written out (location, body size, ids)."""
+    """The entry records of a journal segment (_next_entry's) in file order: how many;
+    with ``locs`` given, the first ``cap`` are written out (location, body size, ids)."""
     cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body, count = 0
     cdef uint64_t sc, li
     cdef int64_t ei
-    cdef int t
-    while pos + RECORD_HEADER_SIZE <= position:
-        body = valid_record(base + pos, position - pos, position, salt)
-        if body <= 0:
-            break
-        t = base[pos + 8]
-        if (t == REC_ENTRY or t == REC_ENTRY_CRC32C) and \
-                _record_ids(base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei):
-            if locs != NULL:
-                if count >= cap:
-                    break
-                locs[count] = (log_id << 32) | <uint64_t>pos
-                sizes[count] = <uint32_t>body
-                scopes[count] = sc
-                lids[count] = li
-                eids[count] = ei
-            count += 1
+    while True:
+        body = _next_entry(base, position, salt, &pos, &sc, &li, &ei)
+        if body == 0 or (locs != NULL and count >= cap):
+            return count
+        if locs != NULL:
+            locs[count] = (log_id << 32) | <uint64_t>pos
+            sizes[count] = <uint32_t>body
+            scopes[count] = sc
+            lids[count] = li
+            eids[count] = ei
+        count += 1
         pos += RECORD_HEADER_SIZE + body
-    return count
 
 
 cdef Py_ssize_t _walk_runs(const uint8_t *base, Py_ssize_t position, uint32_t salt,
                            uint64_t *scopes, uint64_t *lids, uint64_t *nbytes,
                            Py_ssize_t cap) noexcept nogil:
-    """_walk_segment's records as runs of one ledger (a segment's writers append runs):
+    """_next_entry's records as runs of one ledger (a segment's writers append runs):
     returns how many runs; with ``scopes`` given, the first ``cap`` are written out with
     their bytes (records and record headers)."""
     cdef Py_ssize_t pos = JOURNAL_HEADER_BYTES, body, runs = 0
     cdef uint64_t sc, li, cur_sc = 0, cur_li = 0
     cdef int64_t ei
-    cdef int t
-    while pos + RECORD_HEADER_SIZE <= position:
-        body = valid_record(base + pos, position - pos, position, salt)
-        if body <= 0:
-            break
-        t = base[pos + 8]
-        if (t == REC_ENTRY or t == REC_ENTRY_CRC32C) and \
-                _record_ids(base + pos + RECORD_HEADER_SIZE, body, &sc, &li, &ei):
-            if runs == 0 or sc != cur_sc or li != cur_li:
-                if scopes != NULL and runs >= cap:
-                    break
-                cur_sc, cur_li = sc, li
-                if scopes != NULL:
-                    scopes[runs] = sc
-                    lids[runs] = li
-                    nbytes[runs] = 0
-                runs += 1
+    while True:
+        body = _next_entry(base, position, salt, &pos, &sc, &li, &ei)
+        if body == 0:
+            return runs
+        if runs == 0 or sc != cur_sc or li != cur_li:
+            if scopes != NULL and runs >= cap:
+                return runs
+            cur_sc, cur_li = sc, li
             if scopes != NULL:
-                nbytes[runs - 1] += <uint64_t>(RECORD_HEADER_SIZE + body)
+                scopes[runs] = sc
+                lids[runs] = li
+                nbytes[runs] = 0
+            runs += 1
+        if scopes != NULL:
+            nbytes[runs - 1] += <uint64_t>(RECORD_HEADER_SIZE + body)
         pos += RECORD_HEADER_SIZE + body
-    return runs
 
 
 cdef class MappedLog:
@@ -403,7 +418,6 @@ cdef class MappedLog:
         """Every entry of the log as numpy arrays (locations, sizes, scopes, ledgers, entry ids),
         in file order; the ids are read from each entry's header without checking its digest.
         A journal segment's: its entry records up to the first that fails its crc."""
-        import numpy as np
         if self.segment:
             return self._segment_table()
         cdef Py_ssize_t pos = HEADER_SIZE, count = 0, i
@@ -414,11 +428,7 @@ cdef class MappedLog:
                 break
             count += 1
             pos += 4 + n
-        locs_a = np.empty(count, dtype=np.uint64)
-        sizes_a = np.empty(count, dtype=np.uint32)
-        scopes_a = np.empty(count, dtype=np.uint64)
-        lids_a = np.empty(count, dtype=np.uint64)
-        eids_a = np.empty(count, dtype=np.int64)
+        locs_a, sizes_a, scopes_a, lids_a, eids_a = table = _entry_arrays(count)
         cdef uint64_t[::1] locs = locs_a
         cdef uint32_t[::1] sizes = sizes_a
         cdef uint64_t[::1] scopes = scopes_a
@@ -436,30 +446,25 @@ cdef class MappedLog:
             lids[i] = li
             eids[i] = ei
             pos += 4 + n
-        return locs_a, sizes_a, scopes_a, lids_a, eids_a
+        return table
 
     def _segment_table(self):
         # two C passes over the records (count, then fill), no Python object per record:
         # a 2 GiB segment of 1 KiB entries holds two million of them
-        import numpy as np
         cdef Py_ssize_t count = 0
         if self.base != NULL:
             count = _walk_segment(self.base, self.position, self.salt, self.log_id,
                                   NULL, NULL, NULL, NULL, NULL, 0)
-        locs_a = np.empty(count, dtype=np.uint64)
-        sizes_a = np.empty(count, dtype=np.uint32)
-        scopes_a = np.empty(count, dtype=np.uint64)
-        lids_a = np.empty(count, dtype=np.uint64)
-        eids_a = np.empty(count, dtype=np.int64)
-        cdef uint64_t[::1] locs = locs_a
-        cdef uint32_t[::1] sizes = sizes_a
-        cdef uint64_t[::1] scopes = scopes_a
-        cdef uint64_t[::1] lids = lids_a
-        cdef int64_t[::1] eids = eids_a
+        table = _entry_arrays(count)
+        cdef uint64_t[::1] locs = table[0]
+        cdef uint32_t[::1] sizes = table[1]
+        cdef uint64_t[::1] scopes = table[2]
+        cdef uint64_t[::1] lids = table[3]
+        cdef int64_t[::1] eids = table[4]
         if count:
             _walk_segment(self.base, self.position, self.salt, self.log_id, &locs[0],
                           &sizes[0], &scopes[0], &lids[0], &eids[0], count)
-        return locs_a, sizes_a, scopes_a, lids_a, eids_a
+        return table
 
     def ledger_runs(self):
         """A journal segment's entry records as runs of one ledger each, in file order:
