@@ -1081,7 +1081,7 @@ j = log.bookie.journal
 with log.bookie.cv:
     seq = j.synced_seq
     mark = log.bookie.mark.persisted
-    files = list(j.files)
+    files = list(j._starts)            # (start seq, file id, offset) of each journal file
 mark_seq = 0
 if mark and tuple(mark) != (0, 0):
     for start_seq, fid, start_off in files:
