@@ -91,7 +91,8 @@ class Bookie:
             # a bookie that cannot start leaves nothing held: the next try must not see a lock
             if getattr(self, "_stop_prefetch", None) is not None:
                 self._stop_prefetch.set()
-            for service in (getattr(self, "gc", None), getattr(self, "disks", None)):
+            for service in (getattr(self, "gc", None), getattr(self, "disks", None),
+                            getattr(self, "checkpointer", None)):
                 if service is not None:
                     service.stop()
             journal = getattr(self, "journal", None)

@@ -81,8 +81,9 @@ class Checkpointer:
         return mark
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="embedlog-sync", daemon=True)
-        self._thread.start()
+        t = threading.Thread(target=self._loop, name="embedlog-sync", daemon=True)
+        t.start()
+        self._thread = t                    # once started: stop() joins only a started thread
 
     def request(self, flush_active: bool = False) -> None:
         """Checkpoint soon: after a memtable flush (called with the bookie's lock held), or,

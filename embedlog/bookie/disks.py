@@ -239,9 +239,10 @@ class DiskMonitor:
         interval_s = self.config.disk_check_interval_ms / 1000.0
         if interval_s <= 0:
             return
-        self._thread = threading.Thread(target=self._loop, args=(interval_s,),
-                                        name="embedlog-disk-check", daemon=True)
-        self._thread.start()
+        t = threading.Thread(target=self._loop, args=(interval_s,), name="embedlog-disk-check",
+                             daemon=True)
+        t.start()
+        self._thread = t                    # once started: stop() joins only a started thread
 
     def _loop(self, interval_s: float) -> None:
         # while full, a statvfs every FULL_CHECK_S: the bookie is writable again within a

@@ -150,8 +150,9 @@ class GarbageCollector:
         self._look_at_start()
         if self.config.gc_wait_time_ms <= 0:
             return
-        self._thread = threading.Thread(target=self._loop, name="embedlog-gc", daemon=True)
-        self._thread.start()
+        t = threading.Thread(target=self._loop, name="embedlog-gc", daemon=True)
+        t.start()
+        self._thread = t                    # once started: stop() joins only a started thread
 
     def _loop(self) -> None:
         wait_s = self.config.gc_wait_time_ms / 1000.0

@@ -85,9 +85,11 @@ class SortedLedgerStorage:
     # -- the flusher ---------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._flush_loop, name="embedlog-memtable-flush",
-                                        daemon=True)
-        self._thread.start()
+        # tracked once started: a signal (KeyboardInterrupt) between the two leaves close()
+        # no unstarted thread to join, and a started one stops on _stopping
+        t = threading.Thread(target=self._flush_loop, name="embedlog-memtable-flush", daemon=True)
+        t.start()
+        self._thread = t
 
     def _flush_loop(self) -> None:
         while True:

@@ -102,7 +102,8 @@ class AutoRecovery:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():         # a stop may come before start() (a signal)
+            self._thread.join(timeout=10)
         if self.is_auditor:
             try:
                 v = self.ctx.metadata.cookies.read_cookie(LEASE)

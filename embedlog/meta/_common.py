@@ -173,8 +173,9 @@ class PollingWatch:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._last: frozenset | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        t = threading.Thread(target=self._run, name=name, daemon=True)
+        t.start()
+        self._thread = t                    # once started: cancel() joins only a started thread
 
     def _run(self) -> None:
         while not self._stop.is_set():
