@@ -249,12 +249,22 @@ class ZooKeeperServer(_Child):
         self._wait_ready(self._ruok)
 
     def _ruok(self) -> bool:
+        # "imok" says the process runs; "srvr" says it serves sessions: right after a start
+        # (a restore's, say) it may answer imok while it still loads its data and drops
+        # every client that connects ("not currently serving requests")
+        return self._four_letters(b"ruok") == b"imok" and \
+            b"Mode:" in self._four_letters(b"srvr")
+
+    def _four_letters(self, word: bytes) -> bytes:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                s.sendall(b"ruok")
-                return s.recv(16) == b"imok"
+                s.sendall(word)
+                out = b""
+                while chunk := s.recv(4096):
+                    out += chunk
+                return out
         except OSError:
-            return False
+            return b""
 
 
 class EtcdServer(_Child):
