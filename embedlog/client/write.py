@@ -354,31 +354,38 @@ class WriteHandle:
                 if q.take(0, True) is None and not q.staged:
                     return
                 continue
-            first, payloads, nbytes = q.take(_PRODUCE_TAKE_BYTES, False, n)
-            if len(payloads) < n:
-                self._slots.give(n - len(payloads))
+            first, packed, nbytes = q.take_packed(_PRODUCE_TAKE_BYTES, False, n)
+            count = len(packed[1]) >> 3        # int64 ends, one per message
+            if count < n:
+                self._slots.give(n - count)
             if first != self._next:          # never: every queued message takes the next id
-                self._slots.give(len(payloads))
+                self._slots.give(count)
                 error = EmbedlogError(f"ledger {self.ledger_id}: produced entry {first} "
                                       f"would be framed as {self._next}")
-                p.settle(first, first + len(payloads) - 1, len(payloads), nbytes, error)
+                p.settle(first, first + count - 1, count, nbytes, error)
                 self._unrecoverable(error)
                 continue
-            self._submit_produced(p, first, payloads, nbytes)
+            self._submit_produced(p, first, packed, count, nbytes)
 
-    def _submit_produced(self, p: Producer, first: int, payloads: list, nbytes: int) -> None:
-        """Frame and send a batch taken from the produce queue (its slots taken): one
-        PendingAdd per entry and one future for the batch, on its last add."""
-        last = AddFuture(_RangeSettler(self, p, first, len(payloads), payloads, nbytes))
+    def _submit_produced(self, p: Producer, first: int, packed: tuple, count: int,
+                         nbytes: int) -> None:
+        """Frame and send a batch taken from the produce queue (its slots taken), one
+        future for the batch, on its last add. Where every entry goes to the same bookies
+        (E == Qw) the batch goes as runs of ids, each a frame's worth and one PendingAdd;
+        otherwise a PendingAdd per entry."""
+        last = AddFuture(_RangeSettler(self, p, first, count, packed[1], nbytes))
         ops: list = []
+        cfg = self._ctx.config
+        runs = self._E == self._Qw
         try:
             self._next, self._length = addpath.encode_produced(
-                payloads, last, self._scope, self._lid, self._next, self._lac, self._length,
-                self._digest, self._mac_key, self._pending, ops)
+                packed, last, self._scope, self._lid, self._next, self._lac, self._length,
+                self._digest, self._mac_key, self._pending, ops,
+                cfg.max_frame_payload_bytes, cfg.max_entries_per_frame if runs else 1)
         except EmbedlogError as exc:     # never after the queue's checks; the ids are spent
             done = getattr(exc, "entries_encoded", 0)
-            self._next += len(payloads) - done
-            self._slots.give(len(payloads) - done)
+            self._next = first + count
+            self._slots.give(count - done)
             if ops:
                 ops[-1].future = last        # the encoded head settles with the rest
             else:
@@ -529,7 +536,7 @@ class WriteHandle:
         ops = []
         for eid, encoded, length in entries:
             self._slots.take()
-            op = PendingAdd(eid, encoded, length, AddFuture())
+            op = PendingAdd(eid, addpath.sized(encoded), length, AddFuture())
             self._pending[eid] = op
             self._next = max(self._next, eid + 1)
             ops.append(op)
@@ -563,10 +570,10 @@ class WriteHandle:
 
     def _add_frame(self, ops: list):
         """``request_id -> ADD frame`` of ``ops`` (the frame is built when sent)."""
-        entries = [op.data for op in ops]
+        parts = [op.data for op in ops]       # each op's entries, sized as the frame has them
         flags = P.FLAG_RECOVERY_ADD if self._recovery else 0
-        return lambda rid: P.add_request(rid, self._scope, self._lid, self._master_key,
-                                         entries, flags, self._term)
+        return lambda rid: P.add_request_sized(rid, self._scope, self._lid, self._master_key,
+                                               parts, flags, self._term)
 
     def _send_frame(self, bookie: str, ops: list, build) -> None:
         """One ADD frame (``build``: its builder, shared by the bookies it goes to): written
@@ -622,12 +629,12 @@ class WriteHandle:
         pending = self._pending
         done = addpath.acknowledged_run(pending, self._Qa, self._quorums)
         if done:
-            self._lac = done[-1].entry_id
+            self._lac = done[-1].last_id
             self._lac_length = done[-1].length
             # the run's slots back at once, before any of its futures completes (a done-callback
             # may add again at once): a lock and a wake-up per add were 9% of the loop's time
-            # under a full window (benchmarks/vs_bookkeeper.py)
-            self._slots.give(len(done))
+            # under a full window (benchmarks/vs_bookkeeper.py). Pending ids are consecutive
+            self._slots.give(done[-1].last_id - done[0].entry_id + 1)
             addpath.set_results(done)
             if self._starved:
                 self._starved = False
@@ -671,7 +678,7 @@ class WriteHandle:
     def _fail_pending(self, exc: BaseException) -> None:
         """Fail every add not yet acknowledged (and those still in the inbox) with ``exc``."""
         pending, self._pending = self._pending, collections.OrderedDict()
-        self._slots.give(len(pending))
+        self._slots.give(sum(op.count for op in pending.values()))
         for op in pending.values():
             if op.future is not None and not op.future.done():    # None: a produced add
                 op.future.set_exception(exc)
@@ -868,12 +875,12 @@ class _RangeSettler:
     """The done-callback of a produced batch's last add: settles the batch as one range
     (adds complete in order, so the last is the last to complete). On a failure, the
     head the writer acknowledged (up to its LAC) and the failed rest settle apart."""
-    __slots__ = ("handle", "producer", "first", "count", "payloads", "nbytes")
+    __slots__ = ("handle", "producer", "first", "count", "ends", "nbytes")
 
     def __init__(self, handle: WriteHandle, producer: Producer, first: int, count: int,
-                 payloads: list, nbytes: int):
+                 ends: bytes, nbytes: int):
         self.handle, self.producer, self.first, self.count = handle, producer, first, count
-        self.payloads, self.nbytes = payloads, nbytes
+        self.ends, self.nbytes = ends, nbytes       # the payloads' int64 end offsets
 
     def __call__(self, fut) -> None:
         first, n = self.first, self.count
@@ -882,7 +889,7 @@ class _RangeSettler:
             self.producer.settle(first, first + n - 1, n, self.nbytes, None)
             return
         k = min(max(self.handle.last_add_confirmed - first + 1, 0), n)
-        head = sum(map(len, self.payloads[:k]))
+        head = memoryview(self.ends).cast("q")[k - 1] if k else 0
         if k:
             self.producer.settle(first, first + k - 1, k, head, None)
         self.producer.settle(first + k, first + n - 1, n - k, self.nbytes - head, error)

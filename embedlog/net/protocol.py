@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import struct
 
-from embedlog._native.frames import add_request  # noqa: F401  (ADD frames: built in one C pass)
+from embedlog._native.frames import add_request, add_request_sized  # noqa: F401  (ADD frames: built in one C pass)
 from embedlog._native.frames import split_add_body
 from embedlog._native.wire_sizes import (FRAME_HEADERS_BYTES, MASTER_KEY_BYTES, MAX_FRAME_BYTES,
                                          REQ_HEAD_BYTES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import os
 import random
+import struct
 import threading
 
 import pytest
@@ -19,6 +20,15 @@ from embedlog.errors import EmbedlogError, IllegalOpError
 from embedlog.net import protocol as P
 
 KEY = bytes(range(20))
+
+
+def packed(payloads: list) -> tuple:
+    """A produce queue's packed take of ``payloads``: (data, native int64 end offsets)."""
+    ends, end = [], 0
+    for p in payloads:
+        end += len(p)
+        ends.append(end)
+    return b"".join(payloads), struct.pack(f"={len(ends)}q", *ends)
 
 
 def python_add_request(request_id, scope, ledger, master_key, entries, flags=0, term=0) -> bytes:
@@ -73,9 +83,12 @@ def test_a_batch_encodes_as_entry_by_entry_with_consecutive_ids_and_lengths(scop
     for op, data, (_d, fut) in zip(ops, datas, batch):
         running += len(data)
         assert op.length == running and op.future is fut and op.acked is None
-        assert op.data == encode_entry(scope, 42, op.entry_id, 9, running, digest, data, mk)
-        assert decode_entry(op.data, scope, 42, op.entry_id, digest, mk) == data
-        assert parse_entry_header(op.data)[4:6] == (9, running)
+        assert op.count == 1 and op.last_id == op.entry_id
+        entry = op.data[4:]          # sized as the ADD frame carries it
+        assert op.data[:4] == P.U32.pack(len(entry))
+        assert entry == encode_entry(scope, 42, op.entry_id, 9, running, digest, data, mk)
+        assert decode_entry(entry, scope, 42, op.entry_id, digest, mk) == data
+        assert parse_entry_header(entry)[4:6] == (9, running)
 
 
 def test_an_entry_that_cannot_be_encoded_fails_alone_and_takes_no_id():
@@ -163,13 +176,17 @@ def test_ops_go_to_their_write_sets_and_into_frames_as_the_python_rule_says(ens,
         assert {b: [op.entry_id for op in v] for b, v in got.items()} == \
             {b: [op.entry_id for op in v] for b, v in want.items()}
     assert addpath.by_bookie(ops, [], None) == {}
+    # frame_cuts counts entries, not ops: some ops are runs of ids
+    for op in rng.sample(ops, 60):
+        op.last_id = op.entry_id + rng.randrange(1, 9)
     for limit, most in ((1000, 7), (4000, 1000), (10, 3), (1 << 20, 1)):
-        want_cuts, start, size = [], 0, 0
+        want_cuts, start, size, entries = [], 0, 0, 0
         for i, op in enumerate(ops):
-            size += len(op.data) + 4
-            if (size > limit or i - start >= most) and i > start:
+            size += len(op.data)
+            entries += op.last_id - op.entry_id + 1
+            if (size > limit or entries > most) and i > start:
                 want_cuts.append(i)
-                start, size = i, len(op.data) + 4
+                start, size, entries = i, len(op.data), op.last_id - op.entry_id + 1
         assert addpath.frame_cuts(ops, limit, most) == want_cuts + [len(ops)]
     assert addpath.frame_cuts([], 10, 3) == [0]
 
@@ -289,8 +306,8 @@ def test_produced_adds_make_no_object_the_collector_tracks():
     pending: collections.OrderedDict = collections.OrderedDict()
     ops: list = []
     last = AddFuture()
-    eid, length = addpath.encode_produced([b"a", b"bb", b"ccc"], last, 0, 7, 10, 9, 100, 3,
-                                          None, pending, ops)
+    eid, length = addpath.encode_produced(packed([b"a", b"bb", b"ccc"]), last, 0, 7, 10, 9, 100,
+                                          3, None, pending, ops)
     assert (eid, length) == (13, 106) and [op.entry_id for op in ops] == [10, 11, 12]
     assert [op.future for op in ops] == [None, None, last]
     assert [gc.is_tracked(op) for op in ops] == [False, False, True]
@@ -307,5 +324,73 @@ def test_produced_adds_make_no_object_the_collector_tracks():
     done = [ops[2]]
     addpath.set_results([ops[1]] + done)
     assert last.result(0) == 12
+    with pytest.raises(TypeError):
+        addpath.encode_produced([b"x"], last, 0, 7, 0, -1, 0, 3, None, pending, [])
+    with pytest.raises(TypeError):
+        addpath.encode_produced((bytearray(b"x"), struct.pack("=q", 1)), last, 0, 7, 0, -1, 0, 3,
+                                None, pending, [])
+
+
+@pytest.mark.parametrize("scope,digest", [(0, 3), (7, 3), (0, 2), (9, 4)])
+def test_a_produced_batch_goes_as_runs_that_fit_a_frame(scope, digest):
+    """encode_produced with runs (E == Qw): each run one PendingAdd of consecutive ids,
+    at most run_count entries and run_bytes sized bytes (an entry over it a run alone);
+    the frame built from the runs is byte for byte the frame of the entries one by one."""
+    mk = mac_key(b"pw") if digest == 2 else None
+    rng = random.Random(scope * 10 + digest)
+    # small entries first (runs cut by count), then mixed (cut by bytes), some over the limit
+    datas = [rng.randbytes(rng.choice([0, 1, 100] if i < 300 else [0, 1000, 5000, 25_000]))
+             for i in range(700)]
+    pending: collections.OrderedDict = collections.OrderedDict()
+    ops: list = []
+    last = AddFuture()
+    eid, length = addpath.encode_produced(packed(datas), last, scope, 42, 100, 99, 7, digest,
+                                          mk, pending, ops, 20_000, 50)
+    assert (eid, length) == (800, 7 + sum(map(len, datas)))
+    assert list(pending) == [op.entry_id for op in ops] and ops[0].entry_id == 100
+    assert all(a.last_id + 1 == b.entry_id for a, b in zip(ops, ops[1:])) and ops[-1].last_id == 799
+    assert [op.future for op in ops] == [None] * (len(ops) - 1) + [last]
+    entries, running = [], 7
+    for i, d in enumerate(datas):
+        running += len(d)
+        entries.append(encode_entry(scope, 42, 100 + i, 99, running, digest, d, mk))
+    for op in ops:
+        assert 1 <= op.count <= 50 and (len(op.data) <= 20_000 or op.count == 1)
+        assert frames.sized_entries(op.data) == op.count
+        assert op.length == 7 + sum(map(len, datas[:op.last_id - 99]))
+    assert any(op.count == 50 for op in ops) and any(1 < op.count < 50 for op in ops)
+    assert any(len(op.data) > 20_000 for op in ops)
+    cuts = addpath.frame_cuts(ops, 20_000, 50)
+    for a, b in zip([0] + cuts, cuts):
+        frame = frames.add_request_sized(5, scope, 42, KEY, [op.data for op in ops[a:b]], 0, 3)
+        want = frames.add_request(5, scope, 42, KEY, entries[ops[a].entry_id - 100:ops[b - 1].last_id - 99], 0, 3)
+        assert frame == want
+    # the runs' acknowledgement completes the batch's future with the last id
+    quorums = [["b0"]]
+    addpath.ack(ops, "b0", pending, quorums)
+    done = addpath.acknowledged_run(pending, 1, quorums)
+    assert done == ops and not pending
+    addpath.set_results(done)
+    assert last.result(0) == 799
+
+
+def test_packed_takes_and_sized_parts_are_bounded():
+    """What encode_produced and add_request_sized are given is checked before any copy:
+    ends out of order or past the data, sizes running past a part's end."""
+    pending: collections.OrderedDict = collections.OrderedDict()
+    for data, ends in ((b"abc", struct.pack("=2q", 2, 1)), (b"abc", struct.pack("=1q", 4)),
+                       (b"abc", struct.pack("=1q", 2)), (b"abc", b""), (b"abc", b"\0" * 5),
+                       (b"abc", struct.pack("=1q", -1))):
+        with pytest.raises(IllegalOpError):
+            addpath.encode_produced((data, ends), AddFuture(), 0, 1, 0, -1, 0, 3, None, pending, [],
+                                    1000, 10)
+    assert not pending
+    good = addpath.sized(b"entry")
+    assert good == P.U32.pack(5) + b"entry" and frames.sized_entries(good + good) == 2
+    for bad in (good[:-1], good + b"\0", b"\xff\xff\xff\xff" + b"x", b"\0\0"):
+        with pytest.raises(IllegalOpError):
+            frames.add_request_sized(1, 0, 1, KEY, [good, bad])
     with pytest.raises(IllegalOpError):
-        addpath.encode_produced([bytearray(b"x")], last, 0, 7, 0, -1, 0, 3, None, pending, [])
+        frames.add_request_sized(1, 0, 1, KEY, [bytearray(good)])
+    assert frames.add_request_sized(1, 0, 1, KEY, [good, good]) == \
+        frames.add_request(1, 0, 1, KEY, [b"entry", b"entry"])

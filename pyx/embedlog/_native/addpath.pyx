@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The client's add path, one C pass per batch: encoding a batch of adds into pending
-adds, splitting them among their write sets' bookies and cutting them into frames,
+adds (a produced batch into runs of ids, one pending add each), splitting them among their write sets' bookies and cutting them into frames,
 counting a bookie's acknowledgements, finding the run of adds a write quorum has
 acknowledged and completing its futures; and the future of an add and the bound on adds in
 flight (embedlog.client.inflight re-exports them). In Python these were the client's
@@ -8,14 +8,15 @@ per-add bytecode, most of a replicated add's client CPU. The client's layer (tes
 test_layers.py); the ADD frame itself is the wire's (frames.pyx).
 """
 
-from libc.stdint cimport uint8_t, uint64_t, int64_t
+from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_CheckExact
 from cpython.list cimport PyList_Append
 
 cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void *op)
 
-from embedlog._native.format cimport encode_into, encoded_size
+from embedlog._native.format cimport encode_into, encoded_size, el_put32
 import concurrent.futures
 import threading
 from concurrent.futures import _base
@@ -184,22 +185,53 @@ cdef class InFlight:
 
 
 cdef class PendingAdd:
-    """One add not yet acknowledged: its id, encoded entry, the ledger's length with it,
-    the bookies that acknowledged it (by id: None until the first, see AddFuture on what
-    each tracked object of an add costs) and its future.
+    """Adds not yet acknowledged: one add, or a run of consecutive ids (a produced batch
+    whose entries all go to the same bookies, E == Qw) acknowledged, sent and failed as
+    one. Its first and last ids, its entries as an ADD frame carries them (``data``: each
+    a u32 size, then the encoded entry, back to back), the ledger's length with its last
+    entry, the bookies that acknowledged it (by id: None until the first, see AddFuture on
+    what each tracked object of an add costs) and its future (completed with the last id).
 
     It stays tracked by the collector: its future's done-callbacks may lead back to the
     write handle that holds it (a callback that adds again), and a client closed with adds
     in flight leaves that cycle for the collector to free."""
     cdef public int64_t entry_id
+    cdef public int64_t last_id
     cdef public object data
     cdef public int64_t length
     cdef public object acked      # None, the one bookie (str) or a set of bookies (acked_by)
     cdef public object future
 
-    def __init__(self, int64_t entry_id, data, int64_t length, future):
+    def __init__(self, int64_t entry_id, data, int64_t length, future, last_id=None):
         self.entry_id, self.data, self.length, self.future = entry_id, data, length, future
+        self.last_id = entry_id if last_id is None else last_id
         self.acked = None
+
+    @property
+    def count(self):
+        return self.last_id - self.entry_id + 1
+
+
+def sized(entry):
+    """``entry`` (an encoded entry) as an ADD frame carries it: its u32 size, then itself."""
+    cdef const uint8_t[::1] v = entry
+    cdef Py_ssize_t n = v.shape[0]
+    if n > 0xFFFFFFFF:
+        raise IllegalOpError(f"an entry of {n} bytes does not fit a u32 size")
+    out = PyBytes_FromStringAndSize(NULL, n + 4)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    el_put32(p, <uint32_t>n)
+    if n:
+        memcpy(p + 4, &v[0], n)
+    return out
+
+
+cdef inline Py_ssize_t _entry_size(uint64_t scope, int digest, Py_ssize_t n) except -1:
+    """An entry's bytes in a frame: its u32 size and the encoded entry."""
+    cdef Py_ssize_t size = encoded_size(scope, digest, n)
+    if size > 0xFFFFFFFF:
+        raise IllegalOpError(f"an entry of {n} bytes does not fit a u32 size")
+    return size + 4
 
 
 def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t lac,
@@ -211,6 +243,7 @@ def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t l
     cdef Py_ssize_t n, size, failed = 0
     cdef const uint8_t[::1] view
     cdef const uint8_t *src
+    cdef uint8_t *dst
     cdef PendingAdd op
     cdef bytes out
     for data, fut in batch:
@@ -222,17 +255,18 @@ def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t l
             n = view.shape[0]
             src = &view[0] if n else NULL
         try:
-            size = encoded_size(scope, digest, n)
+            size = _entry_size(scope, digest, n)
             out = PyBytes_FromStringAndSize(NULL, size)
-            encode_into(<uint8_t *>PyBytes_AS_STRING(out), scope, lid, eid, lac, length + n,
-                        digest, mac_key, src, n)
+            dst = <uint8_t *>PyBytes_AS_STRING(out)
+            el_put32(dst, <uint32_t>(size - 4))
+            encode_into(dst + 4, scope, lid, eid, lac, length + n, digest, mac_key, src, n)
         except EmbedlogError as exc:      # the id is not used: no hole in the ledger
             fut.set_exception(exc)
             failed += 1
             continue
         length += n
         op = PendingAdd.__new__(PendingAdd)
-        op.entry_id, op.data, op.length, op.future = eid, out, length, fut
+        op.entry_id, op.last_id, op.data, op.length, op.future = eid, eid, out, length, fut
         op.acked = None         # made by the first acknowledgement (a set is tracked too)
         pending[eid] = op
         PyList_Append(ops, op)
@@ -240,47 +274,87 @@ def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t l
     return eid, length, failed
 
 
-def encode_produced(list payloads, last_future, uint64_t scope, uint64_t lid, int64_t eid,
-                    int64_t lac, int64_t length, int digest, mac_key, pending, list ops):
-    """encode_adds for a batch taken from a produce queue: ``payloads`` (bytes)
-    become entries ``eid``, ``eid`` + 1, ... and PendingAdds in ``pending`` and ``ops``, with
-    no future but the last one's (``last_future``, which settles the batch as a range; adds
-    complete in order). Nothing is made per entry beyond its encoded bytes and its
-    PendingAdd. An entry that cannot be encoded stops the batch: the error is raised with
-    the count encoded before it in ``entries_encoded``. Returns (next id, length)."""
-    cdef Py_ssize_t i, n, size, count = len(payloads)
-    cdef object data
+cdef Py_ssize_t _packed_count(bytes data, bytes ends) except -1:
+    """The messages of a produce queue's packed take (take_packed): ``ends`` native int64
+    end offsets into ``data``, each at or after the one before and within ``data``."""
+    cdef Py_ssize_t k = PyBytes_GET_SIZE(ends), i, size = PyBytes_GET_SIZE(data)
+    cdef const int64_t *e = <const int64_t *>PyBytes_AS_STRING(ends)
+    cdef int64_t prev = 0
+    if k == 0 or k % sizeof(int64_t):
+        raise IllegalOpError(f"packed payload ends of {k} bytes")
+    k //= sizeof(int64_t)
+    for i in range(k):
+        if e[i] < prev or e[i] > size:
+            raise IllegalOpError(f"packed payload {i} ends at {e[i]}, outside {prev}..{size}")
+        prev = e[i]
+    if prev != size:
+        raise IllegalOpError(f"packed payloads end at {prev}, their data at {size}")
+    return k
+
+
+def encode_produced(tuple packed, last_future, uint64_t scope, uint64_t lid, int64_t eid,
+                    int64_t lac, int64_t length, int digest, mac_key, pending, list ops,
+                    Py_ssize_t run_bytes=0, Py_ssize_t run_count=1):
+    """encode_adds for a batch taken from a produce queue (``packed``: take_packed's
+    (data, ends)): its payloads become entries ``eid``, ``eid`` + 1, ... in PendingAdds put
+    in ``pending`` and ``ops``, with no future but the last one's (``last_future``, which
+    settles the batch as a range; adds complete in order). With ``run_count`` > 1 the
+    entries go as runs (one PendingAdd each) of at most ``run_count`` entries and
+    ``run_bytes`` bytes in a frame (a run of one entry whatever its size): only for a
+    ledger whose entries all go to the same bookies (E == Qw), as a run is acknowledged
+    whole. Nothing is made per entry. An entry that cannot be encoded stops the batch: the
+    error is raised with the count of entries in ``ops`` in ``entries_encoded``. Returns
+    (next id, length)."""
+    cdef bytes data = <bytes?>packed[0], ends = <bytes?>packed[1]
+    cdef Py_ssize_t count = _packed_count(data, ends), i = 0, j, e, size, pos, n, s
+    cdef const int64_t *end = <const int64_t *>PyBytes_AS_STRING(ends)
+    cdef const uint8_t *src = <const uint8_t *>PyBytes_AS_STRING(data)
+    cdef uint8_t *dst
     cdef PendingAdd op
     cdef bytes out
-    for i in range(count):
-        data = payloads[i]
-        if not PyBytes_CheckExact(data):
-            raise IllegalOpError(f"encode_produced takes bytes, got {type(data).__name__}")
-        n = PyBytes_GET_SIZE(data)
-        try:
-            size = encoded_size(scope, digest, n)
+    try:
+        while i < count:
+            # the run's entries i..j-1 and their bytes in a frame
+            j = i
+            size = 0
+            while j < count and (j == i or j - i < run_count):
+                s = _entry_size(scope, digest, end[j] - (end[j - 1] if j else 0))
+                if j > i and size + s > run_bytes:
+                    break
+                size += s
+                j += 1
             out = PyBytes_FromStringAndSize(NULL, size)
-            encode_into(<uint8_t *>PyBytes_AS_STRING(out), scope, lid, eid, lac, length + n,
-                        digest, mac_key, <const uint8_t *>PyBytes_AS_STRING(data), n)
-        except EmbedlogError as exc:
-            exc.entries_encoded = i
-            raise
-        length += n
-        op = PendingAdd.__new__(PendingAdd)
-        op.entry_id, op.data, op.length = eid, out, length
-        op.acked = None
-        if i == count - 1:
-            op.future = last_future
-        else:
-            # no future, so no cycle through a done-callback: the collector need not
-            # track it (20,000 of them in flight made its full collections a third of a
-            # produced add's client CPU). What it will hold is bytes, a bookie id
-            # or a set of bookie ids
-            op.future = None
-            PyObject_GC_UnTrack(<void *>op)
-        pending[eid] = op
-        PyList_Append(ops, op)
-        eid += 1
+            dst = <uint8_t *>PyBytes_AS_STRING(out)
+            pos = 0
+            for e in range(i, j):
+                n = end[e] - (end[e - 1] if e else 0)
+                s = _entry_size(scope, digest, n)
+                if pos + s > size:          # never: the sizes are the loop's above
+                    raise IllegalOpError("a produced run outgrew its frame bytes")
+                el_put32(dst + pos, <uint32_t>(s - 4))
+                length += n
+                encode_into(dst + pos + 4, scope, lid, eid + e - i, lac, length, digest,
+                            mac_key, src + (end[e - 1] if e else 0), n)
+                pos += s
+            op = PendingAdd.__new__(PendingAdd)
+            op.entry_id, op.last_id, op.data, op.length = eid, eid + j - i - 1, out, length
+            op.acked = None
+            if j == count:
+                op.future = last_future
+            else:
+                # no future, so no cycle through a done-callback: the collector need not
+                # track it (20,000 of them in flight made its full collections a third of a
+                # produced add's client CPU). What it will hold is bytes, a bookie id
+                # or a set of bookie ids
+                op.future = None
+                PyObject_GC_UnTrack(<void *>op)
+            pending[eid] = op
+            PyList_Append(ops, op)
+            eid += j - i
+            i = j
+    except EmbedlogError as exc:
+        exc.entries_encoded = i
+        raise
     return eid, length
 
 
@@ -317,16 +391,20 @@ def by_bookie(list ops, list quorums, only):
 
 def frame_cuts(list ops, Py_ssize_t limit, Py_ssize_t most):
     """Where ``ops`` are cut into ADD frames of at most ``most`` entries and ``limit`` bytes
-    of entries (4 more for each entry's size), one entry being a frame whatever its size:
-    the index after each frame, the last being len(ops)."""
+    of sized entries (each with its u32 size), one op being a frame whatever its size (a
+    produced run is made to fit): the index after each frame, the last being len(ops)."""
     cdef list cuts = []
-    cdef Py_ssize_t i, n = len(ops), start = 0, size = 0, k
+    cdef Py_ssize_t i, n = len(ops), start = 0, size = 0, entries = 0, k, c
+    cdef PendingAdd op
     for i in range(n):
-        k = len((<PendingAdd?>ops[i]).data) + 4
+        op = <PendingAdd?>ops[i]
+        k = len(op.data)
+        c = op.last_id - op.entry_id + 1
         size += k
-        if (size > limit or i - start >= most) and i > start:
+        entries += c
+        if (size > limit or entries > most) and i > start:
             PyList_Append(cuts, i)
-            start, size = i, k
+            start, size, entries = i, k, c
     PyList_Append(cuts, n)
     return cuts
 
@@ -409,7 +487,7 @@ def acknowledged_run(pending, int qa, list quorums):
 
 
 def set_results(list done):
-    """Complete the futures of acknowledged adds (AddFutures) with their entry ids, in
+    """Complete the futures of acknowledged adds (AddFutures) with their (last) entry ids, in
     order: one hold of the lock for a run of futures nobody waits on, then their
     done-callbacks; a future waited on (its condition made) goes the base class's way."""
     cdef Py_ssize_t i = 0, n = len(done)
@@ -426,7 +504,7 @@ def set_results(list done):
                     continue
                 if fut._made is not None or fut._state != RUNNING:
                     break
-                fut._result = op.entry_id
+                fut._result = op.last_id
                 fut._state = FINISHED
                 if fut._done_callbacks:
                     PyList_Append(called, fut)
@@ -435,7 +513,7 @@ def set_results(list done):
             fut._invoke_callbacks()
         if i < n:
             op = <PendingAdd>done[i]
-            op.future.set_result(op.entry_id)
+            op.future.set_result(op.last_id)
             i += 1
 
 

@@ -27,25 +27,20 @@ cdef enum:
     OP_ADD = 1                  # protocol.ADD
 
 
-def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key, entries,
-                int flags=0, uint64_t term=0):
-    """An ADD frame: the length, protocol.REQ_HEAD, the entry count, then each entry with
-    its u32 size (the same bytes as the struct-built frame, in one allocation)."""
+cdef bytes _add_frame(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key,
+                      int flags, uint64_t term, Py_ssize_t count, Py_ssize_t body):
+    """An ADD frame with its head written and room for ``body`` bytes of sized entries
+    after the count (checked: the key's size, the flags, the count and the frame's u32)."""
     cdef const uint8_t[::1] key = master_key
-    cdef const uint8_t[::1] view
-    cdef Py_ssize_t total = REQ_HEAD_SIZE + 4, n, pos
-    cdef Py_ssize_t count = len(entries)
+    cdef Py_ssize_t total = REQ_HEAD_SIZE + 4 + body
     if key.shape[0] != KEY_SIZE:
         raise IllegalOpError(f"master key of {key.shape[0]} bytes, expected {KEY_SIZE}")
     if not 0 <= flags <= 0xFFFF:
         raise IllegalOpError(f"flags {flags} do not fit 16 bits")
     if count > 0xFFFFFFFF:
         raise IllegalOpError(f"{count} entries do not fit one frame")
-    for e in entries:
-        n = len(e)
-        total += 4 + n
-        if n > 0xFFFFFFFF or total > 0xFFFFFFFF:
-            raise IllegalOpError(f"an ADD frame of over {total} bytes does not fit its length")
+    if body < 0 or total > 0xFFFFFFFF:
+        raise IllegalOpError(f"an ADD frame of {total} bytes does not fit its length")
     out = PyBytes_FromStringAndSize(NULL, total + 4)
     cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
     el_put32(p, <uint32_t>total)
@@ -59,25 +54,79 @@ def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key
     memcpy(p + 32, &key[0], KEY_SIZE)
     el_put64(p + 52, term)
     el_put32(p + 60, <uint32_t>count)
+    return out
+
+
+def add_request(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key, entries,
+                int flags=0, uint64_t term=0):
+    """An ADD frame: the length, protocol.REQ_HEAD, the entry count, then each entry with
+    its u32 size (the same bytes as the struct-built frame, in one allocation)."""
+    cdef const uint8_t[::1] view
+    cdef Py_ssize_t body = 0, n, pos
+    cdef Py_ssize_t count = len(entries)
+    for e in entries:
+        n = len(e)
+        body += 4 + n
+        if n > 0xFFFFFFFF or body > 0xFFFFFFFF:
+            raise IllegalOpError(f"an ADD frame of over {body} bytes does not fit its length")
+    out = _add_frame(request_id, scope, ledger, master_key, flags, term, count, body)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(out)
     pos = 4 + REQ_HEAD_SIZE + 4
     for e in entries:
         if PyBytes_CheckExact(e):
             n = PyBytes_GET_SIZE(e)
-            if pos + 4 + n > total + 4:
+            if pos + 4 + n > end:
                 raise IllegalOpError("an entry changed size while its frame was built")
             el_put32(p + pos, <uint32_t>n)
             memcpy(p + pos + 4, PyBytes_AS_STRING(e), n)
         else:
             view = e
             n = view.shape[0]
-            if pos + 4 + n > total + 4:
+            if pos + 4 + n > end:
                 raise IllegalOpError("an entry changed size while its frame was built")
             el_put32(p + pos, <uint32_t>n)
             if n:
                 memcpy(p + pos + 4, &view[0], n)
         pos += 4 + n
-    if pos != total + 4:
+    if pos != end:
         raise IllegalOpError("an entry changed size while its frame was built")
+    return out
+
+
+def sized_entries(const uint8_t[::1] part):
+    """How many entries ``part`` holds as an ADD body holds them (each a u32 size, then
+    that many bytes, back to back, ending exactly at its end); IllegalOpError otherwise."""
+    cdef Py_ssize_t pos = 0, n = part.shape[0], count = 0
+    while pos < n:
+        if pos + 4 > n:
+            raise IllegalOpError("sized entries cut in an entry's size")
+        pos += 4 + <Py_ssize_t>el_get32(&part[pos])
+        if pos > n:
+            raise IllegalOpError("sized entries cut in an entry")
+        count += 1
+    return count
+
+
+def add_request_sized(uint64_t request_id, uint64_t scope, uint64_t ledger, master_key,
+                      list parts, int flags=0, uint64_t term=0):
+    """add_request of entries already sized as the frame carries them: ``parts`` are
+    bytes, each one or more entries (u32 size, then the entry), copied whole. Each part
+    is walked first (sized_entries), so the count and every copy are bounded by what the
+    parts hold."""
+    cdef Py_ssize_t count = 0, body = 0, pos, n
+    for part in parts:
+        if not PyBytes_CheckExact(part):
+            raise IllegalOpError(f"sized entries are bytes, got {type(part).__name__}")
+        count += sized_entries(part)
+        body += PyBytes_GET_SIZE(part)
+    out = _add_frame(request_id, scope, ledger, master_key, flags, term, count, body)
+    cdef uint8_t *p = <uint8_t *>PyBytes_AS_STRING(out)
+    pos = 4 + REQ_HEAD_SIZE + 4
+    for part in parts:
+        n = PyBytes_GET_SIZE(part)
+        memcpy(p + pos, PyBytes_AS_STRING(part), n)
+        pos += n
     return out
 
 
