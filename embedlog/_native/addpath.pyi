@@ -17,22 +17,27 @@ class InFlight:
     def give(self, n: int = ...) -> None: ...
 
 class PendingAdd:
-    entry_id: int
-    data: bytes
+    entry_id: int                  # the first id (of a run: a produced batch's frame's worth)
+    last_id: int
+    data: bytes                    # its entries sized as the ADD frame carries them
     length: int
     acked: str | set[str] | None   # None until the first acknowledgement, then one bookie, then a set
-    future: concurrent.futures.Future[Any]
+    future: concurrent.futures.Future[Any] | None
     def __init__(self, entry_id: int, data: bytes, length: int,
-                 future: concurrent.futures.Future[Any]) -> None: ...
+                 future: concurrent.futures.Future[Any] | None, last_id: int | None = ...) -> None: ...
+    @property
+    def count(self) -> int: ...
+
+def sized(entry: _Buffer) -> bytes: ...
 
 def encode_adds(batch: list[tuple[_Buffer, concurrent.futures.Future[Any]]], scope: int, lid: int,
                 eid: int, lac: int, length: int, digest: int, mac_key: bytes | None,
                 pending: collections.OrderedDict[int, PendingAdd],
                 ops: list[PendingAdd]) -> tuple[int, int, int]: ...
-def encode_produced(payloads: list[bytes], last_future: concurrent.futures.Future[Any], scope: int,
-                    lid: int, eid: int, lac: int, length: int, digest: int, mac_key: bytes | None,
-                    pending: collections.OrderedDict[int, PendingAdd],
-                    ops: list[PendingAdd]) -> tuple[int, int]: ...
+def encode_produced(packed: tuple[bytes, bytes], last_future: concurrent.futures.Future[Any],
+                    scope: int, lid: int, eid: int, lac: int, length: int, digest: int,
+                    mac_key: bytes | None, pending: collections.OrderedDict[int, PendingAdd],
+                    ops: list[PendingAdd], run_bytes: int = ..., run_count: int = ...) -> tuple[int, int]: ...
 def by_bookie(ops: list[PendingAdd], quorums: list[list[str]],
               only: set[str] | None) -> dict[str, list[PendingAdd]]: ...
 def frame_cuts(ops: list[PendingAdd], limit: int, most: int) -> list[int]: ...
