@@ -243,9 +243,17 @@ class JournalFiles:
             if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
                 raise OSError(errno.ENOSPC, "short write of a journal header")
             dfd = self._open_direct(path)
-            zero_end = prealloc_floor(self.prealloc_bytes)
+            mean = self.group_bytes_mean
+            if dfd >= 0 and mean is not None and mean >= PREALLOC_GROUP_BYTES_MAX:
+                # large O_DIRECT groups extend the file (zeros_wanted): zeros ahead here
+                # would only be written over, 4 MiB a file (0.13 bytes per payload byte with
+                # 32 MiB journals); the header's min_size says none were written
+                zero_end = ALIGN
+            else:
+                zero_end = prealloc_floor(self.prealloc_bytes)
             try:
-                jbuffer.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN)
+                if zero_end > ALIGN:
+                    jbuffer.write_zeros(fd if dfd < 0 else dfd, ALIGN, zero_end - ALIGN)
             except OSError as exc:
                 if not no_space(exc):
                     raise               # zeros ahead are a speed-up: without room, none

@@ -109,3 +109,24 @@ def test_extended_journals_are_kept_for_reuse(tmp_path):
         last = w.append(b"last")
     with embedlog.open(tmp_path / "d", **cfg) as log:
         assert log.open_ledger(w.ledger_id).read_entry(last) == b"last"
+
+
+def test_a_journal_rolled_under_large_groups_gets_no_zeros(tmp_path):
+    """A new journal made while the groups are large gets its header block and no zeros
+    ahead (they would only be written over: 4 MiB a file), and says so in its header; the
+    entries on both sides of the roll read back after a reopen."""
+    cfg = dict(CFG, journal_max_size_mb=4)
+    data = os.urandom(1000)
+    log = embedlog.open(tmp_path / "d", **cfg)
+    _direct_or_skip(log)
+    w = log.create_ledger()
+    stats = _stats(log)
+    floor = stats["zeros_written"]                  # the first file's, before any group
+    files = stats.get("files_created", 0)
+    last = -1
+    while _stats(log).get("files_created", 0) < files + 3:   # rolls under ~100 KB groups
+        last = w.append_many([data] * 100)
+    assert _stats(log)["zeros_written"] == floor
+    log.close()
+    with embedlog.open(tmp_path / "d", **cfg) as log:
+        assert log.open_ledger(w.ledger_id).read_batch(0, last) == [data] * (last + 1)
