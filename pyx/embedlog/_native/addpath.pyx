@@ -6,6 +6,12 @@ acknowledged and completing its futures; and the future of an add and the bound 
 flight (embedlog.client.inflight re-exports them). In Python these were the client's
 per-add bytecode, most of a replicated add's client CPU. The client's layer (tests/
 test_layers.py); the ADD frame itself is the wire's (frames.pyx).
+
+Bounds: a produce queue's packed take is checked whole before any read (its int64 ends
+in order, within its data, the last at its end); each entry's framed size is checked to
+fit its u32, a run's bytes are summed from those sizes before its buffer is allocated, and
+every entry written into it is checked against that sum. The write sets are indexed by
+``entry_id % E`` made non-negative (_write_set).
 """
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
