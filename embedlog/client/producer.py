@@ -138,18 +138,29 @@ class Producer:
 
     # -- the caller's side -----------------------------------------------------------------
 
-    def full(self, value, check: Callable[[], None]) -> int:
-        """add() met a full queue: raise BufferError, or (block) wait for room and add."""
+    def full(self, value, check: Callable[[], None], block: bool | None = None) -> int:
+        """add() met a full queue: raise BufferError, or (``block``, by default the
+        producer's) wait for room and add."""
+        block = self.block if block is None else block
         while True:
             try:
                 return self.queue.add(value)
             except BufferError:
-                if not self.block:
+                if not block:
                     raise
             check()
             self.poll(0)
             self._wait(lambda: self.queue.in_flight_messages < self.queue.max_messages
                        and self.queue.in_flight_bytes + len(value) <= self.queue.max_bytes, 0.5)
+
+    def wait_in_flight_below(self, limit: int, check: Callable[[], None]) -> None:
+        """Wait until fewer than ``limit`` messages are in flight (append_async's window,
+        max_pending_adds), running due callbacks; ``check`` raises once the writer is done."""
+        q = self.queue
+        while q.in_flight_messages >= limit:
+            check()
+            self.poll(0)
+            self._wait(lambda: q.in_flight_messages < limit, 0.5)
 
     def room_for_callback(self) -> None:
         """Before queueing a delivery callback: at max_messages waiting, run the due ones."""

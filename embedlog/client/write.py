@@ -158,31 +158,38 @@ class WriteHandle:
 
     def append_async(self, data: Payload, on_done=None) -> concurrent.futures.Future[int]:
         """One add. ``on_done(future)`` is the future's first done-callback, set before the
-        add is handed in (Stream's, without add_done_callback's lock)."""
-        # the common call pays none of append_many_async's lists and comprehensions
+        add is handed in (Stream's, without add_done_callback's lock). From a caller's
+        thread it goes through produce()'s queue (so the loop frames many calls as one
+        batch, as runs of ids where E == Qw), and waits while ``max_pending_adds`` adds are
+        in flight; from the client's loop (a done-callback) it is handed in alone."""
         if self._error is not None or self._closed:
             self._check()
-        if self._prod is not None:
-            return self._produce_future(data, on_done)
+        if self._prod is not None or not self._ctx.on_loop():
+            return self._produce_future(data, on_done, window=True)
         if type(data) is not bytes or len(data) > self._max_entry_size:
             self._check_item(data)
             data = bytes(data)        # a copy the caller cannot change under us
         fut = AddFuture(on_done)
-        if self._ctx.on_loop():
-            self._hand_in_from_loop([data], [fut])
-            return fut
-        with self._handing_in:
-            if self._prod is not None:      # produce() began meanwhile: ids come from its queue
-                return self._produce_future(data, on_done)
-            self._slots.take()
-            self._inbox.append((data, fut))     # as _hand_in, without its lists
-            self._schedule_take()
+        self._hand_in_from_loop([data], [fut])
         return fut
 
-    def _produce_future(self, data, on_done=None):
+    def _produce_future(self, data, on_done=None, window: bool = False):
+        """produce() with a future; with ``window`` (append_async's back-pressure), first
+        wait while max_pending_adds messages are in flight (not on the loop, which frees
+        them)."""
+        p = self._prod
+        if p is None:
+            p = self._start_producer()
+        if window and p.queue.in_flight_messages >= self._slots.limit and not self._ctx.on_loop():
+            p.wait_in_flight_below(self._slots.limit, self._check)
         fut = AddFuture(on_done)
-        eid = self.produce(data)
-        self._prod.add_future(eid, fut)
+        try:
+            eid = self.produce(data)
+        except BufferError:              # a queue smaller than the window: append_async waits
+            if not window or self._ctx.on_loop():
+                raise
+            eid = p.full(data, self._check, block=True)
+        p.add_future(eid, fut)
         return fut
 
     def append_many_async(self, items: list[Payload], on_done=None) -> list[concurrent.futures.Future[int]]:
@@ -382,8 +389,15 @@ class WriteHandle:
                 packed, last, self._scope, self._lid, self._next, self._lac, self._length,
                 self._digest, self._mac_key, self._pending, ops,
                 cfg.max_frame_payload_bytes, cfg.max_entries_per_frame if runs else 1)
-        except EmbedlogError as exc:     # never after the queue's checks; the ids are spent
-            done = getattr(exc, "entries_encoded", 0)
+        except Exception as exc:
+            # never after the queue's checks but a bug or no memory; the ids are spent, and
+            # no message may wait for ever on it
+            if not isinstance(exc, EmbedlogError):
+                log.exception("ledger %r: produced adds could not be sent", self.ledger_id)
+                error = EmbedlogError(f"ledger {self.ledger_id}: adds could not be sent: {exc!r}")
+                error.__cause__ = exc
+                exc = error
+            done = sum(op.count for op in ops)
             self._next = first + count
             self._slots.give(count - done)
             if ops:

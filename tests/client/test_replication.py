@@ -375,7 +375,7 @@ def test_cluster_on_each_metadata_store(tmp_path, metadata):
 
 def test_an_add_the_client_cannot_send_fails_and_never_waits_for_ever(tmp_path, monkeypatch):
     """An error while the client frames a batch (a bug, no memory: here encode_adds raising
-    MemoryError) fails that batch's adds and every later one with EmbedlogError and closes
+    MemoryError, and encode_produced, append_async's way) fails that batch's adds and every later one with EmbedlogError and closes
     the ledger at its LAC, as any unrecoverable add error does; those adds used to wait for
     ever, the loop having logged the error and gone on."""
     from embedlog._native import addpath
@@ -388,6 +388,7 @@ def test_an_add_the_client_cannot_send_fails_and_never_waits_for_ever(tmp_path, 
         w = c.create_ledger(1, 1, 1)
         assert w.append(b"first") == 0
         monkeypatch.setattr(addpath, "encode_adds", no_memory)
+        monkeypatch.setattr(addpath, "encode_produced", no_memory)   # append_async's way
         # the loop may fail the first batch while this thread still appends: a later
         # append_async then raises the handle's error itself, which is failing too
         futs, refused = [], None
