@@ -40,6 +40,8 @@ class MappedLog:
     def sealed(self) -> bool: ...
     def entry_table(self) -> tuple[Any, Any, Any, Any, Any]:
         """numpy arrays: (locations, sizes, scope ids, ledger ids, entry ids)."""
+    def segment_runs(self) -> list[tuple[int, int]]:
+        """A segment's runs of records checked since it was mapped: [(start, end)]."""
     def ledger_runs(self) -> tuple[Any, Any, Any]:
         """A segment's records as runs of one ledger: (scopes, ledgers, bytes)."""
     def scanned_ledgers(self) -> dict[tuple[int, int], int]: ...

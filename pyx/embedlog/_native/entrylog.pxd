@@ -3,6 +3,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 cdef enum:
     LOG_HEADER_SIZE = 1024
     CRC_BLOCK_BYTES = 65536        # bytes per checksummed block of a sealed log
+    SEGMENT_BLOCK_BYTES = 65536    # a journal segment's record starts per remembered run
 
 cdef class MappedLog:
     cdef readonly uint64_t log_id
@@ -25,6 +26,13 @@ cdef class MappedLog:
     cdef bint tracking                      # crcs are taken as bytes are written
     cdef uint32_t crc_run                   # the crc of the block being written, so far
     cdef Py_ssize_t crcs_persisted          # blocks whose crcs flush() wrote to the file's tail
+    # a journal segment's checked records, remembered while it is mapped: for each
+    # SEGMENT_BLOCK_BYTES block k of record starts, seg_lo[k] <= seg_hi[k] bound a run of
+    # consecutive records (seg_lo[k] the start of its first, in block k; seg_hi[k] the end of
+    # its last) each of which passed its crc; seg_hi[k] == 0: none yet
+    cdef int64_t *seg_lo
+    cdef int64_t *seg_hi
+    cdef Py_ssize_t seg_blocks
     cdef Py_ssize_t _tail_start(self)
     cdef int _load_tail_crcs(self) except -1
     cdef int _track(self, Py_ssize_t capacity_bytes) except -1
@@ -34,6 +42,8 @@ cdef class MappedLog:
     cdef int _verify_block(self, Py_ssize_t k) except -1
     cdef const uint8_t *checked_entry_at(self, uint32_t offset, Py_ssize_t *n) except? NULL
     cdef const uint8_t *_segment_entry(self, uint32_t offset, Py_ssize_t *n) except? NULL
+    cdef bint _segment_check(self, Py_ssize_t offset, Py_ssize_t end) except -1
+    cdef Py_ssize_t _checked_record(self, Py_ssize_t pos) noexcept
     cdef int reserve(self, Py_ssize_t n) except -1
     cdef _unmap(self)
     cdef int _map(self, int prot) except -1
