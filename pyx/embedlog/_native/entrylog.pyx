@@ -29,7 +29,11 @@ Bounds: an entry is read only if its size field, its header and its end lie with
 written part of the log (``entry_at``: offset >= header + 4, offset + size <= position, 64-bit
 sums); ``append`` and ``write_end`` refuse a write past the mapping; the map and checksum
 table offsets read from a header are checked with ``_fits`` (within the file, no overflowing
-sum) before anything is read through them.
+sum) before anything is read through them. A journal segment's record is read only if its
+offset is past the journal header and its length field and body lie within the mapping
+(``_segment_entry``); ``_checked_record`` checks the same before valid_record reads a byte,
+and the remembered runs are indexed by the block of an offset below both the mapping and
+2^32 (``seg_blocks`` covers that range).
 """
 
 import errno as _errno
