@@ -370,29 +370,22 @@ def test_a_segment_read_checks_each_record_once_while_mapped_in_any_order(tmp_pa
         m = nel.MappedLog.open_segment(path, seg_id)
         try:
             order = list(enumerate(locs))
-            random.Random(3).shuffle(order)        # backward and forward joins both
+            random.Random(3).shuffle(order)
             for i, loc in order:
                 assert m.read_at(loc)               # read and checked
             for i, loc in order:
-                assert m.read_at(loc)               # again: from the runs
-            runs = m.segment_runs()
-            assert runs
-            blocks = [(lo - 512) // 65536 for lo, _ in runs]
-            assert len(set(blocks)) == len(blocks)  # one run per block
-            assert all(lo >= 512 and hi > lo for lo, hi in runs)
-            # ledger 1's records, between ledger 0's, were checked by the walks: reading
-            # ledger 0 in any order left one run per block, not one per record
-            assert len(runs) <= len(set(blocks)) and len(runs) < len(locs) // 10
-            for loc in locs:                        # every record read lies inside a run
-                off = loc & 0xFFFFFFFF
-                assert any(lo <= off < hi for lo, hi in runs), off
+                assert m.read_at(loc)               # again: from the bitmap
+            checked = set(m.segment_checked())
+            # each record read has its bit, and only those: ledger 1's records between them
+            # were never read, so never checked
+            assert checked == {512 + ((loc & 0xFFFFFFFF) - 512) // 32 * 32 for loc in locs}
         finally:
             m.close()
     with embedlog.open(tmp_path, **CONFIG) as log:
         check(log, ledgers, entries=400)
 
 
-def test_a_damaged_record_stops_a_run_and_is_refused_in_any_order(tmp_path):
+def test_a_damaged_record_is_refused_each_time_whatever_was_read_around_it(tmp_path):
     from embedlog._native import entrylog as nel
     with embedlog.open(tmp_path, **CONFIG) as log:
         ledgers = fill(log, n_ledgers=1, entries=300)
@@ -409,13 +402,13 @@ def test_a_damaged_record_stops_a_run_and_is_refused_in_any_order(tmp_path):
         f.write(bytes([b[0] ^ 0x01]))
     m = nel.MappedLog.open_segment(path, loc >> 32)
     try:
-        for e in (same[0], 149, 151, same[-1], 152):   # runs from both sides of it
+        for e in (same[0], 149, 151, same[-1], 152):   # reads on both sides of it
             assert m.read_at(found[e][1])
         for _ in range(2):
             with pytest.raises(CorruptedDataError):
                 m.read_at(loc)
         off = loc & 0xFFFFFFFF
-        assert not any(lo <= off < hi for lo, hi in m.segment_runs())
+        assert 512 + (off - 512) // 32 * 32 not in m.segment_checked()
     finally:
         m.close()
     with embedlog.open(tmp_path, **CONFIG) as log:
@@ -434,10 +427,11 @@ def test_a_damaged_record_stops_a_run_and_is_refused_in_any_order(tmp_path):
 
 
 @pytest.mark.parametrize("digest", ["crc32c", "dummy"])
-def test_a_location_into_a_checked_run_that_names_another_record_is_refused(tmp_path, digest):
-    """A damaged index location inside a run of checked records: misframed (not a record's
-    start) or naming another entry's record. The bytes there are intact, so the run alone
-    would pass them: the reader's checks of the entry's ids (and digest) refuse them."""
+def test_a_location_near_a_checked_record_or_naming_another_is_refused(tmp_path, digest):
+    """A damaged index location next to a checked record (in its 32-byte granule, whose
+    bit is set, or a few bytes on) or naming another entry's record: the bytes there are
+    intact, so the bitmap alone would pass some of them: the type byte and the reader's
+    checks of the entry's ids (and digest) refuse them."""
     import numpy as np
     from embedlog.errors import EmbedlogError
     with embedlog.open(tmp_path, **CONFIG) as log:

@@ -31,9 +31,9 @@ sums); ``append`` and ``write_end`` refuse a write past the mapping; the map and
 table offsets read from a header are checked with ``_fits`` (within the file, no overflowing
 sum) before anything is read through them. A journal segment's record is read only if its
 offset is past the journal header and its length field and body lie within the mapping
-(``_segment_entry``); ``_checked_record`` checks the same before valid_record reads a byte,
-and the remembered runs are indexed by the block of an offset below both the mapping and
-2^32 (``seg_blocks`` covers that range).
+(``_segment_entry``) before valid_record reads a byte, and its bit in the checked-record
+bitmap is that of an offset below both the mapping and 2^32 (``seg_granules`` covers that
+range, and the bit is tested against it).
 """
 
 import errno as _errno
@@ -176,9 +176,8 @@ cdef class MappedLog:
         self.tracking = False
         self.crc_run = 0
         self.crcs_persisted = 0
-        self.seg_lo = NULL
-        self.seg_hi = NULL
-        self.seg_blocks = 0
+        self.seg_checked = NULL
+        self.seg_granules = 0
 
     def __dealloc__(self):
         self._unmap()
@@ -190,10 +189,9 @@ cdef class MappedLog:
             munmap(self.base, self.mapped)
             self.base = NULL
         # what a segment's reads remembered holds for this mapping only
-        free(self.seg_lo)
-        free(self.seg_hi)
-        self.seg_lo = self.seg_hi = NULL
-        self.seg_blocks = 0
+        free(self.seg_checked)
+        self.seg_checked = NULL
+        self.seg_granules = 0
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -381,7 +379,7 @@ cdef class MappedLog:
         first time it is read while the segment is mapped (_segment_check); NULL past the
         mapped end (the file grew since it was mapped: map it again). A record there that
         fails its crc, or is no entry, is damage: CorruptedDataError, never its bytes."""
-        cdef Py_ssize_t avail, body, end, k
+        cdef Py_ssize_t avail, body, g
         cdef uint8_t t
         if self.base == NULL or offset < JOURNAL_HEADER_BYTES or \
                 <Py_ssize_t>offset + RECORD_HEADER_SIZE > self.position:
@@ -390,94 +388,54 @@ cdef class MappedLog:
         body = el_get32(self.base + offset)
         if body == 0 or body > avail - RECORD_HEADER_SIZE:
             return NULL
-        end = offset + RECORD_HEADER_SIZE + body
         t = self.base[offset + 8]
-        k = (offset - JOURNAL_HEADER_BYTES) // SEGMENT_BLOCK_BYTES
-        if t != REC_ENTRY and t != REC_ENTRY_CRC32C:
+        # an entry record holds at least an entry's header (32 bytes): so no two start in
+        # one 32-byte granule of the checked-record bitmap
+        if (t != REC_ENTRY and t != REC_ENTRY_CRC32C) or body < V1_HEADER_SIZE:
             raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
                                      "fails its checksum")
-        if self.seg_lo != NULL and k < self.seg_blocks and self.seg_lo[k] <= offset and \
-                end <= self.seg_hi[k]:
+        g = (<Py_ssize_t>offset - JOURNAL_HEADER_BYTES) >> SEGMENT_GRANULE_BITS
+        if self.seg_checked != NULL and g < self.seg_granules and \
+                self.seg_checked[g >> 3] & (1 << (g & 7)):
             pass                                # checked since the segment was mapped
-        elif not self._segment_check(offset, end):
+        elif not self._segment_check(offset, body):
             raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
                                      "fails its checksum")
         n[0] = body
         return self.base + offset + RECORD_HEADER_SIZE
 
-    cdef Py_ssize_t _checked_record(self, Py_ssize_t pos) noexcept:
-        """The end of the record at ``pos`` if it lies within the mapping and passes its crc
-        (valid_record: its length within what is mapped, its crc, an ENTRY_CRC32C record's
-        digest too); -1 otherwise (damage, a zero length, a record not yet written whole)."""
-        cdef Py_ssize_t body
-        if self.base == NULL or pos < JOURNAL_HEADER_BYTES or pos + RECORD_HEADER_SIZE > self.position:
-            return -1
-        body = valid_record(self.base + pos, self.position - pos, self.position - pos, self.salt)
-        if body <= 0:
-            return -1
-        return pos + RECORD_HEADER_SIZE + body
-
-    cdef bint _segment_check(self, Py_ssize_t offset, Py_ssize_t end) except -1:
-        """Whether the record at [offset, end) passes its crc, remembered while the segment
-        is mapped (a segment's records are never rewritten: see docs/FORMATS.md, "A read").
-
-        Each block of SEGMENT_BLOCK_BYTES keeps one run of consecutive records that passed
-        (seg_lo/seg_hi); a record inside its block's run is not checked again. Otherwise it
-        is checked alone, and joined to the run when the records between them are
-        consecutive and pass too: walking forward from the run's end to it, or from its end
-        to the run's start (each walk stays within the block, and a byte is walked at most
-        once while mapped). A walk that fails (damage, a record not yet written) or misses
-        the record's start extends nothing but what it checked."""
-        cdef Py_ssize_t k, nb, pos, nxt
-        cdef int64_t lo, hi
-        if self.seg_lo == NULL:
-            nb = (min(self.position, <Py_ssize_t>1 << 32) - JOURNAL_HEADER_BYTES +
-                  SEGMENT_BLOCK_BYTES - 1) // SEGMENT_BLOCK_BYTES
-            nb = max(nb, 1)
-            self.seg_lo = <int64_t *>calloc(nb, sizeof(int64_t))
-            self.seg_hi = <int64_t *>calloc(nb, sizeof(int64_t))
-            if self.seg_lo == NULL or self.seg_hi == NULL:
-                free(self.seg_lo)
-                free(self.seg_hi)
-                self.seg_lo = self.seg_hi = NULL
-                raise MemoryError()
-            self.seg_blocks = nb
-        k = (offset - JOURNAL_HEADER_BYTES) // SEGMENT_BLOCK_BYTES
-        if offset < JOURNAL_HEADER_BYTES or k >= self.seg_blocks:
-            return self._checked_record(offset) == end
-        lo, hi = self.seg_lo[k], self.seg_hi[k]
-        if hi != 0 and lo <= offset and end <= hi:
-            return True
-        if self._checked_record(offset) != end:
+    cdef bint _segment_check(self, Py_ssize_t offset, Py_ssize_t body) except -1:
+        """Whether the entry record at ``offset`` (``body`` bytes after its head, within the
+        mapping: _segment_entry checked) passes its crc (valid_record: an ENTRY_CRC32C
+        record's digest too); if it does, its bit is set in seg_checked, and later reads
+        while the segment is mapped do not check it again (docs/FORMATS.md, "A read": a
+        segment's records are never rewritten). The bitmap (a bit per 32 bytes, 1/256 of
+        the segment) is allocated at the first read; calloc's pages cost nothing until
+        a bit in them is set."""
+        cdef Py_ssize_t g, nbits
+        if valid_record(self.base + offset, self.position - offset, self.position - offset,
+                        self.salt) != body:
             return False
-        if hi == 0:
-            self.seg_lo[k], self.seg_hi[k] = offset, end
-        elif offset >= hi:
-            pos = hi
-            while pos < offset:
-                nxt = self._checked_record(pos)
-                if nxt < 0:
-                    break
-                pos = nxt
-            self.seg_hi[k] = end if pos == offset else pos
-        elif end <= lo:
-            pos = end
-            while pos < lo:
-                nxt = self._checked_record(pos)
-                if nxt < 0:
-                    break
-                pos = nxt
-            if pos == lo:
-                self.seg_lo[k] = offset
+        if self.seg_checked == NULL:
+            nbits = (min(self.position, <Py_ssize_t>1 << 32) - JOURNAL_HEADER_BYTES +
+                     (1 << SEGMENT_GRANULE_BITS) - 1) >> SEGMENT_GRANULE_BITS
+            self.seg_checked = <uint8_t *>calloc(max(nbits, 1) // 8 + 1, 1)
+            if self.seg_checked == NULL:
+                raise MemoryError()
+            self.seg_granules = nbits
+        g = (offset - JOURNAL_HEADER_BYTES) >> SEGMENT_GRANULE_BITS
+        if 0 <= g < self.seg_granules:
+            self.seg_checked[g >> 3] |= <uint8_t>(1 << (g & 7))
         return True
 
-    def segment_runs(self):
-        """[(start, end)] of the runs of records _segment_check has checked since this
-        segment was mapped, one per block that has one (tests, diagnostics)."""
-        cdef Py_ssize_t k
-        if self.seg_lo == NULL:
+    def segment_checked(self):
+        """File offsets of the 32-byte granules whose entry record's crc passed since this
+        segment was mapped (tests, diagnostics)."""
+        cdef Py_ssize_t g
+        if self.seg_checked == NULL:
             return []
-        return [(self.seg_lo[k], self.seg_hi[k]) for k in range(self.seg_blocks) if self.seg_hi[k]]
+        return [JOURNAL_HEADER_BYTES + (g << SEGMENT_GRANULE_BITS) for g in range(self.seg_granules)
+                if self.seg_checked[g >> 3] & (1 << (g & 7))]
 
     @staticmethod
     def open_segment(path, uint64_t log_id):
