@@ -40,6 +40,9 @@ class MappedLog:
     def sealed(self) -> bool: ...
     def entry_table(self) -> tuple[Any, Any, Any, Any, Any]:
         """numpy arrays: (locations, sizes, scope ids, ledger ids, entry ids)."""
+    def segment_checked(self) -> list[int]:
+        """Offsets of a segment's 32-byte granules whose entry record was checked since it
+        was mapped."""
     def ledger_runs(self) -> tuple[Any, Any, Any]:
         """A segment's records as runs of one ledger: (scopes, ledgers, bytes)."""
     def scanned_ledgers(self) -> dict[tuple[int, int], int]: ...

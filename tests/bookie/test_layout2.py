@@ -345,3 +345,116 @@ def test_a_segment_above_the_threshold_is_kept_and_the_newest_journal_never_comp
         check(log, ledgers[1:])
     with embedlog.open(tmp_path, **CONFIG) as log:
         check(log, ledgers[1:])
+
+
+def _segment_entries(log, lid, entries):
+    """(path, locations) of a closed ledger's entries, all in one segment below the mark."""
+    key = (lid.scope_id, lid.ledger_id)
+    locs = [log.bookie.storage.location(key, e) for e in range(entries)]
+    assert all(loc >> 63 for loc in locs)
+    segs = {loc >> 32 for loc in locs}
+    return [(_segment_path(log, loc), loc) for loc in locs], segs
+
+
+def test_a_segment_read_checks_each_record_once_while_mapped_in_any_order(tmp_path):
+    import random
+    from embedlog._native import entrylog as nel
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log, n_ledgers=2, entries=400)
+        log.bookie.checkpoint()
+        found, segs = _segment_entries(log, ledgers[0], 400)
+    by_seg = {}
+    for path, loc in found:
+        by_seg.setdefault(loc >> 32, (path, []))[1].append(loc)
+    for seg_id, (path, locs) in by_seg.items():
+        m = nel.MappedLog.open_segment(path, seg_id)
+        try:
+            order = list(enumerate(locs))
+            random.Random(3).shuffle(order)
+            for i, loc in order:
+                assert m.read_at(loc)               # read and checked
+            for i, loc in order:
+                assert m.read_at(loc)               # again: from the bitmap
+            checked = set(m.segment_checked())
+            # each record read has its bit, and only those: ledger 1's records between them
+            # were never read, so never checked
+            assert checked == {512 + ((loc & 0xFFFFFFFF) - 512) // 32 * 32 for loc in locs}
+        finally:
+            m.close()
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        check(log, ledgers, entries=400)
+
+
+def test_a_damaged_record_is_refused_each_time_whatever_was_read_around_it(tmp_path):
+    from embedlog._native import entrylog as nel
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log, n_ledgers=1, entries=300)
+        log.bookie.checkpoint()
+        found, _ = _segment_entries(log, ledgers[0], 300)
+    lid = ledgers[0]
+    path, loc = found[150]
+    same = [e for e, (p, l) in enumerate(found) if p == path]
+    with open(path, "r+b") as f:                    # one payload byte of entry 150
+        off = (loc & 0xFFFFFFFF) + 9 + 60
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x01]))
+    m = nel.MappedLog.open_segment(path, loc >> 32)
+    try:
+        for e in (same[0], 149, 151, same[-1], 152):   # reads on both sides of it
+            assert m.read_at(found[e][1])
+        for _ in range(2):
+            with pytest.raises(CorruptedDataError):
+                m.read_at(loc)
+        off = loc & 0xFFFFFFFF
+        assert 512 + (off - 512) // 32 * 32 not in m.segment_checked()
+    finally:
+        m.close()
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        reader = log.open_ledger(lid)
+        assert reader.read_batch(0, 149) == [payload(lid.qualified_name, e) for e in range(150)]
+        with pytest.raises(CorruptedDataError):
+            reader.read_entry(150)
+        with pytest.raises(CorruptedDataError):
+            reader.read_batch(140, 160)
+        assert reader.read_batch(151, 299) == [payload(lid.qualified_name, e)
+                                               for e in range(151, 300)]
+        with pytest.raises(CorruptedDataError):
+            reader.read_entry(150)
+        with pytest.raises(CorruptedDataError):
+            log.bookie.read_entries(lid, 150, 1, 1 << 20)
+
+
+@pytest.mark.parametrize("digest", ["crc32c", "dummy"])
+def test_a_location_near_a_checked_record_or_naming_another_is_refused(tmp_path, digest):
+    """A damaged index location next to a checked record (in its 32-byte granule, whose
+    bit is set, or a few bytes on) or naming another entry's record: the bytes there are
+    intact, so the bitmap alone would pass some of them: the type byte and the reader's
+    checks of the entry's ids (and digest) refuse them."""
+    import numpy as np
+    from embedlog.errors import EmbedlogError
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        h = log.create_ledger(digest=digest)
+        for e in range(200):
+            h.append(payload(h.ledger_id.qualified_name, e))
+        h.close()
+        lid = h.ledger_id
+        log.bookie.checkpoint()
+        reader = log.open_ledger(lid)
+        q = lid.qualified_name
+        assert reader.read_batch(0, 199) == [payload(q, e) for e in range(200)]   # all checked
+        key = (lid.scope_id, lid.ledger_id)
+        idx = log.bookie.storage.ledgers[key]
+        good = [log.bookie.storage.location(key, e) for e in range(200)]
+        for bad in [good[11]] + [good[10] + d for d in (1, 8, 9, 20, 40, 45, 60)]:
+            idx.set_locations(np.array([10]), np.array([bad], dtype=np.uint64))
+            r = log.open_ledger(lid)
+            try:
+                got = r.read_entry(10)
+            except EmbedlogError:
+                pass
+            else:
+                pytest.fail(f"location {bad:#x} served {got[:40]!r} as entry 10")
+        idx.set_locations(np.array([10]), np.array([good[10]], dtype=np.uint64))
+        assert log.open_ledger(lid).read_entry(10) == payload(q, 10)

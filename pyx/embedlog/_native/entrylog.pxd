@@ -3,6 +3,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 cdef enum:
     LOG_HEADER_SIZE = 1024
     CRC_BLOCK_BYTES = 65536        # bytes per checksummed block of a sealed log
+    SEGMENT_GRANULE_BITS = 5       # a segment's checked-record bitmap: a bit per 32 bytes
 
 cdef class MappedLog:
     cdef readonly uint64_t log_id
@@ -25,6 +26,11 @@ cdef class MappedLog:
     cdef bint tracking                      # crcs are taken as bytes are written
     cdef uint32_t crc_run                   # the crc of the block being written, so far
     cdef Py_ssize_t crcs_persisted          # blocks whose crcs flush() wrote to the file's tail
+    # a journal segment's entry records whose crcs passed since it was mapped: bit g of
+    # seg_checked for the record starting in bytes [512 + 32 g, 512 + 32 g + 32) (an entry
+    # record is at least 41 bytes long: at most one starts in each); seg_granules bits
+    cdef uint8_t *seg_checked
+    cdef Py_ssize_t seg_granules
     cdef Py_ssize_t _tail_start(self)
     cdef int _load_tail_crcs(self) except -1
     cdef int _track(self, Py_ssize_t capacity_bytes) except -1
@@ -34,6 +40,7 @@ cdef class MappedLog:
     cdef int _verify_block(self, Py_ssize_t k) except -1
     cdef const uint8_t *checked_entry_at(self, uint32_t offset, Py_ssize_t *n) except? NULL
     cdef const uint8_t *_segment_entry(self, uint32_t offset, Py_ssize_t *n) except? NULL
+    cdef bint _segment_check(self, Py_ssize_t offset, Py_ssize_t end) except -1
     cdef int reserve(self, Py_ssize_t n) except -1
     cdef _unmap(self)
     cdef int _map(self, int prot) except -1

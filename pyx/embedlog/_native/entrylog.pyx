@@ -29,14 +29,18 @@ Bounds: an entry is read only if its size field, its header and its end lie with
 written part of the log (``entry_at``: offset >= header + 4, offset + size <= position, 64-bit
 sums); ``append`` and ``write_end`` refuse a write past the mapping; the map and checksum
 table offsets read from a header are checked with ``_fits`` (within the file, no overflowing
-sum) before anything is read through them.
+sum) before anything is read through them. A journal segment's record is read only if its
+offset is past the journal header and its length field and body lie within the mapping
+(``_segment_entry``) before valid_record reads a byte, and its bit in the checked-record
+bitmap is that of an offset below both the mapping and 2^32 (``seg_granules`` covers that
+range, and the bit is tested against it).
 """
 
 import errno as _errno
 import os
 
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite
@@ -172,6 +176,8 @@ cdef class MappedLog:
         self.tracking = False
         self.crc_run = 0
         self.crcs_persisted = 0
+        self.seg_checked = NULL
+        self.seg_granules = 0
 
     def __dealloc__(self):
         self._unmap()
@@ -182,6 +188,10 @@ cdef class MappedLog:
         if self.base != NULL:
             munmap(self.base, self.mapped)
             self.base = NULL
+        # what a segment's reads remembered holds for this mapping only
+        free(self.seg_checked)
+        self.seg_checked = NULL
+        self.seg_granules = 0
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -365,11 +375,12 @@ cdef class MappedLog:
         return p
 
     cdef const uint8_t *_segment_entry(self, uint32_t offset, Py_ssize_t *n) except? NULL:
-        """The entry of the journal record at ``offset`` of a segment, its crc checked on
-        every read (a segment has no block table); NULL past the mapped end (the file grew
-        since it was mapped: map it again). A record there that fails its crc, or is no
-        entry, is damage: CorruptedDataError, never its bytes."""
-        cdef Py_ssize_t avail, body
+        """The entry of the journal record at ``offset`` of a segment, its crc checked the
+        first time it is read while the segment is mapped (_segment_check); NULL past the
+        mapped end (the file grew since it was mapped: map it again). A record there that
+        fails its crc, or is no entry, is damage: CorruptedDataError, never its bytes."""
+        cdef Py_ssize_t avail, body, g
+        cdef uint8_t t
         if self.base == NULL or offset < JOURNAL_HEADER_BYTES or \
                 <Py_ssize_t>offset + RECORD_HEADER_SIZE > self.position:
             return NULL
@@ -377,12 +388,54 @@ cdef class MappedLog:
         body = el_get32(self.base + offset)
         if body == 0 or body > avail - RECORD_HEADER_SIZE:
             return NULL
-        if (valid_record(self.base + offset, avail, avail, self.salt) != body or
-                (self.base[offset + 8] != REC_ENTRY and self.base[offset + 8] != REC_ENTRY_CRC32C)):
+        t = self.base[offset + 8]
+        # an entry record holds at least an entry's header (32 bytes): so no two start in
+        # one 32-byte granule of the checked-record bitmap
+        if (t != REC_ENTRY and t != REC_ENTRY_CRC32C) or body < V1_HEADER_SIZE:
+            raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
+                                     "fails its checksum")
+        g = (<Py_ssize_t>offset - JOURNAL_HEADER_BYTES) >> SEGMENT_GRANULE_BITS
+        if self.seg_checked != NULL and g < self.seg_granules and \
+                self.seg_checked[g >> 3] & (1 << (g & 7)):
+            pass                                # checked since the segment was mapped
+        elif not self._segment_check(offset, body):
             raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
                                      "fails its checksum")
         n[0] = body
         return self.base + offset + RECORD_HEADER_SIZE
+
+    cdef bint _segment_check(self, Py_ssize_t offset, Py_ssize_t body) except -1:
+        """Whether the entry record at ``offset`` (``body`` bytes after its head, within the
+        mapping: _segment_entry checked) passes its crc (valid_record: an ENTRY_CRC32C
+        record's digest too); if it does, its bit is set in seg_checked, and later reads
+        while the segment is mapped do not check it again (docs/FORMATS.md, "A read": a
+        segment's records are never rewritten). The bitmap (a bit per 32 bytes, 1/256 of
+        the segment) is allocated at the first read; calloc's pages cost nothing until
+        a bit in them is set."""
+        cdef Py_ssize_t g, nbits
+        if valid_record(self.base + offset, self.position - offset, self.position - offset,
+                        self.salt) != body:
+            return False
+        if self.seg_checked == NULL:
+            nbits = (min(self.position, <Py_ssize_t>1 << 32) - JOURNAL_HEADER_BYTES +
+                     (1 << SEGMENT_GRANULE_BITS) - 1) >> SEGMENT_GRANULE_BITS
+            self.seg_checked = <uint8_t *>calloc(max(nbits, 1) // 8 + 1, 1)
+            if self.seg_checked == NULL:
+                raise MemoryError()
+            self.seg_granules = nbits
+        g = (offset - JOURNAL_HEADER_BYTES) >> SEGMENT_GRANULE_BITS
+        if 0 <= g < self.seg_granules:
+            self.seg_checked[g >> 3] |= <uint8_t>(1 << (g & 7))
+        return True
+
+    def segment_checked(self):
+        """File offsets of the 32-byte granules whose entry record's crc passed since this
+        segment was mapped (tests, diagnostics)."""
+        cdef Py_ssize_t g
+        if self.seg_checked == NULL:
+            return []
+        return [JOURNAL_HEADER_BYTES + (g << SEGMENT_GRANULE_BITS) for g in range(self.seg_granules)
+                if self.seg_checked[g >> 3] & (1 << (g & 7))]
 
     @staticmethod
     def open_segment(path, uint64_t log_id):

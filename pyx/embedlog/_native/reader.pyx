@@ -1,6 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """The read fast path: one C-level call per read, from memtable, entry log or journal segment
-(layout 2: a location with bit 63 set is a journal record, its crc checked on each read).
+(layout 2: a location with bit 63 set is a journal record, its crc checked on the first read
+while its segment is mapped, as an entry log's blocks are; each entry's ids and digest are
+checked on every read).
 
 A LedgerReader holds the bookie's memtable, entry logger and the ledger's index
 and reads without the bookie lock. That is safe because each read runs under
