@@ -228,7 +228,7 @@ class WriteHandle:
     # -- the producer (confluent-kafka's produce / poll / flush) -----------------------------
 
     def configure_producer(self, **options: Any) -> None:
-        """Limits of produce()'s queue, before the first produce():
+        """Limits of produce()'s queue, before the first produce() or append_async():
         ``queue_buffering_max_messages`` (default 100,000), ``queue_buffering_max_kbytes``
         (default 1 GiB) or ``queue_buffering_max_bytes``, and ``block``: when either is
         reached, produce() raises BufferError (False, the default) or waits (True)."""
