@@ -20,6 +20,17 @@ CONFIG = dict(storage_layout=2, skip_list_size_limit=128 << 10, journal_max_size
               flush_interval_ms=100, gc_wait_time_ms=0)
 
 
+def _flip_payload_byte(path: str, loc: int, mask: int) -> None:
+    """XOR ``mask`` into a payload byte of the segment record at ``loc``: past the record's
+    9-byte head, 60 bytes into the entry (its header and digest are before that)."""
+    with open(path, "r+b") as f:
+        off = (loc & 0xFFFFFFFF) + 9 + 60
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ mask]))
+
+
 def files(path, suffix):
     return sorted(n for n in os.listdir(path) if n.endswith(suffix))
 
@@ -133,12 +144,7 @@ def test_a_damaged_segment_record_is_refused_never_served(tmp_path):
         loc = log.bookie.storage.location(key, 5)
         assert loc >> 63
         path = _segment_path(log, loc)
-    with open(path, "r+b") as f:                  # one payload byte of entry 5
-        off = (loc & 0xFFFFFFFF) + 9 + 60
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x40]))
+    _flip_payload_byte(path, loc, 0x40)           # one payload byte of entry 5
     with embedlog.open(tmp_path, **CONFIG) as log:
         reader = log.open_ledger(lid)
         with pytest.raises(CorruptedDataError):
@@ -394,12 +400,7 @@ def test_a_damaged_record_is_refused_each_time_whatever_was_read_around_it(tmp_p
     lid = ledgers[0]
     path, loc = found[150]
     same = [e for e, (p, l) in enumerate(found) if p == path]
-    with open(path, "r+b") as f:                    # one payload byte of entry 150
-        off = (loc & 0xFFFFFFFF) + 9 + 60
-        f.seek(off)
-        b = f.read(1)
-        f.seek(off)
-        f.write(bytes([b[0] ^ 0x01]))
+    _flip_payload_byte(path, loc, 0x01)             # one payload byte of entry 150
     m = nel.MappedLog.open_segment(path, loc >> 32)
     try:
         for e in (same[0], 149, 151, same[-1], 152):   # reads on both sides of it
