@@ -173,10 +173,10 @@ class WriteHandle:
         self._hand_in_from_loop([data], [fut])
         return fut
 
-    def _produce_future(self, data, on_done=None, window: bool = False):
+    def _produce_future(self, data, on_done=None, window: bool = False, wait: bool = False):
         """produce() with a future; with ``window`` (append_async's back-pressure), first
-        wait while max_pending_adds messages are in flight (not on the loop, which frees
-        them)."""
+        wait while max_pending_adds messages are in flight, and with ``window`` or ``wait``
+        wait for room in a full queue (never on the loop, which frees them)."""
         p = self._prod
         if p is None:
             p = self._start_producer()
@@ -186,7 +186,7 @@ class WriteHandle:
         try:
             eid = self.produce(data)
         except BufferError:              # a queue smaller than the window: append_async waits
-            if not window or self._ctx.on_loop():
+            if not (window or wait) or self._ctx.on_loop():
                 raise
             eid = p.full(data, self._check, block=True)
         p.add_future(eid, fut)
@@ -221,8 +221,10 @@ class WriteHandle:
     def _produce_futures(self, items: list, on_done=None) -> list:
         # consecutive ids as long as the call fits in the queue (the producer's lock keeps
         # other callers' produce() out of the middle of it only through the GIL: a call
-        # larger than the queue's room is queued in pieces as room comes)
-        return [self._produce_future(d, on_done if k == len(items) - 1 else None)
+        # larger than the queue's room is queued in pieces as room comes); the window is
+        # waited for once, before the first, so a call is not cut by it
+        return [self._produce_future(d, on_done if k == len(items) - 1 else None,
+                                     window=k == 0, wait=True)
                 for k, d in enumerate(items)]
 
     # -- the producer (confluent-kafka's produce / poll / flush) -----------------------------

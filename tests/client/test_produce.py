@@ -135,3 +135,29 @@ def test_stream_produce_gives_positions(cluster):
         assert s.append(b"after") > pos[-1]
         assert [e.data for e in s.read(pos[0], pos[-1])] == [b"e%d" % i for i in range(1000)]
         s.close()
+
+
+def test_append_async_waits_at_max_pending_adds_on_the_produce_queue(cluster):
+    """append_async from a caller's thread goes through produce()'s queue and keeps its
+    back-pressure: with max_pending_adds adds in flight (the bookie suspended) the next call
+    waits, and returns once answers free the window; ids stay in call order."""
+    with cluster.client(max_pending_adds=10) as c:
+        w = c.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1)
+        bookie = _index_of(cluster, w.metadata.fragments[-1][1][0])
+        cluster.suspend_bookie(bookie)
+        try:
+            futs = [w.append_async(b"%d" % i) for i in range(10)]
+            assert len(w) == 10
+            late = []
+            t = threading.Thread(target=lambda: late.append(w.append_async(b"10")))
+            t.start()
+            t.join(0.5)
+            assert t.is_alive() and not late      # held by the window, not queued
+        finally:
+            cluster.resume_bookie(bookie)
+        t.join(60)
+        assert not t.is_alive()
+        assert [f.result(60) for f in futs + late] == list(range(11))
+        assert w.append_many_async([b"a", b"b", b"c"])[-1].result(60) == 13
+        w.close()
+        assert c.open_ledger(w.ledger_id).read_batch(0, 13)[10:] == [b"10", b"a", b"b", b"c"]
