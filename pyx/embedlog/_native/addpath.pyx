@@ -23,6 +23,7 @@ cdef extern from "Python.h":
     void PyObject_GC_UnTrack(void *op)
 
 from embedlog._native.format cimport encode_into, encoded_size, el_put32
+from embedlog._native.journal_kernels import packed_count    # the packed take's own check
 import concurrent.futures
 import threading
 from concurrent.futures import _base
@@ -280,24 +281,6 @@ def encode_adds(list batch, uint64_t scope, uint64_t lid, int64_t eid, int64_t l
     return eid, length, failed
 
 
-cdef Py_ssize_t _packed_count(bytes data, bytes ends) except -1:
-    """The messages of a produce queue's packed take (take_packed): ``ends`` native int64
-    end offsets into ``data``, each at or after the one before and within ``data``."""
-    cdef Py_ssize_t k = PyBytes_GET_SIZE(ends), i, size = PyBytes_GET_SIZE(data)
-    cdef const int64_t *e = <const int64_t *>PyBytes_AS_STRING(ends)
-    cdef int64_t prev = 0
-    if k == 0 or k % sizeof(int64_t):
-        raise IllegalOpError(f"packed payload ends of {k} bytes")
-    k //= sizeof(int64_t)
-    for i in range(k):
-        if e[i] < prev or e[i] > size:
-            raise IllegalOpError(f"packed payload {i} ends at {e[i]}, outside {prev}..{size}")
-        prev = e[i]
-    if prev != size:
-        raise IllegalOpError(f"packed payloads end at {prev}, their data at {size}")
-    return k
-
-
 def encode_produced(tuple packed, last_future, uint64_t scope, uint64_t lid, int64_t eid,
                     int64_t lac, int64_t length, int digest, mac_key, pending, list ops,
                     Py_ssize_t run_bytes=0, Py_ssize_t run_count=1):
@@ -312,7 +295,7 @@ def encode_produced(tuple packed, last_future, uint64_t scope, uint64_t lid, int
     error is raised with the count of entries in ``ops`` in ``entries_encoded``. Returns
     (next id, length)."""
     cdef bytes data = <bytes?>packed[0], ends = <bytes?>packed[1]
-    cdef Py_ssize_t count = _packed_count(data, ends), i = 0, j, e, size, pos, n, s
+    cdef Py_ssize_t count = packed_count(packed), i = 0, j, e, size, pos, n, s
     cdef const int64_t *end = <const int64_t *>PyBytes_AS_STRING(ends)
     cdef const uint8_t *src = <const uint8_t *>PyBytes_AS_STRING(data)
     cdef uint8_t *dst

@@ -214,6 +214,26 @@ def payload_count(object payloads) -> int:
     return PyList_GET_SIZE(payloads)
 
 
+def packed_count(tuple packed) -> int:
+    """How many payloads a packed batch ``(data, ends)`` holds, every end offset checked
+    first (ascending, within data, the last at its end): for a caller that reads the
+    payloads itself (the client's addpath.encode_produced)."""
+    cdef bytes ends_b = _packed_ends(packed)
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(ends_b) // 8, size = PyBytes_GET_SIZE(packed[0]), i
+    cdef const int64_t *ends = <const int64_t *>PyBytes_AS_STRING(ends_b)
+    cdef int64_t at = 0
+    if n == 0:
+        raise IllegalOpError("a packed batch without a payload")
+    for i in range(n):
+        if ends[i] < at or ends[i] > size:
+            raise IllegalOpError(f"packed batch: end offset {ends[i]} of payload {i} is "
+                                 f"outside {at}..{size}")
+        at = ends[i]
+    if at != size:
+        raise IllegalOpError(f"packed batch: payloads end at {at}, their data at {size}")
+    return n
+
+
 def unpack_payloads(tuple packed) -> list:
     """A packed batch ``(data, ends)`` as a list of bytes, one per payload."""
     cdef Py_ssize_t n = payload_count(packed)
