@@ -55,6 +55,9 @@ cnp.import_array()
 
 HEADER_SIZE = 1024
 ENTRIES_PER_PAGE = 1024
+# the same as a C constant: in a loop, the Python name costs an int object per entry
+cdef enum:
+    EPP = 1024
 PAGE_SIZE = 8192
 MAX_KEY = 64
 MAX_LAC_BODY = 64            # ledger id, LAC and a digest of them: 36 bytes with HMAC-SHA1
@@ -283,11 +286,11 @@ cdef class LedgerIndex:
     cpdef uint64_t get_location(self, int64_t eid):
         if eid < 0:
             return 0
-        page = self._page(eid // ENTRIES_PER_PAGE, False)
+        page = self._page(eid // EPP, False)
         if page is None:
             return 0
         cdef uint64_t[::1] v = page
-        return v[eid % ENTRIES_PER_PAGE]
+        return v[eid % EPP]
 
     def set_locations(self, eids, locations):
         """Record locations for entry ids (numpy arrays of equal length)."""
@@ -303,12 +306,12 @@ cdef class LedgerIndex:
                 raise IllegalOpError(f"entry id {e[i]} of ledger {ledger_name(self.scope, self.lid)} is "
                                      f"outside 0..{top}, what the index addresses")
         for i in range(n):
-            page_no = e[i] // ENTRIES_PER_PAGE
+            page_no = e[i] // EPP
             if page_no != cur:
                 page = self._page(page_no, True, True)
                 v = page
                 cur = page_no
-            v[e[i] % ENTRIES_PER_PAGE] = l[i]
+            v[e[i] % EPP] = l[i]
 
     def _pages_between(self, int64_t lo_page, int64_t hi_page):
         """The page numbers in lo_page..hi_page that may hold a location, ascending: those in
@@ -427,14 +430,14 @@ cdef class LedgerIndex:
         for i in range(n):
             if e[i] < 0:
                 continue
-            page_no = e[i] // ENTRIES_PER_PAGE
+            page_no = e[i] // EPP
             if page_no != cur:
                 page = self._page(page_no, False)
                 cur = page_no
                 have = page is not None
                 if have:
                     v = page
-            if have and v[e[i] % ENTRIES_PER_PAGE] == l[i]:
+            if have and v[e[i] % EPP] == l[i]:
                 out[i] = True
         return out_a
 
@@ -455,7 +458,7 @@ cdef class LedgerIndex:
         for i in range(n):
             if e[i] < 0:
                 continue
-            page_no = e[i] // ENTRIES_PER_PAGE
+            page_no = e[i] // EPP
             if page_no != cur:
                 # marked dirty as it is loaded, so the cache cannot evict it under us
                 page = self._page(page_no, False, True)
@@ -465,12 +468,12 @@ cdef class LedgerIndex:
                     v = page
             if not have:
                 continue
-            old = v[e[i] % ENTRIES_PER_PAGE]
+            old = v[e[i] % EPP]
             if old == 0:
                 continue
             for j in range(ns):
                 if (old >> 32) == src[j]:
-                    v[e[i] % ENTRIES_PER_PAGE] = l[i]
+                    v[e[i] % EPP] = l[i]
                     done += 1
                     break
         return done
