@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from embedlog._native.format import LedgerId, digest_code, mac_key, master_key, parse_entry_header
-from embedlog._native.journal_kernels import payload_count
+from embedlog._native.journal_kernels import chunk_end, payload_count
 from embedlog.bookie import Bookie
 from embedlog.bookie.bookie import MAX_BOUNDED_ENTRY_ID
 from embedlog.bookie.snapshot import BookieSnapshot
@@ -406,24 +406,8 @@ class WriteHandle:
             if self._prod is not None:
                 # messages produced before this call go first: ids follow journal order
                 self._reserve_locked(self._prod, total)
-            try:
-                small = total < 2 or sum(map(len, payloads)) <= _CHUNK_BYTES   # C-speed check
-            except TypeError:
-                small = False          # a non-bytes item: the loop below names it
-            if small:
-                first = self._next_entry_id
-                seq, self._length = self._frame(first, payloads)
-                self._next_entry_id = first + total
-                return seq, self._next_entry_id - 1
             while True:
-                end, size = start, 0
-                while end < total and (size < _CHUNK_BYTES or end == start):
-                    try:
-                        size += len(payloads[end])
-                    except TypeError:
-                        raise IllegalOpError(
-                            f"entries are bytes-like, got {type(payloads[end]).__name__}") from None
-                    end += 1
+                end = chunk_end(payloads, start, _CHUNK_BYTES)
                 chunk = payloads if (start, end) == (0, total) else payloads[start:end]
                 first = self._next_entry_id
                 seq, self._length = self._frame(first, chunk)

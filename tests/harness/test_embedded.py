@@ -311,6 +311,28 @@ def test_any_buffer_is_an_entry_in_every_pass_of_a_batch(tmp_path, digest):
         assert r.read_batch(3, 3 + len(odd)) == [bytes(x) for x in odd] + [b"e"]
 
 
+def test_a_long_batch_goes_in_chunks_each_made_durable(tmp_path, monkeypatch):
+    """append_many frames at most _CHUNK_BYTES before a sync (the journal buffer stays
+    bounded): a list of any buffers over the bound goes in several groups, ids in order."""
+    from embedlog import embedded
+    from embedlog._native.journal_kernels import chunk_end
+    monkeypatch.setattr(embedded, "_CHUNK_BYTES", 10_000)
+    items = [os.urandom(3_000), bytearray(os.urandom(3_000)), memoryview(os.urandom(4_000))] * 20
+    assert chunk_end(items, 0, 10_000) == 3            # 10,000 bytes are not below the bound
+    assert chunk_end(items, 59, 10_000) == 60 and chunk_end([b"x" * 20_000], 0, 10) == 1
+    with pytest.raises(IllegalOpError, match="bytes-like"):
+        chunk_end([b"a", 7], 0, 10_000)
+    with embedlog.open(tmp_path) as log:
+        w = log.create_ledger()
+        before = log.statistics()["journal"]["fsyncs"]
+        assert w.append_many(items) == len(items) - 1
+        assert log.statistics()["journal"]["fsyncs"] - before >= 20       # 20 chunks of 3
+        lid = w.ledger_id
+    with embedlog.open(tmp_path) as log:
+        r = log.open_ledger(lid)
+        assert r.read_batch(0, r.last_add_confirmed) == [bytes(x) for x in items]
+
+
 def test_a_batch_that_fails_after_part_of_it_was_framed_ends_the_handle(tmp_path, monkeypatch):
     """An error after part of a batch is journalled (here: the memtable cannot make room)
     leaves those ids taken: the handle refuses more adds instead of reusing them."""

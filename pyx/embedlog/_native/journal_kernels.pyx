@@ -207,6 +207,24 @@ def add_payloads(JournalBuffer jb, MemTable mt, uint64_t scope, uint64_t lid,
         free(lens)
 
 
+def chunk_end(list payloads, Py_ssize_t start, Py_ssize_t limit) -> int:
+    """Where a chunk of ``payloads`` that starts at ``start`` ends: it takes items while
+    their bytes are below ``limit`` (at least one), so one append call frames a bounded
+    batch before it syncs. IllegalOpError for an item that is not bytes-like."""
+    cdef Py_ssize_t i = start, total = PyList_GET_SIZE(payloads), size = 0
+    cdef object item
+    if start < 0:
+        raise ValueError(f"start {start} is negative")
+    while i < total and (size < limit or i == start):
+        item = <object>PyList_GET_ITEM(payloads, i)
+        if PyBytes_Check(item):          # (a conditional expression would make an int object)
+            size += PyBytes_GET_SIZE(item)
+        else:
+            size += _payload_view(item).nbytes
+        i += 1
+    return i
+
+
 def payload_count(object payloads) -> int:
     """How many payloads a list or a packed batch ``(data, ends)`` holds."""
     if type(payloads) is tuple:
