@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import embedlog
-from embedlog.errors import CorruptedDataError
+from embedlog.errors import CorruptedDataError, DigestMismatchError
 
 from support.cliutil import ROOT, SUPPORT, TESTS
 from support.crash_child import payload
@@ -425,6 +425,28 @@ def test_a_damaged_record_is_refused_each_time_whatever_was_read_around_it(tmp_p
             reader.read_entry(150)
         with pytest.raises(CorruptedDataError):
             log.bookie.read_entries(lid, 150, 1, 1 << 20)
+
+
+def test_a_record_damaged_after_its_first_read_is_refused_by_the_reader(tmp_path):
+    """A first read of a segment record checks its crc, and for a CRC32C entry the digest
+    with it, so the reader does not compute the digest again; every later read (the record's
+    bit set) must still check the digest: bytes damaged after the first read are refused by
+    read_entry, read_batch and read_arrays, never served."""
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log, n_ledgers=1, entries=300)
+        log.bookie.checkpoint()
+        found, _ = _segment_entries(log, ledgers[0], 300)
+        lid = ledgers[0]
+        reader = log.open_ledger(lid)
+        assert reader.read_entry(150) == payload(lid.qualified_name, 150)     # checked once
+        assert reader.read_batch(140, 160)[10] == payload(lid.qualified_name, 150)
+        path, loc = found[150]
+        _flip_payload_byte(path, loc, 0x01)         # under the mapping the reads used
+        for read in (lambda: reader.read_entry(150), lambda: reader.read_batch(140, 160),
+                     lambda: reader.read_arrays(140, 160)):
+            with pytest.raises((DigestMismatchError, CorruptedDataError)):
+                read()
+        assert reader.read_entry(151) == payload(lid.qualified_name, 151)
 
 
 @pytest.mark.parametrize("digest", ["crc32c", "dummy"])

@@ -31,6 +31,9 @@ cdef class MappedLog:
     # record is at least 41 bytes long: at most one starts in each); seg_granules bits
     cdef uint8_t *seg_checked
     cdef Py_ssize_t seg_granules
+    # the last checked_entry_at checked a CRC32C digest over the entry it returns (a segment's
+    # ENTRY_CRC32C record read for the first time): the reader need not compute it again
+    cdef readonly bint crc_fresh
     cdef Py_ssize_t _tail_start(self)
     cdef int _load_tail_crcs(self) except -1
     cdef int _track(self, Py_ssize_t capacity_bytes) except -1

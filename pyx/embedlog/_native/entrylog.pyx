@@ -359,6 +359,7 @@ cdef class MappedLog:
         """entry_at, with the blocks the record spans checked against their checksums the
         first time one is read (CorruptedDataError if they do not match). Blocks without a
         checksum yet (the one being written) are read as they are."""
+        self.crc_fresh = False
         if self.segment:
             return self._segment_entry(offset, n)
         cdef const uint8_t *p = self.entry_at(offset, n)
@@ -381,6 +382,7 @@ cdef class MappedLog:
         fails its crc, or is no entry, is damage: CorruptedDataError, never its bytes."""
         cdef Py_ssize_t avail, body, g
         cdef uint8_t t
+        self.crc_fresh = False
         if self.base == NULL or offset < JOURNAL_HEADER_BYTES or \
                 <Py_ssize_t>offset + RECORD_HEADER_SIZE > self.position:
             return NULL
@@ -401,6 +403,8 @@ cdef class MappedLog:
         elif not self._segment_check(offset, body):
             raise CorruptedDataError(f"journal segment {self.path} offset {offset}: the record "
                                      "fails its checksum")
+        else:
+            self.crc_fresh = t == REC_ENTRY_CRC32C      # valid_record checked its digest
         n[0] = body
         return self.base + offset + RECORD_HEADER_SIZE
 

@@ -34,8 +34,8 @@ cdef Py_ssize_t encode_into(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t 
 cdef Py_ssize_t put_header(uint8_t *dst, uint64_t scope, uint64_t lid, int64_t eid,
                            int64_t lac, int64_t length, int digest) noexcept nogil
 cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
-                            int64_t eid, int digest, object mac_key) except -1
+                            int64_t eid, int digest, object mac_key, bint crc_known=*) except -1
 cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
-                           int64_t eid, int digest, object mac_key)
+                           int64_t eid, int digest, object mac_key, bint crc_known=*)
 cdef int parse_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope, uint64_t *lid,
                    int64_t *eid) except -1

@@ -277,10 +277,12 @@ cdef int parse_ids(const uint8_t *buf, Py_ssize_t n, uint64_t *scope, uint64_t *
 
 
 cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
-                            int64_t eid, int digest, object mac_key) except -1:
+                            int64_t eid, int digest, object mac_key, bint crc_known=False) except -1:
     """Check an encoded entry against what the reader expected (ids, digest); returns where
     its payload starts. For MAC digests the entry is copied first (hashing may release the
-    GIL, and buf may point into a mapping or a memtable)."""
+    GIL, and buf may point into a mapping or a memtable). ``crc_known``: a CRC32C digest
+    over these very bytes was just checked (a journal segment's ENTRY_CRC32C record, read
+    for the first time): everything else is still checked."""
     cdef uint64_t s, l
     cdef int64_t e
     cdef Py_ssize_t h
@@ -306,7 +308,7 @@ cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, ui
     ds = digest_size(d)
     if n < h + ds:
         raise CorruptedDataError(f"entry {eid} of {n} bytes is shorter than header and digest")
-    if d == DIGEST_CRC32C:
+    if d == DIGEST_CRC32C and not crc_known:
         c = el_crc32c(0, buf, h)
         c = el_crc32c(c, buf + h + 4, n - h - 4)
         if c != el_get32(buf + h):
@@ -326,7 +328,7 @@ cdef Py_ssize_t check_entry(const uint8_t *buf, Py_ssize_t n, uint64_t scope, ui
 
 
 cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uint64_t lid,
-                           int64_t eid, int digest, object mac_key):
+                           int64_t eid, int digest, object mac_key, bint crc_known=False):
     """Check an encoded entry against what the reader expected; return its payload."""
     cdef Py_ssize_t h
     if digest == DIGEST_MAC:
@@ -335,7 +337,7 @@ cdef object decode_payload(const uint8_t *buf, Py_ssize_t n, uint64_t scope, uin
         h = check_entry(<const uint8_t *>PyBytes_AS_STRING(whole), n, scope, lid, eid, digest,
                         mac_key)
         return whole[h:]
-    h = check_entry(buf, n, scope, lid, eid, digest, mac_key)
+    h = check_entry(buf, n, scope, lid, eid, digest, mac_key, crc_known)
     return PyBytes_FromStringAndSize(<char *>buf + h, n - h)
 
 

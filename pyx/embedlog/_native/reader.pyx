@@ -55,6 +55,7 @@ cdef class LedgerReader:
     cdef int64_t held_page_no         # from disk), its number and locations: kept even if
     cdef const uint64_t *held_locs    # the cache evicts it (then a clean copy)
     cdef readonly Py_ssize_t reads
+    cdef bint crc_fresh               # the entry _locate found just had its CRC32C checked
 
     def __init__(self, MemTable mt, MemTable mt2, EntryLogger el, LedgerIndex idx, uint64_t scope,
                  uint64_t lid, int digest, mac_key, int64_t lac):
@@ -96,6 +97,7 @@ cdef class LedgerReader:
 
     cdef const uint8_t *_locate(self, int64_t eid, Py_ssize_t *n) except NULL:
         """The encoded entry, in a memtable or an entry log (valid while the GIL is held)."""
+        self.crc_fresh = False
         cdef const uint8_t *p = self.mt.get(self.scope, self.lid, eid, n)
         cdef const uint64_t *locs
         cdef uint64_t loc = 0
@@ -128,6 +130,7 @@ cdef class LedgerReader:
             if m is not None:
                 p = m.checked_entry_at(<uint32_t>loc, n)     # its block's crc, once per block
             if p != NULL:
+                self.crc_fresh = m.crc_fresh
                 return p
             if loc >> 63:
                 # a journal segment mapped before this record was written: map it again
@@ -160,6 +163,7 @@ cdef class LedgerReader:
             m = self.last_log
             if m is not None and m.log_id == (loc >> 32) and m.base != NULL:
                 p = m.checked_entry_at(<uint32_t>loc, n)
+                self.crc_fresh = m.crc_fresh
         if p == NULL:
             # the careful path (page load, other log, ...); the next step takes the page
             # from the index again, as this one may be an evicted copy older than the entry
@@ -170,7 +174,8 @@ cdef class LedgerReader:
     cdef object _read(self, int64_t eid):
         cdef Py_ssize_t n = 0
         cdef const uint8_t *p = self._locate(eid, &n)
-        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key,
+                              self.crc_fresh)
 
     cdef int _check(self, int64_t first, int64_t last) except -1:
         if first < 0 or last < first:
@@ -254,7 +259,8 @@ cdef class LedgerReader:
     cdef object _read_logged(self, int64_t eid):
         cdef Py_ssize_t n = 0
         cdef const uint8_t *p = self._locate_logged(eid, &n)
-        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key)
+        return decode_payload(p, n, self.scope, self.lid, eid, self.digest, self.mac_key,
+                              self.crc_fresh)
 
     def read_arrays(self, int64_t first, int64_t last):
         """(offsets int32[n + 1], values uint8[m]): the payloads of first..last, every
@@ -282,7 +288,8 @@ cdef class LedgerReader:
             # loads an index page or maps a log releases the GIL, after which an earlier
             # pointer could be stale
             p = self._locate_logged(first + i, &n) if logged else self._locate(first + i, &n)
-            h = check_entry(p, n, self.scope, self.lid, first + i, self.digest, self.mac_key)
+            h = check_entry(p, n, self.scope, self.lid, first + i, self.digest, self.mac_key,
+                            self.crc_fresh)
             plen = n - h
             if total + plen > MAX_VALUES:
                 raise IllegalOpError(f"payloads of entries {first}..{last} pass 2 GiB, more "
