@@ -41,7 +41,8 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/client/test_striped_volume.py", "tests/client/test_addpath.py",
          "tests/client/test_inflight.py", "tests/net/test_add_body.py",
          "tests/bookie/test_entry_log_page_cache.py", "tests/shared/test_flush_boundaries.py",
-         "tests/harness/test_produce_embedded.py", "tests/client/test_produce.py"]
+         "tests/harness/test_produce_embedded.py", "tests/client/test_produce.py",
+         "tests/harness/test_embedded.py::test_a_long_batch_goes_in_chunks_each_made_durable"]
 TESTS += sorted(os.path.relpath(p, ROOT) for p in
                 glob.glob(os.path.join(ROOT, "tests", "shared", "test_native_models*.py")))
 
