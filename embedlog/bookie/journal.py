@@ -310,6 +310,7 @@ class Journal:
         group.attempted = (files.path, files.offset, group.buf.nbytes)
         files.append(group.buf)
         if not self.config.journal_sync_data:
+            files.note_written(group.buf)
             return None
         failpoints.hit("journal.before_sync")
         t0 = time.perf_counter()
@@ -318,6 +319,7 @@ class Journal:
         self.stats["fsync_time_s"] += fsync_s
         self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
         failpoints.hit("journal.after_sync")
+        files.note_written(group.buf)
         files.drop_synced_pages()
         return fsync_s
 

@@ -74,20 +74,25 @@ _MAP_HEAD = struct.Struct(">II")
 _MAP_ROW = struct.Struct(">QQQ")
 
 
-def write_segment_map(path: str, segment: int) -> None:
+def write_segment_map(path: str, segment: int, runs=None) -> None:
     """``<id>.seg.map`` for journal file ``path`` (``<id>.txn``): {(scope, ledger): bytes} of
     its entry records, ``0xFFFFFFFF count (scope ledger bytes)* crc32c``, so a start finds the
-    ledgers a segment holds without reading it."""
-    # runs of one ledger counted in C without the GIL (a trim renames gigabytes of journal
-    # while the server's loop answers adds), then summed per ledger: a few runs per group
-    m = nel.MappedLog.open_segment(path, (1 << 31) | segment)
-    try:
-        scopes, lids, nbytes = m.ledger_runs()
-    finally:
-        m.close()
-    sums: dict = {}
-    for key in zip(scopes.tolist(), lids.tolist(), nbytes.tolist()):
-        sums[key[:2]] = sums.get(key[:2], 0) + key[2]
+    ledgers a segment holds without reading it. ``runs``: the file's records as its leader
+    counted them (a jbuffer.LedgerRuns: a file this process wrote); otherwise the file is
+    read back and walked."""
+    if runs is not None:
+        sums = runs.totals()
+    else:
+        # runs of one ledger counted in C without the GIL (a trim renames gigabytes of
+        # journal while the server's loop answers adds), then summed per ledger
+        m = nel.MappedLog.open_segment(path, (1 << 31) | segment)
+        try:
+            scopes, lids, nbytes = m.ledger_runs()
+        finally:
+            m.close()
+        sums = {}
+        for key in zip(scopes.tolist(), lids.tolist(), nbytes.tolist()):
+            sums[key[:2]] = sums.get(key[:2], 0) + key[2]
     body = _MAP_HEAD.pack(0xFFFFFFFF, len(sums)) + b"".join(
         _MAP_ROW.pack(s, l, n) for (s, l), n in sorted(sums.items()))
     fileio.atomic_write(os.path.splitext(path)[0] + SEG_MAP,
@@ -148,6 +153,9 @@ class JournalFiles:
         self.segment = 0                  # the current file's
         self._last_segment = None
         self.on_segment = None            # (segment, path without suffix): before any write
+        # file id -> jbuffer.LedgerRuns of the journals this process opened: what each
+        # segment's map counts, so a trim need not read the file back from the disk
+        self._runs: dict = {}
 
     @property
     def direct_writes(self) -> bool:
@@ -208,6 +216,8 @@ class JournalFiles:
             fd, dfd, header, zero_end = self._new_file(new_id, prev, path, segment)
             salt = 0
         self.segment = segment
+        if segment:
+            self._runs[new_id] = jbuffer.LedgerRuns()
         for old in (self.fd, self.dfd):
             if old >= 0:
                 os.close(old)
@@ -358,6 +368,13 @@ class JournalFiles:
         buf.write_to(self.fd, self.offset)
         self.offset += buf.nbytes
 
+    def note_written(self, buf) -> None:
+        """A group ``buf`` is in the current file for good (written, and synced unless
+        journal_sync_data is off): count its entries for the file's segment map."""
+        runs = self._runs.get(self.file_id)
+        if runs is not None:
+            buf.add_runs_to(runs)
+
     def sync(self) -> None:
         """fdatasync the file up to the tail."""
         fileio.sync(self.fd, self.path, self.offset)
@@ -481,10 +498,11 @@ class JournalFiles:
                 try:
                     segment = read_segment(path)
                     if segment:             # its map first: a crash leaves it beside the .txn
-                        write_segment_map(path, segment)
+                        write_segment_map(path, segment, self._runs.get(i))
                     fileio.reuse(path, os.path.join(self.directory, "%x%s" % (i, SEG)))
                 except FileNotFoundError:
                     pass
+                self._runs.pop(i, None)
             if old:
                 fsync_dir(self.directory)
             return old

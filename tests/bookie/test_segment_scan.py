@@ -141,3 +141,35 @@ def test_reads_in_any_order_refuse_exactly_the_damaged_records(tmp_path):
                 assert 512 + ((locs[i] & 0xFFFFFFFF) - 512) // 32 * 32 not in checked
         finally:
             m.close()
+
+
+def test_a_trim_writes_each_map_from_what_the_leader_wrote_not_a_read_back(tmp_path, monkeypatch):
+    """The maps of journals this process wrote come from the runs the group leader counted
+    (jbuffer.LedgerRuns) without reading the segment back from the disk, and equal a walk of
+    it: lone appends alternating between ledgers (more changes of ledger per file than
+    RUNS_COMPACT_AT, so the runs are merged on the way), batches, and a scope's V2 entries."""
+    class NoReadBack:
+        class MappedLog:
+            @staticmethod
+            def open_segment(path, log_id):
+                raise AssertionError(f"a trim read {path}, which this process wrote, back")
+    monkeypatch.setattr(jf, "nel", NoReadBack)
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        handles = [log.create_ledger() for _ in range(3)] + [log.create_ledger(scope_id=7)]
+        for i in range(30_000):
+            h = handles[i % 4]
+            if i % 1000 == 999:
+                h.append_many([payload(h.ledger_id.qualified_name, i)] * 50)
+            else:
+                h.append(payload(h.ledger_id.qualified_name, i)[:40])
+        log.bookie.checkpoint()
+        journal = os.path.join(tmp_path, "journal")
+        segs = [n for n in os.listdir(journal) if n.endswith(".seg")]
+        assert len(segs) >= 2
+    monkeypatch.undo()
+    for name in segs:
+        path = os.path.join(journal, name)
+        table, runs = table_and_runs(path, jf.read_segment(path))
+        assert len(runs[0]) > 4096                   # the walk's runs: one per change of ledger
+        assert jf.read_segment_map(os.path.splitext(path)[0]) == per_ledger_from_table(table) \
+            == per_ledger_from_runs(runs)

@@ -13,3 +13,19 @@ cdef class JournalBuffer:
     cdef public uint64_t seq0   # journal sequence number of data[0] (the journal sets it)
     cdef uint8_t *reserve(self, Py_ssize_t n) except NULL
     cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil
+
+
+cdef enum:
+    RUNS_COMPACT_AT = 4096      # LedgerRuns merges its runs per ledger when this many fill it
+
+cdef struct ledger_run:
+    uint64_t scope
+    uint64_t lid
+    uint64_t nbytes
+
+cdef class LedgerRuns:
+    cdef ledger_run *runs
+    cdef Py_ssize_t count
+    cdef Py_ssize_t cap
+    cdef int add(self, uint64_t scope, uint64_t lid, uint64_t nbytes) except -1
+    cdef void _merge(self) noexcept

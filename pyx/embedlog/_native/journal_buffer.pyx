@@ -10,7 +10,7 @@ kernels reserve a whole pass at once); ``write_direct`` writes only the blocks t
 records, with the DIRECT_ALIGN spare kept at each end of the allocation.
 """
 
-from libc.stdlib cimport free
+from libc.stdlib cimport free, realloc, qsort
 from libc.string cimport memcpy, memmove, memset
 from libc.errno cimport errno, EINTR, ENOSPC
 from posix.unistd cimport pwrite
@@ -145,6 +145,25 @@ cdef class JournalBuffer:
             off += RECORD_HEADER_SIZE + n
         return out
 
+    def add_runs_to(self, LedgerRuns runs):
+        """Count the buffer's entry records into ``runs`` (runs of one ledger, with their
+        record heads): what a walk of the file they were written to would count
+        (MappedLog.ledger_runs), taken from memory instead of read back from the disk.
+        Only the records' heads and ids are read; the add kernels framed them, in bounds."""
+        cdef Py_ssize_t off = 0, n
+        cdef uint64_t s, l
+        cdef int64_t e
+        cdef uint8_t t
+        while off + RECORD_HEADER_SIZE <= self.size:
+            n = el_get32(self.data + off)
+            if off + RECORD_HEADER_SIZE + n > self.size:
+                raise ValueError(f"journal buffer: a record at {off} runs past its end")
+            t = self.data[off + 8]
+            if t == REC_ENTRY or t == REC_ENTRY_CRC32C:
+                parse_ids(self.data + off + RECORD_HEADER_SIZE, n, &s, &l, &e)
+                runs.add(s, l, RECORD_HEADER_SIZE + n)
+            off += RECORD_HEADER_SIZE + n
+
     def salt(self, uint32_t salt):
         """Xor every record's crc with ``salt``, the life of the file the group goes to
         (journal_format: a recycled file's stale records then never check as current ones).
@@ -223,3 +242,76 @@ def write_zeros(int fd, long long offset, long long length):
     free(z)
     if err:
         raise OSError(err, "journal preallocation failed")
+
+
+cdef int _cmp_runs(const void *a, const void *b) noexcept nogil:
+    cdef const ledger_run *x = <const ledger_run *>a
+    cdef const ledger_run *y = <const ledger_run *>b
+    if x.scope != y.scope:
+        return -1 if x.scope < y.scope else 1
+    if x.lid != y.lid:
+        return -1 if x.lid < y.lid else 1
+    return 0
+
+
+cdef class LedgerRuns:
+    """Entry records of one journal file counted per ledger: runs of one ledger (scope,
+    ledger, bytes with record heads), a new run per change of ledger, merged per ledger
+    whenever they fill RUNS_COMPACT_AT (so they take memory per ledger, not per change of
+    ledger). The leader adds each group it wrote and synced; the trim that makes the file a
+    segment writes its ledgers map from them instead of reading the file back
+    (journal_files.write_segment_map)."""
+
+    def __cinit__(self):
+        self.runs = NULL
+        self.count = 0
+        self.cap = 0
+
+    def __dealloc__(self):
+        free(self.runs)
+
+    cdef int add(self, uint64_t scope, uint64_t lid, uint64_t nbytes) except -1:
+        cdef ledger_run *grown
+        cdef Py_ssize_t cap
+        if self.count and self.runs[self.count - 1].scope == scope and \
+                self.runs[self.count - 1].lid == lid:
+            self.runs[self.count - 1].nbytes += nbytes
+            return 0
+        if self.count == self.cap and self.count >= RUNS_COMPACT_AT:
+            qsort(self.runs, self.count, sizeof(ledger_run), _cmp_runs)
+            self._merge()
+        if self.count == self.cap:
+            cap = max(16, 2 * self.cap)
+            grown = <ledger_run *>realloc(self.runs, cap * sizeof(ledger_run))
+            if grown == NULL:
+                raise MemoryError()
+            self.runs, self.cap = grown, cap
+        self.runs[self.count].scope = scope
+        self.runs[self.count].lid = lid
+        self.runs[self.count].nbytes = nbytes
+        self.count += 1
+        return 0
+
+    cdef void _merge(self) noexcept:
+        """Merge neighbouring runs of one ledger (after a sort: one run per ledger)."""
+        cdef Py_ssize_t i, k = 0
+        for i in range(1, self.count):
+            if self.runs[i].scope == self.runs[k].scope and self.runs[i].lid == self.runs[k].lid:
+                self.runs[k].nbytes += self.runs[i].nbytes
+            else:
+                k += 1
+                self.runs[k] = self.runs[i]
+        if self.count:
+            self.count = k + 1
+
+    def __len__(self):
+        return self.count
+
+    def totals(self):
+        """{(scope, ledger): bytes}."""
+        cdef Py_ssize_t i
+        out = {}
+        for i in range(self.count):
+            key = (self.runs[i].scope, self.runs[i].lid)
+            out[key] = out.get(key, 0) + self.runs[i].nbytes
+        return out
