@@ -459,3 +459,33 @@ def test_a_location_near_a_checked_record_or_naming_another_is_refused(tmp_path,
                 pytest.fail(f"location {bad:#x} served {got[:40]!r} as entry 10")
         idx.set_locations(np.array([10]), np.array([good[10]], dtype=np.uint64))
         assert log.open_ledger(lid).read_entry(10) == payload(q, 10)
+
+
+def test_entries_erased_while_a_flush_waits_for_the_journal_get_no_location(tmp_path):
+    """A layout 2 flush waits for the journal before it sets locations; a truncation (or a
+    deletion) meanwhile hides entries of its snapshot under the storage lock. The flush must
+    set locations from a walk in the same hold, or the erased entries come back. (The first
+    walk ran beside drop_ledger too: tools/gc_soak.py's deletes then failed every flush with
+    "live records walked, counted".)"""
+    from embedlog.bookie.descriptors import NO_LEDGER_END
+    from embedlog.errors import NoSuchEntryError
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        st = log.bookie.storage
+        w = log.create_ledger()
+        q = w.ledger_id.qualified_name
+        w.append_many([payload(q, e) for e in range(100)])
+        key = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        wait, waits = st.wait_journal, []
+
+        def erase_then_wait(seq, locked):
+            waits.append(seq)
+            st.erase(key, 50, NO_LEDGER_END)
+            wait(seq, locked)
+        st.wait_journal = erase_then_wait
+        log.bookie.checkpoint()                 # flushes the memtable holding 0..99
+        st.wait_journal = wait
+        assert waits, "the flush never waited for the journal"
+        assert st.location(key, 49) >> 63       # a segment's location
+        with pytest.raises(NoSuchEntryError):
+            st.location(key, 50)
+        assert log.bookie.read_entry(w.ledger_id, 49)
