@@ -1,7 +1,7 @@
 """Soak: write and delete ledgers for a while with garbage collection and compaction running;
 print disk usage, live data and throughput over time.
 
-    python tools/gc_soak.py --duration-s 720 [--dir D] [--alternate-s 60]
+    python tools/gc_soak.py --duration-s 720 [--dir D] [--alternate-s 60] [--storage-layout 1|2]
 
 Writers append ``--entry-bytes`` entries in batches (append_many) to ledgers of
 ``--ledger-entries`` entries, then close them; a deleter keeps about ``--retain-mb`` of
@@ -14,8 +14,16 @@ so write throughput with and without compaction is measured in the same run, on 
 disk state; the summary compares windows in which compaction rewrote data with windows in
 which it was off (leaving out the first window, the warm-up of an empty bookie). Every ``--report-s`` a line shows: elapsed time, MB written and MB/s in
 the interval, live ledgers and MB, MB the bookie takes on disk (entry logs, index, journal),
-entry logs, whether compaction is on, and MB compacted / given back by GC since the start.
-At the end, every live ledger is read back and checked.
+entry logs (layout 2: and journal segments), whether compaction is on, and MB compacted /
+given back by GC since the start.
+At the end, every live ledger is read back and checked, and one more GC cycle (a forced
+major compaction) must leave no file that holds only deleted ledgers (positive deletion):
+every entry log and segment left has live data, and each segment left is named by the index.
+
+``--storage-layout`` picks the layout of a new directory (default: the engine's, layout 2:
+the journal's files are the entries' storage, GC deletes a segment no index names and
+compaction copies a mostly dead one into an entry log); ``--journal-mb`` is the journal
+file size, so in layout 2 the segment size.
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import embedlog  # noqa: E402
 from embedlog import LedgerId  # noqa: E402
+from embedlog.config import BookieConfig  # noqa: E402
 
 
 def entry(q: str, e: int, n: int) -> bytes:
@@ -127,19 +136,25 @@ def main(argv=None) -> int:
     p.add_argument("--compaction-rate-mb", type=float, default=16,
                    help="compaction_rate_by_bytes in MiB/s (is_throttle_by_bytes)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--storage-layout", type=int, choices=(1, 2), default=BookieConfig().storage_layout,
+                   help="layout of a new directory (default: the engine's, %(default)s)")
+    p.add_argument("--journal-mb", type=int, default=64,
+                   help="journal_max_size_mb (layout 2: the segment size)")
     a = p.parse_args(argv)
 
     own = a.dir is None
     path = a.dir or tempfile.mkdtemp(prefix="embedlog-gc-soak-")
     config = dict(entry_log_size_limit=a.entry_log_mb << 20, skip_list_size_limit=16 << 20,
-                  journal_max_size_mb=64, journal_max_backups=1, flush_interval_ms=2000,
+                  journal_max_size_mb=a.journal_mb, journal_pre_alloc_size_mb=min(16, a.journal_mb),
+                  journal_max_backups=1, flush_interval_ms=2000,
                   gc_wait_time_ms=a.gc_wait_ms, minor_compaction_interval_s=a.minor_interval_s,
                   major_compaction_interval_s=a.major_interval_s, is_throttle_by_bytes=True,
                   compaction_rate_by_bytes=int(a.compaction_rate_mb * (1 << 20)),
-                  disk_check_interval_ms=1000)
-    print(f"# gc soak: {a.duration_s:.0f} s in {path}; {a.writers} writers, {a.entry_bytes}-byte "
+                  disk_check_interval_ms=1000, storage_layout=a.storage_layout)
+    print(f"# gc soak: {a.duration_s:.0f} s in {path}, layout {a.storage_layout}; {a.writers} writers, {a.entry_bytes}-byte "
           f"entries in batches of {a.batch}, ledgers of {a.ledger_entries} entries, "
           f"~{a.retain_mb} MiB kept live (random deletes), entry logs {a.entry_log_mb} MiB, "
+          f"journals {a.journal_mb} MiB, "
           f"GC every {a.gc_wait_ms} ms, minor/major compaction every {a.minor_interval_s}/"
           f"{a.major_interval_s} s at 0.2/0.8, rate {a.compaction_rate_mb} MiB/s, "
           f"compaction {'off' if a.no_compaction else ('alternating every %g s' % a.alternate_s if a.alternate_s else 'on')}",
@@ -149,6 +164,8 @@ def main(argv=None) -> int:
     try:
         with embedlog.open(path, **config) as log:
             gc = log.bookie.gc
+            if log.bookie.layout != a.storage_layout:
+                raise SystemExit(f"{path} holds layout {log.bookie.layout}, not {a.storage_layout}")
             gc.compaction_enabled = not a.no_compaction
             threads = [threading.Thread(target=soak.writer, args=(log, a.seed + i), daemon=True)
                        for i in range(a.writers)]
@@ -156,8 +173,8 @@ def main(argv=None) -> int:
             for t in threads:
                 t.start()
             t0 = time.monotonic()
-            header = ("  t_s  MB_written  MB/s  live_ledgers  live_MB  disk_MB  logs  compaction  "
-                      "compacted_MB  gc_freed_MB")
+            header = ("  t_s  MB_written  MB/s  live_ledgers  live_MB  disk_MB  logs  segs  "
+                      "compaction  compacted_MB  gc_freed_MB")
             print(header, flush=True)
             last_t, last_w = t0, 0
             win_start, win_w, win_c = t0, 0, 0
@@ -183,10 +200,11 @@ def main(argv=None) -> int:
                         live_mb = soak.live_bytes / 2**20
                         live_n = soak.live_ledgers
                     logs = len(log.bookie.storage.entry_logger.log_ids())
-                    freed = st["reclaimed_bytes"] + st["entry_log_bytes_deleted"]
+                    segs = sum(n.endswith(".seg") for n in os.listdir(log.bookie.journal_dir))
+                    freed = freed_bytes(st)
                     print(f"{now - t0:5.0f}  {written / 2**20:10.0f}  "
                           f"{(written - last_w) / 2**20 / (now - last_t):4.1f}  {live_n:12d}  "
-                          f"{live_mn(live_mb):>7}  {disk_bytes(path) / 2**20:7.0f}  {logs:4d}  "
+                          f"{live_mn(live_mb):>7}  {disk_bytes(path) / 2**20:7.0f}  {logs:4d}  {segs:4d}  "
                           f"{'on' if gc.compaction_enabled else 'off':>10}  "
                           f"{st['compacted_bytes'] / 2**20:12.0f}  {freed / 2**20:11.0f}", flush=True)
                     last_t, last_w = now, written
@@ -211,14 +229,17 @@ def main(argv=None) -> int:
                     if got != [entry(q, e, a.entry_bytes) for e in range(first, last + 1)]:
                         raise SystemExit(f"ledger {q} entries {first}..{last} read back wrong")
                 checked += n
+            left = positive_deletion(log)
         print(f"# {elapsed:.0f} s, {soak.written_bytes / 2**20:.0f} MiB written "
               f"({soak.written_bytes / 2**20 / elapsed:.1f} MiB/s, {soak.written_entries / elapsed:,.0f} "
               f"entries/s); GC: {st['ledgers_deleted']} ledgers deleted by GC, "
               f"{st['entry_logs_deleted']} entry logs deleted whole "
-              f"({st['entry_log_bytes_deleted'] / 2**20:.0f} MiB), {st['compactions']} compactions of "
+              f"({st['entry_log_bytes_deleted'] / 2**20:.0f} MiB), "
+              f"{st.get('segments_deleted', 0)} segments deleted whole "
+              f"({st.get('segment_bytes_deleted', 0) / 2**20:.0f} MiB), {st['compactions']} compactions of "
               f"{st['compacted_logs']} logs ({st['compacted_bytes'] / 2**20:.0f} MiB rewritten, "
               f"{st['reclaimed_bytes'] / 2**20:.0f} MiB given back); {checked:,} live entries read "
-              f"back and checked", flush=True)
+              f"back and checked; after a forced major compaction {left}", flush=True)
         steady = windows[1:]           # the first window is the warm-up (empty bookie)
         on = [w for w in steady if w[0] and w[3] > 0]
         off = [w for w in steady if not w[0]]
@@ -233,6 +254,34 @@ def main(argv=None) -> int:
     finally:
         if own:
             shutil.rmtree(path, ignore_errors=True)
+
+
+def freed_bytes(st: dict) -> int:
+    """Bytes GC gave back: compaction's, entry logs and (layout 2) segments deleted whole."""
+    return st["reclaimed_bytes"] + st["entry_log_bytes_deleted"] + st.get("segment_bytes_deleted", 0)
+
+
+def positive_deletion(log) -> str:
+    """One more GC cycle with a forced major compaction, at rest: every file left holds live
+    data (a file of deleted ledgers only is a leak), and each segment left is one the index
+    names. Raises SystemExit if not; returns what is left."""
+    b = log.bookie
+    b.gc.compaction_enabled = True     # --alternate-s may have left it off
+    b.checkpoint()                     # the mark passes the last journal: its files are segments
+    b.gc.run_once(force_major=True)
+    st = b.gc.stats
+    if not freed_bytes(st):
+        raise SystemExit("GC gave nothing back")
+    usages = b.gc.usages()
+    dead = {i: u for i, u in usages.items() if u <= 0}
+    if dead:
+        raise SystemExit(f"files holding only deleted ledgers left after GC (log id: usage): {dead}")
+    segs = {i & 0x7FFFFFFF for i in usages if i >> 31}
+    unnamed = segs - b.storage.segments_in_use()
+    if unnamed:
+        raise SystemExit(f"segments no index names left after GC: {sorted(unnamed)}")
+    return (f"{sum(not i >> 31 for i in usages)} entry logs and {len(segs)} segments left, "
+            f"each with live data")
 
 
 def live_mn(mb: float) -> str:
