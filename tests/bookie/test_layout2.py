@@ -489,3 +489,24 @@ def test_entries_erased_while_a_flush_waits_for_the_journal_get_no_location(tmp_
         with pytest.raises(NoSuchEntryError):
             st.location(key, 50)
         assert log.bookie.read_entry(w.ledger_id, 49)
+
+
+def test_a_flush_walks_its_snapshot_under_the_lock_drop_ledger_takes(tmp_path):
+    """drop_ledger (a deletion) hides a snapshot's records under the storage lock while the
+    flusher may be walking them: the walk, nogil in the memtable, must hold that lock too,
+    or its count disagrees with the memtable's and every flush fails ("live records walked,
+    counted": tools/gc_soak.py's random deletes met it within seconds)."""
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        st = log.bookie.storage
+        w = log.create_ledger()
+        q = w.ledger_id.qualified_name
+        w.append_many([payload(q, e) for e in range(10)])
+        held = []
+
+        class Snapshot:                         # the active memtable, its walks watched
+            def flush_wheres(self):
+                held.append(st.lock.locked())
+                return st.active.flush_wheres()
+        assert st._flush_to_segments(Snapshot(), False)
+        assert held and all(held), held
+        assert log.open_ledger(w.ledger_id).read_batch(0, 9) == [payload(q, e) for e in range(10)]
