@@ -18,7 +18,17 @@ entry logs (layout 2: and journal segments), whether compaction is on, and MB co
 given back by GC since the start.
 At the end, every live ledger is read back and checked, and one more GC cycle (a forced
 major compaction) must leave no file that holds only deleted ledgers (positive deletion):
-every entry log and segment left has live data, and each segment left is named by the index.
+every entry log and segment left has live data, each segment left is named by the index, and
+no compaction file (``.compacting``, ``.compaction``) is left.
+
+Half the deletes remove the ledger's metadata only, as another BookKeeper client's deletion
+does: the bookie's GC finds those ledgers gone and drops them itself.
+
+With ``--kill-cycles N`` the soak runs N times in a child process on the same directory,
+each armed to die by SIGKILL at a random GC or compaction failure point (embedlog.failpoints,
+on its 1st to 5th hit) or to end after ``--duration-s``; after each, this process reopens
+the directory, reads back every closed ledger not deleted, checks that no ledger whose
+deletion returned is still held once GC has run, and makes the same positive-deletion check.
 
 ``--storage-layout`` picks the layout of a new directory (default: the engine's, layout 2:
 the journal's files are the entries' storage, GC deletes a segment no index names and
@@ -29,9 +39,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,6 +54,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import embedlog  # noqa: E402
 from embedlog import LedgerId  # noqa: E402
 from embedlog.config import BookieConfig  # noqa: E402
+from embedlog.errors import NoSuchLedgerError  # noqa: E402
+
+# where --kill-cycles kills the child: garbage collection and compaction (embedlog/failpoints.py)
+KILL_POINTS = ("gc.before_delete_ledger", "gc.after_delete_ledger", "gc.before_delete_log",
+               "gc.before_delete_segment", "compaction.during_copy", "compaction.after_write",
+               "compaction.after_manifest", "compaction.after_rename",
+               "compaction.after_index_flush", "compaction.after_delete_sources")
 
 
 def entry(q: str, e: int, n: int) -> bytes:
@@ -71,6 +90,13 @@ class Soak:
         self.written_entries = 0
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
+        self.said = threading.Lock()
+
+    def note(self, line: str) -> None:
+        """A child's word to the --kill-cycles parent (what is closed, what is deleted)."""
+        if self.args.child:
+            with self.said:
+                print(line, flush=True)
 
     def writer(self, log, seed: int) -> None:
         a = self.args
@@ -91,6 +117,7 @@ class Soak:
                         self.written_entries += n
                         self.live_bytes += n * a.entry_bytes
                 w.close()
+                self.note(f"CLOSED {q} {e}")
                 with self.lock:
                     self.closed.append((q, e))
                 rnd.random()
@@ -110,7 +137,12 @@ class Soak:
                         q, n = self.closed.pop(rnd.randrange(len(self.closed)))
                         self.live_bytes -= n * self.args.entry_bytes
                         self.live_ledgers -= 1
-                    log.delete_ledger(LedgerId.parse(q))
+                    self.note(f"DELETING {q}")
+                    if rnd.random() < 0.5:
+                        log.delete_ledger(LedgerId.parse(q))
+                    else:              # metadata only: the bookie's GC drops the ledger
+                        log.metadata.ledger_manager.remove_ledger_metadata(LedgerId.parse(q))
+                    self.note(f"DELETED {q}")
         except BaseException as exc:
             self.errors.append(exc)
             self.stop.set()
@@ -140,9 +172,19 @@ def main(argv=None) -> int:
                    help="layout of a new directory (default: the engine's, %(default)s)")
     p.add_argument("--journal-mb", type=int, default=64,
                    help="journal_max_size_mb (layout 2: the segment size)")
+    p.add_argument("--kill-cycles", type=int, default=0,
+                   help="run as N children, each SIGKILLed at a random GC or compaction "
+                        "failure point (or ending after --duration-s), checked after each")
+    p.add_argument("--kill-points", default=",".join(KILL_POINTS),
+                   help="the failure points --kill-cycles picks from, comma-separated")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--state", default=None, help=argparse.SUPPRESS)   # a child's closed ledgers
     a = p.parse_args(argv)
+    unknown = set(a.kill_points.split(",")) - set(KILL_POINTS)
+    if unknown:
+        p.error(f"--kill-points: not GC or compaction points: {', '.join(sorted(unknown))}")
 
-    own = a.dir is None
+    own = a.dir is None and not a.child
     path = a.dir or tempfile.mkdtemp(prefix="embedlog-gc-soak-")
     config = dict(entry_log_size_limit=a.entry_log_mb << 20, skip_list_size_limit=16 << 20,
                   journal_max_size_mb=a.journal_mb, journal_pre_alloc_size_mb=min(16, a.journal_mb),
@@ -159,7 +201,18 @@ def main(argv=None) -> int:
           f"{a.major_interval_s} s at 0.2/0.8, rate {a.compaction_rate_mb} MiB/s, "
           f"compaction {'off' if a.no_compaction else ('alternating every %g s' % a.alternate_s if a.alternate_s else 'on')}",
           flush=True)
+    if a.kill_cycles:
+        try:
+            return kill_cycles(a, path, config)
+        finally:
+            if own:
+                shutil.rmtree(path, ignore_errors=True)
     soak = Soak(a)
+    if a.state:
+        with open(a.state) as f:
+            soak.closed = [tuple(x) for x in json.load(f)]
+        soak.live_ledgers = len(soak.closed)
+        soak.live_bytes = sum(n for _q, n in soak.closed) * a.entry_bytes
     windows = []           # (compaction on?, seconds, bytes written, bytes compacted)
     try:
         with embedlog.open(path, **config) as log:
@@ -261,16 +314,17 @@ def freed_bytes(st: dict) -> int:
     return st["reclaimed_bytes"] + st["entry_log_bytes_deleted"] + st.get("segment_bytes_deleted", 0)
 
 
-def positive_deletion(log) -> str:
+def positive_deletion(log, freed: bool = True) -> str:
     """One more GC cycle with a forced major compaction, at rest: every file left holds live
     data (a file of deleted ledgers only is a leak), and each segment left is one the index
-    names. Raises SystemExit if not; returns what is left."""
+    names; with ``freed``, GC gave something back in this process. Raises SystemExit if not;
+    returns what is left."""
     b = log.bookie
     b.gc.compaction_enabled = True     # --alternate-s may have left it off
     b.checkpoint()                     # the mark passes the last journal: its files are segments
     b.gc.run_once(force_major=True)
     st = b.gc.stats
-    if not freed_bytes(st):
+    if freed and not freed_bytes(st):
         raise SystemExit("GC gave nothing back")
     usages = b.gc.usages()
     dead = {i: u for i, u in usages.items() if u <= 0}
@@ -280,8 +334,83 @@ def positive_deletion(log) -> str:
     unnamed = segs - b.storage.segments_in_use()
     if unnamed:
         raise SystemExit(f"segments no index names left after GC: {sorted(unnamed)}")
+    # a compaction a crash interrupted is finished or undone at start: none of its files stay
+    # (compaction off, and a cycle to wait out one the GC thread may be running)
+    b.gc.compaction_enabled = False
+    b.gc.run_once()
+    stale = sorted(n for c in b.ledger_currents for n in os.listdir(c)
+                   if n.endswith((".compacting", ".compaction")))
+    if stale:
+        raise SystemExit(f"compaction files left: {stale}")
     return (f"{sum(not i >> 31 for i in usages)} entry logs and {len(segs)} segments left, "
             f"each with live data")
+
+
+def kill_cycles(a, path: str, config: dict) -> int:
+    """--kill-cycles: the soak in children SIGKILLed at failure points, checked after each."""
+    rnd = random.Random(a.seed)
+    fd, state = tempfile.mkstemp(prefix="embedlog-gc-soak-state-", suffix=".json")
+    os.close(fd)                               # not in the log's directory: it holds a log only
+    try:
+        return _kill_cycles(a, path, config, rnd, state)
+    finally:
+        os.unlink(state)
+
+
+def _kill_cycles(a, path: str, config: dict, rnd, state: str) -> int:
+    live: dict[str, int] = {}                  # closed, not deleted: must read back
+    deleted: set[str] = set()                  # its deletion returned: never held again
+    passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
+              if k not in ("dir", "kill_cycles", "kill_points", "child", "state", "seed")
+              and not isinstance(v, bool)]
+    passed += [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
+               if isinstance(v, bool) and v and k not in ("child",)]
+    for cycle in range(1, a.kill_cycles + 1):
+        point, hit = rnd.choice(a.kill_points.split(",")), rnd.randint(1, 5)
+        with open(state, "w") as f:
+            json.dump(sorted(live.items()), f)
+        env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash:{hit}"}
+        child = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--dir", path,
+                                "--state", state, f"--seed={a.seed + cycle}", *passed],
+                               capture_output=True, text=True, env=env,
+                               timeout=a.duration_s + 600)
+        if child.returncode not in (0, -9):
+            raise SystemExit(f"cycle {cycle}: the child exited {child.returncode}:\n"
+                             f"{child.stdout[-3000:]}{child.stderr[-3000:]}")
+        deleting = set()
+        for line in child.stdout.splitlines():
+            word, *rest = line.split() or [""]
+            if word == "CLOSED":
+                live[rest[0]] = int(rest[1])
+            elif word == "DELETING":
+                deleting.add(rest[0])
+                live.pop(rest[0], None)
+            elif word == "DELETED":
+                deleting.discard(rest[0])
+                deleted.add(rest[0])
+        with embedlog.open(path, **config) as log:
+            for q in deleting:                 # killed mid-delete: either state, not both
+                try:
+                    r = log.open_ledger(LedgerId.parse(q))
+                except NoSuchLedgerError:
+                    deleted.add(q)
+                else:
+                    live[q] = r.last_add_confirmed + 1
+            for q, n in live.items():
+                r = log.open_ledger(LedgerId.parse(q))
+                for first in range(0, n, 4096):
+                    last = min(n, first + 4096) - 1
+                    if r.read_batch(first, last) != [entry(q, e, a.entry_bytes) for e in range(first, last + 1)]:
+                        raise SystemExit(f"cycle {cycle} ({point}): ledger {q} entries "
+                                         f"{first}..{last} read back wrong")
+            left = positive_deletion(log, freed=False)
+            held = sorted(q for q in deleted if log.bookie.has_ledger(LedgerId.parse(q)))
+            if held:
+                raise SystemExit(f"cycle {cycle} ({point}): deleted ledgers still held after GC: {held}")
+        how = "killed there" if child.returncode == -9 else "not reached"
+        print(f"cycle {cycle}/{a.kill_cycles}: {point} (hit {hit}) {how}; {len(live)} live ledgers "
+              f"read back, deleted ones dropped; {left}", flush=True)
+    return 0
 
 
 def live_mn(mb: float) -> str:
