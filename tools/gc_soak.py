@@ -90,13 +90,15 @@ class Soak:
         self.written_entries = 0
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
-        self.said = threading.Lock()
+        # a child's word to the --kill-cycles parent: one write(2) a line, so a line is whole
+        # even when SIGKILL comes next, and never split by another thread's print
+        self.notes = (os.open(args.notes, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                      if args.notes else -1)
 
     def note(self, line: str) -> None:
-        """A child's word to the --kill-cycles parent (what is closed, what is deleted)."""
-        if self.args.child:
-            with self.said:
-                print(line, flush=True)
+        """What is closed, what is being deleted, what is deleted (--kill-cycles)."""
+        if self.notes >= 0:
+            os.write(self.notes, (line + "\n").encode())
 
     def writer(self, log, seed: int) -> None:
         a = self.args
@@ -179,6 +181,7 @@ def main(argv=None) -> int:
                    help="the failure points --kill-cycles picks from, comma-separated")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--state", default=None, help=argparse.SUPPRESS)   # a child's closed ledgers
+    p.add_argument("--notes", default=None, help=argparse.SUPPRESS)   # what a child did
     a = p.parse_args(argv)
     unknown = set(a.kill_points.split(",")) - set(KILL_POINTS)
     if unknown:
@@ -349,19 +352,19 @@ def positive_deletion(log, freed: bool = True) -> str:
 def kill_cycles(a, path: str, config: dict) -> int:
     """--kill-cycles: the soak in children SIGKILLed at failure points, checked after each."""
     rnd = random.Random(a.seed)
-    fd, state = tempfile.mkstemp(prefix="embedlog-gc-soak-state-", suffix=".json")
-    os.close(fd)                               # not in the log's directory: it holds a log only
+    talk = tempfile.mkdtemp(prefix="embedlog-gc-soak-cycles-")   # not the log's: it holds a log only
     try:
-        return _kill_cycles(a, path, config, rnd, state)
+        return _kill_cycles(a, path, config, rnd, os.path.join(talk, "state.json"),
+                            os.path.join(talk, "notes"))
     finally:
-        os.unlink(state)
+        shutil.rmtree(talk, ignore_errors=True)
 
 
-def _kill_cycles(a, path: str, config: dict, rnd, state: str) -> int:
+def _kill_cycles(a, path: str, config: dict, rnd, state: str, notes: str) -> int:
     live: dict[str, int] = {}                  # closed, not deleted: must read back
     deleted: set[str] = set()                  # its deletion returned: never held again
     passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(a).items()
-              if k not in ("dir", "kill_cycles", "kill_points", "child", "state", "seed")
+              if k not in ("dir", "kill_cycles", "kill_points", "child", "state", "notes", "seed")
               and not isinstance(v, bool)]
     passed += [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
                if isinstance(v, bool) and v and k not in ("child",)]
@@ -369,17 +372,22 @@ def _kill_cycles(a, path: str, config: dict, rnd, state: str) -> int:
         point, hit = rnd.choice(a.kill_points.split(",")), rnd.randint(1, 5)
         with open(state, "w") as f:
             json.dump(sorted(live.items()), f)
+        with open(notes, "w"):
+            pass
         env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash:{hit}"}
         child = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--dir", path,
-                                "--state", state, f"--seed={a.seed + cycle}", *passed],
+                                "--state", state, "--notes", notes, f"--seed={a.seed + cycle}",
+                                *passed],
                                capture_output=True, text=True, env=env,
                                timeout=a.duration_s + 600)
         if child.returncode not in (0, -9):
             raise SystemExit(f"cycle {cycle}: the child exited {child.returncode}:\n"
                              f"{child.stdout[-3000:]}{child.stderr[-3000:]}")
         deleting = set()
-        for line in child.stdout.splitlines():
-            word, *rest = line.split() or [""]
+        with open(notes) as f:
+            said = f.read().splitlines()
+        for line in said:
+            word, *rest = line.split()
             if word == "CLOSED":
                 live[rest[0]] = int(rest[1])
             elif word == "DELETING":
