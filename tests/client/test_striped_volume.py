@@ -18,6 +18,18 @@ def payload(tag: int, i: int) -> bytes:
     return ((b"%d:%09d;" % (tag, i)) * 10)[:100]
 
 
+def layouts(cluster) -> list[str]:
+    """Each bookie's storage layout, as its current/LAYOUT says (none: layout 1)."""
+    out = []
+    for i in range(len(cluster)):
+        try:
+            with open(f"{cluster.bookie_dir(i)}/current/LAYOUT") as f:
+                out.append(f.read().strip())
+        except FileNotFoundError:
+            out.append("1")
+    return out
+
+
 def dead_bookies(cluster) -> str:
     """Each bookie process that is no longer running, with the end of its log."""
     out = []
@@ -34,6 +46,7 @@ def dead_bookies(cluster) -> str:
 def test_striped_ledger_of_many_entries_reads_back_and_every_bookie_lives(tmp_path, ensemble, entries):
     with LocalCluster(bookies=ensemble[0], base_dir=str(tmp_path / "c"), proxies=False,
                       autorecovery=False) as cluster:
+        assert layouts(cluster) == ["2"] * len(cluster)       # the default for new directories
         c = cluster.client()
         tag = ensemble[1]
         w = c.create_ledger(ensemble_size=ensemble[0], write_quorum=ensemble[1], ack_quorum=ensemble[2])
@@ -73,9 +86,7 @@ def test_striped_ledgers_interleaved_over_layout_2_read_back_before_and_after_re
     reads, not the writes, are this test's time."""
     with LocalCluster(bookies=3, base_dir=str(tmp_path / "c"), proxies=False,
                       autorecovery=False, bookie_config=LAYOUT2) as cluster:
-        for i in range(len(cluster)):
-            with open(f"{cluster.bookie_dir(i)}/current/LAYOUT") as f:
-                assert f.read().strip() == "2"
+        assert layouts(cluster) == ["2"] * len(cluster)
         c = cluster.client()
         ws = [c.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2) for _ in range(LEDGERS)]
         try:
