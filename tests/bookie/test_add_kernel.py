@@ -2,7 +2,8 @@
 check_encoded_entries): every bad entry is refused with the error and message the Python
 loop it replaced raised (that loop is kept here as the reference), nothing of a refused
 batch is stored, and long runs of gapped (striped) entry ids across ledgers store and
-read back, with each ledger's last entry and LAC noted."""
+read back, with each ledger's last entry and LAC noted (and, at 300,000 entries over layout
+2, again after a reopen)."""
 import array
 import struct
 
@@ -234,3 +235,51 @@ def test_thousands_of_striped_entries_across_ledgers_store_and_read_back(tmp_pat
         assert d.last_entry_id((11, v2.ledger_id)) == 5 * 2999
         assert d.lac((11, v2.ledger_id)) == 5 * 2999 - 5
         assert d.lac((0, lids[0])) == 8000 + 2997
+
+
+def test_hundreds_of_thousands_of_striped_ids_of_interleaved_ledgers_over_layout_2(tmp_path):
+    """What a bookie of a striped ensemble (E > Qw) stores, at volume, over layout 2: 24
+    ledgers of E = 3, 4 or 5 and Qw = 2, each holding 2 ids out of every E (this bookie's
+    share), 300,000 entries in calls of 12,000 that interleave all 24 ledgers (a BookKeeper
+    client's runs). Small memtables and 2 MiB journals: flushes fall mid-call and most
+    entries end in segments. Every entry reads back as sent, the ids in the gaps are absent,
+    before and after a reopen (index into the segments, replay of the rest)."""
+    from embedlog.errors import NoSuchEntryError
+    cfg = dict(storage_layout=2, skip_list_size_limit=1 << 20, journal_max_size_mb=2,
+               journal_pre_alloc_size_mb=1)
+    per_ledger, per_call = 12_500, 500             # ids held per ledger; per ledger in a call
+    path = str(tmp_path / "d")
+    with embedlog.open(path, **cfg) as log:
+        b, key = log.bookie, nf.master_key(b"")
+        assert b.layout == 2
+        ledgers = []                                # (scope, lid, held ids)
+        for k in range(24):
+            lid = log.create_ledger(scope_id=11 if k % 4 == 0 else 0).ledger_id
+            e = 3 + k % 3
+            ids = [i for i in range(per_ledger * e // 2 + e) if (k - i) % e < 2][:per_ledger]
+            ledgers.append((lid.scope_id, lid.ledger_id, ids))
+
+        def entry(s, l, i):
+            return enc(s, l, i, i - 1, payload=(b"%d/%d/%d;" % (s, l, i)) * (i % 12))
+        for first in range(0, per_ledger, per_call):
+            batch = [entry(s, l, ids[j]) for j in range(first, first + per_call)
+                     for s, l, ids in ledgers]
+            b.wait_durable(b.add_entries(batch, key))
+        b.checkpoint()
+
+        def check(b):
+            for s, l, ids in ledgers:
+                lid = nf.LedgerId(s, l)
+                for i in ids:
+                    assert b.read_entry(lid, i) == entry(s, l, i), (s, l, i)
+                gaps = sorted(set(range(ids[-1])) - set(ids))
+                for i in gaps[:: max(1, len(gaps) // 50)]:
+                    with pytest.raises(NoSuchEntryError):
+                        b.read_entry(lid, i)
+                assert b.descriptors.last_entry_id((s, l)) == ids[-1]
+        check(b)
+        where = [b.storage.location((s, l), ids[0]) >> 63 for s, l, ids in ledgers]
+        assert all(where), where                    # the first ids live in segments
+    with embedlog.open(path, **cfg) as log:
+        assert log.bookie.layout == 2
+        check(log.bookie)

@@ -481,3 +481,54 @@ def test_a_location_near_a_checked_record_or_naming_another_is_refused(tmp_path,
                 pytest.fail(f"location {bad:#x} served {got[:40]!r} as entry 10")
         idx.set_locations(np.array([10]), np.array([good[10]], dtype=np.uint64))
         assert log.open_ledger(lid).read_entry(10) == payload(q, 10)
+
+
+def test_entries_erased_while_a_flush_waits_for_the_journal_get_no_location(tmp_path):
+    """A layout 2 flush waits for the journal before it sets locations; a truncation (or a
+    deletion) meanwhile hides entries of its snapshot under the storage lock. The flush must
+    set locations from a walk in the same hold, or the erased entries come back. (The first
+    walk ran beside drop_ledger too: tools/gc_soak.py's deletes then failed every flush with
+    "live records walked, counted".)"""
+    from embedlog.bookie.descriptors import NO_LEDGER_END
+    from embedlog.errors import NoSuchEntryError
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        st = log.bookie.storage
+        w = log.create_ledger()
+        q = w.ledger_id.qualified_name
+        w.append_many([payload(q, e) for e in range(100)])
+        key = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        wait, waits = st.wait_journal, []
+
+        def erase_then_wait(seq, locked):
+            waits.append(seq)
+            st.erase(key, 50, NO_LEDGER_END)
+            wait(seq, locked)
+        st.wait_journal = erase_then_wait
+        log.bookie.checkpoint()                 # flushes the memtable holding 0..99
+        st.wait_journal = wait
+        assert waits, "the flush never waited for the journal"
+        assert st.location(key, 49) >> 63       # a segment's location
+        with pytest.raises(NoSuchEntryError):
+            st.location(key, 50)
+        assert log.bookie.read_entry(w.ledger_id, 49)
+
+
+def test_a_flush_walks_its_snapshot_under_the_lock_drop_ledger_takes(tmp_path):
+    """drop_ledger (a deletion) hides a snapshot's records under the storage lock while the
+    flusher may be walking them: the walk, nogil in the memtable, must hold that lock too,
+    or its count disagrees with the memtable's and every flush fails ("live records walked,
+    counted": tools/gc_soak.py's random deletes met it within seconds)."""
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        st = log.bookie.storage
+        w = log.create_ledger()
+        q = w.ledger_id.qualified_name
+        w.append_many([payload(q, e) for e in range(10)])
+        held = []
+
+        class Snapshot:                         # the active memtable, its walks watched
+            def flush_wheres(self):
+                held.append(st.lock.locked())
+                return st.active.flush_wheres()
+        assert st._flush_to_segments(Snapshot(), False)
+        assert held and all(held), held
+        assert log.open_ledger(w.ledger_id).read_batch(0, 9) == [payload(q, e) for e in range(10)]
