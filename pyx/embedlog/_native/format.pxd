@@ -21,6 +21,15 @@ cdef enum:
     V2_HEADER_SIZE = 41
     V2_FLAGS = 0xA0        # MSB set, format version 2 in bits 4-6
 
+cdef inline int cmp_ledgers(uint64_t scope_a, uint64_t lid_a, uint64_t scope_b,
+                            uint64_t lid_b) noexcept nogil:
+    """-1, 0 or 1: (scope, ledger) pairs in the order flushes and maps sort them."""
+    if scope_a != scope_b:
+        return -1 if scope_a < scope_b else 1
+    if lid_a != lid_b:
+        return -1 if lid_a < lid_b else 1
+    return 0
+
 cdef class LedgerId:
     cdef readonly uint64_t scope_id
     cdef readonly uint64_t ledger_id

@@ -17,7 +17,8 @@ from posix.unistd cimport pwrite
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-from embedlog._native.format cimport el_put32, el_get32, el_crc32c, el_crc_init, parse_ids
+from embedlog._native.format cimport (el_put32, el_get32, el_crc32c, el_crc_init, parse_ids,
+                                      cmp_ledgers)
 from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
 
 el_crc_init()
@@ -247,11 +248,7 @@ def write_zeros(int fd, long long offset, long long length):
 cdef int _cmp_runs(const void *a, const void *b) noexcept nogil:
     cdef const ledger_run *x = <const ledger_run *>a
     cdef const ledger_run *y = <const ledger_run *>b
-    if x.scope != y.scope:
-        return -1 if x.scope < y.scope else 1
-    if x.lid != y.lid:
-        return -1 if x.lid < y.lid else 1
-    return 0
+    return cmp_ledgers(x.scope, x.lid, y.scope, y.lid)
 
 
 cdef class LedgerRuns:

@@ -37,7 +37,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 import numpy as np
 cimport numpy as cnp
 
-from embedlog._native.format cimport (decode_payload, parse_ids,
+from embedlog._native.format cimport (decode_payload, parse_ids, cmp_ledgers,
                                       el_crc_init, DIGEST_MAC)
 
 cdef extern from "native.h" nogil:
@@ -71,10 +71,9 @@ ctypedef struct blk_key:
 cdef int _cmp_blocks(const void *a, const void *b) noexcept nogil:
     cdef const blk_key *x = <const blk_key *>a
     cdef const blk_key *y = <const blk_key *>b
-    if x.scope != y.scope:
-        return -1 if x.scope < y.scope else 1
-    if x.lid != y.lid:
-        return -1 if x.lid < y.lid else 1
+    cdef int c = cmp_ledgers(x.scope, x.lid, y.scope, y.lid)
+    if c:
+        return c
     if x.hi != y.hi:
         return -1 if x.hi < y.hi else 1
     return 0
