@@ -33,7 +33,7 @@ cdef class MappedLog:
     cdef Py_ssize_t seg_granules
     # the last checked_entry_at checked a CRC32C digest over the entry it returns (a segment's
     # ENTRY_CRC32C record read for the first time): the reader need not compute it again
-    cdef readonly bint crc_fresh
+    cdef bint crc_fresh
     cdef Py_ssize_t _tail_start(self)
     cdef int _load_tail_crcs(self) except -1
     cdef int _track(self, Py_ssize_t capacity_bytes) except -1
