@@ -359,9 +359,9 @@ cdef class MappedLog:
         """entry_at, with the blocks the record spans checked against their checksums the
         first time one is read (CorruptedDataError if they do not match). Blocks without a
         checksum yet (the one being written) are read as they are."""
-        self.crc_fresh = False
         if self.segment:
-            return self._segment_entry(offset, n)
+            return self._segment_entry(offset, n)          # sets crc_fresh
+        self.crc_fresh = False
         cdef const uint8_t *p = self.entry_at(offset, n)
         cdef Py_ssize_t k, last
         if p == NULL or self.nblocks_known == 0:

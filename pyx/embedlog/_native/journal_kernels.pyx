@@ -237,18 +237,13 @@ def packed_count(tuple packed) -> int:
     first (ascending, within data, the last at its end): for a caller that reads the
     payloads itself (the client's addpath.encode_produced)."""
     cdef bytes ends_b = _packed_ends(packed)
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(ends_b) // 8, size = PyBytes_GET_SIZE(packed[0]), i
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(ends_b) // 8, size = PyBytes_GET_SIZE(packed[0])
     cdef const int64_t *ends = <const int64_t *>PyBytes_AS_STRING(ends_b)
-    cdef int64_t at = 0
     if n == 0:
         raise IllegalOpError("a packed batch without a payload")
-    for i in range(n):
-        if ends[i] < at or ends[i] > size:
-            raise IllegalOpError(f"packed batch: end offset {ends[i]} of payload {i} is "
-                                 f"outside {at}..{size}")
-        at = ends[i]
-    if at != size:
-        raise IllegalOpError(f"packed batch: payloads end at {at}, their data at {size}")
+    _check_ends(ends, 0, n, size)
+    if ends[n - 1] != size:
+        raise IllegalOpError(f"packed batch: payloads end at {ends[n - 1]}, their data at {size}")
     return n
 
 
@@ -275,6 +270,20 @@ cdef bytes _packed_ends(tuple packed):
     return packed[1]
 
 
+cdef int _check_ends(const int64_t *ends, Py_ssize_t start, Py_ssize_t n,
+                     Py_ssize_t size) except -1:
+    """End offsets start..start+n of a packed batch: each at or after the one before it
+    (the first after the end before ``start``) and within its ``size`` bytes of data."""
+    cdef Py_ssize_t i
+    cdef int64_t at = ends[start - 1] if start else 0
+    for i in range(start, start + n):
+        if ends[i] < at or ends[i] > size:
+            raise IllegalOpError(f"packed batch: end offset {ends[i]} of payload {i} is "
+                                 f"outside {at}..{size}")
+        at = ends[i]
+    return 0
+
+
 cdef int _packed_sources(tuple packed, Py_ssize_t start, Py_ssize_t avail,
                          const uint8_t **src, Py_ssize_t *lens) except -1:
     """src/lens of payloads start..start+avail of a packed batch; every end offset is
@@ -286,10 +295,8 @@ cdef int _packed_sources(tuple packed, Py_ssize_t start, Py_ssize_t avail,
     cdef const int64_t *ends = <const int64_t *>PyBytes_AS_STRING(ends_b)
     cdef Py_ssize_t i
     cdef int64_t at = ends[start - 1] if start else 0
+    _check_ends(ends, start, avail, size)
     for i in range(avail):
-        if ends[start + i] < at or ends[start + i] > size:
-            raise IllegalOpError(f"packed batch: end offset {ends[start + i]} of payload "
-                                 f"{start + i} is outside {at}..{size}")
         src[i] = base + at
         lens[i] = <Py_ssize_t>(ends[start + i] - at)
         at = ends[start + i]
