@@ -147,24 +147,23 @@ class SortedLedgerStorage:
         """Layout 2's flush: each entry's journal record becomes its location. False (nothing
         done) when an entry has none (put without a journal record) or lies past what a
         32-bit offset names: the entry logs take that snapshot instead."""
+        # a location must not name bytes the journal has not written yet (readers go to it
+        # once the snapshot is cleared). The snapshot's highest record says how far: not its
+        # seq, which make_room took before it waited for the previous flush, as more
+        # records came in
+        if snap.max_pending:
+            self.wait_journal(int(snap.max_pending), locked)
         # drop_ledger and erase hide a snapshot's records under self.lock: the walk must not
         # run beside them (its count would not match), and the locations set come from a
         # walk in the same hold as the setting, so an entry hidden meanwhile gets none
         with self.lock:
-            wheres = snap.flush_wheres()[3]
-        if not len(wheres) or not wheres.all():
-            return not len(wheres)
-        pending = wheres < nelg.SEGMENT_BIT            # a journal seq + 1, not yet a location
-        if pending.any():
-            # a location must not name bytes the journal has not written yet: readers
-            # go to it once the snapshot is cleared
-            self.wait_journal(int(wheres[pending].max()), locked)
-        with self.lock:
-            scopes, lids, eids, wheres = snap.flush_wheres()   # only fewer records than above
+            scopes, lids, eids, wheres = snap.flush_wheres()
             if not len(wheres):
                 self.stats["memtable_flushes"] += 1
                 return True
-            pending = wheres < nelg.SEGMENT_BIT
+            if not wheres.all():        # put without a journal record: the entry logs take it
+                return False
+            pending = wheres < nelg.SEGMENT_BIT        # a journal seq + 1, not yet a location
             if pending.any():
                 locs = self.segment_locations(wheres[pending] - 1)
                 if locs is None:

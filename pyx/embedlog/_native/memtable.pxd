@@ -30,6 +30,7 @@ cdef class MemTable:
     cdef Py_ssize_t live
     cdef readonly Py_ssize_t limit_bytes
     cdef public uint64_t next_where     # the next commit's ``where`` (then reset to 0)
+    cdef readonly uint64_t max_pending  # the highest journal ``where`` committed (0: none)
     cdef Py_ssize_t _find_block(self, uint64_t scope, uint64_t lid, int64_t hi) noexcept nogil
     cdef int prepare(self, Py_ssize_t count, Py_ssize_t new_blocks) except -1
     cdef bint fits(self, Py_ssize_t n, Py_ssize_t new_blocks) noexcept nogil

@@ -256,6 +256,10 @@ cdef class MemTable:
         r.size = <uint32_t>n
         r.where = self.next_where
         self.next_where = 0
+        # a journal seq + 1 (a location has the top bit): how far a flush waits for the
+        # journal, known without walking the records
+        if r.where > self.max_pending and not (r.where >> 63):
+            self.max_pending = r.where
         self.arena_used += n
         self.nrecs += 1
         if self.blocks[blk].slot[eid & 63] == 0:
@@ -372,6 +376,7 @@ cdef class MemTable:
         self.arena_used = 0
         self.nrecs = 0
         self.live = 0
+        self.max_pending = 0
         self.nblocks = 0
         self.last_block = -1
         if self.bslots != NULL:
