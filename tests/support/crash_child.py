@@ -39,7 +39,7 @@ def main():
                 got = w.append(payload(q, eid))
                 acked = [got]
             elif mode < 0.8:
-                # mostly short batches; some long enough to be written ahead in parts
+                # mostly short batches; some long enough to span memtable swaps and journal rolls
                 n = rnd.randint(2, 50) if mode < 0.75 else rnd.randint(300, 900)
                 last = w.append_many([payload(q, eid + i) for i in range(n)])
                 acked = list(range(eid, last + 1))
