@@ -846,7 +846,9 @@ class Runner:
         finally:
             self.close_all(work, stores)
 
-    def append_sync(self, work="append_sync_100B"):
+    def append_sync(self, work="append_sync_100B", embedlog_config=None):
+        """One durable append at a time; ``embedlog_config`` for embedlog's (the
+        enable_busy_wait row)."""
         pool = payload_pool(100)
         state = {}
         spent = {}
@@ -866,7 +868,7 @@ class Runner:
                 i += 1
             spent[name] = spent.get(name, 0.0) + timed
             return i, timed
-        stores = self.open_all(work)
+        stores = self.open_all(work, embedlog_config=embedlog_config)
         try:
             j0 = stores["embedlog"].log.statistics()["journal"] if "embedlog" in stores else None
             self.rounds_of(work, stores, segment, [("entries/s", 1)])
@@ -1292,6 +1294,8 @@ def main(argv=None):
         r = Runner(root, budget, args.quick)
         items = [
             ("append_sync_100B", lambda: r.append_sync()),
+            ("append_sync_100B_busy_wait", lambda: r.append_sync(
+                "append_sync_100B_busy_wait", {"enable_busy_wait": True})),
             ("append_batch100_100B", lambda: r.batches("append_batch100_100B", 100, 100)),
             ("append_batch1000_100B", lambda: r.batches("append_batch1000_100B", 1000, 100)),
             ("append_batch1000_1KiB", lambda: r.batches("append_batch1000_1KiB", 1000, 1024, mbs=True)),

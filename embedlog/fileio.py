@@ -99,6 +99,16 @@ def sync(fd: int, path: str, length: int | None, *, size: int | None = None,
         _record(path, length, size)
 
 
+def write_direct_synced(busy, buf, fd: int, offset: int, tail: bytes, path: str):
+    """A journal group written through O_DIRECT ``fd`` at ``offset`` and fdatasynced, by
+    ``busy`` (busy_io.BusyWriter: enable_busy_wait) in one request; records what it made
+    durable, as ``sync`` does. Returns (the new tail, the fdatasync's seconds)."""
+    result = busy.write_direct_sync(buf, fd, offset, tail)
+    if _durable is not None:
+        _record(path, offset + buf.nbytes, None)
+    return result
+
+
 def atomic_write(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -13,7 +13,7 @@ import pytest
 
 from support.cliutil import ROOT
 
-NATIVE = ["format", "journal_format", "journal_buffer", "journal_waiters", "journal_scan",
+NATIVE = ["format", "journal_format", "journal_buffer", "journal_waiters", "journal_scan", "busy_io",
           "journal_kernels", "memtable", "entrylog", "entrylogger", "index", "reader", "arrowread", "arenas", "bkwire", "bkencode",
           "bkserve", "addpath", "frames", "produce_queue", "wire_sizes"]
 CONFIG = """[mypy-embedlog.*]

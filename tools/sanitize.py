@@ -35,6 +35,7 @@ TESTS = ["tests/shared/test_memtable_bounds.py", "tests/shared/test_format.py",
          "tests/bookie/test_crash.py", "tests/bookie/test_journal_damage.py",
          "tests/bookie/test_disk_damage.py", "tests/bookie/test_metadata_rollback.py",
          "tests/bookie/test_layout2.py",      # segment reads and their compaction (mmap)
+         "tests/bookie/test_busy_wait.py",    # enable_busy_wait's I/O thread
          "tests/bookie/test_segment_scan.py",
          "tests/net/test_entry_id_bounds.py", "tests/net/test_preauth_limits.py",
          "tests/net/test_frame_reader.py",

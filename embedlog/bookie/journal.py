@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from embedlog._native import (journal_format as jformat, journal_buffer as jbuffer,
-                              journal_waiters as jwaiters)
+                              journal_waiters as jwaiters, busy_io)
 from embedlog import failpoints
 from embedlog.bookie.journal_files import JournalFiles
 from embedlog.fileio import no_space as _no_space
@@ -38,6 +38,10 @@ TRIGGERS = ("queue_empty", "time", "bytes", "entries", "interval")
 # sync_if_idle syncs in its caller's thread (a server's loop, which serves nothing else
 # meanwhile) only while fdatasync takes less than this
 SYNC_HERE_MAX_S = 0.0005
+# enable_busy_wait spins through groups up to this size only: a larger group's Python is
+# spread over many entries, and a spinning core slowed the framing of the next batch on the
+# other one (1000 x 100 B batches 2.1-2.7M -> 1.8M entries/s when every group went through it)
+BUSY_GROUP_BYTES_MAX = 64 << 10
 
 
 class _Group:
@@ -101,6 +105,7 @@ class Journal:
         self._reserved_end = 0            # file offset the write in progress will reach
         self._max_memory = config.journal_max_memory_size_mb * 1024 * 1024
         self._threads: list[threading.Thread] = []
+        self._busy = None                 # busy_io.BusyWriter with enable_busy_wait (start)
 
     # -- files ------------------------------------------------------------------
 
@@ -121,6 +126,8 @@ class Journal:
                 raise
             self._needs_roll = True
             self.stats["no_space"] = self.stats.get("no_space", 0) + 1
+        if self.config.enable_busy_wait:
+            self._busy = busy_io.BusyWriter()
         for target, name in ((self._writer_loop, "embedlog-journal"),
                              (self._prealloc_loop, "embedlog-journal-prealloc")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -308,14 +315,20 @@ class Journal:
             files.roll(sync_old=not self._needs_roll)
             self._note_file(group.start_seq)
         group.attempted = (files.path, files.offset, group.buf.nbytes)
-        files.append(group.buf)
-        if not self.config.journal_sync_data:
-            files.note_written(group.buf)
-            return None
-        failpoints.hit("journal.before_sync")
-        t0 = time.perf_counter()
-        files.sync()
-        fsync_s = time.perf_counter() - t0
+        if (self._busy is not None and group.buf.nbytes <= BUSY_GROUP_BYTES_MAX
+                and self.config.journal_sync_data and not failpoints.active()):
+            # one request, write and sync (so no failure point between them: a test that
+            # arms one takes the path below)
+            fsync_s = files.append_synced(group.buf, self._busy)
+        else:
+            files.append(group.buf)
+            if not self.config.journal_sync_data:
+                files.note_written(group.buf)
+                return None
+            failpoints.hit("journal.before_sync")
+            t0 = time.perf_counter()
+            files.sync()
+            fsync_s = time.perf_counter() - t0
         self.stats["fsync_time_s"] += fsync_s
         self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
         failpoints.hit("journal.after_sync")
@@ -585,6 +598,8 @@ class Journal:
             self._prealloc_cv.notify_all()
         for t in self._threads:
             t.join(timeout=5)
+        if self._busy is not None:
+            self._busy.close()
         self.files.close()
 
     # -- retention ---------------------------------------------------------------------

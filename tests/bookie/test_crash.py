@@ -17,9 +17,9 @@ from support.crash_child import payload
 from support.reopen_child import CONFIG as REOPEN_CONFIG
 
 
-def run_cycle(path, seed, rnd):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS,
-                                                       os.environ.get("PYTHONPATH", "")])}
+def run_cycle(path, seed, rnd, **child_env):
+    env = {**os.environ, **child_env,
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
     child = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "crash_child.py"), str(path),
                               str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env)
@@ -48,12 +48,16 @@ def run_cycle(path, seed, rnd):
     return acked
 
 
-def test_sigkill_loses_no_acknowledged_entry(tmp_path):
+@pytest.mark.parametrize("busy_wait", [False, True])
+def test_sigkill_loses_no_acknowledged_entry(tmp_path, busy_wait):
     rnd = random.Random(20261122)
     all_acked = {}
     cycles = int(os.environ.get("EMBEDLOG_CRASH_CYCLES", "20"))
+    if busy_wait:           # enable_busy_wait's I/O thread: the same, in fewer cycles
+        cycles = max(cycles // 3, 1)
     for cycle in range(cycles):
-        acked = run_cycle(tmp_path, rnd.randrange(1 << 30), rnd)
+        acked = run_cycle(tmp_path, rnd.randrange(1 << 30), rnd,
+                          CRASH_CHILD_BUSY_WAIT="1" if busy_wait else "0")
         for q, ids in acked.items():
             all_acked.setdefault(q, set()).update(ids)
         # reopen in this process and check everything acknowledged so far, in every cycle

@@ -24,7 +24,8 @@ def main():
                journal_pre_alloc_size_mb=1,
                journal_max_backups=int(os.environ.get("CRASH_CHILD_JOURNAL_BACKUPS", "5")),
                flush_interval_ms=rnd.choice([20, 100, 1000]),
-               storage_layout=int(os.environ.get("CRASH_CHILD_LAYOUT", "2")))
+               storage_layout=int(os.environ.get("CRASH_CHILD_LAYOUT", "2")),
+               enable_busy_wait=os.environ.get("CRASH_CHILD_BUSY_WAIT") == "1")
     out = sys.stdout
     with embedlog.open(path, **cfg) as log:
         scope = rnd.choice([0, 0, 12345])

@@ -13,6 +13,10 @@ cdef class JournalBuffer:
     cdef public uint64_t seq0   # journal sequence number of data[0] (the journal sets it)
     cdef uint8_t *reserve(self, Py_ssize_t n) except NULL
     cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil
+    cdef int direct_blocks(self, long long offset, bytes tail, Py_ssize_t *end,
+                           Py_ssize_t *padded) except -1
+
+cdef int _pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil
 
 
 cdef enum:

@@ -204,25 +204,32 @@ cdef class JournalBuffer:
         front of ``offset`` in its block (written again, unchanged, so a torn block write
         leaves either version of them), the last block padded with zeros (the end of the
         log). Returns the new tail: the bytes of the last partial block written."""
-        cdef Py_ssize_t lag = offset % DIRECT_ALIGN, end, padded
+        cdef Py_ssize_t end, padded
         cdef int err
-        cdef uint8_t *start
+        self.direct_blocks(offset, tail, &end, &padded)
+        with nogil:
+            err = _pwrite_all(fd, self.base, padded, offset - (end - self.size))
+        if err:
+            raise OSError(err, "journal write failed")
+        return self.base[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
+
+    cdef int direct_blocks(self, long long offset, bytes tail, Py_ssize_t *end,
+                           Py_ssize_t *padded) except -1:
+        """Lay the records out for an O_DIRECT write at ``offset`` (write_direct): ``tail``
+        in front of them, zeros after them, from ``base``; sets where the records end and
+        the whole blocks' length."""
+        cdef Py_ssize_t lag = offset % DIRECT_ALIGN
         if PyBytes_GET_SIZE(tail) != lag:
             raise ValueError(f"tail of {PyBytes_GET_SIZE(tail)} bytes for offset {offset}")
         if lag != self.lead:                  # written elsewhere than expected (a new file)
             memmove(self.base + lag, self.data, self.size)
             self.lead = lag
             self.data = self.base + lag
-        start = self.base
-        memcpy(start, PyBytes_AS_STRING(tail), lag)
-        end = lag + self.size
-        padded = (end + DIRECT_ALIGN - 1) & ~(<Py_ssize_t>DIRECT_ALIGN - 1)
-        memset(start + end, 0, padded - end)
-        with nogil:
-            err = _pwrite_all(fd, start, padded, offset - lag)
-        if err:
-            raise OSError(err, "journal write failed")
-        return start[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
+        memcpy(self.base, PyBytes_AS_STRING(tail), lag)
+        end[0] = lag + self.size
+        padded[0] = (end[0] + DIRECT_ALIGN - 1) & ~(<Py_ssize_t>DIRECT_ALIGN - 1)
+        memset(self.base + end[0], 0, padded[0] - end[0])
+        return 0
 
 
 def write_zeros(int fd, long long offset, long long length):
