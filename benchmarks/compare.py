@@ -852,12 +852,14 @@ class Runner:
         pool = payload_pool(100)
         state = {}
         spent = {}
+        cpu = {}
 
         def segment(name, s, seconds):
             next_eid = state.setdefault(name, [0] * NLEDGERS)
             timed = 0.0
             i = 0
             deadline = perf() + seconds
+            c0 = time.process_time()           # every thread's: a spinning one's too
             while perf() < deadline:
                 l = i % NLEDGERS
                 prepared = s.prep_one(l, next_eid[l], pool[i % 1000])
@@ -866,6 +868,7 @@ class Runner:
                 timed += perf() - t0
                 next_eid[l] += 1
                 i += 1
+            cpu[name] = cpu.get(name, 0.0) + time.process_time() - c0
             spent[name] = spent.get(name, 0.0) + timed
             return i, timed
         stores = self.open_all(work, embedlog_config=embedlog_config)
@@ -884,7 +887,10 @@ class Runner:
                         f"and {syncs:,} fdatasyncs {t_sync / syncs * 1e6:.0f} us each: about "
                         f"{per - t_sync / adds * 1e6:.0f} us per append is spent outside fdatasync"
                         + (f" (file: {spent['file'] / sum(state['file']) * 1e6:.0f} us per "
-                           "pwrite + fdatasync)" if state.get("file") else ""))
+                           "pwrite + fdatasync)" if state.get("file") else "")
+                        + f"; the process's CPU {cpu['embedlog'] / adds * 1e6:.0f} us per append"
+                        + (f" (file: {cpu['file'] / sum(state['file']) * 1e6:.0f} us)"
+                           if state.get("file") else ""))
         finally:
             self.close_all(work, stores)
 

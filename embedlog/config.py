@@ -42,7 +42,7 @@ class BookieConfig:
         "to 64 KiB (BookKeeper's enableBusyWait): a thread of the journal's own does the I/O while "
         "the group's leader spins, and spins 0.2 ms after each group waiting for the next before "
         "it sleeps. Where code runs slowly after a sleep (this project's VMs), a lone durable "
-        "append was some 20% faster for about twice its CPU (docs/PERFORMANCE.md). Off by "
+        "append was 26-46% faster for about twice its CPU (docs/PERFORMANCE.md). Off by "
         "default, as in BookKeeper: the spinning takes cores from the rest of the process.")
     journal_page_cache_flush_interval_ms: int = _key(
         1000, "with journal_sync_data=False, how often the journal is synced anyway.", 1, 3_600_000)
