@@ -22,7 +22,7 @@ from libc.errno cimport errno
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
-from embedlog._native.journal_buffer cimport JournalBuffer, _pwrite_all, DIRECT_ALIGN
+from embedlog._native.journal_buffer cimport JournalBuffer, pwrite_all, DIRECT_ALIGN
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -96,7 +96,7 @@ cdef long long _now_ns() noexcept nogil:
 cdef void _write_sync(busy_state *s) noexcept nogil:
     """The request: the blocks, then fdatasync (its time kept for the journal's stats)."""
     cdef long long t0
-    s.err = _pwrite_all(s.fd, s.data, s.nbytes, s.offset)
+    s.err = pwrite_all(s.fd, s.data, s.nbytes, s.offset)
     if s.err == 0:
         t0 = _now_ns()
         if fdatasync(s.fd) != 0:

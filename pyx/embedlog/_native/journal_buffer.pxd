@@ -16,7 +16,7 @@ cdef class JournalBuffer:
     cdef int direct_blocks(self, long long offset, bytes tail, Py_ssize_t *end,
                            Py_ssize_t *padded) except -1
 
-cdef int _pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil
+cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil
 
 
 cdef enum:

@@ -37,7 +37,7 @@ cdef uint8_t *_aligned_alloc(Py_ssize_t n) noexcept nogil:
     return <uint8_t *>p
 
 
-cdef int _pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil:
+cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil:
     """pwrite all n bytes (through short writes and EINTR); 0 or the errno."""
     cdef ssize_t r
     cdef Py_ssize_t done = 0
@@ -193,7 +193,7 @@ cdef class JournalBuffer:
         cdef int err
         memset(self.data + self.size, 0, 4)        # in the DIRECT_ALIGN spare at the end
         with nogil:
-            err = _pwrite_all(fd, self.data, self.size + 4, offset)
+            err = pwrite_all(fd, self.data, self.size + 4, offset)
         if err:
             raise OSError(err, "journal write failed")
         return self.size
@@ -208,7 +208,7 @@ cdef class JournalBuffer:
         cdef int err
         self.direct_blocks(offset, tail, &end, &padded)
         with nogil:
-            err = _pwrite_all(fd, self.base, padded, offset - (end - self.size))
+            err = pwrite_all(fd, self.base, padded, offset - (end - self.size))
         if err:
             raise OSError(err, "journal write failed")
         return self.base[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
@@ -245,7 +245,7 @@ def write_zeros(int fd, long long offset, long long length):
     memset(z, 0, chunk)
     with nogil:
         while done < length and not err:
-            err = _pwrite_all(fd, z, min(chunk, length - done), offset + done)
+            err = pwrite_all(fd, z, min(chunk, length - done), offset + done)
             done += chunk
     free(z)
     if err:
