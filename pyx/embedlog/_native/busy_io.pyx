@@ -20,9 +20,7 @@ from posix.unistd cimport fdatasync
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libc.errno cimport errno
 
-from cpython.bytes cimport PyBytes_FromStringAndSize
-
-from embedlog._native.journal_buffer cimport JournalBuffer, pwrite_all, DIRECT_ALIGN
+from embedlog._native.journal_buffer cimport JournalBuffer, pwrite_all
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -195,9 +193,7 @@ cdef class BusyWriter:
             self.handed += 1
         if s.err:
             raise OSError(s.err, "journal write or sync failed")
-        return (PyBytes_FromStringAndSize(<char *>buf.base + (end & ~(<Py_ssize_t>DIRECT_ALIGN - 1)),
-                                          end & (DIRECT_ALIGN - 1)),
-                s.sync_ns / 1e9)
+        return buf.tail_after(end), s.sync_ns / 1e9
 
     def close(self):
         """Stop the thread (idempotent)."""

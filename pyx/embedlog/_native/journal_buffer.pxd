@@ -15,6 +15,7 @@ cdef class JournalBuffer:
     cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil
     cdef int direct_blocks(self, long long offset, bytes tail, Py_ssize_t *end,
                            Py_ssize_t *padded) except -1
+    cdef bytes tail_after(self, Py_ssize_t end)
 
 cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil
 

@@ -211,6 +211,11 @@ cdef class JournalBuffer:
             err = pwrite_all(fd, self.base, padded, offset - (end - self.size))
         if err:
             raise OSError(err, "journal write failed")
+        return self.tail_after(end)
+
+    cdef bytes tail_after(self, Py_ssize_t end):
+        """The new tail after an O_DIRECT write whose records end at ``end`` (direct_blocks):
+        the bytes of its last partial block."""
         return self.base[end & ~(<Py_ssize_t>DIRECT_ALIGN - 1):end]
 
     cdef int direct_blocks(self, long long offset, bytes tail, Py_ssize_t *end,
