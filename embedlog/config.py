@@ -52,7 +52,8 @@ class BookieConfig:
         5, "journal files older than the LastLogMark kept for manual recovery (journalMaxBackups).",
         0, 1000)
     journal_reuse_files: bool = _key(
-        True, "a journal file trimmed after a checkpoint is kept (eight, or as many as one trim "
+        True, "a journal file trimmed after a checkpoint (in layout 2: a journal segment garbage "
+        "collection frees) is kept (eight, or as many as one trim "
         "frees up to sixteen) and reused for a later journal: renamed, given a new header and overwritten, so no zeros are written to "
         "preallocate it (journalReuseFiles). Kept only while the journal's file system stays below "
         "disk_usage_warn_threshold with room for a whole journal besides; deleted first when it runs short. Its previous records stay behind the new tail, "

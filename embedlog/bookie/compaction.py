@@ -30,7 +30,8 @@ meanwhile keeps what it has; nothing is lost and nothing is left behind.
 Layout 2: a source may be a journal segment (``<id>.seg`` in the journal directory, below
 the LastLogMark), named by its log id ``1 << 31 | segment`` as its index locations name it.
 Its live entries are copied into the target entry log like an entry log's; step 5 deletes
-the ``.seg`` and its ``.seg.map``, unless some index location still names the segment
+the ``.seg`` and its ``.seg.map`` (or the journal keeps the ``.seg`` for reuse, as after
+GC), unless some index location still names the segment
 (entries its scan could not reach, past a damaged record): that segment is kept, and
 GC's segment deletion frees it once nothing names it. A ``.txn`` file is never a source:
 the journal may still replay it.
@@ -181,8 +182,9 @@ class _Plan:
 class Compactor:
     """Runs compaction transactions for a bookie's ledger storage (the GC thread's)."""
 
-    def __init__(self, storage, ledgers, config, disks, stop, stats):
+    def __init__(self, storage, ledgers, config, disks, stop, stats, retire_segment=None):
         self.storage = storage
+        self.retire_segment = retire_segment  # JournalFiles.retire_segment (stem -> whether it went)
         self.ledgers = ledgers            # the bookie's SortedDict (scope, lid) -> LedgerIndex
         self.config = config
         self.disks = disks
@@ -431,8 +433,8 @@ class Compactor:
             self.entry_logger.drop_segment(segment)
         if stem is None:
             return None
-        gone = _unlink(stem + journal_files.SEG)
-        _unlink(stem + journal_files.SEG_MAP)
+        # the journal keeps it for reuse, or deletes it
+        gone = (self.retire_segment or journal_files.delete_segment)(stem)
         if gone:
             self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1
         return os.path.dirname(stem)

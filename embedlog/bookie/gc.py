@@ -132,7 +132,7 @@ class GarbageCollector:
         self.last_minor = now
         self.last_major = now
         self.compactor = Compactor(self.storage, bookie.ledgers, self.config, disks, self._stop,
-                                   self.stats)
+                                   self.stats, self._retire_segment)
 
     def _absence_rule(self, metadata) -> AbsentLedgers | None:
         """Deletion without a record: on a root in BookKeeper's format only."""
@@ -585,11 +585,20 @@ class GarbageCollector:
             self.stats["entry_log_bytes_deleted"] += size
         return {"deleted": deleted}
 
+    def _retire_segment(self, stem: str) -> bool:
+        """A freed segment to the journal, kept for reuse or deleted; deleted while the
+        journal is not made yet (a start redoing an interrupted compaction)."""
+        journal = getattr(self.bookie, "journal", None)
+        if journal is None:
+            return journal_files.delete_segment(stem)
+        return journal.files.retire_segment(stem)
+
     def gc_segments(self) -> dict:
         """Layout 2: delete the journal segments (``<id>.seg``, below the LastLogMark) that
-        no index location names any more. Nothing can come to name one: a flush names only
+        no index location names any more, or keep them for the journal to reuse
+        (JournalFiles.retire_segment). Nothing can come to name one: a flush names only
         records after the mark, and the index pages naming it were synced before the mark
-        passed it, so a crash after the unlink finds no location into the file."""
+        passed it, so a crash after the unlink or the rename finds no location into the file."""
         directory = self.bookie.journal_dir
         ids = journal_files.journal_ids(directory, journal_files.SEG)
         if not ids:
@@ -606,13 +615,10 @@ class GarbageCollector:
                 self.storage.entry_logger.drop_segment(segment)
             try:
                 size = os.path.getsize(path)
-                os.unlink(path)
             except FileNotFoundError:
                 continue
-            try:
-                os.unlink(path[:-len(journal_files.SEG)] + journal_files.SEG_MAP)
-            except FileNotFoundError:
-                pass
+            if not self._retire_segment(path[:-len(journal_files.SEG)]):
+                continue
             deleted.append(i)
             self.segment_meta.pop(segment | SEGMENT_LOG, None)
             self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1

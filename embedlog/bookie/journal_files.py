@@ -115,6 +115,22 @@ def read_segment_map(stem: str) -> dict | None:
     return {(s, l): n for s, l, n in rows}
 
 
+def delete_segment(stem: str) -> bool:
+    """Delete segment ``<stem>.seg`` and its map; returns whether the ``.seg`` was there.
+    The map goes first: a crash between leaves a segment whose map is counted again from
+    its records, never a map that outlives its segment."""
+    _unlink_quietly(stem + SEG_MAP)
+    return _unlink_quietly(stem + SEG)
+
+
+def _unlink_quietly(path: str) -> bool:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def prealloc_floor(prealloc_bytes: int) -> int:
     """The size a journal file has from its creation: its header block and the zeros
     written ahead at once (its header records it, see jformat.file_min_size)."""
@@ -148,7 +164,8 @@ class JournalFiles:
         self.prealloc_bytes = config.journal_pre_alloc_size_mb * 1024 * 1024
         self._spares_lock = threading.Lock()
         # layout 2: each journal gets a segment number (its header's) that index locations
-        # name it by; trimmed journals become <id>.seg instead of being deleted or reused
+        # name it by; trimmed journals become <id>.seg instead of being deleted or reused,
+        # and a segment no location names any more is kept for reuse (retire_segment)
         self.segments = False
         self.segment = 0                  # the current file's
         self._last_segment = None
@@ -201,7 +218,7 @@ class JournalFiles:
         if segment and self.on_segment is not None:
             self.on_segment(segment, path[:-len(".txn")])
         reused = (self._reuse_file(new_id, prev, path, segment)
-                  if self.config.journal_reuse_files and not self.segments else None)
+                  if self.config.journal_reuse_files else None)
         if reused is not None:
             fd, header, zero_end, salt = reused
             dfd = -1
@@ -550,6 +567,31 @@ class JournalFiles:
         if victims or (kept and not self.config.journal_reuse_files):
             fsync_dir(self.directory)
         return victims
+
+    def retire_segment(self, stem: str) -> bool:
+        """Layout 2: segment ``<stem>.seg``, which no index location names any more (GC,
+        compaction), is kept for reuse as ``<stem>.free`` like a trimmed journal of layout 1
+        (whole ones, at most MAX_FREE, with room to spare), or deleted; its map goes either
+        way. Its next life is a new segment: a location names a segment by the number in its
+        header, and the old number names no file any more. Returns whether the ``.seg`` went
+        (the caller syncs the directory)."""
+        path = stem + SEG
+        with self._spares_lock:
+            try:
+                keep = (self.config.journal_reuse_files and self._filled(os.path.getsize(path))
+                        and len(journal_ids(self.directory, FREE)) < MAX_FREE
+                        and self._room_for_spares())
+            except FileNotFoundError:
+                keep = False
+            if not keep:
+                return delete_segment(stem)
+            _unlink_quietly(stem + SEG_MAP)         # first, as delete_segment does
+            try:
+                fileio.reuse(path, stem + FREE)
+            except FileNotFoundError:
+                return False
+            self.stats["segments_kept"] = self.stats.get("segments_kept", 0) + 1
+        return True
 
     def _filled(self, size: int) -> bool:
         """Whether a journal of ``size`` bytes was rolled because it was full (worth keeping

@@ -534,3 +534,142 @@ def test_a_flush_walks_its_snapshot_under_the_lock_drop_ledger_takes(tmp_path):
         assert st._flush_to_segments(Snapshot(), False)
         assert held == [True], held             # one walk, in the hold that sets locations
         assert log.open_ledger(w.ledger_id).read_batch(0, 9) == [payload(q, e) for e in range(10)]
+
+
+REUSE_CHILD = textwrap.dedent("""
+    import os, signal, sys, embedlog
+    from support.crash_child import payload
+    log = embedlog.open(sys.argv[1], **eval(sys.argv[2]))
+    b = log.bookie
+    dead = log.create_ledger()
+    for e in range(25):                   # segments holding only the dead ledger
+        dead.append_many([payload("dead", e * 100 + k) + bytes(900) for k in range(100)])
+    dead.close()
+    b.checkpoint()
+    log.delete_ledger(dead.ledger_id)
+    b.checkpoint()
+    report = b.gc.run_once()
+    print("DEAD", dead.ledger_id.qualified_name, len(report["segments"]["deleted"]),
+          b.statistics()["journal"].get("segments_kept", 0), flush=True)
+    live = log.create_ledger()
+    q = live.ledger_id.qualified_name
+    n = 0
+    while b.statistics()["journal"]["files_reused"] < int(sys.argv[3]) and n < 30_000:
+        n = 1 + live.append_many([payload(q, n + k) for k in range(100)])
+    for _ in range(5):
+        n = 1 + live.append(payload(q, n))
+    print("LIVE", q, n, b.statistics()["journal"]["files_reused"], flush=True)
+    if sys.argv[4] == "checkpoint":       # the reused journals become segments first
+        b.checkpoint()
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("reuses,then", [(1, "kill"), (2, "checkpoint")])
+def test_a_freed_segment_is_reused_by_the_journal_and_its_previous_life_stays_dead(
+        tmp_path, reuses, then):
+    """GC keeps a segment no index names as a journal file for reuse (no zeros, no file
+    growth for the journal that takes it); after a SIGKILL, with the entries in the reused
+    journal (replayed) or in the segment it became (read through the index), every
+    acknowledged entry reads back and nothing of the file's previous life does."""
+    from embedlog import LedgerId
+    from embedlog.cli.shell import Layout, check_ledger
+    cfg = dict(CONFIG, journal_max_backups=0)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", REUSE_CHILD, str(tmp_path), repr(cfg),
+                            str(reuses), then], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert child.returncode == -9, child.stderr[-2000:]
+    rows = {p[0]: p[1:] for p in map(str.split, child.stdout.splitlines())}
+    dead, deleted, kept = rows["DEAD"][0], int(rows["DEAD"][1]), int(rows["DEAD"][2])
+    q, n, reused = rows["LIVE"][0], int(rows["LIVE"][1]), int(rows["LIVE"][2])
+    assert deleted >= 2 and kept >= reuses and reused >= reuses, child.stdout
+    with embedlog.open(tmp_path, **cfg) as log:
+        b = log.bookie
+        assert dead not in {str(x) for x in log.list_ledgers()}
+        assert not b.has_ledger(LedgerId.parse(dead))
+        r = log.open_ledger(LedgerId.parse(q))
+        assert r.read_batch(0, n - 1) == [payload(q, e) for e in range(n)]
+        b.checkpoint()
+        b.gc.run_once()
+        assert r.read_batch(0, n - 1) == [payload(q, e) for e in range(n)]
+        lid = LedgerId.parse(q)
+        layout = Layout(str(tmp_path), b.ledger_dirs, b.journal_dir, None)
+        report = check_ledger(layout, (lid.scope_id, lid.ledger_id), {})
+        assert report["errors"] == [] and report["good"] == n, report
+    with embedlog.open(tmp_path, **cfg) as log:
+        assert log.open_ledger(LedgerId.parse(q)).read_batch(0, n - 1) == \
+            [payload(q, e) for e in range(n)]
+
+
+def test_a_freed_segment_is_deleted_when_reuse_is_off_or_the_pool_is_full(tmp_path):
+    from embedlog.bookie.journal_files import FREE, MAX_FREE
+    cfg = dict(CONFIG, journal_reuse_files=False)
+    with embedlog.open(tmp_path, **cfg) as log:
+        b = log.bookie
+        dead = log.create_ledger()
+        for e in range(25):
+            dead.append_many([bytes(1000)] * 100)
+        dead.close()
+        b.checkpoint()
+        log.delete_ledger(dead.ledger_id)
+        b.checkpoint()
+        assert b.gc.run_once()["segments"]["deleted"]
+        journal = b.journal_dir
+        assert files(journal, FREE) == [] and files(journal, ".seg.map") == []
+        assert b.statistics()["journal"].get("segments_kept", 0) == 0
+        # with reuse on, never more than MAX_FREE kept
+        b.config.journal_reuse_files = True
+        dead = log.create_ledger()
+        for e in range(12 * 10):
+            dead.append_many([bytes(1000)] * 100)
+        dead.close()
+        b.checkpoint()
+        log.delete_ledger(dead.ledger_id)
+        b.checkpoint()
+        assert len(b.gc.run_once()["segments"]["deleted"]) > MAX_FREE
+        assert len(files(journal, FREE)) == MAX_FREE
+        assert files(journal, ".seg.map") == [f for f in files(journal, ".seg.map")
+                                              if f[:-4] in files(journal, ".seg")]
+
+
+def test_power_loss_in_a_reused_segment_keeps_every_acknowledged_entry(tmp_path):
+    """Power loss while the journal writes into a freed segment it took for reuse: past what
+    its new life made durable the file holds the previous life, not zeros; every
+    acknowledged entry reads back, nothing of the dead ledger does."""
+    from embedlog import fileio
+    from support.crashutil import abandon
+    from support.cliutil import wait_until
+    path = tmp_path / "d"
+    cfg = dict(CONFIG, journal_max_backups=0)
+    fileio.record_durable(True)
+    try:
+        log = embedlog.open(path, **cfg)
+        b = log.bookie
+        dead = log.create_ledger()
+        for e in range(25):
+            dead.append_many([payload("dead", e * 100 + k) + bytes(900) for k in range(100)])
+        dead.close()
+        b.checkpoint()
+        log.delete_ledger(dead.ledger_id)
+        b.checkpoint()
+        b.gc.run_once()
+        assert b.statistics()["journal"].get("segments_kept", 0) >= 1
+        w = log.create_ledger()
+        acked = []
+        wait_until(lambda: (acked.extend(range(len(acked), 1 + w.append_many(
+                                [payload("p", len(acked) + k) for k in range(50)]))) or
+                            b.statistics()["journal"]["files_reused"] >= 1),
+                   timeout_s=120, what="a freed segment reused")
+        for _ in range(20):
+            acked.append(w.append(payload("p", len(acked))))
+        abandon(log)
+        cut = fileio.power_loss(str(path))
+    finally:
+        fileio.record_durable(False)
+    assert any("previous life" in str(how) for _p, how in cut), cut
+    with embedlog.open(path, **cfg) as log:
+        assert not log.bookie.has_ledger(dead.ledger_id)
+        r = log.open_ledger(w.ledger_id)
+        assert r.last_add_confirmed == acked[-1]
+        assert r.read_batch(0, acked[-1]) == [payload("p", e) for e in acked]
