@@ -4,15 +4,17 @@ bare C loop (built on first use by compare.py, with embedlog's own CRC32C from n
 
 Writes: each payload framed as ``size:u32`` + a V1 entry (ledger, entry, LAC, length,
 CRC32C digest over those and the payload, payload) into one buffer, one pwrite, one
-fdatasync per batch; no journal, memtable, entry log or index. Reads: the same records
+fdatasync per batch (``direct``: O_DIRECT, the batch padded to whole 4 KiB blocks); no
+journal, memtable, entry log or index. Reads: the same records
 in one mapped file per ledger, located by an offset table, the digest checked, a bytes
 object made per entry.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pwrite, fdatasync
+from posix.stdlib cimport posix_memalign
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
@@ -27,6 +29,7 @@ el_crc_init()
 
 cdef enum:
     HDR = 4 + 32 + 4        # size word, V1 header, CRC32C digest
+    BLOCK = 4096            # O_DIRECT's unit: the buffer's alignment and the padded size
 
 
 cdef class Writer:
@@ -69,11 +72,14 @@ cdef class Writer:
             self.src[i] = <const uint8_t *>PyBytes_AS_STRING(item)
             self.lens[i] = PyBytes_GET_SIZE(item)
             total += HDR + self.lens[i]
-        if total > self.cap:
-            p = <uint8_t *>realloc(self.buf, total)
-            if p == NULL:
+        if total + BLOCK > self.cap:
+            # aligned for O_DIRECT, with room to pad the last block
+            if posix_memalign(<void **>&p, BLOCK, total + BLOCK) != 0:
                 raise MemoryError()
-            self.buf, self.cap = p, total
+            if self.buf != NULL:
+                memcpy(p, self.buf, at)
+            free(self.buf)
+            self.buf, self.cap = p, total + BLOCK
         with nogil:
             for i in range(n):
                 k = self.lens[i]
@@ -90,11 +96,20 @@ cdef class Writer:
                 pos += HDR + k
         return pos, length
 
-    def write(self, int fd, long long offset, Py_ssize_t nbytes, bint sync=True):
-        """pwrite the framed bytes at ``offset`` and fdatasync, without the GIL."""
+    def write(self, int fd, long long offset, Py_ssize_t nbytes, bint sync=True,
+              bint direct=False):
+        """pwrite the framed bytes at ``offset`` and fdatasync, without the GIL; returns the
+        bytes written. ``direct`` (an O_DIRECT fd, ``offset`` block-aligned): the last block
+        padded with zeros, so the next batch starts at the next block."""
         cdef Py_ssize_t done = 0
         cdef ssize_t r
         cdef int err = 0
+        if direct:
+            r = (nbytes + BLOCK - 1) // BLOCK * BLOCK
+            if r > self.cap or offset % BLOCK:
+                raise ValueError("direct write: unaligned offset or no room to pad")
+            memset(self.buf + nbytes, 0, r - nbytes)
+            nbytes = r
         with nogil:
             while done < nbytes:
                 r = pwrite(fd, self.buf + done, nbytes - done, offset + done)
