@@ -475,6 +475,7 @@ class FloorStore(FileStore):
     (benchmarks/floor.pyx) into one log file, one pwrite + fdatasync per batch; reads from
     one mapped file per ledger of the same records, digests checked."""
     name = "floor"
+    DIRECT = False               # O_DIRECT writes, each batch padded to whole 4 KiB blocks
 
     def __init__(self, path: str, nledgers: int = NLEDGERS):
         super().__init__(path, nledgers)
@@ -490,7 +491,7 @@ class FloorStore(FileStore):
     def commit_batch(self, prepared):
         ledger, first, payloads = prepared
         n, self.lengths[ledger] = self.writer.frame(payloads, ledger, first, self.lengths[ledger])
-        self.off += self.writer.write(self.fd, self.off, n)
+        self.off += self.writer.write(self.fd, self.off, n, True, self.DIRECT)
 
     def prep_one(self, ledger, entry, data):
         return self.prep_batch(ledger, entry, [data])
@@ -506,7 +507,7 @@ class FloorStore(FileStore):
         for ledger, first, payloads in batches:
             end, self.lengths[ledger] = self.writer.frame(payloads, ledger, first,
                                                           self.lengths[ledger], end)
-        self.off += self.writer.write(self.fd, self.off, end)
+        self.off += self.writer.write(self.fd, self.off, end, True, self.DIRECT)
 
     def thread_appender(self, t):
         lock, fd, native = self.lock, self.fd, self.native
@@ -518,8 +519,8 @@ class FloorStore(FileStore):
             with lock:
                 self.ensure(n)
                 off = self.off
-                self.off += n
-            writer.write(fd, off, n)       # the fdatasync flushes every page written so far
+                self.off += -(-n // 4096) * 4096 if self.DIRECT else n
+            writer.write(fd, off, n, True, self.DIRECT)   # the fdatasync flushes every page so far
             self.after_append(writer, n)
         return append
 
@@ -643,6 +644,7 @@ class NoZerosFloorStore(FloorStore):
     log force). O_DIRECT because it is the cheaper of the two ways to extend here (buffered:
     the page cache's copy and writeback on top). Reads are the floor's."""
     name = "nozeros"
+    DIRECT = True
 
     def __init__(self, path: str, nledgers: int = NLEDGERS):
         super().__init__(path, nledgers)
@@ -651,33 +653,6 @@ class NoZerosFloorStore(FloorStore):
 
     def ensure(self, nbytes):
         """Nothing ahead of the tail: the file grows with each write."""
-
-    def commit_batch(self, prepared):
-        ledger, first, payloads = prepared
-        n, self.lengths[ledger] = self.writer.frame(payloads, ledger, first, self.lengths[ledger])
-        self.off += self.writer.write(self.fd, self.off, n, True, True)
-
-    commit_one = commit_batch
-
-    def commit_multi(self, batches):
-        end = 0
-        for ledger, first, payloads in batches:
-            end, self.lengths[ledger] = self.writer.frame(payloads, ledger, first,
-                                                          self.lengths[ledger], end)
-        self.off += self.writer.write(self.fd, self.off, end, True, True)
-
-    def thread_appender(self, t):
-        lock, fd, native = self.lock, self.fd, self.native
-        writer = native.Writer()
-        length = [0]
-
-        def append(entry, data):
-            n, length[0] = writer.frame([data], t, entry, length[0])
-            with lock:
-                off = self.off
-                self.off += (n + 4095) // 4096 * 4096
-            writer.write(fd, off, n, True, True)
-        return append
 
 
 CLASSES = {c.name: c for c in (EmbedlogStore, SqliteStore, LmdbStore, RocksStore, FileStore,
