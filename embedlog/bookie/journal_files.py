@@ -527,6 +527,11 @@ class JournalFiles:
 
     def _trim(self, mark_file_id: int) -> list[int]:
         old = [i for i in journal_ids(self.directory) if i < mark_file_id]
+        kept = journal_ids(self.directory, FREE)
+        dropped = kept and not self.config.journal_reuse_files
+        if dropped:
+            for i in kept:                  # kept while reuse was on: nothing reads them now
+                _unlink_quietly(os.path.join(self.directory, "%x%s" % (i, FREE)))
         if self.segments:
             # the entries below the mark are stored here and nowhere else: keep the files
             # as segments (GC deletes one once no index points into it). A crash before a
@@ -542,18 +547,14 @@ class JournalFiles:
                 except FileNotFoundError:
                     pass
                 self._runs.pop(i, None)
-            if old:
+            if old or dropped:
                 fsync_dir(self.directory)
             return old
         keep = self.config.journal_max_backups
         victims = old[:-keep] if keep else old
-        kept = journal_ids(self.directory, FREE)
         reuse = self.config.journal_reuse_files and self._room_for_spares()
         free = len(kept) if reuse else 0
         most = max(MAX_FREE, min(len(victims), MAX_FREE_BURST)) if reuse else 0
-        if not self.config.journal_reuse_files:
-            for i in kept:                  # kept while reuse was on: nothing reads them now
-                os.unlink(os.path.join(self.directory, "%x%s" % (i, FREE)))
         for i in victims:
             path = os.path.join(self.directory, "%x.txn" % i)
             try:
@@ -564,7 +565,7 @@ class JournalFiles:
                     os.unlink(path)
             except FileNotFoundError:
                 pass                # already trimmed: deleting is idempotent
-        if victims or (kept and not self.config.journal_reuse_files):
+        if victims or dropped:
             fsync_dir(self.directory)
         return victims
 

@@ -631,6 +631,13 @@ def test_a_freed_segment_is_deleted_when_reuse_is_off_or_the_pool_is_full(tmp_pa
         assert len(files(journal, FREE)) == MAX_FREE
         assert files(journal, ".seg.map") == [f for f in files(journal, ".seg.map")
                                               if f[:-4] in files(journal, ".seg")]
+        # reuse turned off again: the next checkpoint's trim deletes the kept files
+        b.config.journal_reuse_files = False
+        w = log.create_ledger()
+        w.append_many([bytes(1000)] * 2000)             # a roll, so the trim has work
+        b.checkpoint()
+        assert files(journal, FREE) == []
+        assert b.statistics()["journal"]["files_reused"] == 0
 
 
 def test_power_loss_in_a_reused_segment_keeps_every_acknowledged_entry(tmp_path):
