@@ -27,6 +27,7 @@ POINTS = (
     "journal.prealloc_before_zero",
     "journal.reuse_before_header",               # a kept journal picked, its new header not written
     "journal.reuse_before_rename",               # its new header synced, not yet renamed to a journal
+    "journal.retire_before_rename",              # layout 2: a freed segment's map deleted, not yet kept
     "checkpoint.before_index_flush", "checkpoint.before_lastmark", "checkpoint.after_lastmark",
     "memtable.before_flush",
     # garbage collection (embedlog/bookie/gc.py) and compaction (compaction.py)

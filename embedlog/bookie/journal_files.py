@@ -587,6 +587,7 @@ class JournalFiles:
             if not keep:
                 return delete_segment(stem)
             _unlink_quietly(stem + SEG_MAP)         # first, as delete_segment does
+            failpoints.hit("journal.retire_before_rename")
             try:
                 fileio.reuse(path, stem + FREE)
             except FileNotFoundError:

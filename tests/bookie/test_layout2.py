@@ -680,3 +680,78 @@ def test_power_loss_in_a_reused_segment_keeps_every_acknowledged_entry(tmp_path)
         r = log.open_ledger(w.ledger_id)
         assert r.last_add_confirmed == acked[-1]
         assert r.read_batch(0, acked[-1]) == [payload("p", e) for e in acked]
+
+
+RETIRE_CHILD = textwrap.dedent("""
+    import os, signal, sys, embedlog
+    from support.crash_child import payload
+    log = embedlog.open(sys.argv[1], **eval(sys.argv[2]))
+    b = log.bookie
+    dead, live = log.create_ledger(), log.create_ledger()
+    q = live.ledger_id.qualified_name
+    print("DEAD", dead.ledger_id.qualified_name, flush=True)
+    print("LIVE", q, flush=True)
+    for e in range(25):                   # segments holding only the dead ledger
+        dead.append_many([bytes(1000)] * 100)
+    n = 0
+
+    def add():
+        global n
+        n = 1 + live.append_many([payload(q, n + k) for k in range(100)])
+        print("ACK", n, flush=True)
+    add()
+    dead.close()
+    b.checkpoint()
+    log.delete_ledger(dead.ledger_id)
+    b.checkpoint()
+    b.gc.run_once()                       # journal.retire_before_rename
+    while b.statistics()["journal"]["files_reused"] < 2 and n < 30_000:
+        add()                             # journal.reuse_before_header / _rename
+    print("END", flush=True)              # not reached: the failure point crashed first
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("point", ["journal.retire_before_rename", "journal.reuse_before_header",
+                                   "journal.reuse_before_rename"])
+def test_sigkill_while_a_freed_segment_is_kept_or_reused_loses_and_leaks_nothing(tmp_path, point):
+    """SIGKILL between a freed segment's map and its rename to ``.free``, and at each step
+    of the journal taking a kept file: every acknowledged entry reads back, the dead ledger
+    stays dead, and the next GC and rolls keep and reuse files as before."""
+    from embedlog import LedgerId
+    from embedlog.bookie.journal_files import FREE
+    from embedlog.cli.shell import Layout, check_ledger
+    cfg = dict(CONFIG, journal_max_backups=0)
+    env = {**os.environ, "EMBEDLOG_FAILPOINTS": f"{point}=crash",
+           "PYTHONPATH": os.pathsep.join([ROOT, TESTS, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.run([sys.executable, "-c", RETIRE_CHILD, str(tmp_path), repr(cfg)],
+                           capture_output=True, text=True, env=env, timeout=120)
+    assert child.returncode == -9 and "END" not in child.stdout, child.stderr[-2000:]
+    rows = [p for p in map(str.split, child.stdout.splitlines())]
+    dead = LedgerId.parse([r[1] for r in rows if r[0] == "DEAD"][0])
+    lid = LedgerId.parse([r[1] for r in rows if r[0] == "LIVE"][0])
+    q, n = lid.qualified_name, max(int(r[1]) for r in rows if r[0] == "ACK")
+    journal = os.path.join(tmp_path, "journal")
+    if point == "journal.retire_before_rename":
+        assert n == 100 and files(journal, FREE) == []   # killed in the first GC
+    with embedlog.open(tmp_path, **cfg) as log:
+        b = log.bookie
+        r = log.open_ledger(lid)
+        assert r.read_batch(0, n - 1) == [payload(q, e) for e in range(n)], point
+        b.gc.run_once(force_major=True)
+        assert not b.has_ledger(dead)
+        w = log.create_ledger()
+        k = 0
+        while b.statistics()["journal"]["files_reused"] < 1 and k < 30_000:
+            k = 1 + w.append_many([bytes(1000)] * 100)
+        assert b.statistics()["journal"]["files_reused"] >= 1, point
+        b.checkpoint()
+        b.gc.run_once()
+        assert r.read_batch(0, n - 1) == [payload(q, e) for e in range(n)], point
+        layout = Layout(str(tmp_path), b.ledger_dirs, b.journal_dir, None)
+        report = check_ledger(layout, (lid.scope_id, lid.ledger_id), {})
+        assert report["errors"] == [] and report["good"] == n, report
+        # no map outlives its segment
+        assert {f[:-len(".map")] for f in files(journal, ".seg.map")} <= set(files(journal, ".seg"))
+    with embedlog.open(tmp_path, **cfg) as log:
+        assert log.open_ledger(lid).read_batch(0, n - 1) == [payload(q, e) for e in range(n)]
