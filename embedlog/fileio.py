@@ -109,6 +109,15 @@ def write_direct_synced(busy, buf, fd: int, offset: int, tail: bytes, path: str)
     return result
 
 
+def unlink(path: str) -> bool:
+    """Delete ``path``; False if it was already gone (deleting is idempotent)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def atomic_write(path: str, data: bytes) -> None:
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -341,7 +341,7 @@ class Compactor:
             target.seal(ledgers_map)                       # step 1: sealed and fsynced
         except BaseException:
             target.close()
-            _unlink(tmp_path)
+            fileio.unlink(tmp_path)
             raise
         failpoints.hit("compaction.after_write")
         sources = [p.log_id for p in plans]
@@ -409,12 +409,12 @@ class Compactor:
                 d = el.dir_of(s)
                 spath = el.path_of(s)
                 el.unregister(s)
-            if _unlink(spath):
+            if fileio.unlink(spath):
                 dirs.add(d or os.path.dirname(spath))
         for d in dirs:
             fsync_dir(d)
         failpoints.hit("compaction.after_delete_sources")
-        _unlink(manifest)                                  # step 6
+        fileio.unlink(manifest)                                  # step 6
         fsync_dir(current)
 
     def _delete_segment(self, log_id: int, named: set) -> str | None:
@@ -470,10 +470,10 @@ class Compactor:
                     target = name[:-len(".log.compacting")]
                     if f"{target}.compaction" in manifests:
                         continue
-                    _unlink(os.path.join(current, name))
+                    fileio.unlink(os.path.join(current, name))
                     report["discarded"].append(name)
                 elif name.endswith(".tmp") and name[:-4].endswith(".compaction"):
-                    _unlink(os.path.join(current, name))
+                    fileio.unlink(os.path.join(current, name))
             if report["discarded"]:
                 fsync_dir(current)
         for log_id in el.log_ids():
@@ -483,7 +483,7 @@ class Compactor:
             if not head.strip(b"\0"):
                 # created, then killed before its header reached the page cache: appends
                 # only follow a written header, so it never held an entry
-                _unlink(path)
+                fileio.unlink(path)
                 el.forget(log_id)
                 report["discarded"].append(os.path.basename(path))
                 fsync_dir(os.path.dirname(path))
@@ -529,11 +529,3 @@ def _fsync_file(path: str) -> None:
         fileio.sync(fd, path, os.fstat(fd).st_size)
     finally:
         os.close(fd)
-
-
-def _unlink(path: str) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False

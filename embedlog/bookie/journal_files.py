@@ -119,16 +119,8 @@ def delete_segment(stem: str) -> bool:
     """Delete segment ``<stem>.seg`` and its map; returns whether the ``.seg`` was there.
     The map goes first: a crash between leaves a segment whose map is counted again from
     its records, never a map that outlives its segment."""
-    _unlink_quietly(stem + SEG_MAP)
-    return _unlink_quietly(stem + SEG)
-
-
-def _unlink_quietly(path: str) -> bool:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
+    fileio.unlink(stem + SEG_MAP)
+    return fileio.unlink(stem + SEG)
 
 
 def prealloc_floor(prealloc_bytes: int) -> int:
@@ -531,7 +523,7 @@ class JournalFiles:
         dropped = kept and not self.config.journal_reuse_files
         if dropped:
             for i in kept:                  # kept while reuse was on: nothing reads them now
-                _unlink_quietly(os.path.join(self.directory, "%x%s" % (i, FREE)))
+                fileio.unlink(os.path.join(self.directory, "%x%s" % (i, FREE)))
         if self.segments:
             # the entries below the mark are stored here and nowhere else: keep the files
             # as segments (GC deletes one once no index points into it). A crash before a
@@ -586,7 +578,7 @@ class JournalFiles:
                 keep = False
             if not keep:
                 return delete_segment(stem)
-            _unlink_quietly(stem + SEG_MAP)         # first, as delete_segment does
+            fileio.unlink(stem + SEG_MAP)         # first, as delete_segment does
             failpoints.hit("journal.retire_before_rename")
             try:
                 fileio.reuse(path, stem + FREE)
