@@ -39,5 +39,5 @@ class MemTable:
     def sorted_records(self) -> Any:
         """A numpy structured array (scope, ledger, entry, offset, size), in flush order."""
     def arena_view(self) -> memoryview: ...
-    def flush_wheres(self) -> tuple[Any, Any, Any, Any]:
+    def flush_wheres(self, starts: Any = None) -> tuple[Any, Any, Any, Any] | None:
         """(scopes, ledgers, entry ids, wheres) of the live records in flush order."""

@@ -157,7 +157,7 @@ class Bookie:
             self.journal.files.segments = True
             self.journal.files.on_segment = self.storage.entry_logger.add_segment
             self.storage.wait_journal = self.journal.wait_written
-            self.storage.segment_locations = self.journal.segment_locations
+            self.storage.segment_starts = self.journal.segment_starts
         # the flusher runs during replay: a full memtable goes to the entry logs in the
         # background while replay fills the other one (as adds do)
         self.storage.start()

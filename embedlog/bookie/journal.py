@@ -174,20 +174,11 @@ class Journal:
 
     # -- appending (callers hold cv) ---------------------------------------------
 
-    def segment_locations(self, seqs):
-        """Layout 2: the locations (bit 63 | segment << 32 | offset) of the records at
-        journal seqs ``seqs`` (a numpy uint64 array, every one written), or None when one
-        lies before the files known or past a 32-bit offset."""
-        starts = list(self._segment_starts)
-        if not starts or int(seqs.min()) < starts[0][0]:
-            return None
-        first = np.array([s for s, _g, _o in starts], dtype=np.uint64)
-        k = np.searchsorted(first, seqs, side="right") - 1
-        segs = np.array([g for _s, g, _o in starts], dtype=np.uint64)[k]
-        offs = np.array([o for _s, _g, o in starts], dtype=np.uint64)[k] + (seqs - first[k])
-        if int(offs.max()) > 0xFFFFFFFF:
-            return None
-        return np.uint64(1 << 63) | (segs << np.uint64(32)) | offs
+    def segment_starts(self):
+        """Layout 2: where each segment file begins, as a (n, 3) uint64 array of (journal
+        seq, segment, offset), ascending (MemTable.flush_wheres turns a record's seq into
+        its location with it)."""
+        return np.array(self._segment_starts, dtype=np.uint64).reshape(-1, 3)
 
     def wait_written(self, seq: int, locked: bool) -> None:
         """Block until the journal has written ``seq`` (cv held if ``locked``). A group a

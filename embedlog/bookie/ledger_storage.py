@@ -80,7 +80,7 @@ class SortedLedgerStorage:
         # nothing; these come from the journal (bookie.py wires them)
         self.segments = False
         self.wait_journal = None             # (seq, locked) -> None: seq is written
-        self.segment_locations = None        # (seqs) -> locations (bit 63 set), or None
+        self.segment_starts = None           # () -> where each segment begins (journal seqs)
 
     # -- the flusher ---------------------------------------------------------------------
 
@@ -157,18 +157,16 @@ class SortedLedgerStorage:
         # run beside them (its count would not match), and the locations set come from a
         # walk in the same hold as the setting, so an entry hidden meanwhile gets none
         with self.lock:
-            scopes, lids, eids, wheres = snap.flush_wheres()
+            # each entry's journal seq becomes its location in the walk itself (nogil);
+            # None: one has none (put without a journal record, past a 32-bit offset), so
+            # the entry logs take the snapshot
+            walked = snap.flush_wheres(self.segment_starts())
+            if walked is None:
+                return False
+            scopes, lids, eids, wheres = walked
             if not len(wheres):
                 self.stats["memtable_flushes"] += 1
                 return True
-            if not wheres.all():        # put without a journal record: the entry logs take it
-                return False
-            pending = wheres < nelg.SEGMENT_BIT        # a journal seq + 1, not yet a location
-            if pending.any():
-                locs = self.segment_locations(wheres[pending] - 1)
-                if locs is None:
-                    return False
-                wheres[pending] = locs
             cuts = np.flatnonzero((scopes[1:] != scopes[:-1]) | (lids[1:] != lids[:-1])) + 1
             for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(eids)]):
                 idx = self.ledgers.get((int(scopes[a]), int(lids[a])))

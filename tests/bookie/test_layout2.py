@@ -528,9 +528,9 @@ def test_a_flush_walks_its_snapshot_under_the_lock_drop_ledger_takes(tmp_path):
         class Snapshot:                         # the active memtable, its walks watched
             max_pending = st.active.max_pending
 
-            def flush_wheres(self):
+            def flush_wheres(self, starts=None):
                 held.append(st.lock.locked())
-                return st.active.flush_wheres()
+                return st.active.flush_wheres(starts)
         assert st._flush_to_segments(Snapshot(), False)
         assert held == [True], held             # one walk, in the hold that sets locations
         assert log.open_ledger(w.ledger_id).read_batch(0, 9) == [payload(q, e) for e in range(10)]

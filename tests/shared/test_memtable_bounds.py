@@ -1,6 +1,7 @@
 """The memtable's reservations against any id pattern a client can send: gapped ids (a
 striped ensemble gives every bookie ids with gaps), descending ids, many ledgers per call,
 and the blocks' own memory counted against the memtable's limit."""
+import numpy as np
 import pytest
 
 from embedlog._native import format as nf
@@ -81,3 +82,71 @@ def test_add_payloads_counts_its_blocks():
     assert mt.used_bytes <= mt.limit_bytes
     for eid in range(n):
         assert mt.contains(0, 7, eid)
+
+
+SEGMENT_BIT = 1 << 63
+
+
+def _reference_locations(wheres, starts):
+    """The numpy translation layout 2's flush used before the walk did it (journal seq + 1
+    -> bit 63 | segment << 32 | offset), or None where the walk must refuse."""
+    wheres = wheres.copy()
+    if not wheres.all():
+        return None
+    pending = wheres < np.uint64(SEGMENT_BIT)
+    if pending.any():
+        seqs = wheres[pending] - np.uint64(1)
+        if not len(starts) or int(seqs.min()) < int(starts[0, 0]):
+            return None
+        k = np.searchsorted(starts[:, 0], seqs, side="right") - 1
+        offs = starts[k, 2] + (seqs - starts[k, 0])
+        if int(offs.max()) > 0xFFFFFFFF:
+            return None
+        wheres[pending] = np.uint64(SEGMENT_BIT) | (starts[k, 1] << np.uint64(32)) | offs
+    return wheres
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_flush_walk_locates_records_as_the_numpy_translation_did(seed):
+    """MemTable.flush_wheres(starts) turns each record's journal seq into its segment
+    location in its nogil walk: the same locations as the numpy passes it replaced, over
+    several segments, ledgers whose seqs interleave (so the walk's guess of the segment
+    misses), entries already located, and every refusal (a seq before the first segment, an
+    offset past 32 bits, an entry with no journal record)."""
+    rnd = np.random.default_rng(seed)
+    nseg = int(rnd.integers(0, 6))
+    firsts = np.sort(rnd.choice(np.arange(1, 1 << 20, dtype=np.uint64), nseg, replace=False))
+    segs = rnd.integers(1, 1 << 31, nseg, dtype=np.uint64)
+    offs = rnd.choice(np.array([1024, 4096], dtype=np.uint64), nseg)
+    if seed % 5 == 1 and nseg:
+        offs[-1] = 0xFFFFFF00          # the last segment's records past 32 bits
+    starts = np.stack([firsts, segs, offs], axis=1) if nseg else np.empty((0, 3), np.uint64)
+    mt = nm.MemTable(1 << 24)
+    for lid in range(1, 4):
+        for eid in range(int(rnd.integers(1, 300))):
+            kind = rnd.random()
+            if kind < 0.03 and seed % 4 == 0:
+                mt.next_where = 0                                   # no journal record
+            elif kind < 0.1:
+                mt.next_where = SEGMENT_BIT | int(rnd.integers(0, 1 << 62))   # located
+            else:
+                lo = 0 if seed % 3 == 0 else int(firsts[0]) if nseg else 0
+                mt.next_where = int(rnd.integers(lo, 1 << 21)) + 1  # a seq + 1
+            assert mt.add_encoded(_entries([eid], lid=lid, size=10)[0])
+    plain = mt.flush_wheres()
+    want = _reference_locations(plain[3], starts)
+    got = mt.flush_wheres(starts)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None
+        for a, b in zip(got[:3], plain[:3]):
+            assert np.array_equal(a, b)
+        assert np.array_equal(got[3], want)
+
+
+def test_the_flush_walk_of_an_empty_memtable():
+    mt = nm.MemTable(1 << 20)
+    for starts in (None, np.empty((0, 3), np.uint64), np.array([[5, 1, 1024]], np.uint64)):
+        got = mt.flush_wheres(starts)
+        assert got is not None and all(len(a) == 0 for a in got)
