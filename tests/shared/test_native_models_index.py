@@ -231,3 +231,29 @@ def test_flush_header_keeps_the_lac_body_and_leaves_the_pages(tmp_path):
         f.write(h)
     with pytest.raises(CorruptedDataError, match="LAC body length"):
         ni.IndexCache(str(tmp_path), 64).open(0, 7, True)
+
+
+def test_a_flush_writes_runs_of_adjacent_pages_as_they_lie(tmp_path):
+    """Adjacent dirty pages go out in one pwritev per run (at most 512 pages each): a run
+    longer than that, a hole, a lone far page and a short last page land byte for byte
+    where a page at a time put them (entry e's location at byte 1024 + 8 e)."""
+    cache = ni.IndexCache(str(tmp_path), 8192)
+    idx = cache.open(0, 9, False)
+    dense = np.arange(0, 1300 * PER_PAGE, dtype=np.int64)          # pages 0..1299
+    far = np.arange(1400 * PER_PAGE + 5, 1400 * PER_PAGE + 9, dtype=np.int64)
+    last = np.array([2000 * PER_PAGE + 3], dtype=np.int64)          # a short last page
+    eids = np.concatenate([dense, far, last])
+    locs = (eids.astype(np.uint64) * np.uint64(7919)) | np.uint64(1 << 40)
+    idx.set_locations(eids, locs)
+    assert idx.flush(True)
+    path = idx.path
+    data = np.fromfile(path, dtype="<u8", offset=1024)
+    assert len(data) == int(last[0]) + 1                             # up to the last location
+    want = np.zeros(len(data), dtype=np.uint64)
+    want[eids] = locs
+    assert np.array_equal(data, want)
+    again = ni.IndexCache(str(tmp_path), 8192).open(0, 9, True)
+    for e in (0, PER_PAGE * 512 - 1, PER_PAGE * 512, PER_PAGE * 1024, int(dense[-1]),
+              int(far[0]), int(last[0])):
+        assert again.get_location(e) == int(want[e])
+    assert again.get_location(1350 * PER_PAGE) == 0                  # the hole

@@ -121,6 +121,23 @@ def parse_index_name(name, scoped):
         return None
 
 
+
+_IOV_MOST = 512                 # pages per pwritev (IOV_MAX is 1024 on Linux)
+
+
+def _pwrite_run(int fd, list pages, int64_t offset):
+    """Write index pages that lie back to back from ``offset``: one pwritev for a run,
+    where a page at a time was a system call (and a GIL hand-off) for every 8 KiB."""
+    cdef Py_ssize_t total = sum(v.nbytes for v in pages), done = 0, k
+    while done < total:
+        k = os.pwritev(fd, pages, offset + done)
+        if k <= 0:
+            raise OSError(_errno.EIO, f"index pages: pwritev wrote {k} of {total - done} bytes")
+        done += k
+        if done < total:                    # a short write: go on after what it wrote
+            pages = [memoryview(b"".join(pages))[done:]]
+            total, done, offset = total - done, 0, offset + done
+
 cdef class LedgerIndex:
     """One ledger's index: state header plus cached pages of locations."""
 
@@ -488,6 +505,7 @@ cdef class LedgerIndex:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             end = self.disk_end
+            run, run_off, run_end = [], 0, 0      # adjacent pages go in one pwritev
             for p in sorted(self.dirty_pages):
                 off = HEADER_SIZE + p * PAGE_SIZE
                 page = self.pages[p]
@@ -500,8 +518,16 @@ cdef class LedgerIndex:
                     n = min(PAGE_SIZE, (n + 7) // 8 * 8)     # whole slots (a damaged file's
                                                               # length may be any number)
                 if n > 0:
-                    os.pwrite(fd, page[:n // 8].tobytes(), off)
+                    if run and (off != run_end or len(run) >= _IOV_MOST):
+                        _pwrite_run(fd, run, run_off)
+                        run = []
+                    if not run:
+                        run_off = off
+                    run.append(page[:n // 8])
+                    run_end = off + n
                     end = max(end, off + n)
+            if run:
+                _pwrite_run(fd, run, run_off)
             self._set_disk_end(end)
             # the header last: the length it records covers pages already written
             os.pwrite(fd, self._header_bytes(), 0)
