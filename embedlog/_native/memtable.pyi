@@ -40,4 +40,5 @@ class MemTable:
         """A numpy structured array (scope, ledger, entry, offset, size), in flush order."""
     def arena_view(self) -> memoryview: ...
     def flush_wheres(self, starts: Any = None) -> tuple[Any, Any, Any, Any] | None:
-        """(scopes, ledgers, entry ids, wheres) of the live records in flush order."""
+        """(scopes, ledgers, entry ids, wheres) of the live records in flush order; with
+        ``starts`` (Journal.segment_starts) the wheres are located, or None if one cannot be."""

@@ -121,7 +121,6 @@ def parse_index_name(name, scoped):
         return None
 
 
-
 _IOV_MOST = 512                 # pages per pwritev (IOV_MAX is 1024 on Linux)
 
 
@@ -137,6 +136,7 @@ def _pwrite_run(int fd, list pages, int64_t offset):
         if done < total:                    # a short write: go on after what it wrote
             pages = [memoryview(b"".join(pages))[done:]]
             total, done, offset = total - done, 0, offset + done
+
 
 cdef class LedgerIndex:
     """One ledger's index: state header plus cached pages of locations."""
