@@ -414,7 +414,7 @@ class Compactor:
         for d in dirs:
             fsync_dir(d)
         failpoints.hit("compaction.after_delete_sources")
-        fileio.unlink(manifest)                                  # step 6
+        fileio.unlink(manifest)                            # step 6
         fsync_dir(current)
 
     def _delete_segment(self, log_id: int, named: set) -> str | None:

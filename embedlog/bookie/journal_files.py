@@ -578,7 +578,7 @@ class JournalFiles:
                 keep = False
             if not keep:
                 return delete_segment(stem)
-            fileio.unlink(stem + SEG_MAP)         # first, as delete_segment does
+            fileio.unlink(stem + SEG_MAP)           # first, as delete_segment does
             failpoints.hit("journal.retire_before_rename")
             try:
                 fileio.reuse(path, stem + FREE)
