@@ -25,9 +25,11 @@ listings ignore expired rows, so a SIGKILLed bookie drops out within ``expiry_s`
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
+import struct
 import threading
 import time
 import uuid
@@ -106,16 +108,54 @@ def _scope_hex(scope_id: int) -> str:
     return f"{scope_id:016x}"
 
 
+# In WAL mode SQLite's write lock is a POSIX lock on byte 120 of the -shm file
+# (UNIX_SHM_BASE + WAL_WRITE_LOCK in its os_unix.c): F_GETLK there names the holder.
+_SHM_WRITE_LOCK = 120
+_FLOCK = struct.Struct("hhqqi4x")      # Linux's struct flock: type, whence, start, len, pid
+
+
+def _write_lock_holder(path: str | None) -> str:
+    """', held by process N' (and whether it is stopped) for a "database is locked" error, so
+    an operator finds who holds every writer back; '' when that cannot be told."""
+    if not path:
+        return ""
+    try:
+        fd = os.open(path + "-shm", os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET,
+                                                         _SHM_WRITE_LOCK, 1, 0))
+        kind, _, _, _, pid = _FLOCK.unpack(got)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    if kind == fcntl.F_UNLCK or pid <= 0:
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        state = ""
+    if state in ("T", "t"):
+        # SQLite has no lease: a writer stopped mid-transaction holds every other one back
+        return (f", held by process {pid}, which is stopped (SIGSTOP, Ctrl-Z or a debugger): "
+                f"every writer waits until it runs again or exits")
+    return f", held by process {pid}"
+
+
 @contextmanager
-def _wrapped(what: str):
+def _wrapped(what: str, path: str | None = None):
     """sqlite3 errors become embedlog errors; a lock held past the busy timeout is a
-    TimeoutError, anything else (a corrupt file, a full disk) a MetadataError."""
+    TimeoutError (naming the process that holds it), anything else (a corrupt file, a full
+    disk) a MetadataError."""
     try:
         yield
     except sqlite3.OperationalError as exc:
         text = str(exc).lower()
         if "locked" in text or "busy" in text:
-            raise TimeoutError(f"sqlite metadata: {what}: {exc}") from exc
+            raise TimeoutError(f"sqlite metadata: {what}: {exc}{_write_lock_holder(path)}") from exc
         raise MetadataError(f"sqlite metadata: {what}: {exc}") from exc
     except sqlite3.Error as exc:
         raise MetadataError(f"sqlite metadata: {what}: {exc}") from exc
@@ -223,7 +263,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
         what we overwrite. An exception rolls back."""
         with self._using(), _writer_lock(self._write_key):
             conn = self._conn()
-            with _wrapped(what):
+            with _wrapped(what, self.path):
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield conn
@@ -233,7 +273,7 @@ class SqliteMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGener
                 conn.execute("COMMIT")
 
     def _query(self, what: str, sql: str, args: tuple = ()) -> list:
-        with self._using(), _wrapped(what):
+        with self._using(), _wrapped(what, self.path):
             return self._conn().execute(sql, args).fetchall()
 
     def _set_wal(self) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
 
 from embedlog._native.format import LedgerId
+from embedlog.harness import servers
 from embedlog.errors import MetadataError
 from embedlog.meta import open_metadata_store, parse_metadata_uri
 from embedlog.meta.api import LedgerMetadata
@@ -130,6 +133,31 @@ def test_sqlite_threads_of_one_process_queue_for_the_write_lock(tmp_path):
     assert len(set(ids)) == len(ids) == 1000
     for s in stores:
         s.close()
+
+
+def test_sqlite_a_locked_database_names_the_process_holding_it(tmp_path):
+    """A process that holds SQLite's write lock and is stopped (SIGSTOP, Ctrl-Z) holds every
+    writer of the store back: SQLite has no lease. A write that times out says which process
+    holds the lock and that it is stopped; once it exits the write goes through."""
+    path = str(tmp_path / "meta.db")
+    store = SqliteMetadataStore(path, timeout_s=0.3)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); time.sleep(120)", path],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(TimeoutError, match=f"held by process {holder.pid}$"):
+            store.generate_ledger_id()
+        servers.suspend(holder.pid)
+        with pytest.raises(TimeoutError, match=f"held by process {holder.pid}, which is stopped"):
+            store.generate_ledger_id()
+    finally:
+        holder.kill()
+        holder.wait(30)
+    assert store.generate_ledger_id() == 0
+    store.close()
 
 
 def test_sqlite_deletion_records_of_an_older_store_keep_working(tmp_path):
