@@ -271,8 +271,10 @@ class LocalCluster:
         self._start(b)
 
     def suspend_bookie(self, i: int) -> None:
-        """SIGSTOP bookie ``i``; returns once all its threads are stopped."""
-        servers.suspend(self._running(i).pid)
+        """SIGSTOP bookie ``i``; returns once all its threads are stopped, none of them inside
+        a write to a SQLite metadata store (which would hold every other writer back)."""
+        sqlite_uri = self.metadata_uri if self.metadata_uri.startswith("sqlite:") else None
+        servers.suspend(self._running(i).pid, sqlite_uri=sqlite_uri)
 
     def resume_bookie(self, i: int) -> None:
         os.kill(self._running(i).pid, signal.SIGCONT)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import tempfile
 import time
@@ -93,17 +95,44 @@ def listens_on(pid: int, port: int) -> bool:
     return False
 
 
-def suspend(pid: int, timeout_s: float = 30.0) -> None:
+def suspend(pid: int, timeout_s: float = 30.0, sqlite_uri: str | None = None) -> None:
     """SIGSTOP ``pid`` and return once every thread of it is stopped. The kernel starts the
     stop when the one thread it picked for the signal next runs, and the other threads go
     on meanwhile: on a loaded machine a SIGSTOPped ZooKeeper answered a sync and five reads
-    after kill() returned."""
-    os.kill(pid, signal.SIGSTOP)
+    after kill() returned.
+
+    With ``sqlite_uri`` (a SQLite metadata store the process writes), the process is stopped
+    at a moment it holds no write lock on it: stopped inside a write it would hold every
+    other writer back (SQLite has no lease), where the process that hangs is what a test
+    means, not the store; CI once saw a consumer stopped so, never evicted."""
     deadline = time.monotonic() + timeout_s
-    while not _stopped(pid):
+    while True:
+        os.kill(pid, signal.SIGSTOP)
+        while not _stopped(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"process {pid} not stopped {timeout_s}s after SIGSTOP")
+            time.sleep(0.005)
+        if sqlite_uri is None or not _holds_sqlite_write_lock(sqlite_uri):
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(random.uniform(0.0, 0.05))       # stop it at another point of its work
         if time.monotonic() > deadline:
-            raise RuntimeError(f"process {pid} not stopped {timeout_s}s after SIGSTOP")
-        time.sleep(0.005)
+            raise RuntimeError(f"process {pid} held the write lock of {sqlite_uri} at every stop")
+
+
+def _holds_sqlite_write_lock(uri: str) -> bool:
+    """Someone holds the write lock of the store at ``uri`` for longer than half a second
+    (a process that runs lets go well before)."""
+    path = uri.split("sqlite://", 1)[1].split("?", 1)[0]
+    probe = sqlite3.connect(path, timeout=0.5, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        probe.close()
 
 
 def _stopped(pid: int) -> bool:

@@ -19,7 +19,7 @@ import embedlog
 from support.cliutil import SUPPORT, admin_addresses, cli, cli_env, http, wait_until
 from embedlog.client import group as G
 from embedlog.errors import CommitFailedError, ConfigError, GroupNotEmptyError
-from embedlog.harness import LocalCluster
+from embedlog.harness import LocalCluster, servers
 
 
 @pytest.fixture
@@ -171,7 +171,7 @@ def test_member_paused_past_its_session_cannot_commit(cluster):
         assert owners(client, "g") == {"zombie": a.member_id}        # sticky: A keeps it
         a.send("consume 100 30")
         assert a.expect("DONE") == "DONE 20"
-        a.kill(signal.SIGSTOP)
+        servers.suspend(a.popen.pid, sqlite_uri=uri)       # not inside a write: see suspend
         wait_until(lambda: owners(client, "g") == {"zombie": b.member_id}, 60,
                    "B owns the stream once A's session expired")
         assert a.member_id not in group_record(client, "g")["members"]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
+import subprocess
+import sys
 
 from embedlog.harness import servers
 from support.servers import ServerMissing, skip_unless_ci
@@ -60,3 +63,31 @@ def test_suspend_returns_once_the_server_no_longer_answers():
             assert zk._ruok()
     finally:
         zk.stop()
+
+
+def test_suspend_with_a_sqlite_store_stops_the_process_outside_its_writes(tmp_path):
+    """A process that holds SQLite's write lock most of the time (300 of every 340 ms) is
+    stopped at a moment it holds none, so the store's other writers go on. The first stop
+    is tried while it holds the lock."""
+    path = tmp_path / "meta.db"
+    sqlite3.connect(path, isolation_level=None).execute("PRAGMA journal_mode=WAL").close()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\n"
+         "while True:\n"
+         "    c.execute('BEGIN IMMEDIATE'); print('held', flush=True)\n"
+         "    time.sleep(0.3); c.execute('COMMIT'); time.sleep(0.04)\n",
+         str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "held"
+        servers.suspend(writer.pid, sqlite_uri=f"sqlite://{path}")
+        try:
+            probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            probe.close()
+        finally:
+            os.kill(writer.pid, signal.SIGCONT)
+    finally:
+        writer.kill()
+        writer.wait(30)

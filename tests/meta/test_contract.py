@@ -24,6 +24,7 @@ import pytest
 from embedlog._native.format import LedgerId
 from embedlog.errors import (BadVersionError, LedgerExistsError, MetadataError,
                              NoSuchLedgerError)
+from embedlog.harness import servers
 from embedlog.meta.api import LayoutExistsError, LedgerMetadata, LedgerState
 from meta_workers import cas_increments, child_env, create_race, generate_ids, wait_until
 
@@ -469,7 +470,7 @@ def test_a_wait_for_an_old_registration_is_logged_when_it_begins(backend, caplog
         if backend.family == "sqlite":
             # a SIGKILLed owner on this host is known dead at once (no wait): one that
             # stopped refreshing its row is waited for
-            proc.send_signal(signal.SIGSTOP)
+            servers.suspend(proc.pid, sqlite_uri=backend.uri)
         else:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
