@@ -25,11 +25,9 @@ listings ignore expired rows, so a SIGKILLed bookie drops out within ``expiry_s`
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sqlite3
-import struct
 import threading
 import time
 import uuid
@@ -109,29 +107,30 @@ def _scope_hex(scope_id: int) -> str:
 
 
 # In WAL mode SQLite's write lock is a POSIX lock on byte 120 of the -shm file
-# (UNIX_SHM_BASE + WAL_WRITE_LOCK in its os_unix.c): F_GETLK there names the holder.
+# (UNIX_SHM_BASE + WAL_WRITE_LOCK in its os_unix.c). Its holder is read from /proc/locks:
+# opening the file to ask with F_GETLK would, on close, drop this process's own locks on it.
 _SHM_WRITE_LOCK = 120
-_FLOCK = struct.Struct("hhqqi4x")      # Linux's struct flock: type, whence, start, len, pid
 
 
 def _write_lock_holder(path: str | None) -> str:
     """', held by process N' (and whether it is stopped) for a "database is locked" error, so
     an operator finds who holds every writer back; '' when that cannot be told."""
-    if not path:
-        return ""
     try:
-        fd = os.open(path + "-shm", os.O_RDONLY)
+        st = os.stat(path + "-shm") if path else None
+        with open("/proc/locks") as f:
+            table = f.read().splitlines()
     except OSError:
         return ""
-    try:
-        got = fcntl.fcntl(fd, fcntl.F_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET,
-                                                         _SHM_WRITE_LOCK, 1, 0))
-        kind, _, _, _, pid = _FLOCK.unpack(got)
-    except OSError:
+    if st is None:
         return ""
-    finally:
-        os.close(fd)
-    if kind == fcntl.F_UNLCK or pid <= 0:
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pid = None
+    for line in table:      # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 120 120"
+        f = line.split()
+        if len(f) == 8 and f[1] == "POSIX" and f[3] == "WRITE" and f[5] == where \
+                and int(f[6]) <= _SHM_WRITE_LOCK and (f[7] == "EOF" or int(f[7]) >= _SHM_WRITE_LOCK):
+            pid = int(f[4])
+    if pid is None:
         return ""
     try:
         with open(f"/proc/{pid}/stat") as f:
