@@ -172,10 +172,12 @@ def test_decommission_and_recover(cluster, client, md):
     r = cli("bookie", "decommission", victim, *md, "--yes")
     assert r.returncode == 4 and "stop it" in r.stderr                 # it still runs
     # an OPEN ledger whose last fragment holds the victim: its writer's job, not recover's
-    w = client.create_ledger(3, 3, 2)
+    # (Qa = 3, so no ack is on its way when the victim stops: a late one would move the
+    # writer's fragment to a spare bookie)
+    w = client.create_ledger(3, 3, 3)
     while victim not in w.metadata.fragments[-1][1]:
         w.close()
-        w = client.create_ledger(3, 3, 2)
+        w = client.create_ledger(3, 3, 3)
     w.append_many([b"open"] * 5)
     cluster.stop_bookie(i)
     _wait_unregistered(client, victim)
@@ -303,7 +305,10 @@ def test_recover_and_decommission_name_bookkeeper_ledgers_by_their_plain_ids(tmp
                           autorecovery=False) as lc, lc.client() as client:
             for _ in range(3):                     # ids past 0, whose hex and decimal differ
                 client.create_ledger(2, 2, 2).close()
-            w = client.create_ledger(3, 3, 2)      # OPEN, the victim in its last fragment
+            # OPEN, the victim in its last fragment. Qa = 3: every replica has acknowledged
+            # when append_many returns; an ack still on its way when the victim stops would
+            # send the writer to an ensemble change that finds no spare and closes the ledger
+            w = client.create_ledger(3, 3, 3)
             w.append_many([b"open"] * 3)
             victim = lc.bookie_id(0)
             lid = w.ledger_id
