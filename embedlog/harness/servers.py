@@ -16,12 +16,14 @@ import random
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import tempfile
 import time
 import urllib.request
 
+from embedlog.meta import parse_metadata_uri
+from embedlog.meta._common import process_state
+from embedlog.meta.sqlite import write_lock_holder
 from embedlog.net.ports import free_ports
 
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/zookeeper-jute.jar",
@@ -112,27 +114,12 @@ def suspend(pid: int, timeout_s: float = 30.0, sqlite_uri: str | None = None) ->
             if time.monotonic() > deadline:
                 raise RuntimeError(f"process {pid} not stopped {timeout_s}s after SIGSTOP")
             time.sleep(0.005)
-        if sqlite_uri is None or not _holds_sqlite_write_lock(sqlite_uri):
+        if sqlite_uri is None or write_lock_holder(parse_metadata_uri(sqlite_uri)[2]) != pid:
             return
         os.kill(pid, signal.SIGCONT)
         time.sleep(random.uniform(0.0, 0.05))       # stop it at another point of its work
         if time.monotonic() > deadline:
             raise RuntimeError(f"process {pid} held the write lock of {sqlite_uri} at every stop")
-
-
-def _holds_sqlite_write_lock(uri: str) -> bool:
-    """Someone holds the write lock of the store at ``uri`` for longer than half a second
-    (a process that runs lets go well before)."""
-    path = uri.split("sqlite://", 1)[1].split("?", 1)[0]
-    probe = sqlite3.connect(path, timeout=0.5, isolation_level=None)
-    try:
-        probe.execute("BEGIN IMMEDIATE")
-        probe.execute("ROLLBACK")
-        return False
-    except sqlite3.OperationalError:
-        return True
-    finally:
-        probe.close()
 
 
 def _stopped(pid: int) -> bool:
@@ -141,15 +128,7 @@ def _stopped(pid: int) -> bool:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return True
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("T", "t", "Z", "X"):
-            return False
-    return True
+    return all(process_state(pid, tid) in ("", "T", "t", "Z", "X") for tid in tids)
 
 
 def in_ci() -> bool:

@@ -41,7 +41,7 @@ from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_
                                    check_layout, check_scope, coerce_ledger_id, deleted_id_message,
                                    decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
-                                   owner_is_dead_local_process, owner_token)
+                                   owner_is_dead_local_process, owner_token, process_state)
 from embedlog.meta.api import (BookieRegistration, ConsumerGroupStore, CookieStore, check_group_id, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
@@ -112,32 +112,31 @@ def _scope_hex(scope_id: int) -> str:
 _SHM_WRITE_LOCK = 120
 
 
-def _write_lock_holder(path: str | None) -> str:
-    """', held by process N' (and whether it is stopped) for a "database is locked" error, so
-    an operator finds who holds every writer back; '' when that cannot be told."""
+def write_lock_holder(path: str) -> int | None:
+    """The pid of the process holding the write lock of the SQLite file at ``path`` (WAL
+    mode), or None."""
     try:
-        st = os.stat(path + "-shm") if path else None
+        st = os.stat(path + "-shm")
         with open("/proc/locks") as f:
             table = f.read().splitlines()
     except OSError:
-        return ""
-    if st is None:
-        return ""
+        return None
     where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    pid = None
     for line in table:      # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 120 120"
         f = line.split()
         if len(f) == 8 and f[1] == "POSIX" and f[3] == "WRITE" and f[5] == where \
                 and int(f[6]) <= _SHM_WRITE_LOCK and (f[7] == "EOF" or int(f[7]) >= _SHM_WRITE_LOCK):
-            pid = int(f[4])
+            return int(f[4])
+    return None
+
+
+def _held_by(path: str | None) -> str:
+    """', held by process N' (and whether it is stopped) for a "database is locked" error, so
+    an operator finds who holds every writer back; '' when that cannot be told."""
+    pid = write_lock_holder(path) if path else None
     if pid is None:
         return ""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        state = ""
-    if state in ("T", "t"):
+    if process_state(pid) in ("T", "t"):
         # SQLite has no lease: a writer stopped mid-transaction holds every other one back
         return (f", held by process {pid}, which is stopped (SIGSTOP, Ctrl-Z or a debugger): "
                 f"every writer waits until it runs again or exits")
@@ -154,7 +153,7 @@ def _wrapped(what: str, path: str | None = None):
     except sqlite3.OperationalError as exc:
         text = str(exc).lower()
         if "locked" in text or "busy" in text:
-            raise TimeoutError(f"sqlite metadata: {what}: {exc}{_write_lock_holder(path)}") from exc
+            raise TimeoutError(f"sqlite metadata: {what}: {exc}{_held_by(path)}") from exc
         raise MetadataError(f"sqlite metadata: {what}: {exc}") from exc
     except sqlite3.Error as exc:
         raise MetadataError(f"sqlite metadata: {what}: {exc}") from exc
