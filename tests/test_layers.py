@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "embedlog"
 LAYERS = [
     ("shared", ["embedlog", "embedlog.errors", "embedlog.config", "embedlog.failpoints",
                 "embedlog.fileio", "embedlog.meta.api", "embedlog._native", "embedlog._types",
-                "embedlog.forking"]),
+                "embedlog.forking", "embedlog.proc"]),
     ("bookie", ["embedlog.bookie"]),
     ("meta", ["embedlog.meta"]),
     # the compiled modules sit in one package (pyx/embedlog/_native), each in its layer: the

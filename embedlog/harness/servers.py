@@ -22,9 +22,9 @@ import time
 import urllib.request
 
 from embedlog.meta import parse_metadata_uri
-from embedlog.meta._common import process_state
 from embedlog.meta.sqlite import write_lock_holder
 from embedlog.net.ports import free_ports
+from embedlog.proc import process_state
 
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/zookeeper-jute.jar",
            "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-simple.jar")

@@ -117,17 +117,6 @@ def owner_is_dead_local_process(owner: str) -> bool:
     return False
 
 
-def process_state(pid: int, tid: int | str | None = None) -> str:
-    """The state letter of process ``pid`` (or of its thread ``tid``) from /proc: "T" when
-    stopped, "Z" a zombie...; '' when it is gone or cannot be read."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        with open(path) as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
 def encode_bookie_info(info: dict | None) -> bytes:
     return json.dumps(info or {}, sort_keys=True, separators=(",", ":")).encode()
 

@@ -41,7 +41,8 @@ from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_
                                    check_layout, check_scope, coerce_ledger_id, deleted_id_message,
                                    decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
-                                   owner_is_dead_local_process, owner_token, process_state)
+                                   owner_is_dead_local_process, owner_token)
+from embedlog.proc import process_state
 from embedlog.meta.api import (BookieRegistration, ConsumerGroupStore, CookieStore, check_group_id, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
