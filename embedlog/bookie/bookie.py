@@ -712,6 +712,7 @@ class Bookie:
             out["memtable_entries"] = st.mt_a.count + st.mt_b.count
             out["memtable_allocated_bytes"] = st.mt_a.allocated_bytes + st.mt_b.allocated_bytes
             out["index_pages_cached"] = st.index_cache.loaded
+            out["index_bytes_written"] = st.index_cache.bytes_written
             out["ledgers"] = len(self.ledgers)
             out["damaged_ledgers"] = {LedgerId(*k).qualified_name: dict(v)
                                       for k, v in st.damaged.items()}

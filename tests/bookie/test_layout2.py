@@ -63,6 +63,8 @@ def test_new_directory_is_layout_2_and_writes_no_entry_log(tmp_path):
         assert files(os.path.join(tmp_path, "journal"), ".seg")
         check(log, ledgers)
         assert log.bookie.storage.stats["entry_log_bytes_written"] == 0
+        # each ledger's header and its 600 locations, at least once
+        assert log.statistics()["index_bytes_written"] >= 3 * (1024 + 600 * 8)
     assert open(os.path.join(tmp_path, "current", "LAYOUT")).read() == "2\n"
     assert entry_logs(tmp_path) == []
     with embedlog.open(tmp_path, **CONFIG) as log:

@@ -257,3 +257,23 @@ def test_a_flush_writes_runs_of_adjacent_pages_as_they_lie(tmp_path):
               int(far[0]), int(last[0])):
         assert again.get_location(e) == int(want[e])
     assert again.get_location(1350 * PER_PAGE) == 0                  # the hole
+
+
+def test_bytes_written_counts_each_write_of_a_page_and_header(tmp_path):
+    """What the index costs the disk: a flush returns, and the cache sums, the header and
+    each dirty page from its start to its highest location, as often as it is written
+    (a page filled over two checkpoints counts twice), not what the file's size says."""
+    cache = ni.IndexCache(str(tmp_path), 64)
+    idx = cache.open(0, 11, False)
+    idx.set_locations(np.arange(10, dtype=np.int64), np.arange(1, 11, dtype=np.uint64))
+    assert idx.flush(True) == 1024 + 10 * 8
+    assert idx.flush(True) == 0                                   # nothing dirty
+    idx.set_locations(np.arange(10, 15, dtype=np.int64), np.arange(11, 16, dtype=np.uint64))
+    assert idx.flush(False) == 1024 + 15 * 8                      # the page again, from its start
+    assert idx.flush_header()
+    assert cache.bytes_written == (1024 + 80) + (1024 + 120) + 1024
+    assert os.path.getsize(idx.path) == 1024 + 120                # what a file size would say
+    other = cache.open(0, 12, False)
+    other.set_locations(np.array([PER_PAGE + 1], dtype=np.int64), np.array([9], dtype=np.uint64))
+    assert other.flush(True) == 1024 + 16                         # page 1, up to its slot 1
+    assert cache.bytes_written == 1024 * 4 + 200 + 16

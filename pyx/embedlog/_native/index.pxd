@@ -48,6 +48,7 @@ cdef class IndexCache:
     cdef readonly Py_ssize_t loaded
     cdef object order                 # FIFO of (LedgerIndex, page no) as loaded
     cdef readonly Py_ssize_t evictions
+    cdef readonly int64_t bytes_written    # pages and headers written by every index
     cdef _loaded(self, LedgerIndex idx, int64_t page_no)
     cdef _unloaded(self, LedgerIndex idx, int64_t page_no)
     cdef _evict_some(self)

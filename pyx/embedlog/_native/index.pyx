@@ -496,7 +496,9 @@ cdef class LedgerIndex:
         return done
 
     def flush(self, bint sync=True):
-        """Write dirty pages and the header; fdatasync when asked. Returns True if written."""
+        """Write dirty pages and the header; fdatasync when asked. Returns the bytes written
+        (0: nothing was dirty). A page is written from its start each time it is dirty, so a
+        page filled over several checkpoints counts each time."""
         if self.deleted or (not self.dirty_pages and not self.header_dirty):
             return False
         new = not os.path.exists(self.path)
@@ -505,6 +507,7 @@ cdef class LedgerIndex:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             end = self.disk_end
+            written = HEADER_SIZE
             run, run_off, run_end = [], 0, 0      # adjacent pages go in one pwritev
             for p in sorted(self.dirty_pages):
                 off = HEADER_SIZE + p * PAGE_SIZE
@@ -525,6 +528,7 @@ cdef class LedgerIndex:
                         run_off = off
                     run.append(page[:n // 8])
                     run_end = off + n
+                    written += n
                     end = max(end, off + n)
             if run:
                 _pwrite_run(fd, run, run_off)
@@ -541,7 +545,8 @@ cdef class LedgerIndex:
             fileio.fsync_dirs(os.path.dirname(self.path), self.root)
         self.dirty_pages.clear()
         self.header_dirty = False
-        return True
+        self.cache.bytes_written += written
+        return written
 
     def flush_header(self):
         """Write the header alone and sync it: what it holds is durable before a checkpoint
@@ -560,6 +565,7 @@ cdef class LedgerIndex:
                         dirs_up_to=self.root if new else None)
         finally:
             os.close(fd)
+        self.cache.bytes_written += HEADER_SIZE
         return True
 
     def delete(self):
@@ -606,6 +612,7 @@ cdef class IndexCache:
         self.loaded = 0
         self.order = collections.deque()
         self.evictions = 0
+        self.bytes_written = 0
 
     cdef _loaded(self, LedgerIndex idx, int64_t page_no):
         self.loaded += 1
