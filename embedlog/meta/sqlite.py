@@ -42,11 +42,11 @@ from embedlog.meta._common import (SCOPE0_LIMIT, PollingWatch, StoreBase, check_
                                    decentralised_ledger_id, decode_bookie, decode_underreplicated,
                                    encode_bookie_info, layout_record, log, merge_missing,
                                    owner_is_dead_local_process, owner_token)
-from embedlog.proc import process_state
 from embedlog.meta.api import (BookieRegistration, ConsumerGroupStore, CookieStore, check_group_id, DeletionRecord, LayoutExistsError,
                                LayoutManager, LedgerIdGenerator, LedgerManager,
                                LedgerMetadata, MetadataStore, RegistrationClient,
                                RegistrationManager, UnderreplicationManager, Versioned)
+from embedlog.proc import process_state
 
 SCHEMA_VERSION = 1
 LAYOUT_NAME = "sqlite"

@@ -500,7 +500,7 @@ cdef class LedgerIndex:
         (0: nothing was dirty). A page is written from its start each time it is dirty, so a
         page filled over several checkpoints counts each time."""
         if self.deleted or (not self.dirty_pages and not self.header_dirty):
-            return False
+            return 0
         new = not os.path.exists(self.path)
         if new:
             _private_dirs(os.path.dirname(self.path))
