@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from embedlog.proc import process_state
+
 # appended, not put first: benchmarks/ must not shadow a module of the tests' own
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "benchmarks"))
@@ -52,11 +54,7 @@ def test_a_benchmark_killed_mid_floor_leaves_no_bookie_behind(tmp_path):
         child.wait(30)
 
         def gone(pid):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    return f.read().split(") ")[1][0] == "Z"     # a zombie until reaped
-            except FileNotFoundError:
-                return True
+            return process_state(pid) in ("", "Z")                # a zombie until reaped
         wait_until(lambda: all(gone(p) for p in pids), timeout_s=30,
                    what="the floor's bookies gone with the benchmark")
     finally:

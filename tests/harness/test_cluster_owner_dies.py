@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 
+from embedlog.proc import process_state
 from support.cliutil import ROOT, cli_env, wait_until
 
 CHILD = textwrap.dedent("""
@@ -29,11 +30,7 @@ CHILD = textwrap.dedent("""
 
 def alive(pid: int) -> bool:
     """Running (a zombie no one reaped yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
+    return process_state(pid) not in ("", "Z", "X")
 
 
 @pytest.mark.parametrize("death", ["raise", "sigkill"])
