@@ -349,6 +349,9 @@ class WriteHandle:
         self._md = md
         self._version = version
         self.ledger_id = md.ledger_id
+        self._key = (md.ledger_id.scope_id, md.ledger_id.ledger_id)
+        # the bookie's entries a failed journal group took back, read after each sync
+        self._lost_adds = log.bookie.descriptors.lost_adds
         self._digest = int(md.digest_type)
         self._mac_key = mac_key(md.password) if md.digest_type == DigestType.MAC else None
         self._master_key = master_key(md.password)
@@ -420,7 +423,7 @@ class WriteHandle:
 
     def _frame(self, first: int, payloads):
         try:
-            return self._bookie.add_payloads(self.ledger_id, self._master_key, first, self._lac,
+            return self._bookie.add_payloads(self._key, self._master_key, first, self._lac,
                                              self._length, self._digest, self._mac_key, payloads)
         except BaseException as exc:
             if getattr(exc, "entries_framed", 0):
@@ -440,7 +443,7 @@ class WriteHandle:
             # a group that failed took back an earlier entry: a later group's sync must not
             # acknowledge across that hole (async adds, or threads sharing the handle, have
             # several groups in flight; the failed add's own waiter may not have woken yet)
-            lost = self._bookie.first_lost_entry(self.ledger_id)
+            lost = self._lost_adds.get(self._key) if self._lost_adds else None
             if lost is not None and last >= lost:
                 exc = LedgerClosedError(f"ledger {self.ledger_id}: entry {lost} was not written "
                                         f"(its journal group failed), so entry {last} is not "

@@ -100,10 +100,14 @@ def sync(fd: int, path: str, length: int | None, *, size: int | None = None,
 
 
 def write_direct_synced(busy, buf, fd: int, offset: int, tail: bytes, path: str):
-    """A journal group written through O_DIRECT ``fd`` at ``offset`` and fdatasynced, by
-    ``busy`` (busy_io.BusyWriter: enable_busy_wait) in one request; records what it made
-    durable, as ``sync`` does. Returns (the new tail, the fdatasync's seconds)."""
-    result = busy.write_direct_sync(buf, fd, offset, tail)
+    """A journal group written through O_DIRECT ``fd`` at ``offset`` and fdatasynced in one
+    request: to ``busy`` (busy_io.BusyWriter: enable_busy_wait), or, with None, by this
+    thread in one release of the GIL; records what it made durable, as ``sync`` does.
+    Returns (the new tail, the fdatasync's seconds)."""
+    if busy is None:
+        result = buf.write_direct_synced(fd, offset, tail)
+    else:
+        result = busy.write_direct_sync(buf, fd, offset, tail)
     if _durable is not None:
         _record(path, offset + buf.nbytes, None)
     return result

@@ -358,19 +358,21 @@ class Bookie:
     def add_payloads(self, ledger_id, master_key: bytes, first_entry_id: int, lac: int,
                      length: int, digest: int, mac_key, payloads) -> tuple[int, int]:
         """Encode and journal payloads as entries first_entry_id, ...; the embedded fast path.
+        ``ledger_id``: a LedgerId, an int, or the (scope, ledger id) key a writer keeps.
         ``payloads``: a list of bytes-like objects or a packed batch (journal_kernels.add_payloads).
 
         Returns (journal seq to wait for, ledger length after the last entry). An error
         raised after part of the batch was framed carries ``entries_framed`` (how many).
         """
-        lid = LedgerId.coerce(ledger_id)
-        key = (lid.scope_id, lid.ledger_id)
-        _check_entry_id(first_entry_id)
+        key = ledger_id if type(ledger_id) is tuple else self._key(ledger_id)
         total = jkernels.payload_count(payloads)
-        _check_entry_id(first_entry_id + max(total, 1) - 1)
+        if not 0 <= first_entry_id <= MAX_BOUNDED_ENTRY_ID - max(total, 1) + 1:
+            _check_entry_id(first_entry_id)
+            _check_entry_id(first_entry_id + max(total, 1) - 1)
         d = self.descriptors
-        with self.cv:
-            self._ensure_writable()
+        with self._lock:            # cv's lock, taken bare: make_room's wait is cv's
+            if self._closed or self._read_only_reasons:
+                self._ensure_writable()
             d.refuse_damaged(key)
             idx = d.check_key(key, master_key, True)
             if idx.fenced:

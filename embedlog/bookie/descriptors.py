@@ -103,7 +103,8 @@ class LedgerDescriptors:
         self._keep_files = keep_files
         self._last_entry: dict = {}                  # key -> highest entry id seen
         self._lacs: dict = {}                        # key -> highest LAC carried by an entry
-        self._lost_adds: dict = {}                   # key -> lowest entry a failed group took back
+        # key -> lowest entry a failed group took back; changed only here, read by writers
+        self.lost_adds: dict = {}
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
         self._facts_lock = threading.Lock()
         self._absent: dict = {}                      # deleted key -> when its metadata was gone
@@ -186,7 +187,7 @@ class LedgerDescriptors:
 
     def lost_add(self, key) -> int | None:
         """The lowest entry of the ledger a failed journal group took back, or None."""
-        return self._lost_adds.get(key)
+        return self.lost_adds.get(key)
 
     # -- the checks a request meets ----------------------------------------------------------
 
@@ -259,7 +260,10 @@ class LedgerDescriptors:
         facts = self.facts(key)
         if facts is None or facts.ctime_ms < 0:
             return
-        if idx.incarnation < 0:        # an index from before incarnations, or replayed
+        if idx.incarnation == facts.ctime_ms:      # the common case, a writer's every add
+            if self._foreign:            # the store lists the held ledger again
+                self._foreign.pop(key, None)
+        elif idx.incarnation < 0:      # an index from before incarnations, or replayed
             idx.incarnation = facts.ctime_ms
             idx.header_dirty = True
         elif self._other_incarnation(key, idx):
@@ -356,7 +360,7 @@ class LedgerDescriptors:
         ``keep_files``: a view's writer deletes those), and remember it was deleted."""
         self._last_entry.pop(key, None)
         self._lacs.pop(key, None)
-        self._lost_adds.pop(key, None)
+        self.lost_adds.pop(key, None)
         self._foreign.pop(key, None)
         self._facts.pop(key, None)
         if self._keep_files:
@@ -375,8 +379,8 @@ class LedgerDescriptors:
             if key in self.ledgers:
                 self.storage.erase(key, eid, eid)
                 touched.add(key)
-            if eid < self._lost_adds.get(key, eid + 1):
-                self._lost_adds[key] = eid
+            if eid < self.lost_adds.get(key, eid + 1):
+                self.lost_adds[key] = eid
         for key in touched:
             idx = self.ledgers.get(key)
             last = idx.last_entry_id() if idx is not None else -1

@@ -65,6 +65,7 @@ class Journal:
         self.directory = directory
         self.config = config
         self.cv = cv                                   # sync waiters: a group is durable
+        self._lock = lock                              # cv's lock: taken bare where none waits
         self.durable = jwaiters.DurableSeq()                 # the same, for waiters outside the lock
         # the writer and the preallocator wait on conditions of their own (same lock), so a
         # finished group wakes only those who need it
@@ -301,16 +302,19 @@ class Journal:
         """(cv released) Roll if the group said so, write it, fdatasync it unless
         journal_sync_data is off. Returns the fdatasync's seconds, or None if none ran."""
         files = self.files
-        failpoints.hit("journal.before_write")
+        armed = failpoints.active()
+        if armed:
+            failpoints.hit("journal.before_write")
         if group.rolled:
             files.roll(sync_old=not self._needs_roll)
             self._note_file(group.start_seq)
         group.attempted = (files.path, files.offset, group.buf.nbytes)
-        if (self._busy is not None and group.buf.nbytes <= BUSY_GROUP_BYTES_MAX
-                and self.config.journal_sync_data and not failpoints.active()):
-            # one request, write and sync (so no failure point between them: a test that
-            # arms one takes the path below)
-            fsync_s = files.append_synced(group.buf, self._busy)
+        if self.config.journal_sync_data and not armed:
+            # one request, write and sync: the leader wakes once (and no failure point lies
+            # between them: a test that arms one takes the path below); small groups go to
+            # the busy writer's thread with enable_busy_wait
+            busy = self._busy if group.buf.nbytes <= BUSY_GROUP_BYTES_MAX else None
+            fsync_s = files.append_synced(group.buf, busy)
         else:
             files.append(group.buf)
             if not self.config.journal_sync_data:
@@ -322,7 +326,8 @@ class Journal:
             fsync_s = time.perf_counter() - t0
         self.stats["fsync_time_s"] += fsync_s
         self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
-        failpoints.hit("journal.after_sync")
+        if armed:
+            failpoints.hit("journal.after_sync")
         files.note_written(group.buf)
         files.drop_synced_pages()
         return fsync_s
@@ -403,14 +408,14 @@ class Journal:
 
     def _wait_durable(self, seq: int, deadline) -> None:
         while True:
-            if self.durable.synced >= seq and not self._failed_at(seq):
+            if self.durable.synced >= seq and not (self._failed and self._failed_at(seq)):
                 return
             epoch = self.durable.epoch
             if not self._syncing or self._closed or self._error is not None:
                 # no sync under way (as far as a look without the lock tells): lead one, or
                 # find that one started (or why none will); a sync that ends after the epoch
                 # was read moves it, so the wait below cannot miss it
-                with self.cv:
+                with self._lock:
                     epoch = self.durable.epoch
                     if self._step(seq, deadline):
                         return
@@ -432,7 +437,8 @@ class Journal:
         under way, or waits for the group timer; False while another leader's sync is under
         way (the caller waits for it). Raises when it failed or the deadline passed."""
         while True:
-            self._raise_failed(seq)
+            if self._failed:
+                self._raise_failed(seq)
             if self.synced_seq >= seq:
                 return True
             if self._error is not None:

@@ -361,26 +361,28 @@ class JournalFiles:
         """Write the group ``buf`` at the tail (salted for this file's life) and move the
         tail past it; not synced."""
         buf.salt(self._salt)
-        self._write(buf, None)
+        self._write(buf, None, False)
 
     def append_synced(self, buf, busy) -> float:
-        """append, then sync: one request to ``busy`` (busy_io.BusyWriter, enable_busy_wait)
-        while the file takes O_DIRECT writes. Returns the fdatasync's seconds."""
+        """append, then sync: one request (to ``busy``, a busy_io.BusyWriter with
+        enable_busy_wait, else one native call) while the file takes O_DIRECT writes.
+        Returns the fdatasync's seconds."""
         buf.salt(self._salt)
-        fsync_s = self._write(buf, busy)
+        fsync_s = self._write(buf, busy, True)
         if fsync_s is None:                 # written buffered (O_DIRECT refused): sync here
             t0 = time.perf_counter()
             self.sync()
             fsync_s = time.perf_counter() - t0
         return fsync_s
 
-    def _write(self, buf, busy):
-        """Write the salted group at the tail, and sync it too if ``busy`` does the write;
-        the fdatasync's seconds then, else None."""
+    def _write(self, buf, busy, synced: bool):
+        """Write the salted group at the tail, and with ``synced`` sync it too in the same
+        request where the file takes O_DIRECT writes (by ``busy``, if given); the
+        fdatasync's seconds then, else None."""
         fsync_s = None
         if self.dfd >= 0:
             try:
-                if busy is None:
+                if busy is None and not synced:
                     self._tail = buf.write_direct(self.dfd, self.offset, self._tail)
                 else:
                     self._tail, fsync_s = fileio.write_direct_synced(

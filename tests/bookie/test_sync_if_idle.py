@@ -30,9 +30,10 @@ def test_an_idle_journal_is_synced_in_the_callers_thread(tmp_path, monkeypatch, 
         w.append(b"first")
         j = log.bookie.journal
         synced_by = []
-        real_sync = fileio.sync
-        monkeypatch.setattr(fileio, "sync", lambda *a, **k: (synced_by.append(threading.get_ident()),
-                                                             real_sync(*a, **k))[1])
+        for name in ("sync", "write_direct_synced"):     # a group synced alone, or with its write
+            real = getattr(fileio, name)
+            monkeypatch.setattr(fileio, name, lambda *a, _real=real, **k: (
+                synced_by.append(threading.get_ident()), _real(*a, **k))[1])
         groups = j.stats["groups"]
         seq = _frame(log, w, b"lone")
         assert j.synced_seq < seq

@@ -18,13 +18,18 @@ pytestmark = pytest.mark.usefixtures("any_disk_is_quick")      # (conftest.py)
 def test_adds_of_one_loop_step_share_one_sync_on_the_loop(tmp_path, monkeypatch):
     bookie, loop, server = bookie_server(tmp_path)
     synced_by = []
-    real_sync = fileio.sync
+    real_sync, real_synced = fileio.sync, fileio.write_direct_synced
 
     def sync(fd, path, length, **kw):
         if length is not None:        # not the preallocator's zeros (its thread, any time)
             synced_by.append(threading.get_ident())
         return real_sync(fd, path, length, **kw)
+
+    def write_synced(*a):             # a group's write and sync in one request
+        synced_by.append(threading.get_ident())
+        return real_synced(*a)
     monkeypatch.setattr(fileio, "sync", sync)
+    monkeypatch.setattr(fileio, "write_direct_synced", write_synced)
     try:
         serve_all(server, loop, [add_frame(7, 0)])                # the journal's first group
         groups = bookie.journal.stats["groups"]
