@@ -1,19 +1,17 @@
 """enable_busy_wait (busy_io.BusyWriter): the journal's small groups written and synced by a
 thread of their own while the group's leader spins. The same durability as the plain path
 (the SIGKILL and power-loss tests run it too: test_crash.py, test_power_loss.py); here its
-own paths: the thread asleep, a failed write or sync, a full disk's group."""
+own paths: the thread asleep, a failed write or sync (a full disk's group: test_journal.py,
+with and without it)."""
 import errno
 import os
 
 import pytest
 
 import embedlog
-from embedlog import fileio
 from embedlog._native import journal_buffer as jbuffer
 from embedlog._native.busy_io import BusyWriter
-from embedlog.errors import EmbedlogError
 from support.cliutil import wait_until
-from support.crashutil import abandon
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0, enable_busy_wait=True)
 
@@ -112,34 +110,3 @@ def test_a_failed_write_raises_and_the_thread_serves_the_next(tmp_path):
         busy.close()                                # idempotent
     with pytest.raises(ValueError):
         busy.write_direct_sync(_records(1), 0, 0, b"")
-
-
-def test_a_group_the_thread_failed_for_lack_of_space_is_cut_off_and_not_replayed(tmp_path,
-                                                                                  monkeypatch):
-    """The thread's write and sync reached the disk, then the sync reported ENOSPC: the group
-    fails, its bytes are cut off the journal, and a crash does not bring it back."""
-    real = fileio.write_direct_synced
-    calls = []
-
-    def full_once(*args):
-        result = real(*args)
-        calls.append(1)
-        if len(calls) == 1:
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        return result
-
-    log = embedlog.open(tmp_path, **CFG)
-    w = log.create_ledger()
-    w.append(b"acked-0")
-    monkeypatch.setattr(fileio, "write_direct_synced", full_once)
-    with pytest.raises(EmbedlogError):
-        w.append(b"FAILED-1")
-    assert calls == [1]
-    lid = w.ledger_id
-    abandon(log)
-    monkeypatch.undo()
-    with embedlog.open(tmp_path, **CFG) as log:
-        r = log.open_ledger(lid)
-        assert r.read_batch(0, r.last_add_confirmed) == [b"acked-0"]
-        w2 = log.create_ledger()                    # and the journal goes on
-        assert w2.append(b"after") == 0

@@ -1,5 +1,6 @@
 """Journal crash safety: torn tails at every byte, corruption in the middle, power loss,
 group commit, and acknowledgement only after fdatasync."""
+import errno
 import os
 import queue
 import threading
@@ -8,8 +9,8 @@ import time
 import pytest
 
 import embedlog
-from embedlog import failpoints
-from embedlog.errors import JournalCorruptedError
+from embedlog import failpoints, fileio
+from embedlog.errors import EmbedlogError, JournalCorruptedError
 from support.crashutil import abandon, copy_dir, journal_records, newest_journal
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0)
@@ -258,6 +259,73 @@ def test_add_never_acknowledged_before_fdatasync(tmp_path):
             failpoints.disarm()
             release.set()
         assert fut.result(10) == 1 and w.last_add_confirmed == 1
+
+
+def test_a_group_is_written_and_synced_in_one_call_by_its_leader(tmp_path, monkeypatch):
+    """By default a group's O_DIRECT write and its fdatasync are one native call
+    (JournalBuffer.write_direct_synced, through fileio.write_direct_synced), made by the
+    appending thread that leads it; with a failure point armed the group takes the plain
+    path: the write, journal.before_sync, then the sync."""
+    calls, synced = [], []
+    real_one, real_sync = fileio.write_direct_synced, fileio.sync
+    with embedlog.open(tmp_path, **CFG) as log:
+        w = log.create_ledger()
+        # from here on (the new journal's header was synced at the start)
+        monkeypatch.setattr(fileio, "write_direct_synced", lambda busy, *a: (
+            calls.append((busy, threading.get_ident())), real_one(busy, *a))[1])
+        monkeypatch.setattr(fileio, "sync", lambda fd, path, length, **k: (
+            length is not None and path.endswith(".txn") and synced.append(length),
+            real_sync(fd, path, length, **k))[1])
+        w.append(b"one")
+        if log.bookie.journal.direct_writes:
+            assert calls == [(None, threading.get_ident())] and not synced
+        else:                                  # a file system that refuses O_DIRECT
+            assert not calls and synced
+        calls.clear()
+        hits = []
+        failpoints.arm("journal.before_sync", lambda: hits.append(1))
+        try:
+            w.append(b"two")
+        finally:
+            failpoints.disarm()
+        assert hits == [1] and not calls and synced
+        lid = w.ledger_id
+    got, _ = read_all(tmp_path, lid)
+    assert got == [b"one", b"two"]
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["one-call", "busy-thread"])
+def test_a_group_whose_write_and_sync_failed_for_lack_of_space_is_not_replayed(tmp_path,
+                                                                               monkeypatch, busy):
+    """The group's write and sync reached the disk in one request (by the leader, or by
+    enable_busy_wait's thread), then the sync reported ENOSPC: the group fails, its bytes are
+    cut off the journal, and a crash does not bring it back."""
+    cfg = dict(CFG, enable_busy_wait=busy)
+    real = fileio.write_direct_synced
+    calls = []
+
+    def full_once(*args):
+        result = real(*args)
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return result
+
+    log = embedlog.open(tmp_path, **cfg)
+    w = log.create_ledger()
+    w.append(b"acked-0")
+    monkeypatch.setattr(fileio, "write_direct_synced", full_once)
+    with pytest.raises(EmbedlogError):
+        w.append(b"FAILED-1")
+    assert calls == [1]
+    lid = w.ledger_id
+    abandon(log)
+    monkeypatch.undo()
+    with embedlog.open(tmp_path, **cfg) as log:
+        r = log.open_ledger(lid)
+        assert r.read_batch(0, r.last_add_confirmed) == [b"acked-0"]
+        w2 = log.create_ledger()                    # and the journal goes on
+        assert w2.append(b"after") == 0
 
 
 def test_journal_sync_off_still_replays_after_clean_close(tmp_path):
