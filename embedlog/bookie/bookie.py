@@ -376,7 +376,7 @@ class Bookie:
             d.refuse_damaged(key)
             idx = d.check_key(key, master_key, True)
             if idx.fenced:
-                raise LedgerFencedError(f"ledger {lid} is fenced")
+                raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")
             self.journal.make_room()
             done = 0
             start_length = length

@@ -16,11 +16,9 @@ that has spun SPIN_NS gives its core away between looks (a descheduled I/O threa
 
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport malloc, free
-from posix.unistd cimport fdatasync
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
-from libc.errno cimport errno
 
-from embedlog._native.journal_buffer cimport JournalBuffer, pwrite_all
+from embedlog._native.journal_buffer cimport JournalBuffer, pwrite_all, fdatasync_all
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -97,8 +95,7 @@ cdef void _write_sync(busy_state *s) noexcept nogil:
     s.err = pwrite_all(s.fd, s.data, s.nbytes, s.offset)
     if s.err == 0:
         t0 = _now_ns()
-        if fdatasync(s.fd) != 0:
-            s.err = errno
+        s.err = fdatasync_all(s.fd)
         s.sync_ns = _now_ns() - t0
 
 

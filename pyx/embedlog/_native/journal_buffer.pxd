@@ -18,6 +18,7 @@ cdef class JournalBuffer:
     cdef bytes tail_after(self, Py_ssize_t end)
 
 cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil
+cdef int fdatasync_all(int fd) noexcept nogil
 
 
 cdef enum:

@@ -54,6 +54,14 @@ cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) no
     return 0
 
 
+cdef int fdatasync_all(int fd) noexcept nogil:
+    """fdatasync, again after EINTR (as Python's os.fdatasync does); 0 or the errno."""
+    while fdatasync(fd) != 0:
+        if errno != EINTR:
+            return errno
+    return 0
+
+
 cdef class JournalBuffer:
     """Framed records waiting to be written; appenders fill it under the bookie lock.
 
@@ -227,8 +235,7 @@ cdef class JournalBuffer:
             err = pwrite_all(fd, self.base, padded, offset - (end - self.size))
             if err == 0:
                 clock_gettime(CLOCK_MONOTONIC, &t0)
-                if fdatasync(fd) != 0:
-                    err = errno
+                err = fdatasync_all(fd)
                 clock_gettime(CLOCK_MONOTONIC, &t1)
                 sync_ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)
         if err:
