@@ -71,10 +71,11 @@ def test_power_loss_keeps_every_acknowledged_entry(tmp_path, seed):
 
 @pytest.mark.parametrize("layout", [1, 2])
 def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch, layout):
-    """fileio records durability in the call that syncs (its only fsync and fdatasync), so
-    what power_loss keeps of each file is what a real sync of that file covered: the
-    journal's groups, rolls and preallocation, entry logs and their seals, index files,
-    atomic writes, and compaction's rewritten logs and index files. Then the power goes."""
+    """fileio records durability in the call that syncs (its only fsync and fdatasync, and
+    the journal's write and sync in one call), so what power_loss keeps of each file is what
+    a real sync of that file covered: the journal's groups, rolls and preallocation, entry
+    logs and their seals, index files, atomic writes, and compaction's rewritten logs and
+    index files. Then the power goes."""
     synced: dict = {}             # real path -> the largest size a sync of it covered
     lock = threading.Lock()
 
@@ -88,6 +89,16 @@ def test_what_power_loss_keeps_was_synced(tmp_path, monkeypatch, layout):
 
     monkeypatch.setattr(os, "fdatasync", spy(os.fdatasync))
     monkeypatch.setattr(os, "fsync", spy(os.fsync))
+    # a journal group's write and fdatasync are one native call: counted once it returns
+    real_one = fileio.write_direct_synced
+
+    def write_synced(busy, buf, fd, offset, tail, name):
+        result = real_one(busy, buf, fd, offset, tail, name)
+        with lock:
+            path = os.path.realpath(f"/proc/self/fd/{fd}")
+            synced[path] = max(synced.get(path, 0), os.fstat(fd).st_size)
+        return result
+    monkeypatch.setattr(fileio, "write_direct_synced", write_synced)
     path = tmp_path / "d"
     fileio.record_durable(True)
     try:
