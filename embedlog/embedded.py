@@ -640,7 +640,7 @@ class WriteHandle:
             with self._ack_lock:
                 # after a failed add, entries framed past it are not durable in the journal
                 if durable and framed > self._lac and self._broken is None and \
-                        self._bookie.first_lost_entry(self.ledger_id) is None:
+                        self._lost_adds.get(self._key) is None:
                     self._lac = framed
                 last = self._close_point = self._lac
             v = close_ledger(Versioned(self._md, self._version), last, self._length_at(last),

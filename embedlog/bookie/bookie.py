@@ -631,12 +631,6 @@ class Bookie:
         self.wait_durable(seq)
         return done
 
-    def first_lost_entry(self, ledger_id) -> int | None:
-        """The lowest entry of the ledger a failed journal group took back, or None: an
-        embedded writer acknowledges nothing from there on, even entries a later group
-        made durable (a plain read: the embedded writer asks after its sync)."""
-        return self.descriptors.lost_add(self._key(ledger_id))
-
     def list_ledgers(self, scope_id: int | None = None) -> list:
         with self.cv:
             keys = list(self.ledgers.keys())

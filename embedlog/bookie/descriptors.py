@@ -185,10 +185,6 @@ class LedgerDescriptors:
         """The highest LAC known for the ledger, or None before one is known since start."""
         return self._lacs.get(key)
 
-    def lost_add(self, key) -> int | None:
-        """The lowest entry of the ledger a failed journal group took back, or None."""
-        return self.lost_adds.get(key)
-
     # -- the checks a request meets ----------------------------------------------------------
 
     def check_key(self, key, master_key: bytes, create: bool, fencing: bool = False,
