@@ -18,7 +18,7 @@ from libc.stdint cimport uint8_t
 from libc.stdlib cimport malloc, free
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-from embedlog._native.journal_buffer cimport JournalBuffer, pwrite_all, fdatasync_all
+from embedlog._native.journal_buffer cimport JournalBuffer, write_and_sync
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -91,12 +91,7 @@ cdef long long _now_ns() noexcept nogil:
 
 cdef void _write_sync(busy_state *s) noexcept nogil:
     """The request: the blocks, then fdatasync (its time kept for the journal's stats)."""
-    cdef long long t0
-    s.err = pwrite_all(s.fd, s.data, s.nbytes, s.offset)
-    if s.err == 0:
-        t0 = _now_ns()
-        s.err = fdatasync_all(s.fd)
-        s.sync_ns = _now_ns() - t0
+    s.err = write_and_sync(s.fd, s.data, s.nbytes, s.offset, &s.sync_ns)
 
 
 cdef void *_serve(void *arg) noexcept nogil:

@@ -19,6 +19,8 @@ cdef class JournalBuffer:
 
 cdef int pwrite_all(int fd, const uint8_t *p, Py_ssize_t n, long long offset) noexcept nogil
 cdef int fdatasync_all(int fd) noexcept nogil
+cdef int write_and_sync(int fd, const uint8_t *p, Py_ssize_t n, long long offset,
+                        long long *sync_ns) noexcept nogil
 
 
 cdef enum:

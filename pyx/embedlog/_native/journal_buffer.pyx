@@ -62,6 +62,21 @@ cdef int fdatasync_all(int fd) noexcept nogil:
     return 0
 
 
+cdef int write_and_sync(int fd, const uint8_t *p, Py_ssize_t n, long long offset,
+                        long long *sync_ns) noexcept nogil:
+    """pwrite_all, then fdatasync_all unless the write failed; the fdatasync's
+    nanoseconds in ``sync_ns`` (the journal's stats). 0 or the errno."""
+    cdef timespec t0, t1
+    cdef int err = pwrite_all(fd, p, n, offset)
+    if err:
+        return err
+    clock_gettime(CLOCK_MONOTONIC, &t0)
+    err = fdatasync_all(fd)
+    clock_gettime(CLOCK_MONOTONIC, &t1)
+    sync_ns[0] = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)
+    return err
+
+
 cdef class JournalBuffer:
     """Framed records waiting to be written; appenders fill it under the bookie lock.
 
@@ -229,15 +244,9 @@ cdef class JournalBuffer:
         cdef Py_ssize_t end, padded
         cdef int err
         cdef long long sync_ns = 0
-        cdef timespec t0, t1
         self.direct_blocks(offset, tail, &end, &padded)
         with nogil:
-            err = pwrite_all(fd, self.base, padded, offset - (end - self.size))
-            if err == 0:
-                clock_gettime(CLOCK_MONOTONIC, &t0)
-                err = fdatasync_all(fd)
-                clock_gettime(CLOCK_MONOTONIC, &t1)
-                sync_ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec)
+            err = write_and_sync(fd, self.base, padded, offset - (end - self.size), &sync_ns)
         if err:
             raise OSError(err, "journal write or sync failed")
         return self.tail_after(end), sync_ns / 1e9
