@@ -314,21 +314,29 @@ class Journal:
             # between them: a test that arms one takes the path below); small groups go to
             # the busy writer's thread with enable_busy_wait
             busy = self._busy if group.buf.nbytes <= BUSY_GROUP_BYTES_MAX else None
-            fsync_s = files.append_synced(group.buf, busy)
+            fsync_s = files.append_synced(group.buf, busy)    # noted written, pages dropped
         else:
-            files.append(group.buf)
-            if not self.config.journal_sync_data:
-                files.note_written(group.buf)
+            fsync_s = self._write_apart(group.buf)
+            if fsync_s is None:
                 return None
-            failpoints.hit("journal.before_sync")
-            t0 = time.perf_counter()
-            files.sync()
-            fsync_s = time.perf_counter() - t0
         self.stats["fsync_time_s"] += fsync_s
         self._fsync_recent_s += (fsync_s - self._fsync_recent_s) / 8
-        if armed:
-            failpoints.hit("journal.after_sync")
-        files.note_written(group.buf)
+        return fsync_s
+
+    def _write_apart(self, buf):
+        """The group's write, then (journal_sync_data) its fdatasync, with the failure
+        points between them: the fdatasync's seconds, or None if none ran."""
+        files = self.files
+        files.append(buf)
+        if not self.config.journal_sync_data:
+            files.note_written(buf)
+            return None
+        failpoints.hit("journal.before_sync")
+        t0 = time.perf_counter()
+        files.sync()
+        fsync_s = time.perf_counter() - t0
+        failpoints.hit("journal.after_sync")
+        files.note_written(buf)
         files.drop_synced_pages()
         return fsync_s
 
@@ -377,7 +385,7 @@ class Journal:
         self.stats["bytes_written"] += nbytes
         self.stats["records_written"] += group.nrecords
         self.stats["group_entries_max"] = max(self.stats["group_entries_max"], group.nrecords)
-        self.files.note_group(nbytes)
+        zeros_due = self.files.note_group(nbytes)
         if self.group_observer is not None:
             try:
                 self.group_observer(trigger, group.nrecords, nbytes, fsync_s)
@@ -388,7 +396,7 @@ class Journal:
         self.durable.publish(self.synced_seq)
         if self._async:
             self._writer_cv.notify()
-        if self.files.zeros_due():
+        if zeros_due:
             self._prealloc_cv.notify()
 
     # -- waiting for durability --------------------------------------------------------

@@ -365,14 +365,16 @@ class JournalFiles:
 
     def append_synced(self, buf, busy) -> float:
         """append, then sync: one request (to ``busy``, a busy_io.BusyWriter with
-        enable_busy_wait, else one native call) while the file takes O_DIRECT writes.
-        Returns the fdatasync's seconds."""
+        enable_busy_wait, else one native call) while the file takes O_DIRECT writes;
+        then note_written and drop_synced_pages. Returns the fdatasync's seconds."""
         buf.salt(self._salt)
         fsync_s = self._write(buf, busy, True)
         if fsync_s is None:                 # written buffered (O_DIRECT refused): sync here
             t0 = time.perf_counter()
             self.sync()
             fsync_s = time.perf_counter() - t0
+            self.drop_synced_pages()        # O_DIRECT writes leave no pages to drop
+        self.note_written(buf)
         return fsync_s
 
     def _write(self, buf, busy, synced: bool):
@@ -447,13 +449,14 @@ class JournalFiles:
 
     # -- preallocation ----------------------------------------------------------------
 
-    def note_group(self, nbytes: int) -> None:
+    def note_group(self, nbytes: int) -> bool:
         """A group of ``nbytes`` was written (journal's lock held): the size the policy
-        follows, and whether it grew the file."""
+        follows, and whether it grew the file. Returns zeros_due()."""
         if self.offset > self.zero_end:
             self.stats["groups_extending"] += 1      # written past the zeros: the file grew
         mean = self.group_bytes_mean
         self.group_bytes_mean = nbytes if mean is None else mean + (nbytes - mean) / 8
+        return self.zero_end - self.offset < self.prealloc_bytes and self.zeros_wanted()
 
     def zeros_wanted(self) -> bool:
         """Whether the preallocator should write zeros ahead now (journal's lock held):
