@@ -41,7 +41,9 @@ class BookieConfig:
         False, "spin instead of sleeping while the journal writes and fdatasyncs a group of up "
         "to 64 KiB (BookKeeper's enableBusyWait): a thread of the journal's own does the I/O while "
         "the group's leader spins, and spins 0.2 ms after each group waiting for the next before "
-        "it sleeps. Where code runs slowly after a sleep (this project's VMs), a lone durable "
+        "it sleeps; only while the disk's recent fdatasyncs take under 80 us (through slower ones "
+        "the leader syncs in its own call: spinning then costs more than it saves). Where code "
+        "runs slowly after a sleep (this project's VMs), a lone durable "
         "append was 26-46% faster for about twice its CPU (docs/PERFORMANCE.md). Off by "
         "default, as in BookKeeper: the spinning takes cores from the rest of the process.")
     journal_page_cache_flush_interval_ms: int = _key(

@@ -42,6 +42,12 @@ SYNC_HERE_MAX_S = 0.0005
 # spread over many entries, so spinning through its I/O bought nothing and cost CPU (1000 x
 # 100 B batches: the same 2.7M entries/s, 556-575 ns of CPU per entry against 239-279)
 BUSY_GROUP_BYTES_MAX = 64 << 10
+# ... and only while the recent fdatasyncs are quicker than this: what spinning saves is the
+# Python's slower run after a sleep (some 15 µs a group here), while the spinning cores
+# slowed this VM's fdatasync by a quarter (100 -> 130 µs; docs/PERFORMANCE_HISTORY.md,
+# "Spinning only through short syncs"): past 60-80 µs of sync, a quarter of it is more
+# than spinning saves
+BUSY_SYNC_MAX_S = 0.00008
 
 
 class _Group:
@@ -91,7 +97,8 @@ class Journal:
         self.on_failure = None
         self._closed = False
         self._async: collections.deque = collections.deque()   # (seq, callback)
-        self._fsync_recent_s = 0.0        # moving mean of the last ~8 fdatasyncs (sync_if_idle)
+        self._fsync_recent_s = 0.0        # moving mean of the last ~8 fdatasyncs (sync_if_idle,
+                                          # enable_busy_wait)
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
                           records_written=0, fsync_time_s=0.0, memory_throttled=0,
@@ -312,8 +319,9 @@ class Journal:
         if self.config.journal_sync_data and not armed:
             # one request, write and sync: the leader wakes once (and no failure point lies
             # between them: a test that arms one takes the path below); small groups go to
-            # the busy writer's thread with enable_busy_wait
-            busy = self._busy if group.buf.nbytes <= BUSY_GROUP_BYTES_MAX else None
+            # the busy writer's thread with enable_busy_wait while the disk syncs quickly
+            busy = (self._busy if group.buf.nbytes <= BUSY_GROUP_BYTES_MAX
+                    and self._fsync_recent_s < BUSY_SYNC_MAX_S else None)
             fsync_s = files.append_synced(group.buf, busy)    # noted written, pages dropped
         else:
             fsync_s = self._write_apart(group.buf)

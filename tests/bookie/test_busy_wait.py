@@ -2,7 +2,7 @@
 thread of their own while the group's leader spins. The same durability as the plain path
 (the SIGKILL and power-loss tests run it too: test_crash.py, test_power_loss.py); here its
 own paths: the thread asleep, a failed write or sync (a full disk's group: test_journal.py,
-with and without it)."""
+with and without it), the spinning left off while the disk syncs slowly."""
 import errno
 import os
 
@@ -11,9 +11,17 @@ import pytest
 import embedlog
 from embedlog._native import journal_buffer as jbuffer
 from embedlog._native.busy_io import BusyWriter
+from embedlog.bookie import journal
 from support.cliutil import wait_until
 
 CFG = dict(journal_pre_alloc_size_mb=1, flush_interval_ms=0, enable_busy_wait=True)
+SPIN_SYNC_MAX_S = journal.BUSY_SYNC_MAX_S
+
+
+@pytest.fixture(autouse=True)
+def _spin_however_slow_the_disk(monkeypatch):
+    # the thread's own paths, whatever the disk's fdatasync takes on the machine running them
+    monkeypatch.setattr(journal, "BUSY_SYNC_MAX_S", float("inf"))
 
 
 def test_lone_appends_go_through_the_spinning_thread_and_read_back(tmp_path):
@@ -55,6 +63,27 @@ def test_large_groups_take_the_plain_path(tmp_path):
         before = busy.handed + busy.done_here
         w.append_many([b"x" * 1000] * 200)          # one group of about 200 KiB
         assert busy.handed + busy.done_here == before
+
+
+def test_the_leader_syncs_itself_while_the_disk_syncs_slowly(tmp_path, monkeypatch):
+    """Spinning pays only through short syncs (journal.BUSY_SYNC_MAX_S): while the recent
+    fdatasyncs are slower, the leader writes and syncs its group in its own call; once they
+    are quick again the thread takes the groups."""
+    monkeypatch.setattr(journal, "BUSY_SYNC_MAX_S", SPIN_SYNC_MAX_S)
+    with embedlog.open(tmp_path, **CFG) as log:
+        w = log.create_ledger()
+        j = log.bookie.journal
+        busy = j._busy
+        before = busy.handed + busy.done_here
+        for i in range(5):
+            j._fsync_recent_s = 1.0                 # a disk taking a second per sync
+            w.append(b"slow %d" % i)
+        assert busy.handed + busy.done_here == before
+        j._fsync_recent_s = 0.0                     # and quick again
+        w.append(b"quick")
+        assert busy.handed + busy.done_here > before
+        got = log.open_ledger(w.ledger_id, recovery=False).read_batch(0, 4)   # to the LAC
+        assert got == [b"slow %d" % i for i in range(5)]
 
 
 def test_buffered_journal_writes_take_the_plain_path(tmp_path):

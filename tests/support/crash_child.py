@@ -8,6 +8,7 @@ import random
 import sys
 
 import embedlog
+from embedlog.bookie import journal
 
 
 def payload(qualified_name: str, entry_id: int) -> bytes:
@@ -26,6 +27,8 @@ def main():
                flush_interval_ms=rnd.choice([20, 100, 1000]),
                storage_layout=int(os.environ.get("CRASH_CHILD_LAYOUT", "2")),
                enable_busy_wait=os.environ.get("CRASH_CHILD_BUSY_WAIT") == "1")
+    if cfg["enable_busy_wait"]:
+        journal.BUSY_SYNC_MAX_S = float("inf")      # the thread's path however slow the disk syncs
     out = sys.stdout
     with embedlog.open(path, **cfg) as log:
         scope = rnd.choice([0, 0, 12345])
