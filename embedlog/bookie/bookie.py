@@ -373,7 +373,8 @@ class Bookie:
         with self._lock:            # cv's lock, taken bare: make_room's wait is cv's
             if self._closed or self._read_only_reasons:
                 self._ensure_writable()
-            d.refuse_damaged(key)
+            if self.storage.damaged:
+                d.refuse_damaged(key)
             idx = d.check_key(key, master_key, True)
             if idx.fenced:
                 raise LedgerFencedError(f"ledger {LedgerId(*key)} is fenced")

@@ -229,7 +229,9 @@ class LedgerDescriptors:
         if first_entry is not None and (first_entry <= self._last_entry.get(key, -1)
                                         or idx.fenced):
             self._reread_unwatched(key)
-        self._check_incarnation(key, idx, fencing)
+        facts = self._facts.get(key)
+        if facts is None or facts.ctime_ms != idx.incarnation or self._foreign:
+            self._check_incarnation(key, idx, fencing)      # all but a writer's every add
         if idx.master_key != master_key:
             raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)}")
         return idx
@@ -256,7 +258,7 @@ class LedgerDescriptors:
         facts = self.facts(key)
         if facts is None or facts.ctime_ms < 0:
             return
-        if idx.incarnation == facts.ctime_ms:      # the common case, a writer's every add
+        if idx.incarnation == facts.ctime_ms:      # (check_key decides it inline when cached)
             if self._foreign:            # the store lists the held ledger again
                 self._foreign.pop(key, None)
         elif idx.incarnation < 0:      # an index from before incarnations, or replayed
