@@ -46,7 +46,7 @@ BUSY_GROUP_BYTES_MAX = 64 << 10
 # Python's slower run after a sleep (some 15 µs a group here), while the spinning cores
 # slowed this VM's fdatasync by a quarter (100 -> 130 µs; docs/PERFORMANCE_HISTORY.md,
 # "Spinning only through short syncs"): past 60-80 µs of sync, a quarter of it is more
-# than spinning saves
+# than spinning saves (the spin's own syncs count in the mean, so it stops near 64 µs)
 BUSY_SYNC_MAX_S = 0.00008
 
 
