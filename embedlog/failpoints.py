@@ -46,30 +46,30 @@ POINTS = (
 )
 FAULT_KINDS = ("drop", "error", "delay")
 
-_armed: dict[str, object] = {}
+armed: dict[str, object] = {}     # name -> action; a hot path may test it for emptiness
 _counts: dict[str, int] = {}
 
 
 def arm(name: str, action) -> None:
     if name not in POINTS:
         raise ValueError(f"unknown failure point {name!r}; known: {', '.join(POINTS)}")
-    _armed[name] = action
+    armed[name] = action
     _counts[name] = 0
 
 
 def disarm(name: str | None = None) -> None:
     if name is None:
-        _armed.clear()
+        armed.clear()
     else:
-        _armed.pop(name, None)
+        armed.pop(name, None)
 
 
 def active() -> bool:
-    return bool(_armed)
+    return bool(armed)
 
 
 def hit(name: str) -> None:
-    action = _armed.get(name)
+    action = armed.get(name)
     if action is None:
         return
     _counts[name] = _counts.get(name, 0) + 1
@@ -84,7 +84,7 @@ def hit(name: str) -> None:
 def fault(name: str) -> tuple | None:
     """Count a hit of a message point; the fault armed for this hit: ("drop",), ("error",)
     or ("delay", seconds), else None (module doc)."""
-    action = _armed.get(name)
+    action = armed.get(name)
     if action is None:
         return None
     _counts[name] = n = _counts.get(name, 0) + 1

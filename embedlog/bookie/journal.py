@@ -309,7 +309,7 @@ class Journal:
         """(cv released) Roll if the group said so, write it, fdatasync it unless
         journal_sync_data is off. Returns the fdatasync's seconds, or None if none ran."""
         files = self.files
-        armed = failpoints.active()
+        armed = bool(failpoints.armed)
         if armed:
             failpoints.hit("journal.before_write")
         if group.rolled:
@@ -416,31 +416,28 @@ class Journal:
         does not cover sleeps on, unless it is the one picked to lead the next group."""
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self._wait_durable(seq, deadline)
+            while True:
+                if self.durable.synced >= seq and not (self._failed and self._failed_at(seq)):
+                    return
+                epoch = self.durable.epoch
+                if not self._syncing or self._closed or self._error is not None:
+                    # no sync under way (as far as a look without the lock tells): lead one,
+                    # or find that one started (or why none will); a sync that ends after the
+                    # epoch was read moves it, so the wait below cannot miss it
+                    with self._lock:
+                        epoch = self.durable.epoch
+                        if self._step(seq, deadline):
+                            return
+                elif deadline is not None and time.monotonic() >= deadline:
+                    with self.cv:
+                        if self._step(seq, deadline):     # raises TimeoutError unless durable
+                            return
+                left = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+                self.durable.wait(seq, epoch, min(left, 1.0))
         except BaseException:
             # a publish may have picked this waiter to lead the next group: pick another
             self.durable.publish(0)
             raise
-
-    def _wait_durable(self, seq: int, deadline) -> None:
-        while True:
-            if self.durable.synced >= seq and not (self._failed and self._failed_at(seq)):
-                return
-            epoch = self.durable.epoch
-            if not self._syncing or self._closed or self._error is not None:
-                # no sync under way (as far as a look without the lock tells): lead one, or
-                # find that one started (or why none will); a sync that ends after the epoch
-                # was read moves it, so the wait below cannot miss it
-                with self._lock:
-                    epoch = self.durable.epoch
-                    if self._step(seq, deadline):
-                        return
-            elif deadline is not None and time.monotonic() >= deadline:
-                with self.cv:
-                    if self._step(seq, deadline):     # raises TimeoutError unless durable
-                        return
-            left = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
-            self.durable.wait(seq, epoch, min(left, 1.0))
 
     def wait_durable_locked(self, seq: int, timeout: float | None = None) -> None:
         """wait_durable for a caller holding cv (it is released while waiting)."""
