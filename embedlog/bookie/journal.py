@@ -393,7 +393,7 @@ class Journal:
         self.stats["bytes_written"] += nbytes
         self.stats["records_written"] += group.nrecords
         self.stats["group_entries_max"] = max(self.stats["group_entries_max"], group.nrecords)
-        zeros_due = self.files.note_group(nbytes)
+        self.files.note_group(nbytes)
         if self.group_observer is not None:
             try:
                 self.group_observer(trigger, group.nrecords, nbytes, fsync_s)
@@ -404,7 +404,7 @@ class Journal:
         self.durable.publish(self.synced_seq)
         if self._async:
             self._writer_cv.notify()
-        if zeros_due:
+        if self.files.zeros_due():
             self._prealloc_cv.notify()
 
     # -- waiting for durability --------------------------------------------------------

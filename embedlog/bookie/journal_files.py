@@ -449,15 +449,13 @@ class JournalFiles:
 
     # -- preallocation ----------------------------------------------------------------
 
-    def note_group(self, nbytes: int) -> bool:
+    def note_group(self, nbytes: int) -> None:
         """A group of ``nbytes`` was written (journal's lock held): the size the policy
-        follows, and whether it grew the file. Returns zeros_due()."""
+        follows, and whether it grew the file."""
         if self.offset > self.zero_end:
             self.stats["groups_extending"] += 1      # written past the zeros: the file grew
         mean = self.group_bytes_mean
         self.group_bytes_mean = nbytes if mean is None else mean + (nbytes - mean) / 8
-        # zeros_due's test, inlined: one Python frame less on every group's path
-        return self.zero_end - self.offset < self.prealloc_bytes and self.zeros_wanted()
 
     def zeros_wanted(self) -> bool:
         """Whether the preallocator should write zeros ahead now (journal's lock held):
