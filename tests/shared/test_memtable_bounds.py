@@ -150,3 +150,23 @@ def test_the_flush_walk_of_an_empty_memtable():
     for starts in (None, np.empty((0, 3), np.uint64), np.array([[5, 1, 1024]], np.uint64)):
         got = mt.flush_wheres(starts)
         assert got is not None and all(len(a) == 0 for a in got)
+
+
+def test_a_refused_put_passes_its_journal_location_to_no_later_entry():
+    """``next_where`` belongs to the one put it was set for: refused (the memtable full) or
+    forgotten by a clear, it is gone, so a later entry given none (replay's record past a
+    32-bit offset) is not indexed at another entry's record."""
+    e = _entries(range(4), size=1000)
+    mt = nm.MemTable(2048)                   # room for one 1 KiB entry and its block
+    mt.next_where = SEGMENT_BIT | 5
+    assert mt.add_encoded(e[0])
+    mt.next_where = SEGMENT_BIT | 6
+    assert not mt.add_encoded(e[1])          # full: refused with its location
+    assert mt.flush_wheres()[3].tolist() == [SEGMENT_BIT | 5]
+    mt.clear()
+    assert mt.add_encoded(e[2])
+    assert mt.flush_wheres()[3].tolist() == [0]
+    mt.next_where = SEGMENT_BIT | 7          # set, then the memtable cleared before its put
+    mt.clear()
+    assert mt.add_encoded(e[3])
+    assert mt.flush_wheres()[3].tolist() == [0]

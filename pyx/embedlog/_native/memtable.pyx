@@ -239,6 +239,8 @@ cdef class MemTable:
         cdef mt_rec *r
         cdef int64_t hi = eid >> 6
         cdef Py_ssize_t blk
+        cdef uint64_t where = self.next_where
+        self.next_where = 0       # this commit's alone: a refused one must not pass it on
         if (self.nrecs >= self.recs_capacity or n < 0 or n > MAX_ENTRY_BYTES
                 or data != self.arena + self.arena_used
                 or self.arena_used + n > self.arena_capacity):
@@ -254,8 +256,7 @@ cdef class MemTable:
         r.eid = eid
         r.offset = <uint64_t>(data - self.arena)
         r.size = <uint32_t>n
-        r.where = self.next_where
-        self.next_where = 0
+        r.where = where
         # a journal seq + 1 (a location has the top bit): how far a flush waits for the
         # journal, known without walking the records
         if r.where > self.max_pending and not (r.where >> 63):
@@ -270,8 +271,11 @@ cdef class MemTable:
 
     cdef int put(self, uint64_t scope, uint64_t lid, int64_t eid, const uint8_t *data,
                  Py_ssize_t n) except -2:
-        """Copy an encoded entry in; -1 when full (flush, then retry)."""
+        """Copy an encoded entry in; -1 when full (flush, then retry). ``next_where`` is
+        this put's alone, taken or refused with it."""
         cdef uint8_t *dst
+        cdef uint64_t where = self.next_where
+        self.next_where = 0
         if n > self.limit_bytes:
             raise EntryTooLargeError(f"entry of {n} bytes exceeds the memtable limit")
         if self.nrecs and not self.fits(n, 1 if self.opens_block(scope, lid, eid) else 0):
@@ -281,6 +285,7 @@ cdef class MemTable:
         if dst == NULL:
             return -1
         memcpy(dst, data, n)
+        self.next_where = where
         if self.commit(scope, lid, eid, dst, n) < 0:
             raise MemoryError("memtable: no room reserved for an entry")
         return 0
@@ -377,6 +382,7 @@ cdef class MemTable:
         self.nrecs = 0
         self.live = 0
         self.max_pending = 0
+        self.next_where = 0
         self.nblocks = 0
         self.last_block = -1
         if self.bslots != NULL:
