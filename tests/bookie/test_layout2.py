@@ -604,6 +604,42 @@ def test_a_freed_segment_is_reused_by_the_journal_and_its_previous_life_stays_de
             [payload(q, e) for e in range(n)]
 
 
+def test_a_segment_number_whose_file_now_holds_another_segment_reads_as_freed(tmp_path):
+    """A reader maps a segment by number; should the file it finds hold another segment
+    now (GC dropped the number and the journal reused the file meanwhile: opening releases
+    the GIL), it is refused as freed, never read at the old number's offsets, even where
+    that file holds a valid record there (here: the same bytes under another number)."""
+    import shutil
+    import struct
+    from embedlog._native import journal_format as jformat
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        ledgers = fill(log, n_ledgers=1, entries=300)
+        log.bookie.checkpoint()
+        found, _segs = _segment_entries(log, ledgers[0], 300)
+        el = log.bookie.storage.entry_logger
+        path, loc = found[100]
+        seg = (loc >> 32) & 0x7FFFFFFF
+        stem = el.segment_files[seg]
+        want = el.read_encoded(loc)
+        twin = stem + "-twin"                         # its bytes, another segment's header
+        shutil.copyfile(path, twin + ".seg")
+        with open(twin + ".seg", "r+b") as f:
+            h = f.read(jformat.HEADER_SIZE)
+            (log_id,), (prev,), (size,), (was,), (salt,) = (
+                struct.unpack_from(">" + c, h, o) for c, o in
+                (("Q", 8), ("Q", 20), ("Q", 32), ("Q", 44), ("I", 52)))
+            f.seek(0)
+            f.write(jformat.file_header(log_id, prev, size, was, salt, segment=seg + 1000))
+        el.forget(loc >> 32)
+        el.add_segment(seg, twin)
+        with pytest.raises(CorruptedDataError, match="no entry at location"):
+            el.read_encoded(loc)
+        el.forget(loc >> 32)
+        el.add_segment(seg, stem)
+        assert el.read_encoded(loc) == want
+        check(log, ledgers, entries=300)
+
+
 def test_a_freed_segment_is_deleted_when_reuse_is_off_or_the_pool_is_full(tmp_path):
     from embedlog.bookie.journal_files import FREE, MAX_FREE
     cfg = dict(CONFIG, journal_reuse_files=False)

@@ -42,12 +42,14 @@ from embedlog._native.format cimport el_put32, decode_payload
 from embedlog._native.memtable cimport MemTable, mt_rec
 
 from embedlog import fileio
+from embedlog._native import journal_format as jformat
 from embedlog._native.format import ledger_name
 from embedlog.errors import CorruptedDataError
 
 
 # a location with bit 63 set names a journal segment: segment << 32 | record offset
 cdef uint64_t SEGMENT_LOG_BIT = 0x80000000
+cdef Py_ssize_t JOURNAL_HEADER_BYTES = 512          # journal_format.HEADER_SIZE
 SEGMENT_BIT = 1 << 63
 
 cdef class EntryLogger:
@@ -148,11 +150,20 @@ cdef class EntryLogger:
         stem = self.segment_files.get(log_id & ~SEGMENT_LOG_BIT)
         if stem is None:
             return None
+        cdef MappedLog m
         for suffix in (".txn", ".seg"):
             try:
-                return MappedLog.open_segment(stem + suffix, log_id)
+                m = MappedLog.open_segment(stem + suffix, log_id)
             except FileNotFoundError:
                 continue
+            # GC may have dropped the segment and the journal reused its file while this
+            # mapped it (opening releases the GIL): a file holding another segment now, or
+            # a number its stem no longer holds, reads as freed
+            if (jformat.file_segment(m.base[:JOURNAL_HEADER_BYTES]) != (log_id & ~SEGMENT_LOG_BIT)
+                    or self.segment_files.get(log_id & ~SEGMENT_LOG_BIT) != stem):
+                m.close()
+                return None
+            return m
         return None
 
     def add_segment(self, uint32_t segment, stem):
