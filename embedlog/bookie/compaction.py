@@ -191,6 +191,7 @@ class Compactor:
         self.stop = stop
         self.stats = stats
         self.bad_logs: set = set()        # logs that failed to parse: reported once, skipped
+        self.unfinished: list = []        # (current dir, manifest) whose _finish failed here
 
     @property
     def entry_logger(self):
@@ -348,8 +349,13 @@ class Compactor:
         manifest = os.path.join(current, "%x.compaction" % target_id)
         write_manifest(manifest, target_id, sources)       # step 2: the commit point
         failpoints.hit("compaction.after_manifest")
-        self._finish(current, target_id, sources, manifest,
-                     [(p.scopes, p.lids, p.eids, locs) for p, locs in zip(plans, new_locs)])
+        try:
+            self._finish(current, target_id, sources, manifest,
+                         [(p.scopes, p.lids, p.eids, locs) for p, locs in zip(plans, new_locs)])
+        except BaseException:
+            # past the commit point: finish_pending rolls it forward before GC takes a log
+            self.unfinished.append((current, manifest))
+            raise
         freed = sum(p.file_bytes for p in plans) - os.path.getsize(os.path.join(current, "%x.log" % target_id))
         self.stats["compactions"] += 1
         self.stats["compacted_logs"] += len(plans)
@@ -383,16 +389,16 @@ class Compactor:
             for a, b in zip(starts.tolist(), ends.tolist()):
                 sel = order[a:b]
                 key = (int(scopes[sel[0]]), int(lids[sel[0]]))
-                idx = self.ledgers.get(key)
-                if idx is None or idx.deleted:
-                    continue
-                with st.lock:
-                    if idx.replace_locations(eids[sel], locs[sel], src):
+                with st.lock:                              # drop_ledger's: deleted, or not
+                    idx = self.ledgers.get(key)
+                    if idx is not None and not idx.deleted and \
+                            idx.replace_locations(eids[sel], locs[sel], src):
                         touched.append(idx)
         with st.lock:
             el.flush()                                     # what the index may point at is durable
             for idx in touched:
-                idx.flush(False)
+                if not idx.deleted:                        # deleted since: its file is gone
+                    idx.flush(False)
         # fsync outside the storage lock: memtable flushes (and so adds) go on meanwhile
         for path in sorted({idx.path for idx in touched}):
             _fsync_file(path)
@@ -439,6 +445,34 @@ class Compactor:
             self.stats["segments_deleted"] = self.stats.get("segments_deleted", 0) + 1
         return os.path.dirname(stem)
 
+    def _roll_forward(self, current: str, manifest: str) -> int:
+        """Steps 3-6 again for a compaction past its commit point (its manifest written, not
+        yet removed), from what its target holds. Returns the target's id."""
+        target_id, sources = read_manifest(manifest)
+        tpath = os.path.join(current, "%x.log" % target_id)
+        tmp_path = tpath + ".compacting"
+        if not os.path.exists(tmp_path) and not os.path.exists(tpath):
+            raise CorruptedDataError(
+                f"compaction manifest {manifest} names target log {target_id:x}, which is gone")
+        readable = tmp_path if os.path.exists(tmp_path) else tpath
+        m = nel.MappedLog.open_existing(readable, target_id)
+        try:
+            locs, _sizes, scopes, lids, eids = m.entry_table()
+        finally:
+            m.close()
+        self._finish(current, target_id, sources, manifest, [(scopes, lids, eids, locs)])
+        return target_id
+
+    def finish_pending(self) -> list:
+        """Roll forward the compactions whose _finish failed in this process (a full disk,
+        an I/O error): GC calls it before it looks at any log, so a target its manifest still
+        names is never collected (a restart would find the manifest and no target)."""
+        done = []
+        while self.unfinished:
+            done.append(self._roll_forward(*self.unfinished[0]))
+            self.unfinished.pop(0)
+        return done
+
     # -- start-up ---------------------------------------------------------------------------------
 
     def recover(self) -> dict:
@@ -450,21 +484,7 @@ class Compactor:
             names = sorted(os.listdir(current))
             manifests = {n for n in names if n.endswith(".compaction")}
             for name in sorted(manifests):
-                path = os.path.join(current, name)
-                target_id, sources = read_manifest(path)
-                tpath = os.path.join(current, "%x.log" % target_id)
-                tmp_path = tpath + ".compacting"
-                if not os.path.exists(tmp_path) and not os.path.exists(tpath):
-                    raise CorruptedDataError(
-                        f"compaction manifest {path} names target log {target_id:x}, which is gone")
-                readable = tmp_path if os.path.exists(tmp_path) else tpath
-                m = nel.MappedLog.open_existing(readable, target_id)
-                try:
-                    locs, _sizes, scopes, lids, eids = m.entry_table()
-                finally:
-                    m.close()
-                self._finish(current, target_id, sources, path, [(scopes, lids, eids, locs)])
-                report["rolled_forward"].append(target_id)
+                report["rolled_forward"].append(self._roll_forward(current, os.path.join(current, name)))
             for name in names:
                 if name.endswith(".log.compacting"):
                     target = name[:-len(".log.compacting")]

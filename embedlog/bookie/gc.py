@@ -189,6 +189,8 @@ class GarbageCollector:
             if self._stop.is_set():
                 return {"stopped": True}
             report = {"ledgers": self.gc_ledgers()}
+            if self.compactor.unfinished:
+                report["rolled_forward"] = self.compactor.finish_pending()
             report["entry_logs"] = self.gc_entry_logs()
             if self.storage.segments:
                 report["segments"] = self.gc_segments()

@@ -336,6 +336,41 @@ def test_reads_go_on_while_compaction_moves_entries(tmp_path):
         check_live(log, live, 300)
 
 
+def test_a_compaction_failing_past_its_commit_point_is_finished_by_the_next_cycle(tmp_path):
+    """A compaction whose steps after its manifest fail in the running process (an I/O
+    error) is rolled forward by GC's next cycle before any log is collected: its target,
+    even once it holds only deleted ledgers' entries, is never taken while the manifest
+    names it (a restart would find the manifest and no target), and the bookie opens."""
+    import errno
+    from embedlog import failpoints
+
+    def fail():
+        failpoints.disarm("compaction.after_index_flush")
+        raise OSError(errno.EIO, "injected I/O error")
+    with embedlog.open(tmp_path, **GC_CONFIG) as log:
+        ledgers = fill(log, n_ledgers=10, entries=300)
+        live = ledgers[::3]
+        for lid in ledgers:
+            if lid not in live:
+                log.delete_ledger(lid)
+        failpoints.arm("compaction.after_index_flush", fail)
+        try:
+            with pytest.raises(OSError, match="injected"):
+                log.bookie.gc.run_once(force_major=True)
+        finally:
+            failpoints.disarm()
+        current = log.bookie.ledger_currents[0]
+        manifests = lambda: [n for n in os.listdir(current) if n.endswith(".compaction")]
+        assert manifests()
+        check_live(log, live, 300)
+        for lid in live:
+            log.delete_ledger(lid)
+        report = log.bookie.gc.run_once()
+        assert report["rolled_forward"] and not manifests()
+    with embedlog.open(tmp_path, **GC_CONFIG) as log:
+        assert log.bookie.compaction_report["rolled_forward"] == []
+
+
 def _backup(src, dst):
     """A consistent copy of a live SQLite metadata store, as an operator's backup."""
     import sqlite3
