@@ -296,17 +296,23 @@ def test_gc_against_zookeeper_hierarchical_and_flat(tmp_path):
         zk.stop()
 
 
+def _a_third_left(log) -> list:
+    """Ten ledgers of 300 entries interleaved, all but every third deleted: the live ones."""
+    ledgers = fill(log, n_ledgers=10, entries=300)
+    live = ledgers[::3]
+    for lid in ledgers:
+        if lid not in live:
+            log.delete_ledger(lid)
+    return live
+
+
 def test_reads_go_on_while_compaction_moves_entries(tmp_path):
     """Readers (lock-free, with index pages evicted under them) never fail while
     compaction moves entries and deletes their old logs."""
     import threading
     cfg = dict(GC_CONFIG, page_limit=16)
     with embedlog.open(tmp_path, **cfg) as log:
-        ledgers = fill(log, n_ledgers=10, entries=300)
-        live = ledgers[::3]
-        for lid in ledgers:
-            if lid not in live:
-                log.delete_ledger(lid)
+        live = _a_third_left(log)
         handles = {lid: log.open_ledger(lid) for lid in live}
         stop = threading.Event()
         errors, reads = [], [0]
@@ -348,11 +354,7 @@ def test_a_compaction_failing_past_its_commit_point_is_finished_by_the_next_cycl
         failpoints.disarm("compaction.after_index_flush")
         raise OSError(errno.EIO, "injected I/O error")
     with embedlog.open(tmp_path, **GC_CONFIG) as log:
-        ledgers = fill(log, n_ledgers=10, entries=300)
-        live = ledgers[::3]
-        for lid in ledgers:
-            if lid not in live:
-                log.delete_ledger(lid)
+        live = _a_third_left(log)
         failpoints.arm("compaction.after_index_flush", fail)
         try:
             with pytest.raises(OSError, match="injected"):
