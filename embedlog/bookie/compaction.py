@@ -469,7 +469,9 @@ class Compactor:
         names is never collected (a restart would find the manifest and no target)."""
         done = []
         while self.unfinished:
-            done.append(self._roll_forward(*self.unfinished[0]))
+            current, manifest = self.unfinished[0]
+            if os.path.exists(manifest):      # else it failed after its last step's unlink
+                done.append(self._roll_forward(current, manifest))
             self.unfinished.pop(0)
         return done
 
@@ -484,7 +486,8 @@ class Compactor:
             names = sorted(os.listdir(current))
             manifests = {n for n in names if n.endswith(".compaction")}
             for name in sorted(manifests):
-                report["rolled_forward"].append(self._roll_forward(current, os.path.join(current, name)))
+                path = os.path.join(current, name)
+                report["rolled_forward"].append(self._roll_forward(current, path))
             for name in names:
                 if name.endswith(".log.compacting"):
                     target = name[:-len(".log.compacting")]

@@ -7,6 +7,7 @@ import pytest
 from embedlog._native import format as nf
 from embedlog._native import journal_buffer as jbuffer, journal_kernels as jkernels
 from embedlog._native import memtable as nm
+from embedlog.errors import EntryTooLargeError
 
 CRC32C = nf.digest_code("crc32c")
 
@@ -170,3 +171,8 @@ def test_a_refused_put_passes_its_journal_location_to_no_later_entry():
     mt.clear()
     assert mt.add_encoded(e[3])
     assert mt.flush_wheres()[3].tolist() == [0]
+    mt.next_where = SEGMENT_BIT | 8          # set, then its put refused: too large
+    with pytest.raises(EntryTooLargeError):
+        mt.add_encoded(_entries([9], size=4096)[0])
+    assert mt.add_encoded(_entries([10], size=10)[0])
+    assert sorted(mt.flush_wheres()[3].tolist()) == [0, 0]

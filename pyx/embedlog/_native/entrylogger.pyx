@@ -49,7 +49,6 @@ from embedlog.errors import CorruptedDataError
 
 # a location with bit 63 set names a journal segment: segment << 32 | record offset
 cdef uint64_t SEGMENT_LOG_BIT = 0x80000000
-cdef Py_ssize_t JOURNAL_HEADER_BYTES = 512          # journal_format.HEADER_SIZE
 SEGMENT_BIT = 1 << 63
 
 cdef class EntryLogger:
@@ -159,7 +158,7 @@ cdef class EntryLogger:
             # GC may have dropped the segment and the journal reused its file while this
             # mapped it (opening releases the GIL): a file holding another segment now, or
             # a number its stem no longer holds, reads as freed
-            if (jformat.file_segment(m.base[:JOURNAL_HEADER_BYTES]) != (log_id & ~SEGMENT_LOG_BIT)
+            if (jformat.file_segment(m.base[:jformat.HEADER_SIZE]) != (log_id & ~SEGMENT_LOG_BIT)
                     or self.segment_files.get(log_id & ~SEGMENT_LOG_BIT) != stem):
                 m.close()
                 return None
@@ -173,10 +172,11 @@ cdef class EntryLogger:
         self.segment_files[segment] = stem
 
     def drop_segment(self, uint32_t segment):
-        """Unmap a segment and forget it (GC deletes its file)."""
-        self.forget(<uint64_t>segment | SEGMENT_LOG_BIT)
+        """Forget a segment and unmap it (GC deletes its file): its number first, so a
+        reader mapping it while the unmap releases the GIL finds it gone (_segment)."""
         if self.segment_files is not None:
             self.segment_files.pop(segment, None)
+        self.forget(<uint64_t>segment | SEGMENT_LOG_BIT)
 
     def roll(self):
         """Seal the current log and start the next one (ids are never reused)."""
