@@ -165,10 +165,20 @@ class EmbeddedLog:
         md = versioned.value
         if master_key(password_bytes(password)) != master_key(md.password):
             raise UnauthorizedAccessError(f"wrong password for ledger {lid}")
+        recover = recovery and not self.read_only and md.state != LedgerState.CLOSED
+        kind = "fence" if recover else "read"
+        # as the server does before a request: data held under this id is served (or fenced)
+        # only once facts no older than a watch or FACTS_RECHECK_S say it is this ledger's
+        # (its id may have been used again; a restart starts with no facts)
+        if self.bookie.needs_ledger_facts(lid, kind):
+            self.bookie.fetch_ledger_facts(lid, kind)
+        if recover and self.bookie.has_ledger(lid):
+            self.bookie.is_fenced(lid)      # NoSuchLedgerError for another incarnation's data,
+            #                                 before recovery writes the metadata
         if self.read_only:
             # a view taken after the metadata was read holds every entry it covers
             self.refresh()
-        elif recovery and md.state != LedgerState.CLOSED:
+        elif recover:
             md = self._recover(lid, versioned)
         handle = ReadHandle(self, md)
         forking.track(handle)

@@ -23,6 +23,7 @@ TERM: int
 TRUNCATE: int
 DELETE_LEDGER: int
 TRIM: int
+INCARNATION: int
 
 class JournalHeaderError(JournalCorruptedError, ValueError): ...
 

@@ -24,12 +24,15 @@ So facts must not outlive the ledger they describe. Stores that can (ZooKeeper) 
 with each read, which drops the facts when the ledger's metadata changes or goes; a dropped
 connection takes the watches (the facts stay, unwatched), and so does a lost session
 (``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), a fence or a read
-trusts facts at most ``FACTS_RECHECK_S`` old, and a writer's add of an entry id the bookie
-already holds or to a fenced ledger (rare for a ledger's own writer; what a new ledger's
-writer does first) reads them again. A request of any kind for a held ledger whose facts
-are missing (none read since start, or dropped by a watch) reads the metadata first: a
+trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the embedded
+open_ledger ask ``needs_facts``), and a writer's add of an entry id the bookie already holds
+or to a fenced ledger (rare for a ledger's own writer; what a new ledger's writer usually
+does first) reads them again. A request of any kind for a held ledger whose facts are
+missing (none read since start, or dropped by a watch) reads the metadata first: a
 restarted bookie must not serve an earlier incarnation's entries to a reader of the new
-ledger (their digests check: same id, and CRC digests take no password).
+ledger (their digests check: same id, and CRC digests take no password). The incarnation
+is journalled (INCARNATION) as it is adopted, so an index the journal rebuilds after a
+crash, before its header reached disk, keeps it.
 
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
@@ -55,6 +58,7 @@ from embedlog.errors import (CorruptedDataError, IllegalOpError,
 log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
 _IDS_U64 = struct.Struct(">QQQ")
+_IDS_I64 = struct.Struct(">QQq")
 _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
@@ -222,9 +226,9 @@ class LedgerDescriptors:
                 raise UnauthorizedAccessError(f"wrong master key for ledger {LedgerId(*key)} "
                                               f"(not the one its metadata's password gives)")
             idx = self.set_master_key(key, bytes(master_key))
-            if facts is not None:
-                idx.incarnation = facts.ctime_ms
             self.journal.add_record(jformat.LEDGER_KEY, _IDS.pack(*key) + bytes(master_key))
+            if facts is not None and facts.ctime_ms >= 0:
+                self._adopt_incarnation(key, facts.ctime_ms)
             return idx
         if first_entry is not None and (first_entry <= self._last_entry.get(key, -1)
                                         or idx.fenced):
@@ -261,9 +265,8 @@ class LedgerDescriptors:
         if idx.incarnation == facts.ctime_ms:      # (check_key decides it inline when cached)
             if self._foreign:            # the store lists the held ledger again
                 self._foreign.pop(key, None)
-        elif idx.incarnation < 0:      # an index from before incarnations, or replayed
-            idx.incarnation = facts.ctime_ms
-            idx.header_dirty = True
+        elif idx.incarnation < 0:      # an index from before incarnations, or rebuilt
+            self._adopt_incarnation(key, facts.ctime_ms)
         elif self._other_incarnation(key, idx):
             raise (NoSuchLedgerError if fencing else LedgerExistsError)(
                 self._foreign_message(key, idx))
@@ -291,6 +294,19 @@ class LedgerDescriptors:
                                               self.max_entry_size_bytes)
 
     # -- changes (journalled by the bookie, or replayed) ------------------------------------
+
+    def _adopt_incarnation(self, key, ctime_ms: int) -> None:
+        """The data held is this incarnation's from now on, journalled: an index replayed
+        before its header reached disk keeps it (a journal without it, from before the
+        record, leaves it unknown, adopted again at the next check)."""
+        if self.journal is not None:      # first: set, it is never journalled again
+            self.journal.add_record(jformat.INCARNATION, _IDS_I64.pack(*key, ctime_ms))
+        self.set_incarnation(key, ctime_ms)
+
+    def set_incarnation(self, key, ctime_ms: int) -> None:
+        idx = self.known(key)
+        idx.incarnation = ctime_ms
+        idx.header_dirty = True
 
     def set_master_key(self, key, master_key: bytes):
         idx = self.known(key)

@@ -68,9 +68,13 @@ def _trim(bookie, fields, _body) -> None:
     bookie.storage.erase((fields[0], fields[1]), 0, fields[2] - 1)
 
 
+def _incarnation(bookie, fields, _body) -> None:
+    bookie.descriptors.set_incarnation((fields[0], fields[1]), fields[2])
+
+
 HANDLERS = {jformat.ENTRY: _entry, jformat.ENTRY_CRC32C: _entry, jformat.LEDGER_KEY: _ledger_key, jformat.FENCE: _fence,
             jformat.EXPLICIT_LAC: _explicit_lac, jformat.TERM: _term, jformat.TRUNCATE: _truncate,
-            jformat.DELETE_LEDGER: _delete, jformat.TRIM: _trim}
+            jformat.DELETE_LEDGER: _delete, jformat.TRIM: _trim, jformat.INCARNATION: _incarnation}
 
 
 def apply_record(bookie, rtype: int, body: bytes) -> None:

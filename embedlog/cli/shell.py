@@ -332,7 +332,8 @@ def readjournal(directory, ledger_dirs, journal_dir, metadata_uri, as_json, jour
                 elif n >= 16:
                     s, l = struct.unpack_from(">QQ", body)
                     row.update(_name((s, l)))
-                    if n >= 24 and rtype in (jformat.EXPLICIT_LAC, jformat.TRUNCATE, jformat.TRIM):
+                    if n >= 24 and rtype in (jformat.EXPLICIT_LAC, jformat.TRUNCATE,
+                                             jformat.TRIM, jformat.INCARNATION):
                         row["value"] = struct.unpack_from(">q", body, 16)[0]
                     elif n >= 24 and rtype == jformat.TERM:
                         row["value"] = struct.unpack_from(">Q", body, 16)[0]

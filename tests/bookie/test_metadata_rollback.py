@@ -116,3 +116,78 @@ def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp
             b.add_entries([entry], key)
         with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
             b.read_entry(lid, 0)
+
+
+@pytest.mark.parametrize("restart", [True, False])
+def test_the_embedded_open_reads_the_facts_before_serving_or_fencing_held_data(tmp_path, restart,
+                                                                                 monkeypatch):
+    """open_ledger, as the server before a request: a held ledger whose facts are missing
+    (a restart) or unwatched and over FACTS_RECHECK_S old is looked up in the store first,
+    so the old data under an id the store now gives a new ledger is neither read as the new
+    ledger's (closed) nor fenced for its recovery (open): it answers as a bookie that does
+    not hold it."""
+    from embedlog.bookie import descriptors
+    from embedlog.meta.api import LedgerState
+    d = str(tmp_path / "log")
+    monkeypatch.setattr(descriptors, "FACTS_RECHECK_S", 0.0)   # every look is past it
+    with embedlog.open(d) as log:
+        lid, _b, lm, v = _closed_ledger(log)
+        held = v.value
+        _list_again(lm, held.with_(ctime_ms=held.ctime_ms + 1))
+        if restart:
+            log.close()
+            log = embedlog.open(d)
+            lm = log.metadata.ledger_manager
+        with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
+            log.open_ledger(lid)                                  # closed: a read
+        _list_again(lm, held.with_(ctime_ms=held.ctime_ms + 2, state=LedgerState.OPEN,
+                                   last_entry_id=-1, length=0))
+        with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
+            log.open_ledger(lid)                                  # open: recovery's fence
+        assert not log.bookie.descriptors.ledgers[(lid.scope_id, lid.ledger_id)].fenced
+        # the old data is untouched: served again once the store lists its ledger again
+        _list_again(lm, held)
+        assert log.open_ledger(lid).read_batch(0, 1) == [b"a", b"b"]
+        log.close()
+
+
+_KILLED_AFTER_FIRST_ADDS = """
+import os, signal, sys
+import embedlog
+log = embedlog.open(sys.argv[1], flush_interval_ms=600_000)   # no checkpoint before the kill
+w = log.create_ledger()
+w.append_many([b"old-0", b"old-1", b"old-2"])
+print(w.ledger_id.ledger_id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)      # durable in the journal; no index header on disk
+"""
+
+
+def test_an_index_replayed_before_its_header_reached_disk_keeps_its_incarnation(tmp_path):
+    """Killed before a checkpoint wrote the new ledger's index header, the bookie replays
+    its index from the journal, the incarnation with it (the INCARNATION record): when the
+    id was used again while it was down, the new ledger's recovery and reads are refused
+    (not its ctime adopted for the old data), and the old data is kept."""
+    import subprocess
+    import sys
+    from embedlog import LedgerId
+    from embedlog.meta.api import LedgerState
+    from support.cliutil import ROOT
+    d = str(tmp_path / "log")
+    child = subprocess.run([sys.executable, "-c", _KILLED_AFTER_FIRST_ADDS, d],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": ROOT})
+    assert child.returncode == -9, child.stderr[-2000:]
+    lid = LedgerId(0, int(child.stdout.split()[0]))
+    with embedlog.open(d) as log:
+        lm = log.metadata.ledger_manager
+        held = lm.read_ledger_metadata(lid).value
+        idx = log.bookie.descriptors.ledgers[(0, lid.ledger_id)]
+        assert idx.incarnation == held.ctime_ms
+        _list_again(lm, held.with_(ctime_ms=held.ctime_ms + 5, state=LedgerState.OPEN,
+                                   last_entry_id=-1, length=0))
+        with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
+            log.open_ledger(lid)
+        assert idx.incarnation == held.ctime_ms and not idx.fenced
+        _list_again(lm, held)
+        log.bookie.fetch_ledger_facts(lid)          # (the next look a second on would)
+        assert log.open_ledger(lid).read_batch(0, 2) == [b"old-0", b"old-1", b"old-2"]

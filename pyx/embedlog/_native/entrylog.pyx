@@ -413,9 +413,9 @@ cdef class MappedLog:
         mapping: _segment_entry checked) passes its crc (valid_record: an ENTRY_CRC32C
         record's digest too); if it does, its bit is set in seg_checked, and later reads
         while the segment is mapped do not check it again (docs/FORMATS.md, "A read": a
-        segment's records are not rewritten while it is mapped). The bitmap (a bit per 32 bytes, 1/256 of
-        the segment) is allocated at the first read; calloc's pages cost nothing until
-        a bit in them is set."""
+        segment's records are not rewritten while it is mapped). The bitmap (a bit per 32
+        bytes, 1/256 of the segment) is allocated at the first read; calloc's pages cost
+        nothing until a bit in them is set."""
         cdef Py_ssize_t g, nbits
         if valid_record(self.base + offset, self.position - offset, self.position - offset,
                         self.salt) != body:

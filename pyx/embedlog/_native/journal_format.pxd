@@ -12,3 +12,5 @@ cdef enum:
     REC_DELETE_LEDGER = 7
     REC_TRIM = 8
     REC_ENTRY_CRC32C = 9        # an entry whose own CRC32C digest covers its payload
+    REC_INCARNATION = 10        # the ledger's incarnation (metadata ctime) as first adopted
+    REC_MAX = 10                # the highest type of the grammar

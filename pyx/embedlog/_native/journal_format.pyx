@@ -34,6 +34,7 @@ Grammar (big-endian; see docs/FORMATS.md)::
     type TRUNCATE(6)     body := scope:u64 ledger:u64 last_kept_entry:i64
     type DELETE_LEDGER(7)body := scope:u64 ledger:u64
     type TRIM(8)         body := scope:u64 ledger:u64 first_kept_entry:i64
+    type INCARNATION(10) body := scope:u64 ledger:u64 ctime_ms:i64
 
 A recycled file (journal_reuse_files: a trimmed journal renamed and overwritten, as
 BookKeeper's journalReuseFiles and RocksDB's recycled WAL do) still holds its previous life's
@@ -67,10 +68,11 @@ SEGMENT_VERSION = 4           # a segment number: an older embedlog must not tri
 READABLE_VERSIONS = (1, 2, 3, 4)
 RECORD_TYPES = {REC_ENTRY: "entry", REC_ENTRY_CRC32C: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
                 REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
-                REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim"}
-ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER, TRIM = (
+                REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim",
+                REC_INCARNATION: "incarnation"}
+ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER, TRIM, INCARNATION = (
     REC_ENTRY, REC_LEDGER_KEY, REC_FENCE, REC_EXPLICIT_LAC, REC_TERM, REC_TRUNCATE,
-    REC_DELETE_LEDGER, REC_TRIM)
+    REC_DELETE_LEDGER, REC_TRIM, REC_INCARNATION)
 ENTRY_CRC32C = REC_ENTRY_CRC32C
 ENTRY_TYPES = (REC_ENTRY, REC_ENTRY_CRC32C)
 
@@ -167,8 +169,9 @@ def check_file_header(data):
 def decode_record(int rtype, body):
     """The fields of one record's body, as replay applies them: ENTRY -> the entry's header
     (format.parse_entry_header); LEDGER_KEY -> (scope, ledger, master_key); FENCE and
-    DELETE_LEDGER -> (scope, ledger); EXPLICIT_LAC, TRUNCATE, TRIM -> (scope, ledger, i64);
-    TERM -> (scope, ledger, u64); an unknown type -> None (skipped: newer types may be added).
+    DELETE_LEDGER -> (scope, ledger); EXPLICIT_LAC, TRUNCATE, TRIM, INCARNATION -> (scope,
+    ledger, i64); TERM -> (scope, ledger, u64); an unknown type -> None (skipped: newer
+    types may be added).
     JournalCorruptedError when the body does not fit its type."""
     cdef const uint8_t[::1] v = body
     cdef Py_ssize_t n = v.shape[0]

@@ -13,7 +13,7 @@ by doubling and reports failure instead of writing.
 from libc.stdlib cimport realloc, free
 
 from embedlog._native.format cimport el_get32, el_crc32c, el_crc_init, V1_HEADER_SIZE, V2_HEADER_SIZE
-from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY_CRC32C
+from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY_CRC32C, REC_MAX
 
 from embedlog._native.journal_format import HEADER_SIZE, file_salt
 
@@ -171,7 +171,7 @@ cdef Py_ssize_t _next_good(const uint8_t *base, Py_ssize_t off, Py_ssize_t total
             continue
         if known_types and total - off >= RECORD_HEADER_SIZE:
             t = base[off + 8]
-            if t == 0 or t > REC_ENTRY_CRC32C:
+            if t == 0 or t > REC_MAX:
                 off += 1
                 continue
         if valid_record(base + off, total - off, max_len, salt) > 0:
