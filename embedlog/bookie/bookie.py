@@ -285,7 +285,9 @@ class Bookie:
         """Read the ledger's metadata (blocking): see LedgerDescriptors.fetch_facts. None
         for a ledger this bookie deleted whose metadata is gone (the request is then
         refused as one for a deleted ledger), and for a read ("read" ``kind``) while the
-        store cannot answer: reads go on through a metadata outage, on what was read before."""
+        store cannot answer if facts were read before: reads go on through a metadata
+        outage on what was read before, never on nothing (after a restart, or a watch
+        that dropped them, the data held may be another incarnation's: the read fails)."""
         key = ledger_id if isinstance(ledger_id, tuple) else self._key(ledger_id)
         try:
             return self.descriptors.fetch_facts(key)
@@ -294,7 +296,7 @@ class Bookie:
                 return None
             raise
         except (MetadataError, TimeoutError) as exc:
-            if kind != "read":
+            if kind != "read" or not self.descriptors.read_before(key):
                 raise
             log.debug("bookie %s: ledger %r: metadata unreadable (%s); read on what was read "
                       "before", self.bookie_id, LedgerId(*key), exc)

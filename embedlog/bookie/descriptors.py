@@ -28,9 +28,10 @@ trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the embe
 open_ledger ask ``needs_facts``), and a writer's add of an entry id the bookie already holds
 or to a fenced ledger (rare for a ledger's own writer; what a new ledger's writer usually
 does first) reads them again. A request of any kind for a held ledger whose facts are
-missing (none read since start, or dropped by a watch) reads the metadata first: a
-restarted bookie must not serve an earlier incarnation's entries to a reader of the new
-ledger (their digests check: same id, and CRC digests take no password). The incarnation
+missing (none read since start, or dropped by a watch) reads the metadata first, and fails
+while the store cannot answer: a restarted bookie must not serve an earlier incarnation's
+entries to a reader of the new ledger (their digests check: same id, and CRC digests take
+no password). Reads go on through an outage only on facts read before. The incarnation
 is journalled (INCARNATION) as it is adopted, so an index the journal rebuilds after a
 crash, before its header reached disk, keeps it.
 
@@ -496,6 +497,10 @@ class LedgerDescriptors:
                     facts.watched = False
                 return
             self._facts.pop(key, None)
+
+    def read_before(self, key) -> bool:
+        """Facts of this ledger are cached (of any age, watched or not)."""
+        return key in self._facts
 
     def facts(self, key) -> LedgerFacts | None:
         """The cached facts of a ledger (fetched now if missing); None without a store."""
