@@ -27,7 +27,7 @@ connection takes the watches (the facts stay, unwatched), and so does a lost ses
 trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the embedded
 open_ledger ask ``needs_facts``), and a writer's add of an entry id the bookie already holds
 or to a fenced ledger (rare for a ledger's own writer; what a new ledger's writer usually
-does first) reads them again. A request of any kind for a held ledger whose facts are
+does first), or its first add after IDLE_RECHECK_S without one, reads them again. A request of any kind for a held ledger whose facts are
 missing (none read since start, or dropped by a watch) reads the metadata first, and fails
 while the store cannot answer: a restarted bookie must not serve an earlier incarnation's
 entries to a reader of the new ledger (their digests check: same id, and CRC digests take
@@ -64,6 +64,7 @@ _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
 FACTS_RECHECK_S = 1.0        # a fence or a read trusts unwatched facts at most this old
+IDLE_RECHECK_S = 10.0        # a writer's add to a held ledger idle this long re-reads them
 _MAC = DIGEST_CODES["mac"]
 CREATE, FENCE, READ = "create", "fence", "read"    # what a request does, for needs_facts
 
@@ -108,6 +109,7 @@ class LedgerDescriptors:
         self._keep_files = keep_files
         self._last_entry: dict = {}                  # key -> highest entry id seen
         self._lacs: dict = {}                        # key -> highest LAC carried by an entry
+        self._last_add_s: dict = {}                  # key -> when a writer's add last came
         # key -> lowest entry a failed group took back; changed only here, read by writers
         self.lost_adds: dict = {}
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
@@ -201,7 +203,11 @@ class LedgerDescriptors:
         ``first_entry``: a writer's add from that entry id on; one the bookie already holds
         (a new ledger's writer starts again where the old one wrote), or one to a fenced
         ledger (the old one was recovered before it was deleted), re-reads facts that no
-        watch guards before trusting them: both are rare for a ledger's own writer."""
+        watch guards before trusting them: both are rare for a ledger's own writer. So does
+        the first add after IDLE_RECHECK_S without one, if they are older than that (a new
+        ledger's writer whose first add here lies above the old one's last entry: this
+        bookie joined its ensemble by a change); the server reads them off its loop first
+        (needs_facts)."""
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
@@ -231,9 +237,12 @@ class LedgerDescriptors:
             if facts is not None and facts.ctime_ms >= 0:
                 self._adopt_incarnation(key, facts.ctime_ms)
             return idx
-        if first_entry is not None and (first_entry <= self._last_entry.get(key, -1)
-                                        or idx.fenced):
-            self._reread_unwatched(key)
+        if first_entry is not None:
+            if first_entry <= self._last_entry.get(key, -1) or idx.fenced:
+                self._reread_unwatched(key)
+            elif self._idle_unwatched(key):
+                self.fetch_facts(key)
+            self._last_add_s[key] = time.monotonic()
         facts = self._facts.get(key)
         if facts is None or facts.ctime_ms != idx.incarnation or self._foreign:
             self._check_incarnation(key, idx, fencing)      # all but a writer's every add
@@ -250,6 +259,14 @@ class LedgerDescriptors:
                 f"ledger {LedgerId(*key)} on bookie {self.bookie_id}: its index file "
                 f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
                 "entry logs for reading and recovery, and this bookie takes no more writes to it")
+
+    def _idle_unwatched(self, key) -> bool:
+        """No writer's add for IDLE_RECHECK_S, and facts no watch guards older than that."""
+        facts = self._facts.get(key)
+        now = time.monotonic()
+        return (facts is not None and not facts.watched
+                and now - facts.fetched_s > IDLE_RECHECK_S
+                and now - self._last_add_s.get(key, -IDLE_RECHECK_S - 1.0) > IDLE_RECHECK_S)
 
     def _reread_unwatched(self, key) -> None:
         facts = self._facts.get(key)
@@ -375,6 +392,7 @@ class LedgerDescriptors:
         ``keep_files``: a view's writer deletes those), and remember it was deleted."""
         self._last_entry.pop(key, None)
         self._lacs.pop(key, None)
+        self._last_add_s.pop(key, None)
         self.lost_adds.pop(key, None)
         self._foreign.pop(key, None)
         self._facts.pop(key, None)
@@ -437,7 +455,8 @@ class LedgerDescriptors:
         since start or dropped by a watch (CREATE and FENCE; READ for a ledger held here),
         their session gone (any kind, for a ledger held here), older than FACTS_RECHECK_S
         and unwatched (FENCE and READ, for a ledger held here: one metadata read a second
-        at most, per ledger read)."""
+        at most, per ledger read), older than IDLE_RECHECK_S and unwatched with no add for
+        that long (CREATE, for a ledger held here: check_key)."""
         if self.metadata is None:
             return False
         facts = self._facts.get(key)
@@ -448,8 +467,11 @@ class LedgerDescriptors:
             return kind != READ or held      # held data, of an incarnation not yet checked
         if facts.watched and facts.epoch != self._epoch():
             return kind != READ or held      # the session, and its watches, are gone
-        return (kind != CREATE and held and not facts.watched
-                and time.monotonic() - facts.fetched_s > FACTS_RECHECK_S)
+        if not held or facts.watched:
+            return False
+        if kind == CREATE:
+            return self._idle_unwatched(key)
+        return time.monotonic() - facts.fetched_s > FACTS_RECHECK_S
 
     def _epoch(self):
         return self.metadata.ledger_manager.watch_epoch() if self._watches else None

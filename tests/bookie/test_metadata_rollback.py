@@ -119,6 +119,37 @@ def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp
             b.read_entry(lid, 0)
 
 
+def test_a_writers_first_add_after_an_idle_spell_rereads_unwatched_facts(tmp_path, monkeypatch):
+    """A new ledger's writer whose first add here lies above the old ledger's last entry
+    (this bookie joined its ensemble by a change) is not caught by the re-read for an entry
+    the bookie holds: the first add after IDLE_RECHECK_S without one reads facts no watch
+    guards again (the server off its loop: needs_facts), a writer that keeps adding never."""
+    from embedlog.bookie import descriptors
+    with embedlog.open(str(tmp_path / "log")) as log:
+        lid, b, lm, v = _closed_ledger(log)                     # entries 0 and 1
+        _list_again(lm, v.value.with_(ctime_ms=v.value.ctime_ms + 1))
+        key = nf.master_key(b"")
+        entry = nf.encode_entry(0, lid.ledger_id, 5, -1, 1, nf.digest_code("crc32c"), b"x")
+        assert not b.needs_ledger_facts(lid, "create")          # idle under 10 s
+        monkeypatch.setattr(descriptors, "IDLE_RECHECK_S", 0.0, raising=False)
+        assert b.needs_ledger_facts(lid, "create")
+        with pytest.raises(LedgerExistsError, match="earlier ledger"):
+            b.add_entries([entry], key)
+        assert b.descriptors.last_entry_id((lid.scope_id, lid.ledger_id)) == 1   # not taken
+        # the ledger's own writer: an add, and the next within IDLE_RECHECK_S reads nothing
+        w = log.create_ledger()
+        w.append(b"a")
+        monkeypatch.setattr(descriptors, "IDLE_RECHECK_S", 3600.0)
+        reads = []
+        real = lm.read_ledger_metadata
+        monkeypatch.setattr(lm, "read_ledger_metadata", lambda *a, **k: reads.append(a) or real(*a, **k))
+        mine = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        assert not b.needs_ledger_facts(w.ledger_id, "create")
+        b.descriptors.check_key(mine, key, True, first_entry=1)
+        b.descriptors.check_key(mine, key, True, first_entry=2)
+        assert reads == []
+
+
 @pytest.mark.parametrize("restart", [True, False])
 def test_the_embedded_open_reads_the_facts_before_serving_or_fencing_held_data(tmp_path, restart,
                                                                                  monkeypatch):
