@@ -147,9 +147,15 @@ def test_a_restored_zookeeper_gives_a_held_id_to_a_new_ledger(zk, tmp_path, rest
             assert created == x                          # the generator went back
             assert acks == list(range(10)), acks
             assert _recovered(uri, x) == [b"new-%d" % i for i in range(10)]
-            # the old X's data is still on its bookies, reported as another incarnation
-            info = client.bookie_info([lc.bookie_id(i) for i in range(3)], timeout_s=10)
-            assert all(v is not None and v["ledgers"] >= 1 for v in info.values()), info
+            # the old X's data is still on its bookies, reported as another incarnation (a
+            # bookie the restored server refused is unregistered until its new session,
+            # 1.5x the session timeout after the restore: asked until each answers)
+            info = {}
+
+            def reported():
+                info.update(client.bookie_info([lc.bookie_id(i) for i in range(3)], timeout_s=10))
+                return all(v is not None and v["ledgers"] >= 1 for v in info.values())
+            wait_until(reported, 90, "the old X's bookies to report it")
 
 
 def test_a_writer_does_not_go_round_the_bookies_that_refuse_its_id(zk, tmp_path):
