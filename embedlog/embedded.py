@@ -169,8 +169,9 @@ class EmbeddedLog:
         kind = "fence" if recover else "read"
         # as the server does before a request: data held under this id is served (or fenced)
         # only once facts no older than a watch or FACTS_RECHECK_S say it is this ledger's
-        # (its id may have been used again; a restart starts with no facts)
-        if self.bookie.needs_ledger_facts(lid, kind):
+        # (its id may have been used again; a restart starts with no facts), and facts of
+        # another ctime than md's are stale (a watch event still on ZooKeeper's thread)
+        if self.bookie.needs_ledger_facts(lid, kind, md.ctime_ms):
             self.bookie.fetch_ledger_facts(lid, kind)
         if recover and self.bookie.has_ledger(lid):
             self.bookie.is_fenced(lid)      # NoSuchLedgerError for another incarnation's data,

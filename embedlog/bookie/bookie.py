@@ -274,12 +274,13 @@ class Bookie:
 
     # -- what the metadata store says of a ledger (checked once, then cached) ----------
 
-    def needs_ledger_facts(self, ledger_id, kind: str = "create") -> bool:
+    def needs_ledger_facts(self, ledger_id, kind: str = "create",
+                           ctime_ms: int | None = None) -> bool:
         """True when a request for this ledger must wait for ``fetch_ledger_facts`` first
         (the server runs that off its event loop): LedgerDescriptors.needs_facts, ``kind``
         "create" (an add, WRITE_LAC, a trim), "fence" (a fencing or term-carrying read) or
-        "read"."""
-        return self.descriptors.needs_facts(self._key(ledger_id), kind)
+        "read"; ``ctime_ms``: the ctime of metadata the caller read just now."""
+        return self.descriptors.needs_facts(self._key(ledger_id), kind, ctime_ms)
 
     def fetch_ledger_facts(self, ledger_id, kind: str = "create"):
         """Read the ledger's metadata (blocking): see LedgerDescriptors.fetch_facts. None

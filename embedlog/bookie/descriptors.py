@@ -23,15 +23,15 @@ halts deletion while any is held (bookie/rollback.py).
 So facts must not outlive the ledger they describe. Stores that can (ZooKeeper) arm a watch
 with each read, which drops the facts when the ledger's metadata changes or goes; a dropped
 connection takes the watches (the facts stay, unwatched), and so does a lost session
-(``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), a fence or a read
-trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the embedded
-open_ledger ask ``needs_facts``), and a writer's add of an entry id the bookie already holds
-or to a fenced ledger (rare for a ledger's own writer; what a new ledger's writer usually
-does first), or its first add after IDLE_RECHECK_S without one, reads them again. A request of any kind for a held ledger whose facts are
-missing (none read since start, or dropped by a watch) reads the metadata first, and fails
-while the store cannot answer: a restarted bookie must not serve an earlier incarnation's
-entries to a reader of the new ledger (their digests check: same id, and CRC digests take
-no password). Reads go on through an outage only on facts read before. The incarnation
+(``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), any request for
+a held ledger trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the
+embedded open_ledger ask ``needs_facts``; a writer's add checks it too, check_key): one
+metadata read a second per ledger in use. A request of any kind for a held ledger whose
+facts are missing (none read since start, or dropped by a watch) reads the metadata first,
+and fails while the store cannot answer: a restarted bookie must not serve an earlier
+incarnation's entries to a reader of the new ledger (their digests check: same id, and CRC
+digests take no password). Reads go on through an outage only on facts read before. The
+incarnation
 is journalled (INCARNATION) as it is adopted, so an index the journal rebuilds after a
 crash, before its header reached disk, keeps it.
 
@@ -63,8 +63,7 @@ _IDS_I64 = struct.Struct(">QQq")
 _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
-FACTS_RECHECK_S = 1.0        # a fence or a read trusts unwatched facts at most this old
-IDLE_RECHECK_S = 10.0        # a writer's add to a held ledger idle this long re-reads them
+FACTS_RECHECK_S = 1.0        # a request for a held ledger trusts unwatched facts this long
 _MAC = DIGEST_CODES["mac"]
 CREATE, FENCE, READ = "create", "fence", "read"    # what a request does, for needs_facts
 
@@ -109,7 +108,6 @@ class LedgerDescriptors:
         self._keep_files = keep_files
         self._last_entry: dict = {}                  # key -> highest entry id seen
         self._lacs: dict = {}                        # key -> highest LAC carried by an entry
-        self._last_add_s: dict = {}                  # key -> when a writer's add last came
         # key -> lowest entry a failed group took back; changed only here, read by writers
         self.lost_adds: dict = {}
         self._facts: collections.OrderedDict = collections.OrderedDict()   # key -> LedgerFacts
@@ -200,14 +198,10 @@ class LedgerDescriptors:
         A ledger id whose metadata names another incarnation than this bookie held or
         deleted is refused: NoSuchLedgerError for a fence (``fencing``), as a bookie that
         never saw it answers, LedgerExistsError for the rest (a writer replaces the bookie).
-        ``first_entry``: a writer's add from that entry id on; one the bookie already holds
-        (a new ledger's writer starts again where the old one wrote), or one to a fenced
-        ledger (the old one was recovered before it was deleted), re-reads facts that no
-        watch guards before trusting them: both are rare for a ledger's own writer. So does
-        the first add after IDLE_RECHECK_S without one, if they are older than that (a new
-        ledger's writer whose first add here lies above the old one's last entry: this
-        bookie joined its ensemble by a change); the server reads them off its loop first
-        (needs_facts)."""
+        ``first_entry``: a writer's add (from that entry id on) re-reads facts no watch
+        guards once they are over FACTS_RECHECK_S old, as needs_facts has the server do off
+        its loop first: a new ledger's writer may start where the old one wrote, or above
+        its last entry here (this bookie joined its ensemble by a change)."""
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
@@ -237,12 +231,8 @@ class LedgerDescriptors:
             if facts is not None and facts.ctime_ms >= 0:
                 self._adopt_incarnation(key, facts.ctime_ms)
             return idx
-        if first_entry is not None:
-            if first_entry <= self._last_entry.get(key, -1) or idx.fenced:
-                self._reread_unwatched(key)
-            elif self._idle_unwatched(key):
-                self.fetch_facts(key)
-            self._last_add_s[key] = time.monotonic()
+        if first_entry is not None and self._stale_unwatched(key):
+            self.fetch_facts(key)
         facts = self._facts.get(key)
         if facts is None or facts.ctime_ms != idx.incarnation or self._foreign:
             self._check_incarnation(key, idx, fencing)      # all but a writer's every add
@@ -260,18 +250,11 @@ class LedgerDescriptors:
                 f"{damage['file']} was damaged ({damage['error']}); it was rebuilt from the "
                 "entry logs for reading and recovery, and this bookie takes no more writes to it")
 
-    def _idle_unwatched(self, key) -> bool:
-        """No writer's add for IDLE_RECHECK_S, and facts no watch guards older than that."""
+    def _stale_unwatched(self, key) -> bool:
+        """Facts no watch guards, read over FACTS_RECHECK_S ago."""
         facts = self._facts.get(key)
-        now = time.monotonic()
         return (facts is not None and not facts.watched
-                and now - facts.fetched_s > IDLE_RECHECK_S
-                and now - self._last_add_s.get(key, -IDLE_RECHECK_S - 1.0) > IDLE_RECHECK_S)
-
-    def _reread_unwatched(self, key) -> None:
-        facts = self._facts.get(key)
-        if facts is not None and not facts.watched:
-            self.fetch_facts(key)
+                and time.monotonic() - facts.fetched_s > FACTS_RECHECK_S)
 
     def _check_incarnation(self, key, idx, fencing: bool = False) -> None:
         """The data this bookie holds for a ledger id belongs to the ledger the metadata store
@@ -392,7 +375,6 @@ class LedgerDescriptors:
         ``keep_files``: a view's writer deletes those), and remember it was deleted."""
         self._last_entry.pop(key, None)
         self._lacs.pop(key, None)
-        self._last_add_s.pop(key, None)
         self.lost_adds.pop(key, None)
         self._foreign.pop(key, None)
         self._facts.pop(key, None)
@@ -447,31 +429,30 @@ class LedgerDescriptors:
         self._absent.pop(key, None)
         return False
 
-    def needs_facts(self, key, kind: str = CREATE) -> bool:
+    def needs_facts(self, key, kind: str = CREATE, ctime_ms: int | None = None) -> bool:
         """True when a request for this ledger must wait for ``fetch_facts`` first (the
         server runs it off its event loop). ``kind``: CREATE (an add, WRITE_LAC, a trim:
         anything that may create the ledger here), FENCE (a fencing or term-carrying read)
         or READ. The facts are read again when missing or untrustworthy: never looked up
         since start or dropped by a watch (CREATE and FENCE; READ for a ledger held here),
         their session gone (any kind, for a ledger held here), older than FACTS_RECHECK_S
-        and unwatched (FENCE and READ, for a ledger held here: one metadata read a second
-        at most, per ledger read), older than IDLE_RECHECK_S and unwatched with no add for
-        that long (CREATE, for a ledger held here: check_key)."""
+        and unwatched (any kind, for a ledger held here: one metadata read a second at most
+        per ledger in use; a new ledger's writer or reader under an old id finds out within
+        that second), or naming another ledger than the metadata the caller just read
+        (``ctime_ms``: its ctime)."""
         if self.metadata is None:
             return False
         facts = self._facts.get(key)
         held = key in self.ledgers
+        if ctime_ms is not None and held and facts is not None and facts.ctime_ms != ctime_ms:
+            return True
         if facts is None:
             if kind != READ and self._absent_known(key):
                 return False                 # deleted here, and its metadata still gone
             return kind != READ or held      # held data, of an incarnation not yet checked
         if facts.watched and facts.epoch != self._epoch():
             return kind != READ or held      # the session, and its watches, are gone
-        if not held or facts.watched:
-            return False
-        if kind == CREATE:
-            return self._idle_unwatched(key)
-        return time.monotonic() - facts.fetched_s > FACTS_RECHECK_S
+        return held and self._stale_unwatched(key)
 
     def _epoch(self):
         return self.metadata.ledger_manager.watch_epoch() if self._watches else None

@@ -102,11 +102,14 @@ def test_an_add_for_another_incarnation_of_a_ledger_id_is_refused(tmp_path):
         assert b.read_payloads(lid, 0, 1, nf.digest_code("crc32c"), None) == [b"a", b"b"]
 
 
-def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp_path):
+def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp_path,
+                                                                           monkeypatch):
     """SQLite has no watch to drop what a bookie cached of a ledger: the id deleted and
     given to a new ledger while the bookie runs, the new writer's add of entry 0 (which the
-    bookie already holds) makes it read the metadata again, and it is refused; a fence
-    reads facts over a second old again (LedgerDescriptors.FACTS_RECHECK_S)."""
+    bookie already holds) makes it read facts over a second old again
+    (LedgerDescriptors.FACTS_RECHECK_S), and it is refused; so does a read."""
+    from embedlog.bookie import descriptors
+    monkeypatch.setattr(descriptors, "FACTS_RECHECK_S", 0.0)   # every look is past it
     with embedlog.open(str(tmp_path / "log")) as log:
         lid, b, lm, v = _closed_ledger(log)
         assert not lm.watches_ledgers
@@ -119,35 +122,61 @@ def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp
             b.read_entry(lid, 0)
 
 
-def test_a_writers_first_add_after_an_idle_spell_rereads_unwatched_facts(tmp_path, monkeypatch):
+def test_a_writers_add_above_the_old_last_entry_rereads_facts_no_watch_guards(tmp_path,
+                                                                             monkeypatch):
     """A new ledger's writer whose first add here lies above the old ledger's last entry
-    (this bookie joined its ensemble by a change) is not caught by the re-read for an entry
-    the bookie holds: the first add after IDLE_RECHECK_S without one reads facts no watch
-    guards again (the server off its loop: needs_facts), a writer that keeps adding never."""
+    (this bookie joined its ensemble by a change): facts no watch guards over a second old
+    are read again before any add (the server off its loop: needs_facts), and it is
+    refused; a writer that keeps adding reads them once a second, not once an add."""
     from embedlog.bookie import descriptors
     with embedlog.open(str(tmp_path / "log")) as log:
         lid, b, lm, v = _closed_ledger(log)                     # entries 0 and 1
         _list_again(lm, v.value.with_(ctime_ms=v.value.ctime_ms + 1))
         key = nf.master_key(b"")
         entry = nf.encode_entry(0, lid.ledger_id, 5, -1, 1, nf.digest_code("crc32c"), b"x")
-        assert not b.needs_ledger_facts(lid, "create")          # idle under 10 s
-        monkeypatch.setattr(descriptors, "IDLE_RECHECK_S", 0.0, raising=False)
+        assert not b.needs_ledger_facts(lid, "create")          # read under a second ago
+        monkeypatch.setattr(descriptors, "FACTS_RECHECK_S", 0.0)
         assert b.needs_ledger_facts(lid, "create")
         with pytest.raises(LedgerExistsError, match="earlier ledger"):
             b.add_entries([entry], key)
         assert b.descriptors.last_entry_id((lid.scope_id, lid.ledger_id)) == 1   # not taken
-        # the ledger's own writer: an add, and the next within IDLE_RECHECK_S reads nothing
+        # the ledger's own writer: facts a second old read once, then trusted again
+        monkeypatch.setattr(descriptors, "FACTS_RECHECK_S", 1.0)
         w = log.create_ledger()
         w.append(b"a")
-        monkeypatch.setattr(descriptors, "IDLE_RECHECK_S", 3600.0)
+        mine = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        b.descriptors._facts[mine].fetched_s -= 2.0
         reads = []
         real = lm.read_ledger_metadata
-        monkeypatch.setattr(lm, "read_ledger_metadata", lambda *a, **k: reads.append(a) or real(*a, **k))
-        mine = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        monkeypatch.setattr(lm, "read_ledger_metadata",
+                            lambda *a, **k: reads.append(a) or real(*a, **k))
+        assert b.needs_ledger_facts(w.ledger_id, "create")
+        for eid in range(1, 50):
+            b.descriptors.check_key(mine, key, True, first_entry=eid)
+        assert len(reads) == 1
         assert not b.needs_ledger_facts(w.ledger_id, "create")
-        b.descriptors.check_key(mine, key, True, first_entry=1)
-        b.descriptors.check_key(mine, key, True, first_entry=2)
-        assert reads == []
+
+
+def test_the_embedded_open_checks_the_incarnation_it_just_read(tmp_path):
+    """open_ledger holds the metadata it read: data held under another incarnation than
+    that one is not served or fenced even while the cached facts look fresh (a watch event
+    still in flight on ZooKeeper's thread; here SQLite within its second)."""
+    from embedlog.meta.api import LedgerState
+    with embedlog.open(str(tmp_path / "log")) as log:
+        lid, b, lm, v = _closed_ledger(log)
+        held = v.value
+        _list_again(lm, held.with_(ctime_ms=held.ctime_ms + 1))
+        assert not b.needs_ledger_facts(lid, "read")            # the facts look fresh
+        with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
+            log.open_ledger(lid)
+        _list_again(lm, held.with_(ctime_ms=held.ctime_ms + 2, state=LedgerState.OPEN,
+                                   last_entry_id=-1, length=0))
+        b.fetch_ledger_facts(lid)
+        _list_again(lm, held.with_(ctime_ms=held.ctime_ms + 3, state=LedgerState.OPEN,
+                                   last_entry_id=-1, length=0))
+        with pytest.raises(NoSuchLedgerError, match="earlier ledger"):
+            log.open_ledger(lid)                                  # open: recovery's fence
+        assert not b.descriptors.ledgers[(lid.scope_id, lid.ledger_id)].fenced
 
 
 @pytest.mark.parametrize("restart", [True, False])
