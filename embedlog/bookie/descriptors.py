@@ -31,9 +31,8 @@ facts are missing (none read since start, or dropped by a watch) reads the metad
 and fails while the store cannot answer: a restarted bookie must not serve an earlier
 incarnation's entries to a reader of the new ledger (their digests check: same id, and CRC
 digests take no password). Reads go on through an outage only on facts read before. The
-incarnation
-is journalled (INCARNATION) as it is adopted, so an index the journal rebuilds after a
-crash, before its header reached disk, keeps it.
+incarnation is journalled (INCARNATION) as it is adopted, so an index the journal rebuilds
+after a crash, before its header reached disk, keeps it.
 
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
