@@ -23,16 +23,18 @@ halts deletion while any is held (bookie/rollback.py).
 So facts must not outlive the ledger they describe. Stores that can (ZooKeeper) arm a watch
 with each read, which drops the facts when the ledger's metadata changes or goes; a dropped
 connection takes the watches (the facts stay, unwatched), and so does a lost session
-(``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), any request for
-a held ledger trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the
-embedded open_ledger ask ``needs_facts``; a writer's add checks it too, check_key): one
-metadata read a second per ledger in use. A request of any kind for a held ledger whose
-facts are missing (none read since start, or dropped by a watch) reads the metadata first,
-and fails while the store cannot answer: a restarted bookie must not serve an earlier
-incarnation's entries to a reader of the new ledger (their digests check: same id, and CRC
-digests take no password). Reads go on through an outage only on facts read before. The
-incarnation is journalled (INCARNATION) as it is adopted, so an index the journal rebuilds
-after a crash, before its header reached disk, keeps it.
+(``epoch``). Where no watch guards them (SQLite, etcd, or a watch gone), a fence or a read
+trusts facts at most ``FACTS_RECHECK_S`` old (the server's requests and the embedded
+open_ledger ask ``needs_facts``), and a writer's add of an entry id the bookie already holds
+or to a fenced ledger (rare for a ledger's own writer; what a new ledger's writer usually
+does first) reads facts that old again. Other adds never wait for the store, so writes go
+on through a metadata outage as on BookKeeper's bookies. A request of any kind for a held
+ledger whose facts are missing (none read since start, or dropped by a watch) reads the
+metadata first, and fails while the store cannot answer: a restarted bookie must not serve
+an earlier incarnation's entries to a reader of the new ledger (their digests check: same
+id, and CRC digests take no password). Reads go on through an outage only on facts read
+before. The incarnation is journalled (INCARNATION) as it is adopted, so an index the
+journal rebuilds after a crash, before its header reached disk, keeps it.
 
 Every method is called with the bookie's lock held, except the facts' (their own lock:
 the server fetches facts off its event loop while others hold the bookie's). The changes
@@ -51,7 +53,7 @@ from embedlog._native import bkencode, journal_format as jformat, journal_kernel
 from embedlog._native.format import (DIGEST_CODES, LedgerId, mac_key as derive_mac,
                                      master_key as derive_key)
 from embedlog._native.index import MAX_LAC_BODY
-from embedlog.errors import (CorruptedDataError, IllegalOpError,
+from embedlog.errors import (CorruptedDataError, IllegalOpError, MetadataError,
                              InvalidTermError, LedgerExistsError, LedgerFencedError,
                              NoSuchLedgerError, UnauthorizedAccessError)
 
@@ -62,7 +64,7 @@ _IDS_I64 = struct.Struct(">QQq")
 _LAC_HEAD = struct.Struct(">qq")      # a WRITE_LAC body begins: ledger id, LAC
 FACTS_MAX = 100_000          # ledgers whose metadata facts are cached
 NO_LEDGER_END = 2**63 - 1    # past any entry id: a truncation erases up to here
-FACTS_RECHECK_S = 1.0        # a request for a held ledger trusts unwatched facts this long
+FACTS_RECHECK_S = 1.0        # a fence or a read trusts unwatched facts at most this old
 _MAC = DIGEST_CODES["mac"]
 CREATE, FENCE, READ = "create", "fence", "read"    # what a request does, for needs_facts
 
@@ -77,9 +79,10 @@ class LedgerFacts:
     """What the metadata store says of a ledger that the bookie checks requests against;
     ``ctime_ms`` tells one incarnation of a ledger id from another. ``fetched_s`` (monotonic)
     and ``watched`` (a store watch drops these facts when the metadata changes, ``epoch``
-    the store session it lives in) say how far they may be trusted."""
+    the store session it lives in) say how far they may be trusted; ``tried_s``: when a
+    writer's add last tried to read them again (check_key: once a second at most)."""
     __slots__ = ("master_key", "digest", "unbounded", "ctime_ms", "fetched_s", "watched", "epoch",
-                 "mac_key")
+                 "mac_key", "tried_s")
 
     def __init__(self, master_key: bytes, digest: int, unbounded: bool, ctime_ms: int = -1,
                  fetched_s: float = 0.0, watched: bool = False, epoch=None,
@@ -87,6 +90,7 @@ class LedgerFacts:
         self.master_key, self.digest, self.unbounded = master_key, digest, unbounded
         self.ctime_ms, self.fetched_s, self.watched, self.epoch = ctime_ms, fetched_s, watched, epoch
         self.mac_key = mac_key          # a MAC ledger's digest key (for WRITE_LAC bodies)
+        self.tried_s = fetched_s
 
 
 class LedgerDescriptors:
@@ -197,10 +201,12 @@ class LedgerDescriptors:
         A ledger id whose metadata names another incarnation than this bookie held or
         deleted is refused: NoSuchLedgerError for a fence (``fencing``), as a bookie that
         never saw it answers, LedgerExistsError for the rest (a writer replaces the bookie).
-        ``first_entry``: a writer's add (from that entry id on) re-reads facts no watch
-        guards once they are over FACTS_RECHECK_S old, as needs_facts has the server do off
-        its loop first: a new ledger's writer may start where the old one wrote, or above
-        its last entry here (this bookie joined its ensemble by a change)."""
+        ``first_entry``: a writer's add from that entry id on; one the bookie already holds
+        (a new ledger's writer starts again where the old one wrote), or one to a fenced
+        ledger (the old one was recovered before it was deleted), re-reads facts that no
+        watch guards and are over FACTS_RECHECK_S old before trusting them, trying once a
+        second at most (inline: both are rare for a ledger's own writer, and a stale
+        writer's in-flight adds to its fenced ledger must not each read the store)."""
         idx = self.ledgers.get(key)
         if idx is None or idx.master_key is None:
             if not create:
@@ -230,8 +236,9 @@ class LedgerDescriptors:
             if facts is not None and facts.ctime_ms >= 0:
                 self._adopt_incarnation(key, facts.ctime_ms)
             return idx
-        if first_entry is not None and self._stale_unwatched(key):
-            self.fetch_facts(key)
+        if first_entry is not None and (first_entry <= self._last_entry.get(key, -1)
+                                        or idx.fenced) and self._stale_unwatched(key):
+            self._reread(key)
         facts = self._facts.get(key)
         if facts is None or facts.ctime_ms != idx.incarnation or self._foreign:
             self._check_incarnation(key, idx, fencing)      # all but a writer's every add
@@ -254,6 +261,18 @@ class LedgerDescriptors:
         facts = self._facts.get(key)
         return (facts is not None and not facts.watched
                 and time.monotonic() - facts.fetched_s > FACTS_RECHECK_S)
+
+    def _reread(self, key) -> None:
+        """Read stale facts again for a writer's add, or refuse it if that was tried under
+        FACTS_RECHECK_S ago and failed (the store cannot answer: a retryable error)."""
+        facts = self._facts[key]
+        now = time.monotonic()
+        if now - facts.tried_s <= FACTS_RECHECK_S:
+            raise MetadataError(f"bookie {self.bookie_id}: the metadata of ledger "
+                                f"{LedgerId(*key)} could not be read to check this add; "
+                                "try again")
+        facts.tried_s = now
+        self.fetch_facts(key)
 
     def _check_incarnation(self, key, idx, fencing: bool = False) -> None:
         """The data this bookie holds for a ledger id belongs to the ledger the metadata store
@@ -435,10 +454,9 @@ class LedgerDescriptors:
         or READ. The facts are read again when missing or untrustworthy: never looked up
         since start or dropped by a watch (CREATE and FENCE; READ for a ledger held here),
         their session gone (any kind, for a ledger held here), older than FACTS_RECHECK_S
-        and unwatched (any kind, for a ledger held here: one metadata read a second at most
-        per ledger in use; a new ledger's writer or reader under an old id finds out within
-        that second), or naming another ledger than the metadata the caller just read
-        (``ctime_ms``: its ctime)."""
+        and unwatched (FENCE and READ, for a ledger held here: one metadata read a second
+        at most, per ledger read; adds check theirs in check_key), or naming another ledger
+        than the metadata the caller just read (``ctime_ms``: its ctime)."""
         if self.metadata is None:
             return False
         facts = self._facts.get(key)
@@ -451,7 +469,7 @@ class LedgerDescriptors:
             return kind != READ or held      # held data, of an incarnation not yet checked
         if facts.watched and facts.epoch != self._epoch():
             return kind != READ or held      # the session, and its watches, are gone
-        return held and self._stale_unwatched(key)
+        return kind != CREATE and held and self._stale_unwatched(key)
 
     def _epoch(self):
         return self.metadata.ledger_manager.watch_epoch() if self._watches else None

@@ -122,39 +122,57 @@ def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp
             b.read_entry(lid, 0)
 
 
-def test_a_writers_add_above_the_old_last_entry_rereads_facts_no_watch_guards(tmp_path,
-                                                                             monkeypatch):
-    """A new ledger's writer whose first add here lies above the old ledger's last entry
-    (this bookie joined its ensemble by a change): facts no watch guards over a second old
-    are read again before any add (the server off its loop: needs_facts), and it is
-    refused; a writer that keeps adding reads them once a second, not once an add."""
-    from embedlog.bookie import descriptors
+def _age(facts, seconds: float) -> None:
+    """Facts read (and last tried) ``seconds`` earlier."""
+    for name in ("fetched_s", "tried_s"):
+        if hasattr(facts, name):
+            setattr(facts, name, getattr(facts, name) - seconds)
+
+
+def test_a_writers_adds_to_a_fenced_ledger_read_the_store_once_a_second(tmp_path,
+                                                                       monkeypatch):
+    """A stale writer's in-flight adds to its recovered (fenced) ledger each came to read
+    the metadata again, inline: now facts over FACTS_RECHECK_S old are read once, and
+    while the store cannot answer an add is refused without asking it again within the
+    second. The ledger's own writer, adding past the last entry, never reads it."""
+    from embedlog.errors import MetadataError
     with embedlog.open(str(tmp_path / "log")) as log:
-        lid, b, lm, v = _closed_ledger(log)                     # entries 0 and 1
-        _list_again(lm, v.value.with_(ctime_ms=v.value.ctime_ms + 1))
+        lid, b, lm, _v = _closed_ledger(log)
+        mine = (lid.scope_id, lid.ledger_id)
+        d = b.descriptors
+        d.ledgers[mine].fenced = True
         key = nf.master_key(b"")
-        entry = nf.encode_entry(0, lid.ledger_id, 5, -1, 1, nf.digest_code("crc32c"), b"x")
-        assert not b.needs_ledger_facts(lid, "create")          # read under a second ago
-        monkeypatch.setattr(descriptors, "FACTS_RECHECK_S", 0.0)
-        assert b.needs_ledger_facts(lid, "create")
-        with pytest.raises(LedgerExistsError, match="earlier ledger"):
-            b.add_entries([entry], key)
-        assert b.descriptors.last_entry_id((lid.scope_id, lid.ledger_id)) == 1   # not taken
-        # the ledger's own writer: facts a second old read once, then trusted again
-        monkeypatch.setattr(descriptors, "FACTS_RECHECK_S", 1.0)
-        w = log.create_ledger()
-        w.append(b"a")
-        mine = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
-        b.descriptors._facts[mine].fetched_s -= 2.0
         reads = []
         real = lm.read_ledger_metadata
         monkeypatch.setattr(lm, "read_ledger_metadata",
                             lambda *a, **k: reads.append(a) or real(*a, **k))
-        assert b.needs_ledger_facts(w.ledger_id, "create")
-        for eid in range(1, 50):
-            b.descriptors.check_key(mine, key, True, first_entry=eid)
+        _age(d._facts[mine], 2.0)
+        for eid in range(2, 40):
+            d.check_key(mine, key, True, first_entry=eid)
         assert len(reads) == 1
+        # the store cannot answer: one try, then refused without another for a second
+        _age(d._facts[mine], 2.0)
+
+        def down(*a, **k):
+            reads.append(a)
+            raise MetadataError("the store is down")
+        monkeypatch.setattr(lm, "read_ledger_metadata", down)
+        for eid in range(40, 60):
+            with pytest.raises(MetadataError):
+                d.check_key(mine, key, True, first_entry=eid)
+        assert len(reads) == 2
+        # the own writer of a live ledger never waits for the store (an outage included)
+        monkeypatch.setattr(lm, "read_ledger_metadata", real)
+        w = log.create_ledger()
+        w.append(b"a")
+        own = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
+        d._facts[own].fetched_s -= 2.0
+        monkeypatch.setattr(lm, "read_ledger_metadata", down)
         assert not b.needs_ledger_facts(w.ledger_id, "create")
+        for eid in range(1, 20):
+            d.check_key(own, key, True, first_entry=eid)
+        assert len(reads) == 2
+        monkeypatch.setattr(lm, "read_ledger_metadata", real)
 
 
 def test_the_embedded_open_checks_the_incarnation_it_just_read(tmp_path):
