@@ -293,7 +293,8 @@ def test_a_held_ledger_is_never_read_on_no_facts_while_the_store_cannot_answer(o
     tests/client/test_id_reuse.py served the old entries as the new ledger's so, once in ~20
     runs at load 8, from a bookie whose reconnection to the restored server hung)."""
     from embedlog.errors import MetadataError, TimeoutError
-    uri = f"zk+hierarchical://{own_zookeeper.hosts}/unreadable?timeout_s=1"
+    from support.cliutil import wait_until
+    uri = f"zk+hierarchical://{own_zookeeper.hosts}/unreadable?timeout_s=2"
     d = str(tmp_path / "log")
     with embedlog.open(d, metadata_uri=uri) as log:
         lid, _b, _lm, _v = _closed_ledger(log)
@@ -307,10 +308,16 @@ def test_a_held_ledger_is_never_read_on_no_facts_while_the_store_cannot_answer(o
                 b.fetch_ledger_facts(lid, "read")
         finally:
             os.kill(pid, signal.SIGCONT)
-        b.fetch_ledger_facts(lid, "read")                  # read, and cached
+
+        def read_once_it_answers():
+            try:
+                return b.fetch_ledger_facts(lid, "read") is not None
+            except (MetadataError, TimeoutError):
+                return False
+        wait_until(read_once_it_answers, 60, "the facts read once the store answers")
         _stopped(pid)
         try:
             assert b.fetch_ledger_facts(lid, "read") is None   # read on what was read
+            assert b.read_payloads(lid, 0, 1, nf.digest_code("crc32c"), None) == [b"a", b"b"]
         finally:
             os.kill(pid, signal.SIGCONT)
-        assert log.open_ledger(lid).read_batch(0, 1) == [b"a", b"b"]
