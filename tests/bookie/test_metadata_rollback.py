@@ -272,19 +272,6 @@ def test_an_index_replayed_before_its_header_reached_disk_keeps_its_incarnation(
         assert log.open_ledger(lid).read_batch(0, 2) == [b"old-0", b"old-1", b"old-2"]
 
 
-def _stopped(pid: int) -> None:
-    """SIGSTOP, and wait until every thread of the process is stopped (kill returns first:
-    a thread still running may answer one more request)."""
-    from support.cliutil import wait_until
-    os.kill(pid, signal.SIGSTOP)
-
-    def state(tid):
-        with open(f"/proc/{pid}/task/{tid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    wait_until(lambda: all(state(t) in "Tt" for t in os.listdir(f"/proc/{pid}/task")), 10,
-               f"every thread of {pid} stopped")
-
-
 def test_a_held_ledger_is_never_read_on_no_facts_while_the_store_cannot_answer(own_zookeeper,
                                                                              tmp_path):
     """Reads go on through a metadata outage on facts read before, never on none: a bookie
@@ -293,6 +280,7 @@ def test_a_held_ledger_is_never_read_on_no_facts_while_the_store_cannot_answer(o
     tests/client/test_id_reuse.py served the old entries as the new ledger's so, once in ~20
     runs at load 8, from a bookie whose reconnection to the restored server hung)."""
     from embedlog.errors import MetadataError, TimeoutError
+    from embedlog.harness.servers import suspend
     from support.cliutil import wait_until
     uri = f"zk+hierarchical://{own_zookeeper.hosts}/unreadable?timeout_s=2"
     d = str(tmp_path / "log")
@@ -302,7 +290,7 @@ def test_a_held_ledger_is_never_read_on_no_facts_while_the_store_cannot_answer(o
     with embedlog.open(d, metadata_uri=uri) as log:
         b = log.bookie
         assert b.needs_ledger_facts(lid, "read")           # none read since start
-        _stopped(pid)                                      # the store stops answering
+        suspend(pid)                                      # the store stops answering
         try:
             with pytest.raises((MetadataError, TimeoutError)):
                 b.fetch_ledger_facts(lid, "read")
@@ -315,7 +303,7 @@ def test_a_held_ledger_is_never_read_on_no_facts_while_the_store_cannot_answer(o
             except (MetadataError, TimeoutError):
                 return False
         wait_until(read_once_it_answers, 60, "the facts read once the store answers")
-        _stopped(pid)
+        suspend(pid)
         try:
             assert b.fetch_ledger_facts(lid, "read") is None   # read on what was read
             assert b.read_payloads(lid, 0, 1, nf.digest_code("crc32c"), None) == [b"a", b"b"]
