@@ -124,9 +124,8 @@ def test_a_running_bookie_rereads_unwatched_facts_when_a_writer_starts_again(tmp
 
 def _age(facts, seconds: float) -> None:
     """Facts read (and last tried) ``seconds`` earlier."""
-    for name in ("fetched_s", "tried_s"):
-        if hasattr(facts, name):
-            setattr(facts, name, getattr(facts, name) - seconds)
+    facts.fetched_s -= seconds
+    facts.tried_s -= seconds
 
 
 def test_a_writers_adds_to_a_fenced_ledger_read_the_store_once_a_second(tmp_path,
@@ -166,7 +165,7 @@ def test_a_writers_adds_to_a_fenced_ledger_read_the_store_once_a_second(tmp_path
         w = log.create_ledger()
         w.append(b"a")
         own = (w.ledger_id.scope_id, w.ledger_id.ledger_id)
-        d._facts[own].fetched_s -= 2.0
+        _age(d._facts[own], 2.0)
         monkeypatch.setattr(lm, "read_ledger_metadata", down)
         assert not b.needs_ledger_facts(w.ledger_id, "create")
         for eid in range(1, 20):
