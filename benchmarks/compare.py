@@ -828,7 +828,11 @@ class Runner:
                     f"{per(logged + held):.2f} (written {per(logged):.2f}, the memtable's change "
                     f"{held / 2**20:+,.0f} MiB) + index writes {per(index):.2f} = "
                     f"{per(j['bytes_written'] + j['zeros_written'] + logged + held + index):.2f}"
-                    f" (layout {st.get('layout', 1)}); journals reused {j['files_reused']}")
+                    f" (layout {st.get('layout', 1)}); journals reused {j['files_reused']}; "
+                    f"in whole blocks (O_DIRECT writes each group's partial first block again "
+                    f"and pads its last) the journal writes {per(j['blocks_written']):.2f}, "
+                    f"the total "
+                    f"{per(j['blocks_written'] + j['zeros_written'] + logged + held + index):.2f}")
         finally:
             self.close_all(work, stores)
 

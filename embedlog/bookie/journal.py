@@ -102,7 +102,8 @@ class Journal:
         self.stats = {t: 0 for t in TRIGGERS}
         self.stats.update(fsyncs=0, groups=0, group_entries_max=0, bytes_written=0,
                           records_written=0, fsync_time_s=0.0, memory_throttled=0,
-                          zeros_written=0, files_reused=0, files_created=0, groups_extending=0)
+                          zeros_written=0, files_reused=0, files_created=0, groups_extending=0,
+                          blocks_written=0)
         # called after each group (lock held; must be quick): (trigger, records, bytes,
         # fsync seconds or None) -- the admin server's histograms
         self.group_observer = None

@@ -384,12 +384,17 @@ class JournalFiles:
         fsync_s = None
         if self.dfd >= 0:
             try:
+                # what the device takes: whole blocks, the partial one before the group
+                # written again and the zeros after it (bytes_written counts records only)
+                lag = self.offset % ALIGN
+                blocks = -(-(lag + buf.nbytes) // ALIGN) * ALIGN
                 if busy is None and not synced:
                     self._tail = buf.write_direct(self.dfd, self.offset, self._tail)
                 else:
                     self._tail, fsync_s = fileio.write_direct_synced(
                         busy, buf, self.dfd, self.offset, self._tail, self.path)
                 self.offset += buf.nbytes
+                self.stats["blocks_written"] += blocks
                 return fsync_s
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
@@ -401,6 +406,7 @@ class JournalFiles:
                 self.dfd = -1
         buf.write_to(self.fd, self.offset)
         self.offset += buf.nbytes
+        self.stats["blocks_written"] += buf.nbytes + 4      # and the zero length after it
         return None
 
     def note_written(self, buf) -> None:

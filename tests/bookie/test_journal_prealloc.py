@@ -58,6 +58,23 @@ def test_small_groups_keep_zeros_ahead(tmp_path):
         assert (log.bookie.journal.files.group_bytes_mean or 0) < PREALLOC_GROUP_BYTES_MAX
 
 
+def test_blocks_written_counts_what_the_device_takes(tmp_path):
+    """bytes_written counts records; blocks_written what the writes put on the device:
+    with O_DIRECT each lone group writes its whole block again."""
+    with embedlog.open(tmp_path / "d", **CFG) as log:
+        _direct_or_skip(log)
+        w = log.create_ledger()
+        before = dict(_stats(log))
+        for i in range(20):
+            w.append(b"%04d" % i + bytes(96))       # 20 lone groups: a 145-byte record each
+        after = _stats(log)
+        groups = after["groups"] - before["groups"]
+        records = after["bytes_written"] - before["bytes_written"]
+        assert groups == 20 and 20 * 145 <= records < 20 * 200   # the first add's own records too
+        # every group sits inside the first blocks: one or two blocks each
+        assert 20 * 4096 <= after["blocks_written"] - before["blocks_written"] <= 40 * 4096
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_power_loss_over_extended_and_preallocated_stretches(tmp_path, seed):
     """Groups alternate between large (the file is extended) and small (zeros go ahead
