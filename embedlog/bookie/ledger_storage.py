@@ -363,9 +363,15 @@ class SortedLedgerStorage:
         # until the next trim renames it: its ledgers' index files were synced before then)
         segments = []
         for log_id, path in self._segment_files():
-            held = journal_files.read_segment_map(path[:-4]) if path.endswith(".seg") else None
-            if held is not None:
-                segments.append((log_id, path, held))
+            if not path.endswith(".seg"):
+                continue
+            held = journal_files.read_segment_map(path[:-4])
+            if held is None:
+                # its map is gone or damaged: its records say (what GC counts it from too)
+                held = scrub.segment_ledgers(log_id, path)
+                log.warning("journal segment %s: its ledgers map is missing or damaged; "
+                            "its records were read instead (%d ledgers)", path, len(held))
+            segments.append((log_id, path, held))
         found = scrub.unindexed_entries(
             logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)),
             segments)

@@ -109,6 +109,22 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
 SEGMENT_LOG_BIT = 0x80000000        # a log id naming a journal segment (layout 2)
 
 
+def segment_ledgers(log_id: int, path: str) -> dict:
+    """{(scope, ledger): bytes} of a journal segment counted from its records, up to the
+    first that fails its crc (one whose map is missing or damaged); {} if it cannot be
+    read (a header that does not parse: its entries are refused on read)."""
+    try:
+        m = nel.MappedLog.open_segment(path, log_id)
+    except (CorruptedDataError, OSError):
+        return {}
+    try:
+        return m.scanned_ledgers()
+    except CorruptedDataError:
+        return {}
+    finally:
+        m.close()
+
+
 def ledger_entries(logs, key, first: int = 0):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
     entry logs ``logs`` ([(log id, path)], ascending; a log id with bit 31 set is a journal

@@ -271,7 +271,10 @@ def test_a_damaged_index_file_is_rebuilt_from_the_segments(tmp_path):
         check(log, ledgers)                     # every entry, from the segments
 
 
-def test_a_lost_index_file_is_found_from_the_segment_maps(tmp_path):
+@pytest.mark.parametrize("maps", ["kept", "deleted", "damaged"])
+def test_a_lost_index_file_is_found_from_the_segments(tmp_path, maps):
+    """From each segment's map, or, where the map is gone or damaged too, from its records
+    (the old code found nothing then: the ledger was not held, and GC freed its segments)."""
     with embedlog.open(tmp_path, **CONFIG) as log:
         ledgers = fill(log)
         log.bookie.checkpoint()
@@ -279,6 +282,15 @@ def test_a_lost_index_file_is_found_from_the_segment_maps(tmp_path):
         idx_path = log.bookie.ledgers[(lid.scope_id, lid.ledger_id)].path
     journal = os.path.join(tmp_path, "journal")
     assert files(journal, ".seg.map")
+    for name in files(journal, ".seg.map"):
+        if maps == "deleted":
+            os.unlink(os.path.join(journal, name))
+        elif maps == "damaged":
+            with open(os.path.join(journal, name), "r+b") as f:
+                f.seek(20)
+                b = f.read(1)
+                f.seek(20)
+                f.write(bytes([b[0] ^ 1]))
     os.unlink(idx_path)
     with embedlog.open(tmp_path, **CONFIG) as log:
         key = (lid.scope_id, lid.ledger_id)
