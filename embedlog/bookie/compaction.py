@@ -511,7 +511,14 @@ class Compactor:
                 report["discarded"].append(os.path.basename(path))
                 fsync_dir(os.path.dirname(path))
                 continue
-            m = nel.MappedLog.open_existing(path, log_id)
+            try:
+                m = nel.MappedLog.open_existing(path, log_id)
+            except CorruptedDataError as exc:
+                # one damaged log must not keep every ledger from being served: its
+                # entries are refused on read, the scrub and the shell's check report it
+                log.error("entry log %s is damaged and left as it is: %s", path, exc)
+                report.setdefault("damaged", []).append(log_id)
+                continue
             try:
                 sealed = m.sealed
             finally:

@@ -65,7 +65,8 @@ from embedlog.bookie.compaction import (SEGMENT_LOG, Compactor, EntryLogMeta, Ra
                                         is_segment, live_mask)
 from embedlog.fileio import fsync_dir
 from embedlog.bookie.rollback import DeletionHalt
-from embedlog.errors import ConfigError, EmbedlogError, MetadataError, NoSuchLedgerError, TimeoutError
+from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, MetadataError,
+                             NoSuchLedgerError, TimeoutError)
 
 log = logging.getLogger("embedlog.bookie.gc")
 
@@ -121,6 +122,7 @@ class GarbageCollector:
         }
         self.last_scan: dict = {}
         self.missing: dict = {}            # (scope, lid) -> ms first seen missing, never deleted
+        self.damaged_logs: set = set()     # entry logs that cannot be read: never collected
         self.absence = self._absence_rule(metadata)
         self.halt = DeletionHalt(bookie.ledger_currents[0])
         self.reissued: dict = {}           # key -> (held ctime, deleted ctime): another ledger's record
@@ -470,6 +472,9 @@ class GarbageCollector:
                 m = nel.MappedLog.open_existing(el.path_of(log_id), log_id)
             except FileNotFoundError:
                 continue
+            except CorruptedDataError as exc:
+                self._damaged_log(log_id, exc)
+                continue
             try:
                 # not current, so finished: sealed by its roll (with a map unless it had no room)
                 ledgers = m.ledgers_map()
@@ -477,9 +482,19 @@ class GarbageCollector:
                 if recount:
                     ledgers = m.scanned_ledgers()
                 self.log_meta[log_id] = EntryLogMeta(log_id, ledgers, recount, m.mapped)
+            except CorruptedDataError as exc:
+                self._damaged_log(log_id, exc)
             finally:
                 m.close()
         return self.log_meta
+
+    def _damaged_log(self, log_id: int, exc) -> None:
+        """A log that cannot be read is kept as it is (it may hold live entries) and left
+        out of collection and compaction; the rest of the cycle goes on. Said once."""
+        if log_id not in self.damaged_logs:
+            self.damaged_logs.add(log_id)
+            self.stats["damaged_logs"] = len(self.damaged_logs)
+            log.error("garbage collection leaves entry log %x alone: %s", log_id, exc)
 
     def refresh_segment_meta(self) -> dict[int, EntryLogMeta]:
         """Layout 2: the ledgers map of every ``.seg`` file (below the LastLogMark: the

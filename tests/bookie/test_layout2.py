@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import embedlog
-from embedlog.errors import CorruptedDataError, DigestMismatchError
+from embedlog.errors import CorruptedDataError, DigestMismatchError, EmbedlogError
 
 from support.cliutil import ROOT, SUPPORT, TESTS
 from support.crash_child import payload
@@ -805,3 +805,45 @@ def test_sigkill_while_a_freed_segment_is_kept_or_reused_loses_and_leaks_nothing
         assert {f[:-len(".map")] for f in files(journal, ".seg.map")} <= set(files(journal, ".seg"))
     with embedlog.open(tmp_path, **cfg) as log:
         assert log.open_ledger(lid).read_batch(0, n - 1) == [payload(q, e) for e in range(n)]
+
+
+@pytest.mark.parametrize("damage", ["cut", "version"])
+def test_one_damaged_entry_log_leaves_the_other_ledgers_served(tmp_path, damage):
+    """An entry log compaction made from segments is cut or its version byte flipped: the
+    directory still opens, the other ledger reads, the damaged log's ledger gets the
+    project's error (the old code: CorruptedDataError from open(), nothing served)."""
+    cfg = dict(CONFIG, entry_log_size_limit=4 << 20, compaction_rate_by_entries=1_000_000)
+    with embedlog.open(tmp_path, **cfg) as log:
+        live, other = log.create_ledger(), log.create_ledger()
+        dead = [log.create_ledger() for _ in range(6)]
+        for e in range(300):
+            live.append(payload(live.ledger_id.qualified_name, e))
+            for h in dead:
+                h.append(bytes(1000))
+        for h in (live, *dead):
+            h.close()
+        log.bookie.checkpoint()
+        for h in dead:
+            log.delete_ledger(h.ledger_id)
+        log.bookie.checkpoint()
+        log.bookie.gc.run_once(force_minor=True)          # live's entries -> an entry log
+        other.append_many([payload(other.ledger_id.qualified_name, e) for e in range(100)])
+        other.close()
+        log.bookie.checkpoint()
+    logs = files(os.path.join(tmp_path, "current"), ".log")
+    assert len(logs) == 1
+    path = os.path.join(tmp_path, "current", logs[0])
+    if damage == "cut":
+        os.truncate(path, os.path.getsize(path) // 2)
+    else:
+        with open(path, "r+b") as f:
+            f.seek(4)
+            f.write(b"\x20")
+    with embedlog.open(tmp_path, **cfg) as log:
+        q = other.ledger_id.qualified_name
+        assert log.open_ledger(other.ledger_id).read_batch(0, 99) == [payload(q, e) for e in range(100)]
+        with pytest.raises(EmbedlogError):
+            log.open_ledger(live.ledger_id).read_entry(0)
+        log.bookie.gc.run_once()                           # a cycle goes on past it
+        assert log.bookie.gc.damaged_logs == {int(logs[0][:-4], 16)}
+        assert log.open_ledger(other.ledger_id).read_entry(99) == payload(q, 99)
