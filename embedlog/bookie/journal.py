@@ -316,6 +316,10 @@ class Journal:
         if group.rolled:
             files.roll(sync_old=not self._needs_roll)
             self._note_file(group.start_seq)
+        covered = files.cover(group.buf.nbytes)
+        if covered is not None:
+            with self.cv:
+                files.zero_end = max(files.zero_end, covered)
         group.attempted = (files.path, files.offset, group.buf.nbytes)
         if self.config.journal_sync_data and not armed:
             # one request, write and sync: the leader wakes once (and no failure point lies

@@ -31,6 +31,10 @@ from embedlog.fileio import fsync_dir, no_space, private_dir
 
 log = logging.getLogger("embedlog.bookie")
 ALIGN = jbuffer.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and offset
+# file systems whose O_DIRECT write past the end moves the size once, when the whole write
+# completed (ext4, XFS: docs/FORMATS.md, "Preallocation"); elsewhere (tmpfs takes O_DIRECT
+# through its page cache) a killed write can leave the file ending inside a record
+SIZE_AT_COMPLETION = {0xEF53: "ext4", 0x58465342: "xfs"}
 FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
 SEG = ".seg"                      # layout 2: a trimmed journal kept as the storage of its entries
 MAX_FREE = 8                      # journals kept for reuse, or as many as one trim frees ...
@@ -154,6 +158,7 @@ class JournalFiles:
         self.group_bytes_mean = None      # moving mean of group sizes (None: no group yet)
         self.max_bytes = config.journal_max_size_mb * 1024 * 1024
         self.prealloc_bytes = config.journal_pre_alloc_size_mb * 1024 * 1024
+        self.size_at_completion = jbuffer.fs_type(directory) in SIZE_AT_COMPLETION
         self._spares_lock = threading.Lock()
         # layout 2: each journal gets a segment number (its header's) that index locations
         # name it by; trimmed journals become <id>.seg instead of being deleted or reused,
@@ -263,7 +268,8 @@ class JournalFiles:
                 raise OSError(errno.ENOSPC, "short write of a journal header")
             dfd = self._open_direct(path)
             mean = self.group_bytes_mean
-            if dfd >= 0 and mean is not None and mean >= PREALLOC_GROUP_BYTES_MAX:
+            if dfd >= 0 and self.size_at_completion and mean is not None \
+                    and mean >= PREALLOC_GROUP_BYTES_MAX:
                 # large O_DIRECT groups extend the file (zeros_wanted): zeros ahead here
                 # would only be written over, 4 MiB a file (0.13 bytes per payload byte with
                 # 32 MiB journals); the header's min_size says none were written
@@ -463,16 +469,39 @@ class JournalFiles:
         mean = self.group_bytes_mean
         self.group_bytes_mean = nbytes if mean is None else mean + (nbytes - mean) / 8
 
+    def zeros_required(self) -> bool:
+        """Whether every group must land inside zeros: buffered writes, and O_DIRECT on a
+        file system not known to move the size only once a whole write completed (a torn
+        write past the end of a file can leave it ending inside a record, which replay must
+        take as damage; zeros make it read as torn)."""
+        return self.dfd < 0 or not self.size_at_completion
+
     def zeros_wanted(self) -> bool:
         """Whether the preallocator should write zeros ahead now (journal's lock held):
-        always for buffered writes (a torn buffered write past the end of a file can leave
-        it ending inside a record, which replay must take as damage; zeros make it read as
-        torn), with O_DIRECT only while the recent groups are small
-        (PREALLOC_GROUP_BYTES_MAX) and once a group has shown how large they are."""
-        if self.dfd < 0:
+        always where they are required, with O_DIRECT on ext4 and XFS only while the recent
+        groups are small (PREALLOC_GROUP_BYTES_MAX) and once a group has shown how large
+        they are."""
+        if self.zeros_required():
             return True
         mean = self.group_bytes_mean
         return mean is not None and mean < PREALLOC_GROUP_BYTES_MAX
+
+    def cover(self, nbytes: int):
+        """(the leader, outside the journal's lock, before it writes a group of ``nbytes``)
+        Where zeros are required and the group would pass them (a group larger than the
+        zeros ahead, or a writer faster than the preallocator), write and sync zeros up to
+        the group's end first. Returns the new end of the zeros, or None if nothing was
+        needed. The preallocator claims only from a MiB past the group's end, and never
+        while this group was being taken under its claim (Journal._take_group)."""
+        end = -(-(self.offset + nbytes + 4) // ALIGN) * ALIGN    # and write_to's zero length
+        if not self.zeros_required() or end <= self.zero_end:
+            return None
+        start = -(-max(self.zero_end, self.offset) // ALIGN) * ALIGN
+        if start < end:
+            jbuffer.write_zeros(self.dfd if self.dfd >= 0 else self.fd, start, end - start)
+            fileio.sync(self.fd, self.path, None, size=end)
+            self.stats["zeros_written"] += end - start
+        return end
 
     def zeros_due(self) -> bool:
         """Whether the zeros ahead of the tail ran short of journal_pre_alloc_size_mb and

@@ -4,17 +4,21 @@ each journal byte once. Every acknowledged entry survives a power loss and a reo
 way, and a journal that large groups extended is still kept for reuse when trimmed."""
 import os
 import random
+import shutil
+import tempfile
 
 import pytest
 
 import embedlog
 from embedlog import fileio
+from embedlog._native import journal_buffer as jbuffer
 from embedlog.bookie.journal_files import PREALLOC_GROUP_BYTES_MAX
 from support.crash_child import payload
 from support.crashutil import abandon
 from support.cliutil import wait_until
 from support.servers import skip_unless_ci
 
+TMPFS_MAGIC = 0x01021994
 CFG = dict(journal_max_size_mb=64, journal_pre_alloc_size_mb=1, flush_interval_ms=0,
            skip_list_size_limit=64 << 20)
 
@@ -56,6 +60,41 @@ def test_small_groups_keep_zeros_ahead(tmp_path):
         wait_until(lambda: _stats(log)["zeros_written"] > floor, timeout_s=30,
                    what="zeros ahead of small groups")
         assert (log.bookie.journal.files.group_bytes_mean or 0) < PREALLOC_GROUP_BYTES_MAX
+
+
+def _large_groups_stay_in_zeros(path, **cfg):
+    data = os.urandom(1024)
+    with embedlog.open(path, **dict(CFG, **cfg)) as log:
+        files = log.bookie.journal.files
+        assert files.zeros_required()
+        w = log.create_ledger()
+        for _ in range(6):                          # 4 MiB groups, 1 MiB of zeros ahead
+            last = w.append_many([data] * 4000)
+            assert files.zero_end >= files.offset
+        assert _stats(log)["groups_extending"] == 0
+    with embedlog.open(path, **dict(CFG, **cfg)) as log:
+        assert log.open_ledger(w.ledger_id).read_batch(0, last) == [data] * (last + 1)
+
+
+def test_buffered_groups_larger_than_the_zeros_never_pass_them(tmp_path):
+    """A torn buffered write past the end of the file can leave it ending inside a record,
+    which replay must refuse: the leader writes zeros under a group the preallocator has
+    not covered (the old code extended the file: a SIGKILL in the middle of a 4 MiB pwrite
+    refused the next start, 2 in 40)."""
+    _large_groups_stay_in_zeros(tmp_path / "d", journal_direct_writes=False)
+
+
+def test_direct_groups_on_tmpfs_keep_zeros_under_them():
+    """tmpfs takes O_DIRECT through its page cache, so a killed write can move the size
+    part way: only on ext4 and XFS do large O_DIRECT groups extend the file (the old code
+    extended it everywhere: 8 starts refused in 40 SIGKILLs on /dev/shm)."""
+    if not os.path.isdir("/dev/shm") or jbuffer.fs_type("/dev/shm") != TMPFS_MAGIC:
+        pytest.skip("no tmpfs at /dev/shm")
+    path = tempfile.mkdtemp(prefix="embedlog-test-", dir="/dev/shm")
+    try:
+        _large_groups_stay_in_zeros(os.path.join(path, "d"))
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_blocks_written_counts_what_the_device_takes(tmp_path):

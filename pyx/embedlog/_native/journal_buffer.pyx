@@ -10,6 +10,8 @@ kernels reserve a whole pass at once); ``write_direct`` writes only the blocks t
 records, with the DIRECT_ALIGN spare kept at each end of the allocation.
 """
 
+import os
+
 from libc.stdlib cimport free, realloc, qsort
 from libc.string cimport memcpy, memmove, memset
 from libc.errno cimport errno, EINTR, ENOSPC
@@ -273,6 +275,22 @@ cdef class JournalBuffer:
         padded[0] = (end[0] + DIRECT_ALIGN - 1) & ~(<Py_ssize_t>DIRECT_ALIGN - 1)
         memset(self.base + end[0], 0, padded[0] - end[0])
         return 0
+
+
+cdef extern from "sys/vfs.h" nogil:
+    cdef struct statfs:
+        long f_type
+    int c_statfs "statfs"(const char *path, statfs *buf)
+
+
+def fs_type(path) -> int:
+    """The magic number of the file system holding ``path`` (statfs's f_type), or 0 if
+    it cannot be told."""
+    cdef statfs st
+    cdef bytes p = os.fsencode(path)
+    if c_statfs(p, &st) != 0:
+        return 0
+    return <unsigned long>st.f_type & 0xFFFFFFFF
 
 
 def write_zeros(int fd, long long offset, long long length):
