@@ -322,9 +322,10 @@ class SortedLedgerStorage:
         """A new index for ``key`` from every entry it finds in the entry logs (newest log
         wins for an entry id written twice), replacing the damaged file at ``path``."""
         os.replace(path, path + ".damaged")
+        ambiguous: list = []
         eids, locs = scrub.ledger_entries(
             [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
-            + self._segment_files(), key)
+            + self._segment_files(), key, ambiguous=ambiguous)
         idx = self.index_cache.open(key[0], key[1], False, current)
         found = len(eids)
         if found:
@@ -332,10 +333,11 @@ class SortedLedgerStorage:
         idx.fenced = True                # its fence state is unknown: take no more adds
         idx.header_dirty = True
         self.damaged[key] = {"file": path, "set_aside": path + ".damaged", "error": str(error),
-                             "entries_found": found}
+                             "entries_found": found, "entries_ambiguous": ambiguous}
         log.error("ledger %r: index file %s is damaged (%s); set aside as %s.damaged and "
-                  "rebuilt from the entry logs and journal segments (%d entries); the ledger is read-only here",
-                  LedgerId(*key), path, error, path, found)
+                  "rebuilt from the entry logs and journal segments (%d entries; %d left out, "
+                  "their copies differ: %s); the ledger is read-only here",
+                  LedgerId(*key), path, error, path, found, len(ambiguous), ambiguous[:10])
         return idx
 
     def _segment_files(self) -> list:
@@ -398,7 +400,8 @@ class SortedLedgerStorage:
                 held = [mt for mt in (self.active, self.snapshot) if mt is not None]
                 only_logs = sum(1 for e in r["eids"][same].tolist()
                                 if not any(mt.contains(key[0], key[1], e) for mt in held))
-                if not only_logs and not (r["missing"] and idx.master_key is None):
+                ambiguous = r.get("ambiguous", [])
+                if not only_logs and not ambiguous and not (r["missing"] and idx.master_key is None):
                     log.info("ledger %r: %s; its %d entries in the entry logs were replayed "
                              "from the journal too", LedgerId(*key), r["problem"], len(r["eids"]))
                     continue
@@ -409,10 +412,12 @@ class SortedLedgerStorage:
                 atomic_write(note, f"{r['problem']}; rebuilt from the entry logs\n".encode()
                              if r["missing"] else open(r["file"], "rb").read())
                 self.damaged[key] = {"file": r["file"], "set_aside": note, "error": r["problem"],
-                                     "entries_found": len(r["eids"]), "entries_only_in_logs": only_logs}
+                                     "entries_found": len(r["eids"]), "entries_only_in_logs": only_logs,
+                                     "entries_ambiguous": ambiguous}
                 log.error("ledger %r: %s; %d entries (%d of them nowhere else) were rebuilt from "
-                          "the entry logs; the ledger takes no more adds here",
-                          LedgerId(*key), r["problem"], len(r["eids"]), only_logs)
+                          "the entry logs (%d left out, their copies differ: %s); the ledger takes "
+                          "no more adds here", LedgerId(*key), r["problem"], len(r["eids"]),
+                          only_logs, len(ambiguous), ambiguous[:10])
             self.rebuilt.clear()
 
     def holds(self, key, entry_id: int) -> bool:

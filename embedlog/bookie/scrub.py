@@ -57,8 +57,9 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
     before that record: cut to its header, or inside a page, as it held whole pages). ``logs``: [(log id, path)]; ``find_index(key)``: the ledger's index file, or
     None; ``keep(key, missing)``: whether to look at a suspect (a missing file may be a
     deleted ledger's). Every log names its ledgers (its map; a log without one, such as
-    the unsealed last one, is scanned). Returns {key: {"file", "problem", "eids", "locs"}}:
-    the entries past the pages the file holds (newest log wins for an id written twice).
+    the unsealed last one, is scanned). Returns {key: {"file", "problem", "eids", "locs",
+    "ambiguous"}}: the entries past the pages the file holds (ledger_entries: an id whose
+    copies differ is left out, in "ambiguous").
     ``segments``: [(log id, path, {key: bytes})] of layout 2's segments and their maps."""
     named: dict = {}
     for log_id, path, held in segments:
@@ -100,9 +101,11 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
             problem = f"its index file is cut at {size} bytes"
         if not keep(key, path is None):
             continue
-        eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE)
-        if len(eids):
-            out[key] = {"file": path, "problem": problem, "eids": eids, "locs": locs}
+        ambiguous: list = []
+        eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE, ambiguous)
+        if len(eids) or ambiguous:
+            out[key] = {"file": path, "problem": problem, "eids": eids, "locs": locs,
+                        "ambiguous": ambiguous}
     return out
 
 
@@ -125,17 +128,20 @@ def segment_ledgers(log_id: int, path: str) -> dict:
         m.close()
 
 
-def ledger_entries(logs, key, first: int = 0):
+def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
-    entry logs ``logs`` ([(log id, path)], ascending; a log id with bit 31 set is a journal
-    segment, layout 2's storage), one per id, ascending: an id written
-    twice (a compaction's copy) takes the newest log's location. Unreadable logs are skipped
+    entry logs ``logs`` ([(log id, path)]; a log id with bit 31 set is a journal segment,
+    layout 2's storage), one per id, ascending. An id found twice with the same bytes (a
+    compaction's copy, a replay's) takes the last log's location; one found with different
+    bytes (a stream's dirty entry truncated and written again, an id the metadata gave out
+    again) is left out, and added to ``ambiguous``: file order does not tell which copy is
+    the newer (a compaction target gets a higher id than logs written after it), and a
+    wrong guess serves the other bytes under a good digest. Unreadable logs are skipped
     (damaged_records reports them)."""
-    eids_all, locs_all = [np.empty(0, np.int64)], [np.empty(0, np.uint64)]
-    for log_id, path in logs:
+    eids_all, locs_all, srcs_all = [np.empty(0, np.int64)], [np.empty(0, np.uint64)], [np.empty(0, np.int64)]
+    for i, (log_id, path) in enumerate(logs):
         try:
-            m = (nel.MappedLog.open_segment(path, log_id) if log_id & SEGMENT_LOG_BIT else
-                 nel.MappedLog.open_existing(path, log_id))
+            m = _open_log(log_id, path)
         except (CorruptedDataError, OSError):
             continue
         try:
@@ -145,8 +151,53 @@ def ledger_entries(logs, key, first: int = 0):
         mask = (scopes == key[0]) & (lids == key[1]) & (eids >= first)
         eids_all.append(eids[mask])
         locs_all.append(locs[mask])
-    eids, locs = np.concatenate(eids_all), np.concatenate(locs_all)
-    order = np.argsort(eids, kind="stable")          # later logs come later: they win
-    eids, locs = eids[order], locs[order]
+        srcs_all.append(np.full(int(mask.sum()), i, np.int64))
+    eids, locs, srcs = np.concatenate(eids_all), np.concatenate(locs_all), np.concatenate(srcs_all)
+    order = np.argsort(eids, kind="stable")          # later logs come later
+    eids, locs, srcs = eids[order], locs[order], srcs[order]
     last = np.append(eids[1:] != eids[:-1], True) if len(eids) else np.zeros(0, bool)
-    return eids[last], locs[last]
+    keep = last.copy()
+    twice = np.unique(eids[~last])
+    if len(twice):
+        for e, loc in sorted(_settle(logs, eids, locs, srcs, twice).items()):
+            lo, hi = np.searchsorted(eids, e, "left"), np.searchsorted(eids, e, "right")
+            if loc is None:                      # the copies differ: no location at all
+                keep[lo:hi] = False
+                if ambiguous is not None:
+                    ambiguous.append(e)
+            else:
+                locs[hi - 1] = loc
+    return eids[keep], locs[keep]
+
+
+def _open_log(log_id: int, path: str):
+    return (nel.MappedLog.open_segment(path, log_id) if log_id & SEGMENT_LOG_BIT else
+            nel.MappedLog.open_existing(path, log_id))
+
+
+def _settle(logs, eids, locs, srcs, twice) -> dict:
+    """For each id of ``twice``: the location of its last readable copy when every readable
+    copy holds the same bytes, None when they differ; an id no copy of which reads keeps
+    its last location (reads of it fail as the copy does)."""
+    want = np.isin(eids, twice)
+    copies: dict = {}
+    for src in np.unique(srcs[want]).tolist():
+        log_id, path = logs[src]
+        sel = want & (srcs == src)
+        try:
+            m = _open_log(log_id, path)
+        except (CorruptedDataError, OSError):
+            continue
+        try:
+            for e, loc in zip(eids[sel].tolist(), locs[sel].tolist()):
+                try:
+                    copies.setdefault(e, []).append((src, loc, m.read_at(loc)))
+                except CorruptedDataError:
+                    pass
+        finally:
+            m.close()
+    out = {}
+    for e, got in copies.items():
+        got.sort(key=lambda c: c[0])             # log order: the last readable copy last
+        out[e] = got[-1][1] if len({c[2] for c in got}) == 1 else None
+    return out
