@@ -752,7 +752,7 @@ class ReadHandle:
             last = self._bookie.read_last_entry_id(self.ledger_id)
             lac = self._bookie.get_explicit_lac(self.ledger_id)
             if last >= 0:
-                lac = max(lac, parse_entry_header(self._bookie.read_entry(self.ledger_id, last))[4])
+                lac = max(lac, self._bookie.carried_lac(self.ledger_id, last))
             self._lac = max(self._lac, lac)
             self._bind_reader()
         return self._lac

@@ -40,8 +40,8 @@ from embedlog.bookie.replay import prefetch, replay_bookie
 from embedlog.bookie.ledger_storage import SortedLedgerStorage
 from embedlog.config import BookieConfig
 from embedlog.errors import (CorruptedDataError, DirectoryLockedError, EmbedlogError,
-                             IllegalOpError, LedgerFencedError, MetadataError, NoSuchLedgerError,
-                             ReadOnlyBookieError, TimeoutError)
+                             IllegalOpError, LedgerFencedError, MetadataError, NoSuchEntryError,
+                             NoSuchLedgerError, ReadOnlyBookieError, TimeoutError)
 
 log = logging.getLogger("embedlog.bookie")
 _IDS = struct.Struct(">QQ")
@@ -57,6 +57,7 @@ _IDS_I64 = struct.Struct(">QQq")
 # ledger's entry ids and must grow for its whole life; its adds carry a term (a bounded
 # ledger refuses one), and those keep the index's whole range.
 MAX_BOUNDED_ENTRY_ID = (1 << 32) - 1
+LAST_LAC_TRIES = 64          # entries below a damaged last one read for the LAC they carry
 
 
 def _check_entry_id(eid: int, top: int = MAX_BOUNDED_ENTRY_ID) -> None:
@@ -592,9 +593,31 @@ class Bookie:
             lac = max(-1 if known is None else known, idx.explicit_lac)
             if last >= 0 and known is None:
                 # the first look since start: the LAC the last entry carries
-                lac = max(lac, parse_entry_header(self._wire_reader(key).encoded_entry(last))[4])
+                lac = max(lac, self._carried_lac(key, last))
                 d.set_lac(key, lac)
             return lac, last
+
+    def carried_lac(self, ledger_id, last: int) -> int:
+        """The LAC entry ``last`` carries, or a lower bound if it is damaged (_carried_lac)."""
+        key = self._key(ledger_id)
+        with self.cv:
+            return self._carried_lac(key, last)
+
+    def _carried_lac(self, key, last: int) -> int:
+        """(cv held) The LAC the entry ``last`` carries; if it is damaged, the one the
+        nearest readable entry below it carries, among the LAST_LAC_TRIES below it, else -1:
+        a lower bound (readers see less, never an unconfirmed entry; a recovery still reads
+        ``last`` and fails on it). Before, one damaged last entry made the ledger unopenable."""
+        reader = self._wire_reader(key)
+        for eid in range(last, max(last - LAST_LAC_TRIES, -1), -1):
+            try:
+                return parse_entry_header(reader.encoded_entry(eid))[4]
+            except NoSuchEntryError:
+                continue                  # a hole (an ensemble's other bookies hold it)
+            except CorruptedDataError as exc:
+                log.error("ledger %r: entry %d is damaged (%s); its LAC is taken from an "
+                          "entry below it", LedgerId(*key), eid, exc)
+        return -1
 
     def term_of(self, ledger_id) -> int:
         key = self._key(ledger_id)

@@ -137,6 +137,27 @@ def _segment_path(log, loc):
     return next(p for p in (stem + ".seg", stem + ".txn") if os.path.exists(p))
 
 
+def test_a_damaged_last_entry_leaves_the_ledger_readable_below_it(tmp_path):
+    """An open ledger whose last entry is damaged: a reader takes the LAC the entry below
+    it carries (a lower bound) and reads the rest; a recovery, which must know the last
+    entry, still refuses (the old code: both opens raised CorruptedDataError)."""
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        w = log.create_ledger()
+        lid = w.ledger_id
+        for e in range(100):
+            w.append(payload(lid.qualified_name, e))        # left open, as a crashed writer's
+        log.bookie.checkpoint()
+        loc = log.bookie.storage.location((lid.scope_id, lid.ledger_id), 99)
+        path = _segment_path(log, loc)
+    _flip_payload_byte(path, loc, 0x40)
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        r = log.open_ledger(lid, recovery=False)
+        assert r.last_add_confirmed == 97                   # what entry 98 carries
+        assert r.read_batch(0, 97) == [payload(lid.qualified_name, e) for e in range(98)]
+        with pytest.raises(CorruptedDataError):
+            log.open_ledger(lid)                            # recovery reads entry 99
+
+
 def test_a_damaged_segment_record_is_refused_never_served(tmp_path):
     with embedlog.open(tmp_path, **CONFIG) as log:
         ledgers = fill(log)
