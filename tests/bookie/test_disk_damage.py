@@ -11,7 +11,7 @@ import embedlog
 from embedlog._native import index as nix
 from embedlog._native.format import encode_entry, master_key
 from embedlog.cli.shell import shell
-from embedlog.errors import CorruptedDataError, EmbedlogError, EntryTooLargeError
+from embedlog.errors import CorruptedDataError, EmbedlogError
 
 # entry logs and index rebuilds from them: layout 1's storage
 CFG = dict(journal_pre_alloc_size_mb=1, skip_list_size_limit=1 << 16, storage_layout=1)

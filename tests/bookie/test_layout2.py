@@ -49,6 +49,20 @@ def fill(log, n_ledgers=3, entries=600):
     return [h.ledger_id for h in handles]
 
 
+def _live_among_dead(log, n_dead, entries):
+    """A ledger of ``entries`` interleaved with ``n_dead`` ledgers of 1000-byte entries (to be
+    deleted), all closed and checkpointed: segments the live one alone keeps."""
+    live, dead = log.create_ledger(), [log.create_ledger() for _ in range(n_dead)]
+    for e in range(entries):
+        live.append(payload(live.ledger_id.qualified_name, e))
+        for h in dead:
+            h.append(bytes(1000))
+    for h in (live, *dead):
+        h.close()
+    log.bookie.checkpoint()
+    return live, dead
+
+
 def check(log, ledgers, entries=600):
     for lid in ledgers:
         got = log.open_ledger(lid).read_batch(0, entries - 1)
@@ -330,14 +344,7 @@ def test_compaction_frees_segments_a_long_lived_ledger_pins(tmp_path):
     cfg = dict(CONFIG, entry_log_size_limit=4 << 20, compaction_rate_by_entries=1_000_000)
     with embedlog.open(tmp_path, **cfg) as log:
         b = log.bookie
-        live, dead = log.create_ledger(), [log.create_ledger() for _ in range(9)]
-        for e in range(400):
-            live.append(payload(live.ledger_id.qualified_name, e))
-            for h in dead:
-                h.append(bytes(1000))
-        for h in (live, *dead):
-            h.close()
-        b.checkpoint()
+        live, dead = _live_among_dead(log, 9, 400)
         journal = b.journal_dir
         segs = files(journal, ".seg")
         assert len(segs) >= 3
@@ -835,15 +842,8 @@ def test_one_damaged_entry_log_leaves_the_other_ledgers_served(tmp_path, damage)
     project's error (the old code: CorruptedDataError from open(), nothing served)."""
     cfg = dict(CONFIG, entry_log_size_limit=4 << 20, compaction_rate_by_entries=1_000_000)
     with embedlog.open(tmp_path, **cfg) as log:
-        live, other = log.create_ledger(), log.create_ledger()
-        dead = [log.create_ledger() for _ in range(6)]
-        for e in range(300):
-            live.append(payload(live.ledger_id.qualified_name, e))
-            for h in dead:
-                h.append(bytes(1000))
-        for h in (live, *dead):
-            h.close()
-        log.bookie.checkpoint()
+        other = log.create_ledger()
+        live, dead = _live_among_dead(log, 6, 300)
         for h in dead:
             log.delete_ledger(h.ledger_id)
         log.bookie.checkpoint()
