@@ -131,14 +131,19 @@ def group_by_ledger(scopes, lids):
 
 
 def live_mask(storage, ledgers, scopes, lids, eids, locs) -> np.ndarray:
-    """True for each entry whose ledger is held and whose index points at that very copy."""
+    """True for each entry whose ledger is held and whose index points at that very copy,
+    and for every entry of a held ledger whose index was rebuilt (``storage.pinned``)."""
     mask = np.zeros(len(locs), dtype=bool)
     order, starts, ends = group_by_ledger(scopes, lids)
+    pinned = getattr(storage, "pinned", ())
     for a, b in zip(starts.tolist(), ends.tolist()):
         sel = order[a:b]
         key = (int(scopes[sel[0]]), int(lids[sel[0]]))
         idx = ledgers.get(key)
         if idx is None or idx.deleted:
+            continue
+        if key in pinned:
+            mask[sel] = True
             continue
         with storage.lock:
             mask[sel] = idx.match_locations(eids[sel], locs[sel])

@@ -482,6 +482,9 @@ class GarbageCollector:
                 if recount:
                     ledgers = m.scanned_ledgers()
                 self.log_meta[log_id] = EntryLogMeta(log_id, ledgers, recount, m.mapped)
+                if log_id in self.damaged_logs:          # repaired since
+                    self.damaged_logs.discard(log_id)
+                    self.stats["damaged_logs"] = len(self.damaged_logs)
             except CorruptedDataError as exc:
                 self._damaged_log(log_id, exc)
             finally:
@@ -621,6 +624,11 @@ class GarbageCollector:
         if not ids:
             return {"deleted": []}
         used = self.storage.segments_in_use()
+        pinned = {k for k in self.storage.pinned if k in self.bookie.ledgers}
+        if pinned:                           # every segment holding an entry of theirs
+            used = set(used) | {log_id & ~SEGMENT_LOG for log_id, meta in
+                                self.refresh_segment_meta().items()
+                                if not pinned.isdisjoint(meta.ledgers)}
         deleted = []
         for i in ids:
             path = os.path.join(directory, "%x%s" % (i, journal_files.SEG))

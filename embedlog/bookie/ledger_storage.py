@@ -65,6 +65,11 @@ class SortedLedgerStorage:
         self.erased: set = set()             # ledgers with entries erased since GC last looked
         self.damaged: dict = {}              # (scope, lid) -> what happened to its index file
         self.rebuilt: dict = {}              # (scope, lid) -> entries restore_unindexed found
+        # ledgers whose index was rebuilt from the logs (a <file>.damaged beside it, kept
+        # across restarts until an operator deletes it): every copy of their entries is
+        # live to GC and compaction, named by the index or not (a copy left out as
+        # ambiguous, or in a segment unreadable at the rebuild, is not lost for good)
+        self.pinned: set = set()
         self.flush_error: BaseException | None = None   # the last memtable flush failure
         self.ledgers: SortedDict = SortedDict()          # (scope, lid) -> LedgerIndex
         self.lock = threading.Lock()                      # entry logs and index pages
@@ -304,6 +309,10 @@ class SortedLedgerStorage:
                     for name in files:
                         key = nix.parse_index_name(name, scoped)
                         if key is None:
+                            if name.endswith(".idx.damaged"):
+                                key = nix.parse_index_name(name[:-len(".damaged")], scoped)
+                                if key is not None:
+                                    self.pinned.add(key)
                             continue
                         if key in seen:
                             raise CorruptedDataError(
@@ -332,6 +341,7 @@ class SortedLedgerStorage:
             idx.set_locations(eids, locs)
         idx.fenced = True                # its fence state is unknown: take no more adds
         idx.header_dirty = True
+        self.pinned.add(key)
         self.damaged[key] = {"file": path, "set_aside": path + ".damaged", "error": str(error),
                              "entries_found": found, "entries_ambiguous": ambiguous}
         log.error("ledger %r: index file %s is damaged (%s); set aside as %s.damaged and "
@@ -369,10 +379,21 @@ class SortedLedgerStorage:
                 continue
             held = journal_files.read_segment_map(path[:-4])
             if held is None:
-                # its map is gone or damaged: its records say (what GC counts it from too)
+                # its map is gone or damaged: its records say (what GC counts it from too),
+                # and a new map is written from them, so the next start need not read them
                 held = scrub.segment_ledgers(log_id, path)
+                if held is None:
+                    log.error("journal segment %s: its ledgers map is missing or damaged and "
+                              "the segment cannot be read: its entries are not looked for",
+                              path)
+                    continue
                 log.warning("journal segment %s: its ledgers map is missing or damaged; "
-                            "its records were read instead (%d ledgers)", path, len(held))
+                            "its records were read instead (%d ledgers), a new map written",
+                            path, len(held))
+                try:
+                    journal_files.write_segment_map(path, log_id & ~scrub.SEGMENT_LOG_BIT)
+                except (OSError, CorruptedDataError) as exc:
+                    log.warning("journal segment %s: its map could not be written: %s", path, exc)
             segments.append((log_id, path, held))
         found = scrub.unindexed_entries(
             logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)),
@@ -411,6 +432,7 @@ class SortedLedgerStorage:
                 private_dir(os.path.dirname(note))
                 atomic_write(note, f"{r['problem']}; rebuilt from the entry logs\n".encode()
                              if r["missing"] else open(r["file"], "rb").read())
+                self.pinned.add(key)
                 self.damaged[key] = {"file": r["file"], "set_aside": note, "error": r["problem"],
                                      "entries_found": len(r["eids"]), "entries_only_in_logs": only_logs,
                                      "entries_ambiguous": ambiguous}

@@ -9,13 +9,14 @@ same job for its entry logs).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
 
 from embedlog._native import entrylog as nel
 from embedlog._native import index as nix
-from embedlog._native.format import LedgerId
+from embedlog._native.format import DIGEST_SIZES, LedgerId, crc32, crc32c, parse_entry_header
 from embedlog.errors import CorruptedDataError
 
 
@@ -112,18 +113,18 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
 SEGMENT_LOG_BIT = 0x80000000        # a log id naming a journal segment (layout 2)
 
 
-def segment_ledgers(log_id: int, path: str) -> dict:
+def segment_ledgers(log_id: int, path: str) -> dict | None:
     """{(scope, ledger): bytes} of a journal segment counted from its records, up to the
-    first that fails its crc (one whose map is missing or damaged); {} if it cannot be
+    first that fails its crc (one whose map is missing or damaged); None if it cannot be
     read (a header that does not parse: its entries are refused on read)."""
     try:
         m = nel.MappedLog.open_segment(path, log_id)
     except (CorruptedDataError, OSError):
-        return {}
+        return None
     try:
         return m.scanned_ledgers()
     except CorruptedDataError:
-        return {}
+        return None
     finally:
         m.close()
 
@@ -131,10 +132,11 @@ def segment_ledgers(log_id: int, path: str) -> dict:
 def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
     entry logs ``logs`` ([(log id, path)]; a log id with bit 31 set is a journal segment,
-    layout 2's storage), one per id, ascending. An id found twice with the same bytes (a
-    compaction's copy, a replay's) takes the last log's location; one found with different
-    bytes (a stream's dirty entry truncated and written again, an id the metadata gave out
-    again) is left out, and added to ``ambiguous``: file order does not tell which copy is
+    layout 2's storage), one per id, ascending. An id found twice as the same entry (a
+    compaction's copy, a replay's, a recovery's add of it with another LAC: _content) takes
+    the last log's location; one found as different entries (a stream's dirty entry
+    truncated and written again, an id the metadata gave out again) is left out, and added
+    to ``ambiguous``: file order does not tell which copy is
     the newer (a compaction target gets a higher id than logs written after it), and a
     wrong guess serves the other bytes under a good digest. Unreadable logs are skipped
     (damaged_records reports them)."""
@@ -175,10 +177,34 @@ def _open_log(log_id: int, path: str):
             nel.MappedLog.open_existing(path, log_id))
 
 
+def _content(entry: bytes) -> bytes:
+    """What two copies must share to be one entry (a hash of it): the ids, the ledger length
+    and the payload, not the LAC the entry carries nor the digest over it (a recovery adds
+    an entry again with its own LAC: a BookKeeper client's does). A V1 entry does not say
+    its digest type: CRC32C and CRC32 are told by checking them; any other is taken as
+    DUMMY (a MAC ledger's copies that carry other LACs then differ: left out, kept)."""
+    if parse_entry_header(entry)[0] == 2:
+        ds = DIGEST_SIZES.get(entry[0] & 0x0F, 0)
+        body = (entry[:25], entry[33:41], entry[41 + ds:])
+    else:
+        head = entry[:32]
+        if len(entry) >= 36 and int.from_bytes(entry[32:36], "big") == crc32c(head + entry[36:]):
+            ds = 4
+        elif len(entry) >= 40 and int.from_bytes(entry[32:40], "big") == crc32(head + entry[40:]):
+            ds = 8
+        else:
+            ds = 0
+        body = (entry[:16], entry[24:32], entry[32 + ds:])
+    h = hashlib.blake2b(digest_size=16)
+    for part in body:
+        h.update(part)
+    return h.digest()
+
+
 def _settle(logs, eids, locs, srcs, twice) -> dict:
     """For each id of ``twice``: the location of its last readable copy when every readable
-    copy holds the same bytes, None when they differ; an id no copy of which reads keeps
-    its last location (reads of it fail as the copy does)."""
+    copy holds the same entry (_content), None when they differ; an id no copy of which
+    reads keeps its last location (reads of it fail as the copy does)."""
     want = np.isin(eids, twice)
     copies: dict = {}
     for src in np.unique(srcs[want]).tolist():
@@ -191,7 +217,7 @@ def _settle(logs, eids, locs, srcs, twice) -> dict:
         try:
             for e, loc in zip(eids[sel].tolist(), locs[sel].tolist()):
                 try:
-                    copies.setdefault(e, []).append((src, loc, m.read_at(loc)))
+                    copies.setdefault(e, []).append((src, loc, _content(m.read_at(loc))))
                 except CorruptedDataError:
                     pass
         finally:

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 import embedlog
 from embedlog._native import index as nix
+from embedlog.bookie import scrub
 from embedlog._native.format import encode_entry, master_key
 from embedlog.cli.shell import shell
 from embedlog.errors import CorruptedDataError, EmbedlogError
@@ -191,13 +192,22 @@ def test_the_unsealed_logs_completed_blocks_are_checked_on_read(tmp_path):
             log.open_ledger(w.ledger_id).read_entry(100)
 
 
+def _copies_differing(log, key):
+    ambiguous = []
+    st = log.bookie.storage
+    logs = [(i, st.entry_logger.path_of(i)) for i in st.entry_logger.log_ids()]
+    scrub.ledger_entries(logs + st._segment_files(), key, ambiguous=ambiguous)
+    return ambiguous
+
+
 @pytest.mark.parametrize("layout", [1, 2])
 def test_a_rebuild_leaves_out_an_entry_whose_copies_differ(tmp_path, layout):
-    """An id the logs hold twice with different bytes (here a recovery add that wrote it
-    again; a stream's truncated dirty entry written again is the same): file order does not
+    """An id the logs hold twice as different entries (here a recovery add that wrote other
+    bytes; a stream's truncated dirty entry written again is the same): file order does not
     say which copy is newer, so the rebuilt index names neither and reports it (the old
     code took the later file's, which a compaction target can make the older bytes, under
-    a good digest). Copies with the same bytes (a compaction's) still come back."""
+    a good digest). The same entry written again with another LAC (a BookKeeper client's
+    recovery) or copied (a compaction's) still comes back."""
     cfg = dict(CFG, storage_layout=layout)
     with embedlog.open(tmp_path, **cfg) as log:
         h = log.create_ledger()
@@ -205,9 +215,12 @@ def test_a_rebuild_leaves_out_an_entry_whose_copies_differ(tmp_path, layout):
         h.append_many([b"v1-%d" % i for i in range(10)])
         log.bookie.checkpoint()
         b = log.bookie
-        again = encode_entry(lid.scope_id, lid.ledger_id, 9, 8, 10 * 4 + 2, "crc32c", b"v2-9xx")
-        b.wait_durable(b.add_entries([again], master_key(b""), recovery=True))
-        assert b.read_entry(lid, 9).endswith(b"v2-9xx")     # the bookie's: no LAC
+        mk = master_key(b"")
+        other = encode_entry(lid.scope_id, lid.ledger_id, 9, 8, 10 * 4 + 2, "crc32c", b"v2-9xx")
+        same = encode_entry(lid.scope_id, lid.ledger_id, 8, 3, 9 * 4, "crc32c", b"v1-8")
+        assert same != log.bookie.read_entry(lid, 8)             # another LAC, the same entry
+        b.wait_durable(b.add_entries([same, other], mk, recovery=True))
+        assert b.read_entry(lid, 9).endswith(b"v2-9xx")          # the bookie's: no LAC
         log.bookie.checkpoint()
         path = index_file(log, lid)
     with open(path, "r+b") as f:
@@ -219,3 +232,38 @@ def test_a_rebuild_leaves_out_an_entry_whose_copies_differ(tmp_path, layout):
             [b"v1-%d" % i for i in range(9)]
         with pytest.raises(EmbedlogError):
             log.bookie.read_entry(lid, 9)       # refused, never either copy's bytes
+
+
+def test_the_copies_a_rebuild_left_out_outlive_gc_and_compaction(tmp_path):
+    """Layout 2: each copy of entry 9 shares its segment with a ledger then deleted, so GC
+    would free one segment (no index names it) and compaction copy the other's named
+    entries only. The rebuilt ledger is pinned (its .damaged file, across restarts): every
+    copy of its entries stays live (the old code freed both: no copy was left to read)."""
+    cfg = dict(CFG, storage_layout=2, journal_max_size_mb=1, gc_wait_time_ms=0)
+    with embedlog.open(tmp_path, **cfg) as log:
+        b = log.bookie
+        h, dead = log.create_ledger(), [log.create_ledger() for _ in range(2)]
+        lid = h.ledger_id
+        key = (lid.scope_id, lid.ledger_id)
+        h.append_many([b"v1-%d" % i for i in range(10)])
+        dead[0].append_many([bytes(1000)] * 2000)                # past the 1 MiB journal
+        other = encode_entry(lid.scope_id, lid.ledger_id, 9, 8, 10 * 4 + 2, "crc32c", b"v2-9xx")
+        b.wait_durable(b.add_entries([other], master_key(b""), recovery=True))
+        dead[1].append_many([bytes(1000)] * 2000)
+        b.checkpoint()
+        path = index_file(log, lid)
+    with open(path, "r+b") as f:
+        f.write(b"XXXX")
+    with embedlog.open(tmp_path, **cfg) as log:
+        assert log.bookie.storage.damaged[key]["entries_ambiguous"] == [9]
+        for d in dead:
+            log.delete_ledger(d.ledger_id)
+        log.bookie.checkpoint()
+        log.bookie.gc.run_once(force_major=True)
+        assert _copies_differing(log, key) == [9]
+    with embedlog.open(tmp_path, **cfg) as log:              # the pin outlives the restart
+        assert key in log.bookie.storage.pinned
+        log.bookie.gc.run_once(force_major=True)
+        assert _copies_differing(log, key) == [9]
+        assert [log.bookie.read_entry(lid, e)[-4:] for e in range(9)] == \
+            [b"v1-%d" % i for i in range(9)]

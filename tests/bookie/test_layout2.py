@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 import embedlog
+from embedlog.bookie import journal_files
 from embedlog.errors import CorruptedDataError, DigestMismatchError, EmbedlogError
 
 from support.cliutil import ROOT, SUPPORT, TESTS
@@ -335,6 +336,9 @@ def test_a_lost_index_file_is_found_from_the_segments(tmp_path, maps):
         assert 0 < found < 600
         got = log.open_ledger(lid).read_batch(0, found - 1)
         assert got == [payload(lid.qualified_name, e) for e in range(found)]
+    # the maps read from the records were written again: the next start reads no segment
+    for name in files(journal, ".seg"):
+        assert journal_files.read_segment_map(os.path.join(journal, name[:-4])) is not None
 
 
 def test_compaction_frees_segments_a_long_lived_ledger_pins(tmp_path):
