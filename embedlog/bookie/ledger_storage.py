@@ -328,8 +328,9 @@ class SortedLedgerStorage:
                         yield key, idx
 
     def _rebuild_index(self, key, path, current, error):
-        """A new index for ``key`` from every entry it finds in the entry logs (newest log
-        wins for an entry id written twice), replacing the damaged file at ``path``."""
+        """A new index for ``key`` from every entry it finds in the entry logs and segments
+        (scrub.ledger_entries: an id whose copies differ is left out), replacing the damaged
+        file at ``path``, which is kept as ``<path>.damaged`` and pins the ledger."""
         os.replace(path, path + ".damaged")
         ambiguous: list = []
         eids, locs = scrub.ledger_entries(
