@@ -84,6 +84,27 @@ def test_buffered_groups_larger_than_the_zeros_never_pass_them(tmp_path):
     _large_groups_stay_in_zeros(tmp_path / "d", journal_direct_writes=False)
 
 
+def test_power_loss_after_buffered_groups_larger_than_the_zeros(tmp_path):
+    """The zeros the leader writes under a large buffered group are synced before the
+    group: a power loss keeps every acknowledged entry and the file's size past them."""
+    data = os.urandom(1024)
+    path = tmp_path / "d"
+    cfg = dict(CFG, journal_direct_writes=False)
+    fileio.record_durable(True)
+    try:
+        log = embedlog.open(path, **cfg)
+        w = log.create_ledger()
+        for _ in range(3):
+            last = w.append_many([data] * 3000)          # 3 MiB groups, 1 MiB of zeros ahead
+        assert _stats(log)["groups_extending"] == 0
+        abandon(log)
+        fileio.power_loss(str(path))
+    finally:
+        fileio.record_durable(False)
+    with embedlog.open(path, **cfg) as log:
+        assert log.open_ledger(w.ledger_id).read_batch(0, last) == [data] * (last + 1)
+
+
 def test_direct_groups_on_tmpfs_keep_zeros_under_them():
     """tmpfs takes O_DIRECT through its page cache, so a killed write can move the size
     part way: only on ext4 and XFS do large O_DIRECT groups extend the file (the old code
