@@ -10,11 +10,15 @@ same job for its entry logs).
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
+import struct
 
 import numpy as np
 
 from embedlog._native import entrylog as nel
+from embedlog._native import journal_format as jformat
+from embedlog._native import journal_scan as jscan
 from embedlog._native import index as nix
 from embedlog._native.format import DIGEST_SIZES, LedgerId, crc32, crc32c, parse_entry_header
 from embedlog.errors import CorruptedDataError
@@ -111,6 +115,7 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
 
 
 SEGMENT_LOG_BIT = 0x80000000        # a log id naming a journal segment (layout 2)
+_CUT = struct.Struct(">QQq")         # a TRUNCATE or TRIM record's body: scope, ledger, point
 
 
 def segment_ledgers(log_id: int, path: str) -> dict | None:
@@ -157,6 +162,11 @@ def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
     eids, locs, srcs = np.concatenate(eids_all), np.concatenate(locs_all), np.concatenate(srcs_all)
     order = np.argsort(eids, kind="stable")          # later logs come later
     eids, locs, srcs = eids[order], locs[order], srcs[order]
+    cuts = _cuts(logs, key)
+    if cuts and len(eids):
+        eids, locs, srcs, unsure = _after_cuts(logs, eids, locs, srcs, cuts)
+        if ambiguous is not None:
+            ambiguous.extend(unsure)
     last = np.append(eids[1:] != eids[:-1], True) if len(eids) else np.zeros(0, bool)
     keep = last.copy()
     twice = np.unique(eids[~last])
@@ -170,6 +180,67 @@ def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
             else:
                 locs[hi - 1] = loc
     return eids[keep], locs[keep]
+
+
+def _cuts(logs, key) -> list:
+    """[(source, offset, type, point)] of ledger ``key``'s TRUNCATE (entries above the
+    point forgotten: a stream's dirty entries) and TRIM (entries below it forgotten) records
+    in the journal files among ``logs``, in journal order: what a rebuild from the logs
+    must apply, or it serves entries a stream forgot."""
+    out = []
+    for src, (log_id, path) in enumerate(logs):
+        if not log_id & SEGMENT_LOG_BIT:
+            continue
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size <= jformat.HEADER_SIZE:
+                    continue
+                mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            continue
+        try:
+            recycled_from, salt = jformat.file_salt(mm[:jformat.HEADER_SIZE])
+            records = jscan.scan(mm, jformat.HEADER_SIZE, salt=salt, recycled=recycled_from != 0)[0]
+            for i in range(len(records)):
+                off, rtype, start, n = records[i]
+                if rtype in (jformat.TRUNCATE, jformat.TRIM) and n == 24:
+                    scope, lid, point = _CUT.unpack_from(mm, start)
+                    if (scope, lid) == tuple(key):
+                        out.append((src, off, rtype, point))
+        finally:
+            mm.close()
+    return out
+
+
+def _after_cuts(logs, eids, locs, srcs, cuts):
+    """Drop the copies the cuts forgot: a segment's copy of an id a later cut forgot, and
+    any copy of an id a TRIM forgot (ids below a trim never come back). An entry log's copy
+    of an id a TRUNCATE forgot has no place in journal order (a compaction made it, before
+    or after the cut): kept only where a segment's copy after the cuts vouches for the id,
+    else the id is unsure. Returns (eids, locs, srcs, unsure ids)."""
+    seg = np.array([bool(log_id & SEGMENT_LOG_BIT) for log_id, _p in logs], bool)[srcs]
+    off = (locs & 0xFFFFFFFF).astype(np.int64)
+    gone = np.zeros(len(eids), bool)
+    undated = np.zeros(len(eids), bool)
+    for src, at, rtype, point in cuts:
+        hit = eids > point if rtype == jformat.TRUNCATE else eids < point
+        before = (srcs < src) | ((srcs == src) & (off < at))
+        gone |= hit & seg & before
+        if rtype == jformat.TRIM:
+            gone |= hit & ~seg
+            continue
+        undated |= hit & ~seg
+        # the truncating add's own entry comes right before its TRUNCATE: the last copy of
+        # the point before the cut is it, earlier ones are what it replaced
+        mine = np.flatnonzero((eids == point) & seg & before & ~gone)
+        if len(mine) > 1:
+            latest = max(mine.tolist(), key=lambda i: (int(srcs[i]), int(off[i])))
+            gone[mine[mine != latest]] = True
+    vouched = set(eids[~gone & ~undated & seg].tolist())
+    keep = ~gone & ~(undated & ~np.isin(eids, list(vouched)))
+    unsure = sorted(set(eids[undated & ~gone].tolist()) - vouched)
+    return eids[keep], locs[keep], srcs[keep], unsure
 
 
 def _open_log(log_id: int, path: str):

@@ -872,3 +872,54 @@ def test_one_damaged_entry_log_leaves_the_other_ledgers_served(tmp_path, damage)
         log.bookie.gc.run_once()                           # a cycle goes on past it
         assert log.bookie.gc.damaged_logs == {int(logs[0][:-4], 16)}
         assert log.open_ledger(other.ledger_id).read_entry(99) == payload(q, 99)
+
+
+@pytest.mark.parametrize("rewritten", [True, False])
+def test_a_rebuild_honours_a_streams_truncation(tmp_path, rewritten):
+    """A stream's dirty entries 5..9 (OLD) are truncated by a new term's add at 4, then
+    written again (NEW) or not; the index file is damaged. The rebuild reads the TRUNCATE
+    record in the segments: entries a cut forgot stay forgotten (the old code served OLD
+    5..9 under good digests when they were not written again)."""
+    from embedlog._native.format import encode_entry, master_key
+    scope = 0x53545245414D0001
+
+    def entries(lid, first, n, tag, lac):
+        out, length = [], 0
+        for e in range(first, first + n):
+            p = (b"%s-%d-" % (tag, e)) * 20
+            length += len(p)
+            out.append(encode_entry(scope, lid, e, lac if e == first else e - 1, length, "crc32c", p))
+        return out
+
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        b = log.bookie
+        s = log.open_stream("s")
+        s.take_over()
+        lid, term = s._md.ledger_id.ledger_id, s._md.term
+        s.close()
+        b.wait_durable(b.add_entries(entries(lid, 0, 10, b"OLD", -1), master_key(b""), term=term + 1))
+        filler = log.create_ledger()
+        filler.append_many([bytes(1000)] * 1500)            # the next segments
+        b.wait_durable(b.add_entries(entries(lid, 4, 1, b"NOOP", 3), master_key(b""),
+                                     term=term + 2, truncate=True))
+        if rewritten:
+            b.wait_durable(b.add_entries(entries(lid, 5, 5, b"NEW", 4), master_key(b""), term=term + 2))
+        filler.append_many([bytes(1000)] * 1500)
+        b.checkpoint()
+        key = (scope, lid)
+        path = b.ledgers[key].path
+    with open(path, "r+b") as f:
+        f.write(b"XXXX")
+    with embedlog.open(tmp_path, **CONFIG) as log:
+        stored = log.bookie.storage
+        assert stored.damaged[key]["entries_ambiguous"] == []
+        from embedlog import LedgerId
+        read = lambda e: log.bookie.read_entry(LedgerId(scope, lid), e)   # noqa: E731
+        assert [read(e)[-6:] for e in range(4)] == [b"OLD-%d-" % e for e in range(4)]
+        assert read(4).endswith(b"NOOP-4-")
+        for e in range(5, 10):
+            if rewritten:
+                assert read(e).endswith(b"NEW-%d-" % e)
+            else:
+                with pytest.raises(EmbedlogError):
+                    read(e)
