@@ -70,6 +70,7 @@ class SortedLedgerStorage:
         # live to GC and compaction, named by the index or not (a copy left out as
         # ambiguous, or in a segment unreadable at the rebuild, is not lost for good)
         self.pinned: set = set()
+        self._journal_cuts = None            # scrub.journal_cuts, read once by a start's rebuilds
         self.flush_error: BaseException | None = None   # the last memtable flush failure
         self.ledgers: SortedDict = SortedDict()          # (scope, lid) -> LedgerIndex
         self.lock = threading.Lock()                      # entry logs and index pages
@@ -335,7 +336,7 @@ class SortedLedgerStorage:
         ambiguous: list = []
         eids, locs = scrub.ledger_entries(
             [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
-            + self._segment_files(), key, ambiguous=ambiguous)
+            + self._segment_files(), key, ambiguous=ambiguous, cuts=self._cuts().get(key, []))
         idx = self.index_cache.open(key[0], key[1], False, current)
         found = len(eids)
         if found:
@@ -350,6 +351,12 @@ class SortedLedgerStorage:
                   "their copies differ: %s); the ledger is read-only here",
                   LedgerId(*key), path, error, path, found, len(ambiguous), ambiguous[:10])
         return idx
+
+    def _cuts(self) -> dict:
+        """scrub.journal_cuts of every journal file, read once for a start's rebuilds."""
+        if self._journal_cuts is None:
+            self._journal_cuts = scrub.journal_cuts(self._segment_files())
+        return self._journal_cuts
 
     def _segment_files(self) -> list:
         """[(log id, path)] of layout 2's journal segments, oldest first (none in layout 1)."""
@@ -398,7 +405,7 @@ class SortedLedgerStorage:
             segments.append((log_id, path, held))
         found = scrub.unindexed_entries(
             logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)),
-            segments)
+            segments, self._cuts())
         for key, r in found.items():
             idx = self.ledgers.get(key)
             if idx is None:
@@ -442,6 +449,7 @@ class SortedLedgerStorage:
                           "no more adds here", LedgerId(*key), r["problem"], len(r["eids"]),
                           only_logs, len(ambiguous), ambiguous[:10])
             self.rebuilt.clear()
+            self._journal_cuts = None
 
     def holds(self, key, entry_id: int) -> bool:
         """Whether the entry is stored (memtables or index), without reading it."""

@@ -56,7 +56,8 @@ def damaged_records(logs) -> list:
     return out
 
 
-def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments=()) -> dict:
+def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments=(),
+                      cuts=None) -> dict:
     """Entries the entry logs hold that a ledger's index file should hold and cannot: the
     file is missing, or cut: shorter than the length its header records (a file from
     before that record: cut to its header, or inside a page, as it held whole pages). ``logs``: [(log id, path)]; ``find_index(key)``: the ledger's index file, or
@@ -65,7 +66,8 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
     the unsealed last one, is scanned). Returns {key: {"file", "problem", "eids", "locs",
     "ambiguous"}}: the entries past the pages the file holds (ledger_entries: an id whose
     copies differ is left out, in "ambiguous").
-    ``segments``: [(log id, path, {key: bytes})] of layout 2's segments and their maps."""
+    ``segments``: [(log id, path, {key: bytes})] of layout 2's segments and their maps;
+    ``cuts``: journal_cuts of every journal file (computed here if None)."""
     named: dict = {}
     for log_id, path, held in segments:
         for key in held:
@@ -107,7 +109,10 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
         if not keep(key, path is None):
             continue
         ambiguous: list = []
-        eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE, ambiguous)
+        if cuts is None:
+            cuts = journal_cuts([(log_id, path) for log_id, path, _held in segments])
+        eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE, ambiguous,
+                                    cuts.get(key, []))
         if len(eids) or ambiguous:
             out[key] = {"file": path, "problem": problem, "eids": eids, "locs": locs,
                         "ambiguous": ambiguous}
@@ -134,7 +139,7 @@ def segment_ledgers(log_id: int, path: str) -> dict | None:
         m.close()
 
 
-def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
+def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None, cuts=None):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
     entry logs ``logs`` ([(log id, path)]; a log id with bit 31 set is a journal segment,
     layout 2's storage), one per id, ascending. An id found twice as the same entry (a
@@ -162,7 +167,8 @@ def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
     eids, locs, srcs = np.concatenate(eids_all), np.concatenate(locs_all), np.concatenate(srcs_all)
     order = np.argsort(eids, kind="stable")          # later logs come later
     eids, locs, srcs = eids[order], locs[order], srcs[order]
-    cuts = _cuts(logs, key)
+    if cuts is None:
+        cuts = journal_cuts(logs).get(tuple(key), [])
     if cuts and len(eids):
         eids, locs, srcs, unsure = _after_cuts(logs, eids, locs, srcs, cuts)
         if ambiguous is not None:
@@ -182,13 +188,14 @@ def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None):
     return eids[keep], locs[keep]
 
 
-def _cuts(logs, key) -> list:
-    """[(source, offset, type, point)] of ledger ``key``'s TRUNCATE (entries above the
+def journal_cuts(logs) -> dict:
+    """{(scope, ledger): [(log id, offset, type, point)]} of the TRUNCATE (entries above the
     point forgotten: a stream's dirty entries) and TRIM (entries below it forgotten) records
-    in the journal files among ``logs``, in journal order: what a rebuild from the logs
-    must apply, or it serves entries a stream forgot."""
-    out = []
-    for src, (log_id, path) in enumerate(logs):
+    in the journal files among ``logs``, in journal order (a segment's log id grows with
+    its number): what a rebuild from the logs must apply, or it serves entries a stream
+    forgot. One walk of every journal file; a start computes it once for all its rebuilds."""
+    out: dict = {}
+    for log_id, path in sorted(logs):
         if not log_id & SEGMENT_LOG_BIT:
             continue
         try:
@@ -206,8 +213,7 @@ def _cuts(logs, key) -> list:
                 off, rtype, start, n = records[i]
                 if rtype in (jformat.TRUNCATE, jformat.TRIM) and n == 24:
                     scope, lid, point = _CUT.unpack_from(mm, start)
-                    if (scope, lid) == tuple(key):
-                        out.append((src, off, rtype, point))
+                    out.setdefault((scope, lid), []).append((log_id, off, rtype, point))
         finally:
             mm.close()
     return out
@@ -219,13 +225,14 @@ def _after_cuts(logs, eids, locs, srcs, cuts):
     of an id a TRUNCATE forgot has no place in journal order (a compaction made it, before
     or after the cut): kept only where a segment's copy after the cuts vouches for the id,
     else the id is unsure. Returns (eids, locs, srcs, unsure ids)."""
-    seg = np.array([bool(log_id & SEGMENT_LOG_BIT) for log_id, _p in logs], bool)[srcs]
+    ids = np.array([log_id for log_id, _p in logs], np.int64)[srcs]
+    seg = (ids & SEGMENT_LOG_BIT) != 0
     off = (locs & 0xFFFFFFFF).astype(np.int64)
     gone = np.zeros(len(eids), bool)
     undated = np.zeros(len(eids), bool)
-    for src, at, rtype, point in cuts:
+    for cut_log, at, rtype, point in cuts:
         hit = eids > point if rtype == jformat.TRUNCATE else eids < point
-        before = (srcs < src) | ((srcs == src) & (off < at))
+        before = (ids < cut_log) | ((ids == cut_log) & (off < at))
         gone |= hit & seg & before
         if rtype == jformat.TRIM:
             gone |= hit & ~seg
@@ -235,7 +242,7 @@ def _after_cuts(logs, eids, locs, srcs, cuts):
         # the point before the cut is it, earlier ones are what it replaced
         mine = np.flatnonzero((eids == point) & seg & before & ~gone)
         if len(mine) > 1:
-            latest = max(mine.tolist(), key=lambda i: (int(srcs[i]), int(off[i])))
+            latest = max(mine.tolist(), key=lambda i: (int(ids[i]), int(off[i])))
             gone[mine[mine != latest]] = True
     vouched = set(eids[~gone & ~undated & seg].tolist())
     keep = ~gone & ~(undated & ~np.isin(eids, list(vouched)))
