@@ -223,8 +223,8 @@ def _after_cuts(logs, eids, locs, srcs, cuts):
     """Drop the copies the cuts forgot: a segment's copy of an id a later cut forgot, and
     any copy of an id a TRIM forgot (ids below a trim never come back). An entry log's copy
     of an id a TRUNCATE forgot has no place in journal order (a compaction made it, before
-    or after the cut): kept only where a segment's copy after the cuts vouches for the id,
-    else the id is unsure. Returns (eids, locs, srcs, unsure ids)."""
+    or after the cut): dropped, and the id is unsure unless a segment's copy after the cuts
+    stands for it. Returns (eids, locs, srcs, unsure ids)."""
     ids = np.array([log_id for log_id, _p in logs], np.int64)[srcs]
     seg = (ids & SEGMENT_LOG_BIT) != 0
     off = (locs & 0xFFFFFFFF).astype(np.int64)
@@ -244,9 +244,8 @@ def _after_cuts(logs, eids, locs, srcs, cuts):
         if len(mine) > 1:
             latest = max(mine.tolist(), key=lambda i: (int(ids[i]), int(off[i])))
             gone[mine[mine != latest]] = True
-    vouched = set(eids[~gone & ~undated & seg].tolist())
-    keep = ~gone & ~(undated & ~np.isin(eids, list(vouched)))
-    unsure = sorted(set(eids[undated & ~gone].tolist()) - vouched)
+    keep = ~gone & ~undated
+    unsure = sorted(set(eids[undated & ~gone].tolist()) - set(eids[keep & seg].tolist()))
     return eids[keep], locs[keep], srcs[keep], unsure
 
 
