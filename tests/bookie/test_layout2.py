@@ -877,9 +877,11 @@ def test_one_damaged_entry_log_leaves_the_other_ledgers_served(tmp_path, damage)
 @pytest.mark.parametrize("rewritten", [True, False])
 def test_a_rebuild_honours_a_streams_truncation(tmp_path, rewritten):
     """A stream's dirty entries 5..9 (OLD) are truncated by a new term's add at 4, then
-    written again (NEW) or not; the index file is damaged. The rebuild reads the TRUNCATE
-    record in the segments: entries a cut forgot stay forgotten (the old code served OLD
-    5..9 under good digests when they were not written again)."""
+    written again (NEW, and the head trimmed below 2) or not; the index file is damaged.
+    The rebuild reads the TRUNCATE and TRIM records in the segments: entries a cut forgot
+    stay forgotten (the old code served OLD 5..9 under good digests when they were not
+    written again, and the trimmed head)."""
+    from embedlog import LedgerId
     from embedlog._native.format import encode_entry, master_key
     scope = 0x53545245414D0001
 
@@ -904,6 +906,7 @@ def test_a_rebuild_honours_a_streams_truncation(tmp_path, rewritten):
                                      term=term + 2, truncate=True))
         if rewritten:
             b.wait_durable(b.add_entries(entries(lid, 5, 5, b"NEW", 4), master_key(b""), term=term + 2))
+            b.wait_durable(b.trim(LedgerId(scope, lid), master_key(b""), term + 2, 2))   # 0, 1 go
         filler.append_many([bytes(1000)] * 1500)
         b.checkpoint()
         key = (scope, lid)
@@ -913,9 +916,12 @@ def test_a_rebuild_honours_a_streams_truncation(tmp_path, rewritten):
     with embedlog.open(tmp_path, **CONFIG) as log:
         stored = log.bookie.storage
         assert stored.damaged[key]["entries_ambiguous"] == []
-        from embedlog import LedgerId
         read = lambda e: log.bookie.read_entry(LedgerId(scope, lid), e)   # noqa: E731
-        assert [read(e)[-6:] for e in range(4)] == [b"OLD-%d-" % e for e in range(4)]
+        kept = 2 if rewritten else 0                        # the trim's first kept entry
+        assert [read(e)[-6:] for e in range(kept, 4)] == [b"OLD-%d-" % e for e in range(kept, 4)]
+        for e in range(kept):
+            with pytest.raises(EmbedlogError):
+                read(e)
         assert read(4).endswith(b"NOOP-4-")
         for e in range(5, 10):
             if rewritten:
