@@ -103,6 +103,16 @@ def write_segment_map(path: str, segment: int, runs=None) -> None:
                         body + nformat.crc32c(body).to_bytes(4, "big"))
 
 
+def data_end(fd: int, size: int) -> int:
+    """Where a journal file's written bytes end: its first hole after the header (records
+    are written contiguously from there), or its size. A map must stop there: a hole of a
+    preallocated file read through a map faults (SIGBUS) on a full tmpfs."""
+    try:
+        return max(jformat.HEADER_SIZE, min(size, os.lseek(fd, jformat.HEADER_SIZE, os.SEEK_HOLE)))
+    except OSError:
+        return size
+
+
 def read_segment_map(stem: str) -> dict | None:
     """The ledgers map of segment ``<stem>.seg``: None if missing or damaged."""
     try:

@@ -20,6 +20,7 @@ from embedlog._native import (journal_format as jformat, journal_scan as jscan,
                               journal_kernels as jkernels)
 from embedlog._native.format import MAX_ENTRY_ID, LedgerId
 from embedlog import fileio
+from embedlog.bookie import journal_files
 from embedlog.bookie.journal_files import journal_ids
 from embedlog.errors import EmbedlogError, JournalCorruptedError
 from embedlog.fileio import atomic_write, private_dir
@@ -239,15 +240,6 @@ def tail_damage(mm, end: int, size: int, max_record_size: int,
             "checksum")
 
 
-def _data_end(fd: int, size: int) -> int:
-    """Where a journal file's written bytes end: its first hole after the header (records
-    are written contiguously from there), or its size."""
-    try:
-        return max(jformat.HEADER_SIZE, min(size, os.lseek(fd, jformat.HEADER_SIZE, os.SEEK_HOLE)))
-    except OSError:
-        return size
-
-
 def _damaged_tail(path: str, end: int, why: str, skip_corrupt: bool, report: dict) -> None:
     if not skip_corrupt:
         raise JournalCorruptedError(
@@ -322,7 +314,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
         with open(path, "rb" if live else "r+b") as f:
             # only the part the journal wrote: a hole of a preallocated file read through the
             # map faults (SIGBUS) on a full tmpfs, and holds no record anyway
-            data_end = _data_end(f.fileno(), size)
+            data_end = journal_files.data_end(f.fileno(), size)
             mm = mmap.mmap(f.fileno(), data_end, access=mmap.ACCESS_READ)
             try:
                 try:

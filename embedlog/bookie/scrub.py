@@ -20,6 +20,7 @@ from embedlog._native import entrylog as nel
 from embedlog._native import journal_format as jformat
 from embedlog._native import journal_scan as jscan
 from embedlog._native import index as nix
+from embedlog.bookie import journal_files
 from embedlog._native.format import DIGEST_SIZES, LedgerId, crc32, crc32c, parse_entry_header
 from embedlog.errors import CorruptedDataError
 
@@ -200,7 +201,7 @@ def journal_cuts(logs) -> dict:
             continue
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                size = journal_files.data_end(f.fileno(), os.fstat(f.fileno()).st_size)
                 if size <= jformat.HEADER_SIZE:
                     continue
                 mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
