@@ -194,10 +194,14 @@ class ZkMetadataStore(StoreBase, MetadataStore, LedgerManager, LedgerIdGenerator
         with an INSTANCEID and no LAYOUT is BookKeeper's (BookKeeper writes LAYOUT lazily,
         and Pulsar's `initialize-cluster-metadata` leaves a root so; embedlog writes both in
         one transaction); on a new root, the format asked for ("auto": embedlog's)."""
+        # INSTANCEID before LAYOUT: embedlog writes both at once, so LAYOUT read second is
+        # there whenever its INSTANCEID was (read the other way, a root formatted between
+        # the two reads looked like BookKeeper's)
+        has_instance = self._exists(self._p("INSTANCEID")) is not None
         stored = self.read_layout()
         found = ("bookkeeper" if bklayout.is_bookkeeper_layout(stored) else
                  "embedlog" if stored is not None and stored.startswith(LAYOUT_MAGIC) else None)
-        if stored is None and self._exists(self._p("INSTANCEID")) is not None:
+        if stored is None and has_instance:
             found = "bookkeeper"
         wanted = self._wanted_format
         if found and wanted != "auto" and found != wanted:

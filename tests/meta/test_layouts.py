@@ -166,6 +166,38 @@ def test_zk_a_root_bookkeeper_or_pulsar_initialised_without_a_layout_is_bookkeep
     assert raw.exists("/mine/INSTANCEID") and raw.exists("/mine/LAYOUT")
 
 
+def test_zk_a_root_formatted_by_another_process_while_opening_stays_embedlogs(zk, monkeypatch):
+    """Three processes opening one new root at once: one formats it (INSTANCEID and LAYOUT
+    in one transaction) between another's reads of the two. That one must see embedlog's
+    root, not a BookKeeper root without a LAYOUT (CI saw it: "BookKeeper format needs the
+    hierarchical ... layout, not 'flat'"). Here the other process formats the root right
+    after this one's first read of either node."""
+    from embedlog.meta.zookeeper import ZkMetadataStore
+    raw, hosts = zk
+    uri = f"zk+flat://{hosts}/ledgers"
+    formatted = []
+
+    def after_first_read(real):
+        def read(self, *args, **kwargs):
+            out = real(self, *args, **kwargs)
+            if not formatted:
+                formatted.append(True)
+                # the other process (the hook is armed only for the first store)
+                with open_metadata_store(uri, timeout_s=5):
+                    pass
+            return out
+        return read
+
+    monkeypatch.setattr(ZkMetadataStore, "read_layout",
+                        after_first_read(ZkMetadataStore.read_layout))
+    monkeypatch.setattr(ZkMetadataStore, "_exists", after_first_read(ZkMetadataStore._exists))
+    with open_metadata_store(uri, timeout_s=5) as store:
+        assert formatted
+        assert store.metadata_format == "embedlog" and store.layout == "flat"
+        store.create_ledger_metadata(LedgerMetadata(LedgerId(0, 1), 1, 1, 1))
+    assert raw.get("/ledgers/LAYOUT")[0].startswith(b"embedlog")
+
+
 def test_zk_failed_transaction_is_reported(zk):
     """kazoo returns a failed transaction's errors instead of raising: the driver raises,
     and nothing of the transaction was applied."""
