@@ -192,12 +192,15 @@ def record_durable(on: bool = True) -> None:
         _images.clear()
 
 
-def power_loss(root: str) -> list:
+def power_loss(root: str, arrived=None) -> list:
     """Cut every file under ``root`` back to what was recorded durable, as a power loss
     would: longer files are truncated to their durable size, bytes past the durable length
     within it become zeros (preallocated space whose writes never reached the disk), or a
     reused journal's bytes from its previous life (``reuse``), a data file never made durable
-    is removed (its directory entry need not have survived either). Returns what changed."""
+    is removed (its directory entry need not have survived either). ``arrived(path, n)``:
+    which of the n 512-byte sectors written past a journal's durable length reached the disk
+    anyway (a device persists an unsynced write's sectors in any order), a list of n bools;
+    None: none did. Returns what changed."""
     changed = []
     known = recorded()
     with _lock:
@@ -219,8 +222,19 @@ def power_loss(root: str) -> list:
                 changed.append((path, size))
             if cur > length:
                 old = images.get(path, b"")[length:cur]
+                lost = old + bytes(cur - length - len(old))
                 with open(path, "r+b") as f:
+                    if arrived is not None and name.endswith(".txn"):
+                        f.seek(length)
+                        now = f.read(cur - length)
+                        start = length - length % 512
+                        keep = list(arrived(path, (cur - start + 511) // 512))
+                        assert len(keep) == (cur - start + 511) // 512, "a bool per sector"
+                        lost = b"".join(
+                            (now if kept else lost)[max(s, length) - length:s + 512 - length]
+                            for s, kept in zip(range(start, cur, 512), keep))
                     f.seek(length)
-                    f.write(old + bytes(cur - length - len(old)))
-                changed.append((path, f"{'previous life' if old else 'zeros'} from {length}"))
+                    f.write(lost)
+                changed.append((path, f"{'previous life' if old else 'zeros'} from {length}"
+                                + (" (some sectors arrived)" if arrived else "")))
     return changed

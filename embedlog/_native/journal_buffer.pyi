@@ -7,6 +7,7 @@ DIRECT_ALIGN_BYTES: int
 class JournalBuffer:
     """Records framed in memory, written to the journal file in one pwrite."""
     seq0: int
+    groups: bool
     def __init__(self, capacity: int = ...) -> None: ...
     def add_record(self, rtype: int, body: _Buffer) -> None: ...
     @property

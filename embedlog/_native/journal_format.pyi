@@ -24,11 +24,15 @@ TRUNCATE: int
 DELETE_LEDGER: int
 TRIM: int
 INCARNATION: int
+GROUP: int
+FLAG_GROUPS: int
 
 class JournalHeaderError(JournalCorruptedError, ValueError): ...
 
 def file_header(log_id: int, prev_log_id: int = 0, min_size: int = 0, recycled_from: int = 0,
-                salt: int = 0, segment: int = 0) -> bytes: ...
+                salt: int = 0, segment: int = 0, flags: int = 0) -> bytes: ...
+def file_flags(data: Any) -> int:
+    """The header's flags (FLAG_GROUPS), 0 for a header from before the field."""
 def file_segment(data: Any) -> int:
     """The segment number of a journal header (0: none, layout 1)."""
 def file_salt(data: Any) -> tuple[int, int]:

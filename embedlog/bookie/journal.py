@@ -79,6 +79,9 @@ class Journal:
         self._prealloc_cv = threading.Condition(lock)
         self.buffer = jbuffer.JournalBuffer()
         self._spare = jbuffer.JournalBuffer()
+        # each group's first record gives its length: replay tells the torn sectors of an
+        # unsynced last group from damage (docs/FORMATS.md; the files' headers say so)
+        self.buffer.groups = self._spare.groups = True
         self.appended_seq = 0
         self.written_seq = 0
         self._taken_seq = 0               # end of the records a leader took out of the buffer

@@ -36,6 +36,7 @@ ALIGN = jbuffer.DIRECT_ALIGN_BYTES      # O_DIRECT's unit: address, length and o
 # through its page cache) a killed write can leave the file ending inside a record
 SIZE_AT_COMPLETION = {0xEF53: "ext4", 0x58465342: "xfs"}
 FREE = ".free"                    # a trimmed journal kept for reuse (replay never reads it)
+GROUPS = jformat.FLAG_GROUPS       # this writer begins each group with a GROUP record
 SEG = ".seg"                      # layout 2: a trimmed journal kept as the storage of its entries
 MAX_FREE = 8                      # journals kept for reuse, or as many as one trim frees ...
 MAX_FREE_BURST = 16               # ... up to this: a lagging checkpoint lets the journal roll
@@ -271,7 +272,7 @@ class JournalFiles:
         header, end of the zeros)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         dfd = -1
-        header = jformat.file_header(new_id, prev, segment=segment)
+        header = jformat.file_header(new_id, prev, segment=segment, flags=GROUPS)
         try:
             # the header's whole block, so O_DIRECT writes start on block boundaries after it
             if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
@@ -295,7 +296,8 @@ class JournalFiles:
             else:
                 # the header says how long the zeros made the file: replay takes a file found
                 # shorter as cut (records after the cut would be lost without a word)
-                header = jformat.file_header(new_id, prev, zero_end, segment=segment)
+                header = jformat.file_header(new_id, prev, zero_end, segment=segment,
+                                             flags=GROUPS)
                 os.pwrite(fd, header, 0)
                 self.stats["zeros_written"] += zero_end - ALIGN
             fileio.sync(fd, path, jformat.HEADER_SIZE, size=os.fstat(fd).st_size, data_only=False,
@@ -335,7 +337,7 @@ class JournalFiles:
                 except ValueError:
                     old_salt = 0
                 salt = jformat.new_salt(new_id, old_salt)
-                header = jformat.file_header(new_id, prev, size, old_id, salt, segment)
+                header = jformat.file_header(new_id, prev, size, old_id, salt, segment, GROUPS)
                 failpoints.hit("journal.reuse_before_header")
                 if os.pwrite(fd, header + bytes(ALIGN - len(header)), 0) != ALIGN:
                     raise OSError(errno.ENOSPC, "short write of a journal header")

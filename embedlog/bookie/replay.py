@@ -240,6 +240,65 @@ def tail_damage(mm, end: int, size: int, max_record_size: int,
             "checksum")
 
 
+def _zero_sector(mm, start: int, stop: int) -> bool:
+    """Whether the bad stretch [start, stop) shows a sector that never arrived: a length of
+    0 at its start (a written record's never is), or an aligned sector of zeros inside it
+    (the next good record may begin in the sector's last bytes: its length's high bytes
+    are zeros too)."""
+    if not any(mm[start:start + 4]):
+        return True
+    sector = start - start % SECTOR
+    while sector < stop:
+        lo, hi = max(sector, start), min(sector + SECTOR, stop)
+        if hi - lo >= SECTOR - RECORD_HEAD and not any(mm[lo:hi]):
+            return True
+        sector += SECTOR
+    return False
+
+
+def torn_group(mm, records, end: int, data_end: int, max_record_size: int,
+               salt: int, hole_after: bool) -> str | None:
+    """Whether the bad record at ``end``, which good records follow, is a power loss inside
+    the newest journal's last group rather than damage: sectors of a group written into
+    zeros reach the disk in any order until its fdatasync returns, and no group is written
+    before the one ahead of it was synced, so only the last group can be torn. It is when
+    (1) no good GROUP record (a later group) follows it, (2) every good record after it lies
+    inside the group the last GROUP record before it began (or it is that group's own
+    GROUP record), and (3) each bad stretch shows a sector of zeros that never arrived; a
+    flipped bit, a later group, a record past the group's end: damage (None)."""
+    group = None
+    for i in range(len(records) - 1, -1, -1):
+        if records[i][1] == jformat.GROUP:
+            group = records[i]
+            break
+    if group is None:
+        # replay began at the mark, inside the file: find the group from its start
+        before = jscan.scan(mm, jformat.HEADER_SIZE, max_record_size, False, salt, False)[0]
+        group = next((r for r in reversed(before) if r[1] == jformat.GROUP and r[0] < end), None)
+    if group is None:
+        if end != jformat.HEADER_SIZE:
+            return None
+        group_end = None                    # the file's first group lost its GROUP record
+    else:
+        off, _t, body, _n = group
+        group_end = off + struct.unpack_from(">I", mm, body)[0]
+        if end > group_end:
+            return None
+        if end == group_end:
+            group_end = None                # the next group's own GROUP record is torn
+    after, last, status, skipped = jscan.scan(mm, end, max_record_size, True, salt, False)
+    for off, rtype, body, n in after:
+        if rtype == jformat.GROUP or (group_end is not None and body + n > group_end):
+            return None
+    for off, n in skipped:
+        if not _zero_sector(mm, off, off + n):
+            return None
+    if status == "torn" and tail_damage(mm, last, data_end, max_record_size, hole_after) is not None:
+        return None
+    return (f"a power loss tore the last group (from offset {group[0] if group else end}): "
+            f"sectors of it never reached the disk while later ones did")
+
+
 def _damaged_tail(path: str, end: int, why: str, skip_corrupt: bool, report: dict) -> None:
     if not skip_corrupt:
         raise JournalCorruptedError(
@@ -331,8 +390,24 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 mm.madvise(mmap.MADV_SEQUENTIAL)
                 if start < len(mm):             # a mark at the very end: nothing to read
                     mm.madvise(mmap.MADV_WILLNEED, start & ~(mmap.PAGESIZE - 1))
+                newest = file_id == ids[-1] and not live
+                # groups bounded by GROUP records (a new file of this format): a power loss
+                # inside the last one is told from damage (torn_group), with or without
+                # journal_skip_corrupt_records, so the first scan stops at a bad record
+                grouped = newest and not recycled_from and \
+                    jformat.file_flags(mm[:jformat.HEADER_SIZE]) & jformat.FLAG_GROUPS
                 records, end, status, skipped = jscan.scan(
-                    mm, start, max_record_size, skip_corrupt, salt, recycled_from != 0)
+                    mm, start, max_record_size, skip_corrupt and not grouped, salt,
+                    recycled_from != 0)
+                torn_why = None
+                if status == "corrupt" and grouped:
+                    torn_why = torn_group(mm, records, end, data_end, max_record_size, salt,
+                                          data_end < size)
+                    if torn_why is not None:
+                        status = "torn"
+                    elif skip_corrupt:
+                        records, end, status, skipped = jscan.scan(
+                            mm, start, max_record_size, True, salt, False)
                 if status == "corrupt":
                     raise JournalCorruptedError(
                         f"journal {path} is corrupt at offset {end}: a bad record is followed by "
@@ -361,7 +436,7 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                         damage = (f"the last record, at offset {end}, fails its checksum, and "
                                   f"journal {later:x}.txn was begun after this file was synced, "
                                   "so it is not a torn write: an acknowledged record was damaged")
-                    else:
+                    elif torn_why is None:
                         damage = tail_damage(mm, end, data_end, max_record_size,
                                              hole_after=data_end < size,
                                              recycled=recycled_from != 0)
@@ -386,9 +461,9 @@ def replay(directory: str, mark: tuple[int, int], apply, *, skip_corrupt: bool,
                 # reused one a zero length is enough to end the log there
                 os.pwrite(f.fileno(), bytes(4 if recycled_from else len(tail)), end)
                 fileio.sync(f.fileno(), path, os.fstat(f.fileno()).st_size, data_only=False)
-                log.warning("journal %s: cut a torn tail of %d bytes at offset %d (a write "
-                            "that never reached the disk whole; a copy is in %s)", path,
-                            len(tail), end, torn_dir)
+                log.warning("journal %s: cut a torn tail of %d bytes at offset %d (%s; a "
+                            "copy is in %s)", path, len(tail), end,
+                            torn_why or "a write that never reached the disk whole", torn_dir)
                 report["torn"].append((path, end, len(tail)))
         report["files"] += 1
     report["seconds"] = time.perf_counter() - t0

@@ -10,6 +10,7 @@ import pytest
 
 import embedlog
 from embedlog import failpoints, fileio
+from embedlog._native import journal_format as jformat, journal_scan as jscan
 from embedlog.bookie import journal as journal_mod
 from embedlog.errors import EmbedlogError, JournalCorruptedError
 from support.crashutil import abandon, copy_dir, journal_records, newest_journal
@@ -857,3 +858,70 @@ def test_no_entry_is_acknowledged_across_one_whose_group_failed(tmp_path, how, e
         r = log.open_ledger(lid)               # recovers it if it was not closed
         assert r.last_add_confirmed == 0
         assert r.read_batch(0, 0) == [b"acked-0"]
+
+
+def _groups(jpath):
+    """(offset, length) of each group of a journal file, from its GROUP records."""
+    data = open(jpath, "rb").read()
+    records = jscan.scan_file(data)[0]
+    return [(off, jformat.decode_record(t, data[body:body + n])[0])
+            for off, t, body, n in records if t == jformat.GROUP]
+
+
+@pytest.mark.parametrize("where", ["inside", "its_group_record", "skip_corrupt",
+                                   "earlier_group", "flipped_bit"])
+def test_a_power_loss_inside_the_last_group_is_torn_not_corruption(tmp_path, where):
+    """Until a group's fdatasync returns its sectors reach the disk in any order, so a
+    power loss can leave a sector of zeros inside the newest journal's last group with
+    later records of the group whole. No group is written before the one ahead of it was
+    synced, so that group was never acknowledged: cut as torn at the first bad record (the
+    old code refused the start as corruption in the middle). Each group's first record, a
+    GROUP record, bounds it. Zeros inside an earlier group, and a flipped bit (no sector of
+    zeros) inside the last one, stay damage."""
+    first = [b"first-%03d" % i + os.urandom(90) for i in range(50)]
+    last = [b"last-%03d" % i + os.urandom(90) for i in range(300)]
+    log = embedlog.open(tmp_path, **CFG)
+    w = log.create_ledger()
+    w.append_many(first)
+    w.append_many(last)
+    lid = w.ledger_id
+    abandon(log)
+    jpath = newest_journal(tmp_path)
+    groups = _groups(jpath)
+    (g1, n1), (g2, n2) = groups[-2:]
+    assert n2 > 300 * 100, "the last batch was not one group: the test would test nothing"
+    entries = journal_records(jpath)[0]
+    with open(jpath, "r+b") as f:
+        if where in ("inside", "skip_corrupt"):
+            sector = (g2 + n2 // 2) & ~511          # records of the group follow it
+            f.seek(sector)
+            f.write(bytes(512))
+            cut_at = next(off for off, _t, body, n in entries if body + n > sector)
+        elif where == "its_group_record":
+            # that sector's new bytes never came: it holds the previous group's tail as before
+            f.seek(g2)
+            f.write(bytes(512 - g2 % 512))
+            cut_at = g2
+        elif where == "earlier_group":
+            f.seek((g1 + n1 // 2) & ~511)
+            f.write(bytes(512))
+        else:
+            f.seek(g2 + n2 // 2)
+            b = f.read(1)
+            f.seek(g2 + n2 // 2)
+            f.write(bytes([b[0] ^ 0x10]))
+    cfg = dict(journal_skip_corrupt_records=True) if where == "skip_corrupt" else {}
+    if where in ("earlier_group", "flipped_bit"):
+        with pytest.raises(JournalCorruptedError, match="corrupt at offset"):
+            embedlog.open(tmp_path, **CFG)
+        return
+    got, report = read_all(tmp_path, lid, **cfg)
+    assert [t[1] for t in report["torn"]] == [cut_at] and not report["skipped"], report
+    kept = [e for e in entries if e[0] < cut_at and e[1] in jformat.ENTRY_TYPES]
+    assert len(first) <= len(kept) < len(first) + len(last)
+    assert got == (first + last)[:len(kept)]
+    assert os.path.exists(os.path.join(tmp_path, "journal", "torn", "%s.%d" % (
+        os.path.basename(jpath), cut_at)))
+    # the cut is whole: a second start finds a clean journal
+    got_again, report = read_all(tmp_path, lid)
+    assert got_again == got and not report["torn"]

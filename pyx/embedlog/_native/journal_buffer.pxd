@@ -11,6 +11,7 @@ cdef class JournalBuffer:
     cdef Py_ssize_t capacity
     cdef Py_ssize_t records
     cdef public uint64_t seq0   # journal sequence number of data[0] (the journal sets it)
+    cdef public bint groups     # begin each group with a GROUP record (the journal sets it)
     cdef uint8_t *reserve(self, Py_ssize_t n) except NULL
     cdef void seal(self, uint8_t *rec, Py_ssize_t body_len, int rtype) noexcept nogil
     cdef int direct_blocks(self, long long offset, bytes tail, Py_ssize_t *end,

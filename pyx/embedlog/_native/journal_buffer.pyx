@@ -22,7 +22,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
 from embedlog._native.format cimport (el_put32, el_get32, el_crc32c, el_crc_init, parse_ids,
                                       cmp_ledgers)
-from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
+from embedlog._native.journal_format cimport (RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C,
+                                              REC_GROUP, GROUP_RECORD_SIZE)
 
 el_crc_init()
 
@@ -102,9 +103,13 @@ cdef class JournalBuffer:
         free(self.base)
 
     cdef uint8_t *reserve(self, Py_ssize_t n) except NULL:
-        """Room for n more bytes at the end (grows by doubling)."""
+        """Room for n more bytes at the end (grows by doubling). The first reservation of a
+        group (``groups``) puts its GROUP record in front, sealed by ``salt`` once the
+        group's length is known: replay tells a group's torn sectors from damage by it."""
         cdef Py_ssize_t cap = self.capacity
         cdef uint8_t *p
+        if self.size == 0 and self.groups:
+            n += GROUP_RECORD_SIZE
         if self.size + n > cap:
             while self.size + n > cap:
                 cap *= 2
@@ -116,6 +121,10 @@ cdef class JournalBuffer:
             self.base = p
             self.data = p + self.lead
             self.capacity = cap
+        if self.size == 0 and self.groups:
+            el_put32(self.data, 4)          # a record walkers step over until it is sealed
+            self.data[8] = REC_GROUP
+            self.size = GROUP_RECORD_SIZE
         return self.data + self.size
 
     def set_lead(self, Py_ssize_t file_offset):
@@ -192,10 +201,16 @@ cdef class JournalBuffer:
             off += RECORD_HEADER_SIZE + n
 
     def salt(self, uint32_t salt):
-        """Xor every record's crc with ``salt``, the life of the file the group goes to
-        (journal_format: a recycled file's stale records then never check as current ones).
-        The leader calls it once, just before the write; 0 leaves the buffer as it is."""
+        """Seal the group's GROUP record (its length is now known), then xor every
+        record's crc with ``salt``, the life of the file the group goes to (journal_format: a
+        recycled file's stale records then never check as current ones). The leader calls
+        it once, just before the write; 0 leaves the crcs as they are."""
         cdef Py_ssize_t off = 0
+        cdef uint32_t c
+        if self.size >= GROUP_RECORD_SIZE and self.data[8] == REC_GROUP:
+            el_put32(self.data + RECORD_HEADER_SIZE, <uint32_t>self.size)
+            c = el_crc32c(0, self.data, 4)
+            el_put32(self.data + 4, el_crc32c(c, self.data + 8, 5))
         if salt == 0:
             return
         with nogil:

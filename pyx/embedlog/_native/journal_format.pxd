@@ -13,4 +13,6 @@ cdef enum:
     REC_TRIM = 8
     REC_ENTRY_CRC32C = 9        # an entry whose own CRC32C digest covers its payload
     REC_INCARNATION = 10        # the ledger's incarnation (metadata ctime) as first adopted
-    REC_MAX = 10                # the highest type of the grammar
+    REC_GROUP = 11              # a group's first record: the group's length (power-loss bounds)
+    REC_MAX = 11                # the highest type of the grammar
+    GROUP_RECORD_SIZE = 13      # RECORD_HEADER_SIZE + group_len:u32

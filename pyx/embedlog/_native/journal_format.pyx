@@ -9,10 +9,12 @@ Grammar (big-endian; see docs/FORMATS.md)::
                     1 before ENTRY_CRC32C)
                     log_id:u64 header_crc:u32 prev_log_id:u64 chain_crc:u32
                     min_size:u64 size_crc:u32 recycled_from:u64 salt:u32 salt_crc:u32
-                    segment:u32 segment_crc:u32 zeros(444)
+                    segment:u32 segment_crc:u32 flags:u32 flags_crc:u32 zeros(436)
                     # segment: the number index locations name this file by (layout 2,
                     # the journal's segments are the entries' storage), segment_crc =
-                    # crc32c(bytes 0..63); 0, 0 in layout 1
+                    # crc32c(bytes 0..63); 0, 0 in layout 1. flags (flags_crc = crc32c of
+                    # bytes 0..71): FLAG_GROUPS (1), every group written to this life of
+                    # the file begins with a GROUP record
                     # header_crc = crc32c(bytes 0..15); chain_crc = crc32c(bytes 0..27): the
                     # journal written before this one (0: none), so a missing file is seen;
                     # size_crc = crc32c(bytes 0..39): min_size, the size its preallocated
@@ -35,6 +37,8 @@ Grammar (big-endian; see docs/FORMATS.md)::
     type DELETE_LEDGER(7)body := scope:u64 ledger:u64
     type TRIM(8)         body := scope:u64 ledger:u64 first_kept_entry:i64
     type INCARNATION(10) body := scope:u64 ledger:u64 ctime_ms:i64
+    type GROUP(11)       body := group_len:u32   # the bytes of the group this record begins,
+                                                 # itself included (one write, one fdatasync)
 
 A recycled file (journal_reuse_files: a trimmed journal renamed and overwritten, as
 BookKeeper's journalReuseFiles and RocksDB's recycled WAL do) still holds its previous life's
@@ -69,21 +73,23 @@ READABLE_VERSIONS = (1, 2, 3, 4)
 RECORD_TYPES = {REC_ENTRY: "entry", REC_ENTRY_CRC32C: "entry", REC_LEDGER_KEY: "ledger_key", REC_FENCE: "fence",
                 REC_EXPLICIT_LAC: "explicit_lac", REC_TERM: "term", REC_TRUNCATE: "truncate",
                 REC_DELETE_LEDGER: "delete_ledger", REC_TRIM: "trim",
-                REC_INCARNATION: "incarnation"}
+                REC_INCARNATION: "incarnation", REC_GROUP: "group"}
 ENTRY, LEDGER_KEY, FENCE, EXPLICIT_LAC, TERM, TRUNCATE, DELETE_LEDGER, TRIM, INCARNATION = (
     REC_ENTRY, REC_LEDGER_KEY, REC_FENCE, REC_EXPLICIT_LAC, REC_TERM, REC_TRUNCATE,
     REC_DELETE_LEDGER, REC_TRIM, REC_INCARNATION)
 ENTRY_CRC32C = REC_ENTRY_CRC32C
+GROUP = REC_GROUP
 ENTRY_TYPES = (REC_ENTRY, REC_ENTRY_CRC32C)
+FLAG_GROUPS = 1               # header flag: each group begins with a GROUP record
 
 
 def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
                 unsigned long long min_size=0, unsigned long long recycled_from=0,
-                uint32_t salt=0, uint32_t segment=0):
+                uint32_t salt=0, uint32_t segment=0, uint32_t flags=0):
     """The 512-byte header of journal file ``log_id``, written after ``prev_log_id``, whose
     preallocation (or previous life) made it ``min_size`` bytes long; a recycled file names
     the journal it was (``recycled_from``) and the ``salt`` its records' crcs are xored with;
-    ``segment``: its number as layout 2's storage (0: layout 1)."""
+    ``segment``: its number as layout 2's storage (0: layout 1); ``flags``: FLAG_GROUPS."""
     cdef bytearray h = bytearray(512)
     cdef uint8_t *p = h
     memcpy(p, b"ELJN", 4)
@@ -100,7 +106,19 @@ def file_header(unsigned long long log_id, unsigned long long prev_log_id=0,
     if segment:
         el_put32(p + 60, segment)
         el_put32(p + 64, el_crc32c(0, p, 64))
+    if flags:
+        el_put32(p + 68, flags)
+        el_put32(p + 72, el_crc32c(0, p, 72))
     return bytes(h)
+
+
+def file_flags(data):
+    """The flags of a journal header (0: none, or a header from before the field; call
+    check_file_header first)."""
+    cdef const uint8_t[::1] v = data
+    if v.shape[0] < 76 or el_get32(&v[72]) != el_crc32c(0, &v[0], 72):
+        return 0
+    return el_get32(&v[68])
 
 
 def file_segment(data):
@@ -170,8 +188,8 @@ def decode_record(int rtype, body):
     """The fields of one record's body, as replay applies them: ENTRY -> the entry's header
     (format.parse_entry_header); LEDGER_KEY -> (scope, ledger, master_key); FENCE and
     DELETE_LEDGER -> (scope, ledger); EXPLICIT_LAC, TRUNCATE, TRIM, INCARNATION -> (scope,
-    ledger, i64); TERM -> (scope, ledger, u64); an unknown type -> None (skipped: newer
-    types may be added).
+    ledger, i64); TERM -> (scope, ledger, u64); GROUP -> (group_len,); an unknown type ->
+    None (skipped: newer types may be added).
     JournalCorruptedError when the body does not fit its type."""
     cdef const uint8_t[::1] v = body
     cdef Py_ssize_t n = v.shape[0]
@@ -179,6 +197,10 @@ def decode_record(int rtype, body):
         return parse_entry_header(body)
     if rtype not in RECORD_TYPES:
         return None
+    if rtype == REC_GROUP:
+        if n != 4:
+            raise JournalCorruptedError(f"group record of {n} bytes, expected 4")
+        return (el_get32(&v[0]),)
     if rtype == REC_LEDGER_KEY:
         if not 16 <= n <= 16 + MAX_MASTER_KEY:
             raise JournalCorruptedError(f"ledger key record of {n} bytes (16 + a key of at most "

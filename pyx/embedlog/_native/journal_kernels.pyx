@@ -24,7 +24,7 @@ from embedlog._native.format cimport (el_put32, el_put64, el_get64, el_crc32c, e
                                       el_crc32, el_crc_init, parse_ids, encode_into,
                                       encoded_size, put_header, DIGEST_CRC32, DIGEST_CRC32C,
                                       DIGEST_MAC, V1_HEADER_SIZE, V2_HEADER_SIZE)
-from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C
+from embedlog._native.journal_format cimport RECORD_HEADER_SIZE, REC_ENTRY, REC_ENTRY_CRC32C, REC_GROUP
 from embedlog._native.journal_buffer cimport JournalBuffer
 from embedlog._native.journal_scan cimport Records, jrec
 from embedlog._native.memtable cimport MemTable
@@ -639,7 +639,8 @@ def check_encoded_entries(list entries, Py_ssize_t start, object ledger, object 
 def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen,
                    list refused=None, uint64_t segment_base=0):
     """Put the entries of records[i:] (scan()'s, over ``data``) into the memtable,
-    up to the first record that is not an entry or that the memtable has no room for;
+    up to the first record that is not an entry (GROUP records, a group's bounds, are
+    stepped over) or that the memtable has no room for;
     returns its index. ``seen`` gets {(scope, ledger): highest entry id} of what was put.
     An entry whose id is outside 0..MAX_ENTRY_ID (journalled before bookies bounded ids)
     is not put: ``refused`` gets (offset, scope, ledger, entry id) for it.
@@ -656,6 +657,9 @@ def replay_entries(data, Records records, Py_ssize_t i, MemTable mt, dict seen,
         raise ValueError(f"record index {i}")
     while i < n:
         rec = &records.recs[i]
+        if rec.rtype == REC_GROUP:              # a group's bounds: nothing to apply
+            i += 1
+            continue
         if rec.rtype != REC_ENTRY and rec.rtype != REC_ENTRY_CRC32C:
             break
         if rec.body_start < 0 or rec.body_len < 0 or rec.body_start + rec.body_len > v.shape[0]:
