@@ -263,9 +263,10 @@ def torn_group(mm, records, end: int, data_end: int, max_record_size: int,
     zeros reach the disk in any order until its fdatasync returns, and no group is written
     before the one ahead of it was synced, so only the last group can be torn. It is when
     (1) no good GROUP record (a later group) follows it, (2) every good record after it lies
-    inside the group the last GROUP record before it began (or it is that group's own
-    GROUP record), and (3) each bad stretch shows a sector of zeros that never arrived; a
-    flipped bit, a later group, a record past the group's end: damage (None)."""
+    inside the group the last GROUP record before it began (or it is the next group's own
+    GROUP record, in a sector that kept its bytes from before that group's write), and (3)
+    each bad stretch shows a sector of zeros that never arrived; a flipped bit, a later
+    group, a record past the group's end: damage (None)."""
     group = None
     for i in range(len(records) - 1, -1, -1):
         if records[i][1] == jformat.GROUP:
@@ -276,16 +277,22 @@ def torn_group(mm, records, end: int, data_end: int, max_record_size: int,
         before = jscan.scan(mm, jformat.HEADER_SIZE, max_record_size, False, salt, False)[0]
         group = next((r for r in reversed(before) if r[1] == jformat.GROUP and r[0] < end), None)
     if group is None:
-        if end != jformat.HEADER_SIZE:
+        # the file's first group lost its GROUP record: it begins on a sector boundary
+        # (HEADER_SIZE), where a torn write cannot be told from a lost sector (below)
+        return None
+    group_off, _t, body, _n = group
+    group_end = group_off + struct.unpack_from(">I", mm, body)[0]
+    if end > group_end:
+        return None
+    if end == group_end:
+        # the next group's own GROUP record is bad: its length is unknown, so what
+        # follows must show that group was the one torn, not damage over groups
+        # acknowledged before the last: the sector holding its start kept the bytes
+        # it had before that write (the previous group's tail, then zeros), as a
+        # sector a torn write never reached does; a sector lost whole does not
+        if end % SECTOR == 0 or any(mm[end:end - end % SECTOR + SECTOR]):
             return None
-        group_end = None                    # the file's first group lost its GROUP record
-    else:
-        off, _t, body, _n = group
-        group_end = off + struct.unpack_from(">I", mm, body)[0]
-        if end > group_end:
-            return None
-        if end == group_end:
-            group_end = None                # the next group's own GROUP record is torn
+        group_end = None
     after, last, status, skipped = jscan.scan(mm, end, max_record_size, True, salt, False)
     for off, rtype, body, n in after:
         if rtype == jformat.GROUP or (group_end is not None and body + n > group_end):
@@ -295,8 +302,9 @@ def torn_group(mm, records, end: int, data_end: int, max_record_size: int,
             return None
     if status == "torn" and tail_damage(mm, last, data_end, max_record_size, hole_after) is not None:
         return None
-    return (f"a power loss tore the last group (from offset {group[0] if group else end}): "
-            f"sectors of it never reached the disk while later ones did")
+    torn_from = end if group_end is None else group_off
+    return (f"a power loss tore the last group (from offset {torn_from}): sectors of it "
+            "never reached the disk while later ones did")
 
 
 def _damaged_tail(path: str, end: int, why: str, skip_corrupt: bool, report: dict) -> None:

@@ -899,6 +899,7 @@ def test_a_power_loss_inside_the_last_group_is_torn_not_corruption(tmp_path, whe
             cut_at = next(off for off, _t, body, n in entries if body + n > sector)
         elif where == "its_group_record":
             # that sector's new bytes never came: it holds the previous group's tail as before
+            assert g2 % 512, "the last group begins on a sector: the test tests nothing"
             f.seek(g2)
             f.write(bytes(512 - g2 % 512))
             cut_at = g2
@@ -925,3 +926,38 @@ def test_a_power_loss_inside_the_last_group_is_torn_not_corruption(tmp_path, whe
     # the cut is whole: a second start finds a clean journal
     got_again, report = read_all(tmp_path, lid)
     assert got_again == got and not report["torn"]
+
+
+def test_a_lost_sector_over_two_groups_is_not_taken_for_a_torn_one(tmp_path):
+    """A sector lost whole (zeros, after every group was synced and acknowledged) from the
+    start of a group G that is not the last through the last group's GROUP record: what
+    follows is the last group's records, with no GROUP record of their own. A power loss
+    tearing the last group leaves the sector holding its start as it was before the write
+    (the previous group's tail, then zeros): a sector that begins at G and is zeros does
+    not show that, so the start is refused, and G is not cut (the first version of the
+    rule cut it: helper's finding)."""
+    cfg = dict(CFG, journal_direct_writes=False)
+    log = embedlog.open(tmp_path, **cfg)
+    w = log.create_ledger()
+    files = log.bookie.journal.files
+    w.append(b"a" * 100)
+    before = files.offset
+    w.append(b"b" * 100)
+    overhead = files.offset - before - 100            # a lone group's bytes beyond its payload
+    pad = (512 - files.offset % 512) % 512
+    while pad <= overhead:
+        pad += 512
+    w.append(b"p" * (pad - overhead))                 # the next group begins on a sector
+    g = files.offset
+    assert g % 512 == 0
+    w.append(b"G" * 100)
+    w.append_many([b"last-%03d" % i + bytes(92) for i in range(50)])
+    abandon(log)
+    jpath = newest_journal(tmp_path)
+    starts = [off for off, _n in _groups(jpath)]
+    assert starts[-2] == g and starts[-1] < g + 512
+    with open(jpath, "r+b") as f:
+        f.seek(g)
+        f.write(bytes(512))
+    with pytest.raises(JournalCorruptedError, match=f"corrupt at offset {g}"):
+        embedlog.open(tmp_path, **cfg)
