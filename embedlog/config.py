@@ -91,7 +91,8 @@ class BookieConfig:
         "replay_report['missing_files']. By default the bookie refuses to start and names them.")
     journal_skip_corrupt_records: bool = _key(
         False, "SAFETY: on replay, step over a corrupt journal record in the middle (and "
-        "report it) instead of refusing to start. A torn tail is always repaired.")
+        "report it) instead of refusing to start. A torn tail is always repaired, and so is a "
+        "power loss inside the newest journal's last group (docs/FORMATS.md).")
     # -- ledger storage --------------------------------------------------------
     storage_layout: int = _key(
         2, "layout of a new bookie directory (current/LAYOUT records it; an existing directory "
