@@ -256,6 +256,14 @@ def _zero_sector(mm, start: int, stop: int) -> bool:
     return False
 
 
+def _last_group(records, end: int):
+    """The last GROUP record among ``records`` (scan()'s) before offset ``end``, or None."""
+    for i in range(len(records) - 1, -1, -1):
+        if records[i][1] == jformat.GROUP and records[i][0] < end:
+            return records[i]
+    return None
+
+
 def torn_group(mm, records, end: int, data_end: int, max_record_size: int,
                salt: int, hole_after: bool) -> str | None:
     """Whether the bad record at ``end``, which good records follow, is a power loss inside
@@ -267,21 +275,17 @@ def torn_group(mm, records, end: int, data_end: int, max_record_size: int,
     GROUP record, in a sector that kept its bytes from before that group's write), and (3)
     each bad stretch shows a sector of zeros that never arrived; a flipped bit, a later
     group, a record past the group's end: damage (None)."""
-    group = None
-    for i in range(len(records) - 1, -1, -1):
-        if records[i][1] == jformat.GROUP:
-            group = records[i]
-            break
+    group = _last_group(records, end)
     if group is None:
         # replay began at the mark, inside the file: find the group from its start
-        before = jscan.scan(mm, jformat.HEADER_SIZE, max_record_size, False, salt, False)[0]
-        group = next((r for r in reversed(before) if r[1] == jformat.GROUP and r[0] < end), None)
+        group = _last_group(jscan.scan(mm, jformat.HEADER_SIZE, max_record_size, False, salt,
+                                       False)[0], end)
     if group is None:
         # the file's first group lost its GROUP record: it begins on a sector boundary
         # (HEADER_SIZE), where a torn write cannot be told from a lost sector (below)
         return None
-    group_off, _t, body, _n = group
-    group_end = group_off + struct.unpack_from(">I", mm, body)[0]
+    group_off, _t, body, n = group
+    group_end = group_off + jformat.decode_record(jformat.GROUP, mm[body:body + n])[0]
     if end > group_end:
         return None
     if end == group_end:

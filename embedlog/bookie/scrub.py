@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import struct
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from embedlog._native import journal_scan as jscan
 from embedlog._native import index as nix
 from embedlog.bookie import journal_files
 from embedlog._native.format import DIGEST_SIZES, LedgerId, crc32, crc32c, parse_entry_header
-from embedlog.errors import CorruptedDataError
+from embedlog.errors import CorruptedDataError, JournalCorruptedError
 
 
 def damaged_records(logs) -> list:
@@ -121,7 +120,6 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
 
 
 SEGMENT_LOG_BIT = 0x80000000        # a log id naming a journal segment (layout 2)
-_CUT = struct.Struct(">QQq")         # a TRUNCATE or TRIM record's body: scope, ledger, point
 
 
 def segment_ledgers(log_id: int, path: str) -> dict | None:
@@ -212,8 +210,11 @@ def journal_cuts(logs) -> dict:
             records = jscan.scan(mm, jformat.HEADER_SIZE, salt=salt, recycled=recycled_from != 0)[0]
             for i in range(len(records)):
                 off, rtype, start, n = records[i]
-                if rtype in (jformat.TRUNCATE, jformat.TRIM) and n == 24:
-                    scope, lid, point = _CUT.unpack_from(mm, start)
+                if rtype in (jformat.TRUNCATE, jformat.TRIM):
+                    try:
+                        scope, lid, point = jformat.decode_record(rtype, mm[start:start + n])
+                    except JournalCorruptedError:       # a body of another size: not a cut
+                        continue
                     out.setdefault((scope, lid), []).append((log_id, off, rtype, point))
         finally:
             mm.close()
