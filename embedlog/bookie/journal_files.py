@@ -164,6 +164,7 @@ class JournalFiles:
         self.offset = 0                   # where the next group lands
         self.zero_end = 0                 # the zeros written ahead end here
         self._salt = 0                    # xored into the record crcs of this file's life
+        self._counted = jbuffer.LedgerRuns()   # the group being written: its runs, from salt
         self._dropped_to = 0              # pages below this were dropped from the cache
         self.claim = None                 # (file id, start) being zero-filled
         self.group_bytes_mean = None      # moving mean of group sizes (None: no group yet)
@@ -378,14 +379,14 @@ class JournalFiles:
     def append(self, buf) -> None:
         """Write the group ``buf`` at the tail (salted for this file's life) and move the
         tail past it; not synced."""
-        buf.salt(self._salt)
+        self._salt_group(buf)
         self._write(buf, None, False)
 
     def append_synced(self, buf, busy) -> float:
         """append, then sync: one request (to ``busy``, a busy_io.BusyWriter with
         enable_busy_wait, else one native call) while the file takes O_DIRECT writes;
         then note_written and drop_synced_pages. Returns the fdatasync's seconds."""
-        buf.salt(self._salt)
+        self._salt_group(buf)
         fsync_s = self._write(buf, busy, True)
         if fsync_s is None:                 # written buffered (O_DIRECT refused): sync here
             t0 = time.perf_counter()
@@ -427,12 +428,18 @@ class JournalFiles:
         self.stats["blocks_written"] += buf.nbytes + 4      # and the zero length after it
         return None
 
+    def _salt_group(self, buf) -> None:
+        """Salt the group for this file's life; a segment's also counts its entry runs
+        (note_written adds them to the file's once the group is written)."""
+        self._counted.clear()
+        buf.salt(self._salt, self._counted if self.file_id in self._runs else None)
+
     def note_written(self, buf) -> None:
         """A group ``buf`` is in the current file for good (written, and synced unless
-        journal_sync_data is off): count its entries for the file's segment map."""
+        journal_sync_data is off): its entries count in the file's segment map."""
         runs = self._runs.get(self.file_id)
         if runs is not None:
-            buf.add_runs_to(runs)
+            runs.extend(self._counted)
 
     def sync(self) -> None:
         """fdatasync the file up to the tail."""

@@ -181,42 +181,45 @@ cdef class JournalBuffer:
             off += RECORD_HEADER_SIZE + n
         return out
 
-    def add_runs_to(self, LedgerRuns runs):
-        """Count the buffer's entry records into ``runs`` (runs of one ledger, with their
-        record heads): what a walk of the file they were written to would count
-        (MappedLog.ledger_runs), taken from memory instead of read back from the disk.
-        Only the records' heads and ids are read; the add kernels framed them, in bounds."""
+    def salt(self, uint32_t salt, LedgerRuns runs=None):
+        """Seal the group's GROUP record (its length is now known), then xor every
+        record's crc with ``salt``, the life of the file the group goes to (journal_format: a
+        recycled file's stale records then never check as current ones). The leader calls
+        it once, just before the write; 0 leaves the crcs as they are.
+
+        ``runs``: also count the entry records into it (runs of one ledger, with their
+        record heads), what a walk of the file would count (MappedLog.ledger_runs), in
+        the same walk while the records are still in the cache (after the write and its
+        sync this VM's caches are cold: a walk then took twice as long). The caller adds
+        them to the file's runs once the group is written. The add kernels framed the
+        records, in bounds; a length that runs past the end is refused all the same."""
         cdef Py_ssize_t off = 0, n
+        cdef uint32_t c
         cdef uint64_t s, l
         cdef int64_t e
         cdef uint8_t t
+        if self.size >= GROUP_RECORD_SIZE and self.data[8] == REC_GROUP:
+            el_put32(self.data + RECORD_HEADER_SIZE, <uint32_t>self.size)
+            c = el_crc32c(0, self.data, 4)
+            el_put32(self.data + 4, el_crc32c(c, self.data + 8, 5))
+        if runs is None:
+            if salt == 0:
+                return
+            with nogil:
+                while off + RECORD_HEADER_SIZE <= self.size:
+                    el_put32(self.data + off + 4, el_get32(self.data + off + 4) ^ salt)
+                    off += RECORD_HEADER_SIZE + el_get32(self.data + off)
+            return
         while off + RECORD_HEADER_SIZE <= self.size:
             n = el_get32(self.data + off)
             if off + RECORD_HEADER_SIZE + n > self.size:
                 raise ValueError(f"journal buffer: a record at {off} runs past its end")
+            el_put32(self.data + off + 4, el_get32(self.data + off + 4) ^ salt)
             t = self.data[off + 8]
             if t == REC_ENTRY or t == REC_ENTRY_CRC32C:
                 parse_ids(self.data + off + RECORD_HEADER_SIZE, n, &s, &l, &e)
                 runs.add(s, l, RECORD_HEADER_SIZE + n)
             off += RECORD_HEADER_SIZE + n
-
-    def salt(self, uint32_t salt):
-        """Seal the group's GROUP record (its length is now known), then xor every
-        record's crc with ``salt``, the life of the file the group goes to (journal_format: a
-        recycled file's stale records then never check as current ones). The leader calls
-        it once, just before the write; 0 leaves the crcs as they are."""
-        cdef Py_ssize_t off = 0
-        cdef uint32_t c
-        if self.size >= GROUP_RECORD_SIZE and self.data[8] == REC_GROUP:
-            el_put32(self.data + RECORD_HEADER_SIZE, <uint32_t>self.size)
-            c = el_crc32c(0, self.data, 4)
-            el_put32(self.data + 4, el_crc32c(c, self.data + 8, 5))
-        if salt == 0:
-            return
-        with nogil:
-            while off + RECORD_HEADER_SIZE <= self.size:
-                el_put32(self.data + off + 4, el_get32(self.data + off + 4) ^ salt)
-                off += RECORD_HEADER_SIZE + el_get32(self.data + off)
 
     def swap(self, JournalBuffer other):
         """Exchange contents with ``other`` (an emptied spare), so writing needs no lock."""
@@ -386,6 +389,15 @@ cdef class LedgerRuns:
 
     def __len__(self):
         return self.count
+
+    def clear(self):
+        self.count = 0
+
+    def extend(self, LedgerRuns other):
+        """Add ``other``'s runs after these (a written group's, counted by salt)."""
+        cdef Py_ssize_t i
+        for i in range(other.count):
+            self.add(other.runs[i].scope, other.runs[i].lid, other.runs[i].nbytes)
 
     def totals(self):
         """{(scope, ledger): bytes}."""
