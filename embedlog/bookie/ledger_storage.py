@@ -405,7 +405,7 @@ class SortedLedgerStorage:
             segments.append((log_id, path, held))
         found = scrub.unindexed_entries(
             logs, find_index, lambda key, missing: key not in self.damaged and (not missing or keep(key)),
-            segments, self._cuts())
+            segments, self._cuts)     # walked only if some ledger needs a rebuild
         for key, r in found.items():
             idx = self.ledgers.get(key)
             if idx is None:

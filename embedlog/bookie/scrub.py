@@ -67,7 +67,9 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
     "ambiguous"}}: the entries past the pages the file holds (ledger_entries: an id whose
     copies differ is left out, in "ambiguous").
     ``segments``: [(log id, path, {key: bytes})] of layout 2's segments and their maps;
-    ``cuts``: journal_cuts of every journal file (computed here if None)."""
+    ``cuts``: journal_cuts of every journal file, or a function that gives them, called
+    only once a ledger's entries are looked for (a walk of every journal record: a start
+    with nothing to rebuild must not pay it), or None (computed here then)."""
     named: dict = {}
     for log_id, path, held in segments:
         for key in held:
@@ -111,6 +113,8 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
         ambiguous: list = []
         if cuts is None:
             cuts = journal_cuts([(log_id, path) for log_id, path, _held in segments])
+        elif callable(cuts):
+            cuts = cuts()
         eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE, ambiguous,
                                     cuts.get(key, []))
         if len(eids) or ambiguous:
