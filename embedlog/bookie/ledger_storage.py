@@ -379,22 +379,15 @@ class SortedLedgerStorage:
             return idx.path if idx is not None and os.path.exists(idx.path) else None
 
         logs = [(i, self.entry_logger.path_of(i)) for i in self.entry_logger.log_ids()]
-        # layout 2: each segment's map names its ledgers (a .txn below the mark has none
-        # until the next trim renames it: its ledgers' index files were synced before then)
-        segments = []
-        for log_id, path in self._segment_files():
-            if not path.endswith(".seg"):
-                continue
-            held = journal_files.read_segment_map(path[:-4])
+        segments = []                        # layout 2: each segment's map names its ledgers
+        for log_id, path, held, read in scrub.segments_held(self._segment_files()):
             if held is None:
-                # its map is gone or damaged: its records say (what GC counts it from too),
+                log.error("journal segment %s: its ledgers map is missing or damaged and "
+                          "the segment cannot be read: its entries are not looked for", path)
+                continue
+            if read:
+                # its map is gone or damaged: its records said (what GC counts it from too),
                 # and a new map is written from them, so the next start need not read them
-                held = scrub.segment_ledgers(log_id, path)
-                if held is None:
-                    log.error("journal segment %s: its ledgers map is missing or damaged and "
-                              "the segment cannot be read: its entries are not looked for",
-                              path)
-                    continue
                 log.warning("journal segment %s: its ledgers map is missing or damaged; "
                             "its records were read instead (%d ledgers), a new map written",
                             path, len(held))

@@ -142,6 +142,23 @@ def segment_ledgers(log_id: int, path: str) -> dict | None:
         m.close()
 
 
+def segments_held(journals) -> list:
+    """[(log id, path, {(scope, ledger): bytes} or None, read)] of the ``.seg`` files among
+    ``journals`` ([(log id, path)], layout 2): each one's ledgers from its map, or, where the
+    map is missing or damaged, counted from its records (``read`` True; None if it cannot be
+    read either). A ``.txn`` below the mark is left out: it has no map until a trim renames
+    it, and its ledgers' index files were synced before then."""
+    out = []
+    for log_id, path in journals:
+        if path.endswith(".seg"):
+            held = journal_files.read_segment_map(path[:-4])
+            read = held is None
+            if read:
+                held = segment_ledgers(log_id, path)
+            out.append((log_id, path, held, read))
+    return out
+
+
 def ledger_entries(logs, key, first: int = 0, ambiguous: list | None = None, cuts=None):
     """(entry ids, locations) of ledger ``key``'s entries with ids from ``first`` on in the
     entry logs ``logs`` ([(log id, path)]; a log id with bit 31 set is a journal segment,

@@ -27,7 +27,7 @@ from embedlog._native.format import LedgerId, crc32c, decode_entry, mac_key, par
 from embedlog.bookie.cookies import read_dir_cookie
 from embedlog.bookie.files import list_files
 from embedlog.bookie.journal_files import journal_ids, read_segment
-from embedlog.bookie.scrub import damaged_records, unindexed_entries
+from embedlog.bookie.scrub import damaged_records, journal_cuts, segments_held, unindexed_entries
 from embedlog.cli.common import EmbedlogGroup, console, json_option, make_table
 from embedlog.errors import (ConfigError, CorruptedDataError, EmbedlogError, IllegalOpError,
                              NoSuchLedgerError)
@@ -661,8 +661,9 @@ def localconsistencycheck(directory, ledger_dirs, journal_dir, metadata_uri, as_
 
 
 def _unindexed(layout: Layout, store) -> list:
-    """Ledgers whose index file is missing or cut while the entry logs hold their entries
-    (scrub.unindexed_entries); a missing file counts only for a ledger the store lists."""
+    """Ledgers whose index file is missing or cut while the entry logs or layout 2's
+    segments hold their entries (scrub.unindexed_entries, as a bookie's start looks for
+    them); a missing file counts only for a ledger the store lists."""
     def find_index(key):
         for current in layout.currents:
             path = nix.index_path(current, *key)
@@ -679,7 +680,12 @@ def _unindexed(layout: Layout, store) -> list:
         except EmbedlogError:
             return False
 
-    found = unindexed_entries(_log_paths(layout).items(), find_index, keep)
+    journals = sorted(_segment_paths(layout).items())
+    # a segment whose map is gone is counted from its records (read only: no map written)
+    segments = [(log_id, path, held) for log_id, path, held, _read in segments_held(journals)
+                if held is not None]
+    found = unindexed_entries(_log_paths(layout).items(), find_index, keep, segments,
+                              lambda: journal_cuts(journals))
     return [{"ledger_scope_id": k[0], "ledger_id": k[1], "qualified_name": LedgerId(*k).qualified_name,
              "file": r["file"] or nix.index_path(layout.currents[0], *k), "problem": r["problem"],
              "entries": len(r["eids"]), "first_entry_id": int(r["eids"][0]),

@@ -2,6 +2,7 @@
 "Layout 2"). Entries below the LastLogMark live only in ``.seg`` files: they must come back
 after SIGKILL, a damaged record must be refused (never served), and GC must free a segment
 no index names, while a layout 1 directory keeps opening as one."""
+import json
 import os
 import signal
 import subprocess
@@ -9,9 +10,11 @@ import sys
 import textwrap
 
 import pytest
+from click.testing import CliRunner
 
 import embedlog
 from embedlog.bookie import journal_files
+from embedlog.cli.shell import shell
 from embedlog.errors import CorruptedDataError, DigestMismatchError, EmbedlogError
 
 from support.cliutil import ROOT, SUPPORT, TESTS
@@ -328,9 +331,19 @@ def test_a_lost_index_file_is_found_from_the_segments(tmp_path, maps):
                 f.seek(20)
                 f.write(bytes([b[0] ^ 1]))
     os.unlink(idx_path)
+    # the offline check finds it from the segments too, before any bookie starts (it read
+    # only entry logs, none in layout 2, and said OK); it writes no map (it reads files only)
+    r = CliRunner().invoke(shell, ["localconsistencycheck", "--dir", str(tmp_path), "--json"],
+                           catch_exceptions=False)
+    assert r.exit_code == 1, r.output
+    [row] = json.loads(r.output)["unindexed_ledgers"]
+    assert row["qualified_name"] == lid.qualified_name and row["problem"] == "its index file is missing"
+    assert 0 < row["entries"] < 600 and row["first_entry_id"] == 0
+    assert maps != "deleted" or not files(journal, ".seg.map")
     with embedlog.open(tmp_path, **CONFIG) as log:
         key = (lid.scope_id, lid.ledger_id)
         found = log.bookie.storage.damaged[key]["entries_found"]   # said, and fenced
+        assert found == row["entries"]
         # the entries in .seg files come back; those in the newest journal below the mark
         # have no map yet (docs/FORMATS.md, "Layout 2"): refused, never wrong bytes
         assert 0 < found < 600
