@@ -6,13 +6,14 @@
 compare.py's batch cells sit at 0.5-0.7x the floor; this splits one embedlog batch
 (append_many of --batch entries of --size bytes to one of 8 ledgers, in turn, on a fresh log
 with the defaults) into what the caller's thread does, each part timed around the function
-that does it (wrapped for this run only), in µs per batch (medians of the rounds):
+that does it (wrapped for this run only), in µs per batch (the means of the median round):
 
 - add: WriteHandle._add, and within it the native add kernel (journal_kernels.add_payloads:
   V1 framing, CRC32C, the journal record, the memtable's copy);
 - wait: the journal's wait for durability, and within it the group's O_DIRECT write and
   fdatasync (one native request, fileio.write_direct_synced); the rest of the wait is the
-  group's Python (salt and its ledger runs, bookkeeping, wake-ups);
+  salt walk (and its ledger runs), the group's Python, GIL hand-offs to the flusher, a file
+  roll now and then;
 
 and, in the same rounds, the floor's batch (benchmarks/floor.pyx as compare.py runs it: the
 same entries framed by a bare C loop, one pwrite and one fdatasync, into written zeros; and
@@ -41,12 +42,20 @@ from embedlog import fileio  # noqa: E402
 from embedlog._native import journal_kernels  # noqa: E402
 from embedlog._native.journal_buffer import JournalBuffer  # noqa: E402
 from embedlog._native.memtable import MemTable  # noqa: E402
-from embedlog.bookie import bookie as bookie_mod, journal as journal_mod, journal_files  # noqa: E402
+from embedlog.bookie import bookie as bookie_mod  # noqa: E402
 from embedlog.embedded import WriteHandle  # noqa: E402
 import compare  # noqa: E402  (this directory)
 
 NLEDGERS = 8
 DIGEST_CRC32C = 3
+
+
+def remove(d) -> None:
+    """Delete a phase's files and sync, so that the next phase's fdatasyncs do not wait
+    for the discards (this machine's / is mounted with ``discard``: a delete's blocks are
+    trimmed in the next journal commit, which an fdatasync extending a file waits for)."""
+    shutil.rmtree(d, ignore_errors=True)
+    os.sync()
 
 
 class Timed:
@@ -117,7 +126,7 @@ def embedlog_parts(root, payloads, seconds) -> dict:
     finally:
         bookie_mod.jkernels = saved
         timed.undo()
-        shutil.rmtree(d, ignore_errors=True)
+        remove(d)
     s = timed.seconds
     out = {name: s[name] / k * 1e6 for name in ("add", "kernel", "wait", "io")}
     out["batch"] = total / k * 1e6
@@ -138,22 +147,25 @@ def floor_batch(root, payloads, seconds, cls) -> float:
             preps.append(store.prep_batch(ledger, firsts[ledger], payloads))
             firsts[ledger] += len(payloads)
         spent, done = 0.0, 0
+        room = len(payloads) * (40 + max(map(len, payloads)))
         while spent < seconds:
             for p in preps:
+                store.ensure(room)              # zeros ahead of each batch, off the clock
                 t = time.perf_counter()
                 store.commit_batch(p)
                 spent += time.perf_counter() - t
                 done += 1
-            store.ensure(len(preps) * len(payloads) * (40 + len(payloads[0])))
         store.close()
         return spent / done * 1e6
     finally:
-        shutil.rmtree(d, ignore_errors=True)
+        remove(d)
 
 
 def kernel_alone(root, payloads, seconds, with_io) -> float:
-    """ns per entry of the add kernel alone; ``with_io``: each group written with O_DIRECT
-    and fdatasync'd before the next is framed."""
+    """ns per entry of the add kernel alone (the median call, the arena's first fill left
+    out); ``with_io``: each group written with O_DIRECT and fdatasync'd before the next is
+    framed. A lower bound of the kernel in a log: one memtable, cleared and reused, where a
+    log's two take turns and a flush runs beside them."""
     bufs = [JournalBuffer(), JournalBuffer()]
     for b in bufs:
         b.groups = True
@@ -184,7 +196,7 @@ def kernel_alone(root, payloads, seconds, with_io) -> float:
             k += 1
     finally:
         os.close(fd)
-        shutil.rmtree(d, ignore_errors=True)
+        remove(d)
     times = times[len(times) // 5:]          # the arena's first fill is fresh memory
     return statistics.median(times) / len(payloads) * 1e9
 
@@ -199,10 +211,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     payloads = compare.payload_pool(args.size, args.batch)
     rounds = collections.defaultdict(list)
+    runs = []
     for r in range(args.rounds):
         parts = embedlog_parts(args.dir, payloads, args.seconds)
-        for name, v in parts.items():
-            rounds[name].append(v)
+        runs.append(parts)
         rounds["floor"].append(floor_batch(args.dir, payloads, args.seconds / 2, compare.FloorStore))
         rounds["nozeros"].append(floor_batch(args.dir, payloads, args.seconds / 2,
                                              compare.NoZerosFloorStore))
@@ -210,10 +222,13 @@ def main(argv=None):
         rounds["after_io"].append(kernel_alone(args.dir, payloads, args.seconds / 2, True))
         print(f"round {r + 1}: embedlog {parts['batch']:.0f} µs/batch, floor "
               f"{rounds['floor'][-1]:.0f}, no zeros {rounds['nozeros'][-1]:.0f}", flush=True)
-    m = {name: statistics.median(v) for name, v in rounds.items() if name != "direct"}
+    m = {name: statistics.median(v) for name, v in rounds.items()}
+    # the embedlog parts of one round, the median one by batch time, so that they add up
+    m.update(sorted(runs, key=lambda p: p["batch"])[len(runs) // 2])
     n = args.batch
-    print(f"\n{args.batch} x {args.size} B, {args.rounds} rounds, medians "
-          f"(load {os.getloadavg()[0]:.1f}; journal O_DIRECT: {rounds['direct'][0]})")
+    print(f"\n{args.batch} x {args.size} B, {args.rounds} rounds (load {os.getloadavg()[0]:.1f}; "
+          f"journal O_DIRECT: {m['direct']}): embedlog's parts are the means per batch of "
+          f"the median round; the floors and the kernel alone, medians over the rounds")
     print("| part | µs per batch | ns per entry |")
     print("| --- | ---: | ---: |")
     rows = [
@@ -223,7 +238,9 @@ def main(argv=None):
         ("  - of it the call's Python", m["add"] - m["kernel"]),
         ("- wait (the group, durable)", m["wait"]),
         ("  - of it the O_DIRECT write and fdatasync", m["io"]),
-        ("  - of it the group's Python (salt, runs, wake-ups)", m["wait"] - m["io"]),
+        ("  - of it the rest: the salt walk and its runs, the group's Python, GIL hand-offs, "
+         "rolls" + ("" if m["direct"] else " (no O_DIRECT here: the whole write and sync)"),
+         m["wait"] - m["io"]),
         ("- the rest (the handle's call, delivery)", m["batch"] - m["add"] - m["wait"]),
         ("floor batch (written zeros)", m["floor"]),
         ("floor batch, no zeros (O_DIRECT appends)", m["nozeros"]),
