@@ -42,7 +42,6 @@ from embedlog import fileio  # noqa: E402
 from embedlog._native import journal_kernels  # noqa: E402
 from embedlog._native.journal_buffer import JournalBuffer  # noqa: E402
 from embedlog._native.memtable import MemTable  # noqa: E402
-from embedlog.bookie import bookie as bookie_mod  # noqa: E402
 from embedlog.embedded import WriteHandle  # noqa: E402
 import compare  # noqa: E402  (this directory)
 
@@ -84,31 +83,13 @@ class Timed:
         self._undo.clear()
 
 
-class KernelModule:
-    """journal_kernels as the bookie sees it, its add_payloads timed."""
-
-    def __init__(self, timed):
-        self._timed = timed
-
-    def __getattr__(self, name):
-        return getattr(journal_kernels, name)
-
-    def add_payloads(self, *a):
-        t = time.perf_counter()
-        try:
-            return journal_kernels.add_payloads(*a)
-        finally:
-            self._timed.seconds["kernel"] += time.perf_counter() - t
-
-
 def embedlog_parts(root, payloads, seconds) -> dict:
     """µs per batch of each part of an embedlog batch."""
     timed = Timed()
     timed.wrap(WriteHandle, "_add", "add")
     timed.wrap(WriteHandle, "_wait", "wait")
     timed.wrap(fileio, "write_direct_synced", "io")
-    saved = bookie_mod.jkernels
-    bookie_mod.jkernels = KernelModule(timed)
+    timed.wrap(journal_kernels, "add_payloads", "kernel")     # the bookie calls it by the module
     d = tempfile.mkdtemp(dir=root)
     try:
         with embedlog.open(d) as log:
@@ -124,7 +105,6 @@ def embedlog_parts(root, payloads, seconds) -> dict:
             total = time.perf_counter() - t0
             direct = log.bookie.journal.direct_writes
     finally:
-        bookie_mod.jkernels = saved
         timed.undo()
         remove(d)
     s = timed.seconds

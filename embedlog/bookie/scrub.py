@@ -67,9 +67,9 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
     "ambiguous"}}: the entries past the pages the file holds (ledger_entries: an id whose
     copies differ is left out, in "ambiguous").
     ``segments``: [(log id, path, {key: bytes})] of layout 2's segments and their maps;
-    ``cuts``: journal_cuts of every journal file, or a function that gives them, called
-    only once a ledger's entries are looked for (a walk of every journal record: a start
-    with nothing to rebuild must not pay it), or None (computed here then)."""
+    ``cuts``: a function giving journal_cuts of every journal file, called once, and only
+    when a ledger's entries are looked for (a walk of every journal record: a start with
+    nothing to rebuild must not pay it); None: journal_cuts of ``segments``."""
     named: dict = {}
     for log_id, path, held in segments:
         for key in held:
@@ -89,6 +89,7 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
         finally:
             m.close()
     out = {}
+    found_cuts = None
     for key, where in named.items():
         path = find_index(key)
         if path is None:
@@ -111,12 +112,11 @@ def unindexed_entries(logs, find_index, keep=lambda key, missing: True, segments
         if not keep(key, path is None):
             continue
         ambiguous: list = []
-        if cuts is None:
-            cuts = journal_cuts([(log_id, path) for log_id, path, _held in segments])
-        elif callable(cuts):
-            cuts = cuts()
+        if found_cuts is None:
+            found_cuts = cuts() if cuts is not None else \
+                journal_cuts([(log_id, path) for log_id, path, _held in segments])
         eids, locs = ledger_entries(where, key, first_page * nix.ENTRIES_PER_PAGE, ambiguous,
-                                    cuts.get(key, []))
+                                    found_cuts.get(key, []))
         if len(eids) or ambiguous:
             out[key] = {"file": path, "problem": problem, "eids": eids, "locs": locs,
                         "ambiguous": ambiguous}
